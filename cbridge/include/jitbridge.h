@@ -1,0 +1,264 @@
+/*
+ * jitbridge.h - the one public header of the jitbridge C library.
+ *
+ * jitbridge compiles kernels at run time, keeps the compiled modules in a process-global cache
+ * that many threads may use at once, and launches them on per-thread streams.
+ *
+ * Threading: every function may be called from any thread at any time unless its comment says
+ * otherwise. The module cache, the event pool and the counters lock internally; a jb_array or
+ * jb_stream may be used by several threads, but freeing one while another thread still calls a
+ * function on it is the caller's bug.
+ *
+ * Conventions: functions return a jb_status (JB_OK is 0); results come back through an `out`
+ * parameter, which is first. Every object that is created has a `_free` that accepts NULL. After
+ * a failure, jb_last_error_message() describes it.
+ */
+#ifndef JITBRIDGE_H
+#define JITBRIDGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define JB_API __attribute__((visibility("default")))
+#else
+#define JB_API
+#endif
+
+/* Bumped whenever a declaration here changes in a way that breaks existing callers. */
+#define JB_ABI_VERSION 1
+
+/* Status codes: stable numbers, one table. */
+#define JB_STATUS_TABLE(X)                                                                         \
+    X(JB_OK, 0, "ok")                                                                              \
+    X(JB_ERR_INVALID_ARGUMENT, 1, "invalid argument")                                              \
+    X(JB_ERR_OUT_OF_MEMORY, 2, "out of memory")                                                    \
+    X(JB_ERR_UNSUPPORTED, 3, "unsupported")                                                        \
+    X(JB_ERR_NO_DEVICE, 4, "no such device")                                                       \
+    X(JB_ERR_COMPILE, 5, "kernel compilation failed")                                              \
+    X(JB_ERR_LOAD, 6, "module load failed")                                                        \
+    X(JB_ERR_LAUNCH, 7, "kernel launch failed")                                                    \
+    X(JB_ERR_BACKEND, 8, "backend call failed")                                                    \
+    X(JB_ERR_SYSTEM, 9, "operating system call failed")                                            \
+    X(JB_ERR_SHAPE, 10, "shape or dtype mismatch")
+
+typedef enum jb_status {
+#define JB_STATUS_ENUM_(name, value, text) name = value,
+    JB_STATUS_TABLE(JB_STATUS_ENUM_)
+#undef JB_STATUS_ENUM_
+} jb_status;
+
+/* The constant name of a status ("JB_ERR_COMPILE"); "JB_UNKNOWN_STATUS" for other values. */
+JB_API const char *jb_status_name(int status);
+
+/*
+ * The message of the last failed call on this thread. Never NULL; "" if nothing failed yet.
+ * Owned by the library; valid until the next jitbridge call on this thread.
+ */
+JB_API const char *jb_last_error_message(void);
+/* The status of the last failed call on this thread (JB_OK if none). */
+JB_API int jb_last_error_status(void);
+
+JB_API int jb_abi_version(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Devices. Process-global and never freed: a jb_device pointer stays valid for the process.
+ * Device indices are process-wide: GPU devices (if a GPU backend is built and GPUs are present)
+ * take 0..n-1 in the vendor's order, and the cpu device comes after them.
+ */
+typedef struct jb_device jb_device;
+
+typedef enum jb_device_kind {
+    JB_DEVICE_CPU = 0,
+    JB_DEVICE_GPU = 1,
+} jb_device_kind;
+
+/* The backend the library was built with for GPUs: "cuda", "rocm" or "none". */
+JB_API const char *jb_gpu_backend_name(void);
+/* Number of devices of `kind`. For GPUs this is 0 when no GPU backend is built. */
+JB_API jb_status jb_device_count(int *out, jb_device_kind kind);
+/* The `ordinal`-th device of `kind`. JB_ERR_NO_DEVICE (with the driver's reason) if absent. */
+JB_API jb_status jb_device_get(jb_device **out, jb_device_kind kind, int ordinal);
+/* The default device: GPU 0 when a GPU backend is built and a GPU is present, else the cpu. */
+JB_API jb_status jb_device_default(jb_device **out);
+JB_API int jb_device_index(const jb_device *device);
+JB_API jb_device_kind jb_device_get_kind(const jb_device *device);
+/* Strings owned by the device; valid for the life of the process. */
+JB_API const char *jb_device_name(const jb_device *device);
+JB_API const char *jb_device_arch(const jb_device *device);
+JB_API const char *jb_device_backend_name(const jb_device *device);
+/* Device memory in bytes (0 where unknown). */
+JB_API uint64_t jb_device_total_memory(const jb_device *device);
+/* The command the cpu backend compiles with ($CC, else "cc"); owned by the library. */
+JB_API const char *jb_cpu_compiler(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Streams. Work launched on one stream runs in launch order, asynchronously to the caller.
+ * Every thread has a default stream per device, created on first use and destroyed when the
+ * thread exits; a thread may install a stream of its own as that default.
+ */
+typedef struct jb_stream jb_stream;
+
+/* A new stream on `device`, owned by the caller (jb_stream_free). */
+JB_API jb_status jb_stream_new(jb_stream **out, jb_device *device);
+/* Waits for the stream's work, then destroys it. Must not be installed as any thread's
+ * default at the time. Accepts NULL. */
+JB_API void jb_stream_free(jb_stream *stream);
+JB_API jb_status jb_stream_synchronize(jb_stream *stream);
+JB_API jb_device *jb_stream_device(const jb_stream *stream);
+
+/* Same as jb_stream_new: the stream a generation (decode) thread makes for itself. */
+JB_API jb_status jb_new_thread_local_generation_stream(jb_stream **out, jb_device *device);
+/*
+ * Makes `stream` the calling thread's default stream for its device and writes the previous
+ * default (possibly NULL, meaning the thread's own lazily created one) to *previous. Pass that
+ * value back to jb_restore_thread_local_default_stream to undo. The stream stays owned by the
+ * caller and must outlive the installation. Affects the calling thread only.
+ */
+JB_API jb_status jb_install_thread_local_default_stream(jb_stream **previous, jb_stream *stream);
+/* Restores `previous` (from the install above) as the default of `device` on this thread. */
+JB_API jb_status jb_restore_thread_local_default_stream(jb_device *device, jb_stream *previous);
+/* The calling thread's default stream for `device` (borrowed: do not free). */
+JB_API jb_status jb_thread_local_default_stream(jb_stream **out, jb_device *device);
+
+/* ---------------------------------------------------------------------------------------------
+ * Arrays: a device buffer with a dtype and a shape, plus the event that marks the end of the
+ * work that produces it. Freeing an array while launched work still uses it is safe: the buffer
+ * lives until that work is done.
+ */
+typedef struct jb_array jb_array;
+
+typedef enum jb_dtype {
+    JB_F32 = 0,
+    JB_I32 = 1,
+} jb_dtype;
+
+#define JB_MAX_NDIM 8
+
+/* "f32", "i32", or NULL for other values. */
+JB_API const char *jb_dtype_name(int dtype);
+JB_API size_t jb_dtype_size(int dtype);
+
+/* An array on `device` holding a copy of `data` (element count = product of shape). The copy
+ * is taken before return; the work runs on the thread's default stream of `device`. */
+JB_API jb_status jb_array_from_host(jb_array **out, jb_device *device, jb_dtype dtype,
+                                    const int64_t *shape, int ndim, const void *data);
+/* A one-dimensional array 0, 1, ..., n-1 (n >= 0) of `dtype` on `device`. */
+JB_API jb_status jb_array_arange(jb_array **out, jb_device *device, int64_t n, jb_dtype dtype);
+JB_API void jb_array_free(jb_array *array);
+/* Blocks until the work that produces the array is done. */
+JB_API jb_status jb_array_eval(jb_array *array);
+/* Waits for the array, then copies its contents to `dst` (`dst_bytes` must equal its size). */
+JB_API jb_status jb_array_read(const jb_array *array, void *dst, size_t dst_bytes);
+JB_API jb_device *jb_array_device(const jb_array *array);
+JB_API jb_dtype jb_array_dtype(const jb_array *array);
+JB_API int jb_array_ndim(const jb_array *array);
+/* Pointer to the array's `ndim` dimensions; valid while the array lives. */
+JB_API const int64_t *jb_array_shape(const jb_array *array);
+JB_API int64_t jb_array_size(const jb_array *array);
+
+/* ---------------------------------------------------------------------------------------------
+ * Custom kernels. The caller gives a body; the library writes the whole kernel around it for
+ * the device's backend. In the body, thread_index() is this thread's global index (0-based),
+ * each input `x` is a const pointer of its dtype and `x_size` its element count, and each output
+ * `y` is a writable pointer with `y_size`. The module is named after the kernel plus a hash of
+ * the generated source, so two bodies under one name are two modules.
+ */
+typedef struct jb_custom_kernel jb_custom_kernel;
+
+/* What a configure hook decides for a kernel on one device, before its first launch there. */
+typedef struct jb_kernel_config {
+    uint32_t threads_per_block;   /* used when a launch gives a thread count; 0 keeps the default */
+    uint32_t shared_memory_bytes; /* dynamic shared memory per block (GPU only) */
+} jb_kernel_config;
+
+/*
+ * Runs once per kernel per device, under that kernel's configure mutex, before the first
+ * launch; `config` holds the defaults on entry. Non-zero return fails the launch, and the next
+ * launch calls the hook again. May be called from any thread.
+ */
+typedef int (*jb_configure_hook)(void *user_data, const jb_device *device,
+                                 jb_kernel_config *config);
+
+typedef struct jb_kernel_spec {
+    const char *name;                /* C identifier, not a keyword */
+    const char *const *input_names;  /* identifiers, distinct */
+    const jb_dtype *input_dtypes;
+    size_t num_inputs;
+    const char *const *output_names; /* identifiers, distinct from each other and the inputs */
+    const jb_dtype *output_dtypes;
+    size_t num_outputs;
+    const char *body;                /* statements run by every thread */
+    const char *header;              /* optional: pasted before the kernel (helpers), or NULL */
+    jb_configure_hook configure;     /* optional */
+    void *configure_user_data;
+} jb_kernel_spec;
+
+/* Validates the spec and generates the source; nothing is compiled until the first launch.
+ * Every string is copied. */
+JB_API jb_status jb_custom_kernel_new(jb_custom_kernel **out, const jb_kernel_spec *spec);
+JB_API void jb_custom_kernel_free(jb_custom_kernel *kernel);
+/* "<name>_<16 hex digits of the source hash>"; owned by the kernel. */
+JB_API const char *jb_custom_kernel_module_name(const jb_custom_kernel *kernel);
+/* The generated source for a backend ("cpu", "cuda", "rocm"); owned by the kernel. NULL for
+ * an unknown backend. */
+JB_API const char *jb_custom_kernel_source(const jb_custom_kernel *kernel, const char *backend);
+
+typedef struct jb_launch_shape {
+    uint32_t grid[3];  /* blocks; all zero means: derive from total_threads */
+    uint32_t block[3]; /* threads per block */
+    uint64_t total_threads; /* used when grid is all zero */
+} jb_launch_shape;
+
+/*
+ * Launches `kernel` on the device of the inputs (all inputs on one device, at least one input),
+ * on that device's default stream of the calling thread, building its module on first use.
+ * outputs[i] receives a new array of output_shapes[i] (output_ndims[i] dimensions) owned by the
+ * caller. On failure no output is written and the module cache is unchanged apart from a
+ * successfully built module.
+ */
+JB_API jb_status jb_custom_kernel_launch(jb_array **outputs, jb_custom_kernel *kernel,
+                                         jb_array *const *inputs, size_t num_inputs,
+                                         const int64_t *const *output_shapes,
+                                         const int *output_ndims, const jb_launch_shape *shape);
+
+/* ---------------------------------------------------------------------------------------------
+ * The race probe: kernel "mlxcel_jit_race_probe_v<variant>", out[i] = inp[i] * 2 + 1, one block
+ * of n threads where n is the element count of the f32 input (1 <= n <= 1024), variant >= 0.
+ * Output: a new f32 array of shape {n} owned by the caller. Probe modules never use a disk cache.
+ */
+JB_API jb_status jb_jit_race_probe_array(jb_array **out, jb_array *input, int variant);
+/* The same probe, but only on a ROCm build: elsewhere JB_ERR_UNSUPPORTED. */
+JB_API jb_status jb_rocm_jit_race_probe_array(jb_array **out, jb_array *input, int variant);
+
+/* ---------------------------------------------------------------------------------------------
+ * Counters of the process-global module cache. Read and reset from any thread.
+ */
+typedef struct jb_counters {
+    uint64_t builds;         /* modules compiled and loaded */
+    uint64_t build_failures; /* builds that failed (nothing inserted) */
+    uint64_t hits;           /* lookups that found the module under the read lock */
+    uint64_t misses;         /* lookups that did not, and went on to the write lock */
+    uint64_t build_ns;       /* time spent building, in nanoseconds */
+    uint64_t configures;     /* configure hooks that ran and succeeded */
+    uint64_t peak_concurrent_builds; /* most builds ever in progress at once: 1 when locked */
+} jb_counters;
+
+JB_API jb_status jb_counters_get(jb_counters *out);
+/* Sets every counter to zero; for tests. */
+JB_API void jb_counters_reset(void);
+
+/* Which locks this build carries: 0 for a normal build. Test builds that remove a lock (to show
+ * that the tests catch the race) return a bit per removed lock: 1 jit cache, 2 event pool,
+ * 4 kernel configure. */
+JB_API int jb_removed_locks(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* JITBRIDGE_H */

@@ -1,0 +1,274 @@
+/*
+ * Arrays and the reference-counted device buffers under them. A launch holds a reference on each
+ * buffer it uses until the stream has run it, so freeing an array early is safe. A GPU buffer's
+ * last reference may drop inside a stream callback, where the driver may not be called; such
+ * buffers wait on the device's deferred list until a later call frees them.
+ */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct jb_array {
+    jb_device *device;
+    jb_dtype dtype;
+    int ndim;
+    int64_t shape[JB_MAX_NDIM];
+    int64_t size;
+    jb_buffer *buffer;
+    jb_event *ready; /* NULL: nothing pending */
+};
+
+const char *jb_dtype_name(int dtype)
+{
+    switch (dtype) {
+    case JB_F32:
+        return "f32";
+    case JB_I32:
+        return "i32";
+    }
+    return NULL;
+}
+
+size_t jb_dtype_size(int dtype)
+{
+    return jb_dtype_name(dtype) ? 4 : 0;
+}
+
+void jb__deferred_free_drain(jb_device *dev)
+{
+    jb_deferred_free *list = &dev->deferred;
+    pthread_mutex_lock(&list->mutex);
+    size_t count = list->count;
+    void **pointers = list->pointers;
+    list->pointers = NULL;
+    list->count = list->capacity = 0;
+    pthread_mutex_unlock(&list->mutex);
+    for (size_t i = 0; i < count; i++)
+        dev->backend->mem_free(dev, pointers[i]);
+    free(pointers);
+}
+
+static void deferred_free_push(jb_device *dev, void *ptr)
+{
+    jb_deferred_free *list = &dev->deferred;
+    pthread_mutex_lock(&list->mutex);
+    if (list->count == list->capacity) {
+        size_t capacity = list->capacity ? list->capacity * 2 : 64;
+        void **grown = realloc(list->pointers, capacity * sizeof *grown);
+        if (grown) {
+            list->pointers = grown;
+            list->capacity = capacity;
+        }
+    }
+    if (list->count < list->capacity)
+        list->pointers[list->count++] = ptr;
+    /* else: no memory to remember it; the device memory leaks rather than being freed from a
+     * callback, where the driver forbids it. */
+    pthread_mutex_unlock(&list->mutex);
+}
+
+int jb__buffer_new(jb_device *dev, size_t bytes, jb_buffer **out)
+{
+    jb__deferred_free_drain(dev);
+    jb_buffer *buf = calloc(1, sizeof *buf);
+    JB_RETURN_IF(!buf, JB_ERR_OUT_OF_MEMORY, "no memory for a buffer");
+    buf->device = dev;
+    buf->bytes = bytes;
+    atomic_init(&buf->refs, 1);
+    if (bytes > 0) {
+        int status = dev->backend->mem_alloc(dev, bytes, &buf->ptr);
+        if (status != JB_OK) {
+            free(buf);
+            return status;
+        }
+    }
+    *out = buf;
+    return JB_OK;
+}
+
+void jb__buffer_retain(jb_buffer *buf)
+{
+    atomic_fetch_add_explicit(&buf->refs, 1, memory_order_relaxed);
+}
+
+void jb__buffer_release(jb_buffer *buf, bool in_callback)
+{
+    if (atomic_fetch_sub_explicit(&buf->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    jb_device *dev = buf->device;
+    if (buf->ptr) {
+        if (in_callback && !dev->backend->frees_in_callbacks)
+            deferred_free_push(dev, buf->ptr);
+        else
+            dev->backend->mem_free(dev, buf->ptr);
+    }
+    free(buf);
+}
+
+jb_buffer *jb__array_buffer(const jb_array *array)
+{
+    return array->buffer;
+}
+
+jb_event *jb__array_ready_event(const jb_array *array)
+{
+    return array->ready;
+}
+
+void jb__array_set_ready(jb_array *array, jb_event *ready)
+{
+    jb__event_release(array->ready);
+    array->ready = ready;
+}
+
+int jb__array_wrap(jb_array **out, jb_buffer *buf, jb_dtype dtype, const int64_t *shape, int ndim,
+                   jb_event *ready)
+{
+    jb_array *array = calloc(1, sizeof *array);
+    if (!array) {
+        jb__buffer_release(buf, false);
+        jb__event_release(ready);
+        return jb__fail(JB_ERR_OUT_OF_MEMORY, "no memory for an array");
+    }
+    array->device = buf->device;
+    array->dtype = dtype;
+    array->ndim = ndim;
+    array->size = 1;
+    for (int i = 0; i < ndim; i++) {
+        array->shape[i] = shape[i];
+        array->size *= shape[i];
+    }
+    array->buffer = buf;
+    array->ready = ready;
+    *out = array;
+    return JB_OK;
+}
+
+/* Checks a shape and returns its element count and byte size without overflow. */
+static int shape_bytes(const int64_t *shape, int ndim, jb_dtype dtype, size_t *out_bytes)
+{
+    JB_RETURN_IF(!jb_dtype_name(dtype), JB_ERR_INVALID_ARGUMENT, "unknown dtype %d", (int)dtype);
+    JB_RETURN_IF(ndim < 0 || ndim > JB_MAX_NDIM, JB_ERR_INVALID_ARGUMENT,
+                 "ndim %d is outside 0..%d", ndim, JB_MAX_NDIM);
+    JB_RETURN_IF(ndim > 0 && !shape, JB_ERR_INVALID_ARGUMENT, "shape is NULL");
+    uint64_t count = 1;
+    for (int i = 0; i < ndim; i++) {
+        JB_RETURN_IF(shape[i] < 0, JB_ERR_INVALID_ARGUMENT, "dimension %d is negative (%lld)", i,
+                     (long long)shape[i]);
+        JB_RETURN_IF(shape[i] > 0 && count > (UINT64_MAX / 8) / (uint64_t)shape[i],
+                     JB_ERR_INVALID_ARGUMENT, "the shape's element count overflows");
+        count *= (uint64_t)shape[i];
+    }
+    JB_RETURN_IF(count > (uint64_t)SIZE_MAX / 8, JB_ERR_INVALID_ARGUMENT, "array too large");
+    *out_bytes = (size_t)count * jb_dtype_size(dtype);
+    return JB_OK;
+}
+
+jb_status jb_array_from_host(jb_array **out, jb_device *device, jb_dtype dtype,
+                             const int64_t *shape, int ndim, const void *data)
+{
+    JB_RETURN_IF(!out, JB_ERR_INVALID_ARGUMENT, "jb_array_from_host: out is NULL");
+    JB_RETURN_IF(!device, JB_ERR_INVALID_ARGUMENT, "jb_array_from_host: device is NULL");
+    size_t bytes;
+    JB_FORWARD_IF_ERROR(shape_bytes(shape, ndim, dtype, &bytes));
+    JB_RETURN_IF(bytes > 0 && !data, JB_ERR_INVALID_ARGUMENT, "jb_array_from_host: data is NULL");
+    jb_stream *stream;
+    JB_FORWARD_IF_ERROR(jb__current_stream(device, &stream));
+    jb_buffer *buf;
+    JB_FORWARD_IF_ERROR(jb__buffer_new(device, bytes, &buf));
+    jb_event *ready = NULL;
+    int status = JB_OK;
+    if (bytes > 0)
+        status = device->backend->memcpy_htod(device, stream->native, buf->ptr, data, bytes);
+    if (status == JB_OK)
+        status = jb__event_acquire(device, &ready);
+    if (status == JB_OK)
+        status = device->backend->event_record(device, ready->native, stream->native);
+    if (status != JB_OK) {
+        jb__event_release(ready);
+        jb__buffer_release(buf, false);
+        return status;
+    }
+    return jb__array_wrap(out, buf, dtype, shape, ndim, ready);
+}
+
+jb_status jb_array_arange(jb_array **out, jb_device *device, int64_t n, jb_dtype dtype)
+{
+    JB_RETURN_IF(!out, JB_ERR_INVALID_ARGUMENT, "jb_array_arange: out is NULL");
+    JB_RETURN_IF(n < 0, JB_ERR_INVALID_ARGUMENT, "jb_array_arange: n is negative (%lld)",
+                 (long long)n);
+    size_t bytes;
+    JB_FORWARD_IF_ERROR(shape_bytes(&n, 1, dtype, &bytes));
+    void *host = malloc(bytes ? bytes : 1);
+    JB_RETURN_IF(!host, JB_ERR_OUT_OF_MEMORY, "no memory for %lld elements", (long long)n);
+    for (int64_t i = 0; i < n; i++) {
+        if (dtype == JB_F32)
+            ((float *)host)[i] = (float)i;
+        else
+            ((int32_t *)host)[i] = (int32_t)i;
+    }
+    int status = jb_array_from_host(out, device, dtype, &n, 1, host);
+    free(host);
+    return status;
+}
+
+void jb_array_free(jb_array *array)
+{
+    if (!array)
+        return;
+    jb__event_release(array->ready);
+    jb__buffer_release(array->buffer, false);
+    free(array);
+}
+
+jb_status jb_array_eval(jb_array *array)
+{
+    JB_RETURN_IF(!array, JB_ERR_INVALID_ARGUMENT, "jb_array_eval: array is NULL");
+    if (array->ready)
+        JB_FORWARD_IF_ERROR(
+            array->device->backend->event_synchronize(array->device, array->ready->native));
+    jb__deferred_free_drain(array->device);
+    return JB_OK;
+}
+
+jb_status jb_array_read(const jb_array *array, void *dst, size_t dst_bytes)
+{
+    JB_RETURN_IF(!array, JB_ERR_INVALID_ARGUMENT, "jb_array_read: array is NULL");
+    JB_RETURN_IF(!dst && dst_bytes > 0, JB_ERR_INVALID_ARGUMENT, "jb_array_read: dst is NULL");
+    JB_RETURN_IF(dst_bytes != array->buffer->bytes, JB_ERR_SHAPE,
+                 "jb_array_read: the array holds %zu bytes, the destination %zu",
+                 array->buffer->bytes, dst_bytes);
+    JB_FORWARD_IF_ERROR(jb_array_eval((jb_array *)array));
+    if (dst_bytes == 0)
+        return JB_OK;
+    jb_stream *stream;
+    JB_FORWARD_IF_ERROR(jb__current_stream(array->device, &stream));
+    return array->device->backend->memcpy_dtoh(array->device, stream->native, dst,
+                                               array->buffer->ptr, dst_bytes);
+}
+
+jb_device *jb_array_device(const jb_array *array)
+{
+    return array ? array->device : NULL;
+}
+
+jb_dtype jb_array_dtype(const jb_array *array)
+{
+    return array ? array->dtype : JB_F32;
+}
+
+int jb_array_ndim(const jb_array *array)
+{
+    return array ? array->ndim : 0;
+}
+
+const int64_t *jb_array_shape(const jb_array *array)
+{
+    return array ? array->shape : NULL;
+}
+
+int64_t jb_array_size(const jb_array *array)
+{
+    return array ? array->size : 0;
+}

@@ -1,0 +1,200 @@
+/* Library-internal declarations shared by the backend-neutral parts and the backends. Nothing
+ * here is exported: the library is built with hidden visibility and only JB_API names leave it. */
+#ifndef JB_INTERNAL_H
+#define JB_INTERNAL_H
+
+#include "jitbridge.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define JB_MAX_DEVICES 64
+#define JB_PROBE_MAX_THREADS 1024
+
+/* Test-only builds remove one named lock (see jb_removed_locks); no default build defines these. */
+#if defined(JB_REMOVE_LOCK_JIT_CACHE) || defined(JB_REMOVE_LOCK_EVENT_POOL) ||                    \
+    defined(JB_REMOVE_LOCK_CONFIGURE)
+#define JB_TEST_BUILD_WITHOUT_A_LOCK 1
+#endif
+
+/* ---- errors (error.c) ---- */
+/* Records `status` and a printf-style message as this thread's last error; returns `status`. */
+int jb__fail(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Like jb__fail, with a long detail (a compiler log) appended after the message. */
+int jb__fail_with_log(int status, const char *log, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#define JB_RETURN_IF(cond, status, ...)                                                            \
+    do {                                                                                           \
+        if (cond)                                                                                  \
+            return jb__fail((status), __VA_ARGS__);                                                \
+    } while (0)
+#define JB_FORWARD_IF_ERROR(expr)                                                                  \
+    do {                                                                                           \
+        int jb_forward_status_ = (expr);                                                           \
+        if (jb_forward_status_ != JB_OK)                                                           \
+            return jb_forward_status_;                                                             \
+    } while (0)
+
+/* ---- small utilities (util.c) ---- */
+uint64_t jb__now_ns(void);
+uint64_t jb__fnv1a64(const void *data, size_t len, uint64_t seed);
+#define JB_FNV_SEED 0xcbf29ce484222325ULL
+char *jb__strdup(const char *s);
+/* A growable string; on allocation failure `failed` is set and appends become no-ops. */
+typedef struct jb_strbuf {
+    char *data;
+    size_t len, cap;
+    bool failed;
+} jb_strbuf;
+void jb__strbuf_append(jb_strbuf *sb, const char *s);
+void jb__strbuf_appendf(jb_strbuf *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void jb__strbuf_free(jb_strbuf *sb);
+
+/* ---- backends ---- */
+typedef struct jb_backend jb_backend;
+typedef struct jb_event jb_event;
+
+/* Compiled code as bytes: a shared object, a cubin or a code object. */
+typedef struct jb_blob {
+    void *data;
+    size_t size;
+} jb_blob;
+
+/* Arguments of one launch: each array's device pointer and element count, inputs first. */
+typedef struct jb_launch_args {
+    size_t count;
+    void **pointers;
+    uint64_t *sizes;
+    uint64_t total_threads;
+} jb_launch_args;
+
+typedef void (*jb_host_fn)(void *ctx);
+
+struct jb_backend {
+    const char *name; /* "cpu", "cuda", "rocm" */
+    /* Final buffer frees may run inside a stream callback (else they are deferred). */
+    bool frees_in_callbacks;
+    /* Compiles `source` for the device; on failure returns JB_ERR_COMPILE with the log. */
+    int (*compile)(jb_device *dev, const char *module_name, const char *source, jb_blob *out);
+    int (*module_load)(jb_device *dev, const jb_blob *code, void **out_module);
+    int (*module_function)(jb_device *dev, void *module, const char *name, void **out_fn);
+    int (*stream_create)(jb_device *dev, void **out_stream);
+    void (*stream_destroy)(jb_device *dev, void *stream);
+    int (*stream_synchronize)(jb_device *dev, void *stream);
+    int (*stream_wait_event)(jb_device *dev, void *stream, void *event);
+    /* Runs fn(ctx) on the host once the stream's earlier work is done; fn must not call
+     * into the backend. */
+    int (*stream_host_callback)(jb_device *dev, void *stream, jb_host_fn fn, void *ctx);
+    int (*event_create)(jb_device *dev, void **out_event);
+    void (*event_destroy)(jb_device *dev, void *event);
+    int (*event_record)(jb_device *dev, void *event, void *stream);
+    int (*event_synchronize)(jb_device *dev, void *event);
+    int (*mem_alloc)(jb_device *dev, size_t bytes, void **out_ptr);
+    void (*mem_free)(jb_device *dev, void *ptr);
+    /* Returns once `src` may be reused. */
+    int (*memcpy_htod)(jb_device *dev, void *stream, void *dst, const void *src, size_t bytes);
+    /* Returns once `dst` holds the data (after the stream's earlier work). */
+    int (*memcpy_dtoh)(jb_device *dev, void *stream, void *dst, const void *src, size_t bytes);
+    int (*launch)(jb_device *dev, void *stream, void *fn, const uint32_t grid[3],
+                  const uint32_t block[3], uint32_t shared_bytes, const jb_launch_args *args);
+    /* Applies a kernel's configured dynamic shared memory limit (NULL where meaningless). */
+    int (*kernel_set_shared_limit)(jb_device *dev, void *fn, uint32_t bytes);
+};
+
+extern const jb_backend jb__cpu_backend;
+#if defined(JB_WITH_CUDA) || defined(JB_WITH_ROCM)
+extern const jb_backend jb__gpu_backend;
+/* Enumerates GPUs into `devices` (at most `max`); returns the count (0 with a reason on none). */
+int jb__gpu_enumerate(jb_device *devices, int max, int *out_count, char *why, size_t why_len);
+#endif
+
+/* ---- devices (device.c) ---- */
+typedef struct jb_event_pool {
+    pthread_mutex_t mutex;
+    jb_event **free_events;
+    size_t count, capacity;
+} jb_event_pool;
+
+typedef struct jb_deferred_free {
+    pthread_mutex_t mutex;
+    void **pointers;
+    size_t count, capacity;
+} jb_deferred_free;
+
+struct jb_device {
+    int index;   /* process-wide, the prefix of every cache key */
+    int ordinal; /* within its kind */
+    jb_device_kind kind;
+    const jb_backend *backend;
+    char name[256];
+    char arch[160];
+    uint64_t total_memory;
+    void *native;        /* backend's handle: CUcontext / hipDevice_t */
+    int native_ordinal;  /* the vendor's device number */
+    jb_event_pool event_pool;
+    jb_deferred_free deferred;
+};
+
+/* ---- events (event_pool.c) ---- */
+struct jb_event {
+    jb_device *device;
+    void *native;
+};
+int jb__event_acquire(jb_device *dev, jb_event **out);
+void jb__event_release(jb_event *event);
+void jb__event_pool_init(jb_event_pool *pool);
+
+/* ---- streams (stream.c) ---- */
+struct jb_stream {
+    jb_device *device;
+    void *native;
+};
+/* The calling thread's default stream for `dev`, created on first use. */
+int jb__current_stream(jb_device *dev, jb_stream **out);
+
+/* ---- buffers (array.c) ---- */
+typedef struct jb_buffer {
+    jb_device *device;
+    void *ptr;
+    size_t bytes;
+    atomic_uint refs;
+} jb_buffer;
+void jb__buffer_retain(jb_buffer *buf);
+/* Drops a reference; `in_callback` says the caller is a stream callback. */
+void jb__buffer_release(jb_buffer *buf, bool in_callback);
+void jb__deferred_free_drain(jb_device *dev);
+jb_buffer *jb__array_buffer(const jb_array *array);
+jb_event *jb__array_ready_event(const jb_array *array);
+/* Wraps a fresh buffer as an array whose contents are ready once `ready` fires (may be NULL);
+ * takes ownership of both. */
+int jb__array_wrap(jb_array **out, jb_buffer *buf, jb_dtype dtype, const int64_t *shape, int ndim,
+                   jb_event *ready);
+void jb__array_set_ready(jb_array *array, jb_event *ready);
+int jb__buffer_new(jb_device *dev, size_t bytes, jb_buffer **out);
+
+/* ---- the JIT module cache (jit_cache.c) and modules (module.c) ---- */
+typedef struct jb_module jb_module;
+typedef struct jb_kernel_entry jb_kernel_entry;
+
+/* Builds the module for `name` on `dev`; called at most once per key at a time, under the
+ * cache's write lock. Returns a status and sets the thread's error on failure. */
+typedef int (*jb_module_builder)(void *ctx, jb_device *dev, const char *name, jb_module **out);
+
+int jb__get_jit_module(jb_device *dev, const char *name, jb_module_builder builder, void *ctx,
+                       jb_module **out);
+void jb__counters_add_configure(void);
+
+/* Loads `code` and fills the kernel table with `kernel_names`; the table never changes after. */
+int jb__module_create(jb_device *dev, const jb_blob *code, const char *const *kernel_names,
+                      size_t num_kernels, jb_module **out);
+/* The kernel named `name` in the module, looked up without a lock. */
+jb_kernel_entry *jb__module_kernel(jb_module *module, const char *name);
+/* Runs the kernel's configure hook once for its device; then returns its config and handle. */
+int jb__kernel_configured(jb_kernel_entry *kernel, jb_configure_hook hook, void *user_data,
+                          jb_kernel_config *out_config, void **out_fn);
+
+#endif /* JB_INTERNAL_H */

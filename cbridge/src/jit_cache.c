@@ -1,0 +1,221 @@
+/*
+ * The process-global JIT module cache: one map from "<device index>:<name>" to a module, and one
+ * reader-writer lock. Both are allocated once and never freed (threads may still launch after
+ * main returns, and unloading on a faulted device fails). The map is reachable from this file
+ * only: it is static, no header names it, and the library exports no symbol for it.
+ *
+ * Hit:  read lock, a lookup that never inserts.
+ * Miss: write lock, a second lookup, and a build + insert only if the key is still missing, so
+ *       threads that miss one key together get one build and the same module. A failed build
+ *       inserts nothing and the next caller tries again.
+ */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct cache_slot {
+    char *key; /* NULL: empty */
+    uint64_t hash;
+    jb_module *module;
+} cache_slot;
+
+typedef struct module_cache {
+    pthread_rwlock_t lock;
+    cache_slot *slots;
+    size_t capacity; /* a power of two */
+    size_t count;
+} module_cache;
+
+static module_cache *the_cache;
+static pthread_once_t the_cache_once = PTHREAD_ONCE_INIT;
+
+/* Per-process counters; atomics so that hits under the shared lock can count. */
+static atomic_uint_fast64_t counter_builds, counter_build_failures, counter_hits, counter_misses,
+    counter_build_ns, counter_configures, builds_in_flight, counter_peak_concurrent_builds;
+
+/* Builds run one at a time under the write lock; the peak shows it (and shows it broken). */
+static void build_started(void)
+{
+    uint_fast64_t now = atomic_fetch_add(&builds_in_flight, 1) + 1;
+    uint_fast64_t peak = atomic_load(&counter_peak_concurrent_builds);
+    while (now > peak && !atomic_compare_exchange_weak(&counter_peak_concurrent_builds, &peak, now))
+        ;
+}
+
+#define CACHE_INITIAL_CAPACITY 16
+
+static void cache_create(void)
+{
+    module_cache *cache = calloc(1, sizeof *cache);
+    cache_slot *slots = calloc(CACHE_INITIAL_CAPACITY, sizeof *slots);
+    if (!cache || !slots) {
+        free(cache);
+        free(slots);
+        return; /* the_cache stays NULL; callers report out of memory */
+    }
+    pthread_rwlockattr_t attr;
+    pthread_rwlockattr_init(&attr);
+#ifdef __GLIBC__
+    /* A steady stream of hits must not starve the thread that builds a new key. */
+    pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+#endif
+    pthread_rwlock_init(&cache->lock, &attr);
+    pthread_rwlockattr_destroy(&attr);
+    cache->slots = slots;
+    cache->capacity = CACHE_INITIAL_CAPACITY;
+    the_cache = cache;
+}
+
+/* Looks `key` up; never inserts, so it is safe under the shared lock. */
+static jb_module *cache_find(const module_cache *cache, const char *key, uint64_t hash)
+{
+    size_t mask = cache->capacity - 1;
+    for (size_t i = hash & mask;; i = (i + 1) & mask) {
+        const cache_slot *slot = &cache->slots[i];
+        if (!slot->key)
+            return NULL;
+        if (slot->hash == hash && strcmp(slot->key, key) == 0)
+            return slot->module;
+    }
+}
+
+static void slots_place(cache_slot *slots, size_t capacity, cache_slot entry)
+{
+    size_t mask = capacity - 1;
+    size_t i = entry.hash & mask;
+    while (slots[i].key)
+        i = (i + 1) & mask;
+    slots[i] = entry;
+}
+
+/* Inserts a key known to be missing; only under the write lock. */
+static int cache_insert(module_cache *cache, const char *key, uint64_t hash, jb_module *module)
+{
+    char *key_copy = jb__strdup(key);
+    JB_RETURN_IF(!key_copy, JB_ERR_OUT_OF_MEMORY, "no memory for a cache key");
+    if ((cache->count + 1) * 4 > cache->capacity * 3) {
+        size_t capacity = cache->capacity * 2;
+        cache_slot *slots = calloc(capacity, sizeof *slots);
+        if (!slots) {
+            free(key_copy);
+            return jb__fail(JB_ERR_OUT_OF_MEMORY, "no memory to grow the module cache");
+        }
+        for (size_t i = 0; i < cache->capacity; i++)
+            if (cache->slots[i].key)
+                slots_place(slots, capacity, cache->slots[i]);
+        free(cache->slots);
+        cache->slots = slots;
+        cache->capacity = capacity;
+    }
+    slots_place(cache->slots, cache->capacity, (cache_slot){key_copy, hash, module});
+    cache->count++;
+    return JB_OK;
+}
+
+#ifdef JB_REMOVE_LOCK_JIT_CACHE
+#define CACHE_READ_LOCK(c) ((void)0)
+#define CACHE_WRITE_LOCK(c) ((void)0)
+#define CACHE_UNLOCK(c) ((void)0)
+#else
+#define CACHE_READ_LOCK(c) pthread_rwlock_rdlock(&(c)->lock)
+#define CACHE_WRITE_LOCK(c) pthread_rwlock_wrlock(&(c)->lock)
+#define CACHE_UNLOCK(c) pthread_rwlock_unlock(&(c)->lock)
+#endif
+
+int jb__get_jit_module(jb_device *dev, const char *name, jb_module_builder builder, void *ctx,
+                       jb_module **out)
+{
+    pthread_once(&the_cache_once, cache_create);
+    module_cache *cache = the_cache;
+    JB_RETURN_IF(!cache, JB_ERR_OUT_OF_MEMORY, "no memory for the module cache");
+
+    char stack_key[256];
+    size_t key_len = (size_t)snprintf(NULL, 0, "%d:%s", dev->index, name);
+    char *key = key_len < sizeof stack_key ? stack_key : malloc(key_len + 1);
+    JB_RETURN_IF(!key, JB_ERR_OUT_OF_MEMORY, "no memory for a cache key");
+    snprintf(key, key_len + 1, "%d:%s", dev->index, name);
+    uint64_t hash = jb__fnv1a64(key, key_len, JB_FNV_SEED);
+
+    CACHE_READ_LOCK(cache);
+    jb_module *module = cache_find(cache, key, hash);
+    CACHE_UNLOCK(cache);
+    if (module) {
+        atomic_fetch_add_explicit(&counter_hits, 1, memory_order_relaxed);
+        *out = module;
+        if (key != stack_key)
+            free(key);
+        return JB_OK;
+    }
+    atomic_fetch_add_explicit(&counter_misses, 1, memory_order_relaxed);
+
+    int status = JB_OK;
+    CACHE_WRITE_LOCK(cache);
+    module = cache_find(cache, key, hash);
+    if (!module) {
+        uint64_t start = jb__now_ns();
+        build_started();
+        status = builder(ctx, dev, name, &module);
+        atomic_fetch_sub(&builds_in_flight, 1);
+        atomic_fetch_add_explicit(&counter_build_ns, jb__now_ns() - start, memory_order_relaxed);
+        if (status == JB_OK) {
+            atomic_fetch_add_explicit(&counter_builds, 1, memory_order_relaxed);
+            /* On an insert failure the built module is kept alive but unreachable: modules are
+             * never unloaded. The next caller builds again. */
+            status = cache_insert(cache, key, hash, module);
+        } else {
+            atomic_fetch_add_explicit(&counter_build_failures, 1, memory_order_relaxed);
+        }
+    }
+    CACHE_UNLOCK(cache);
+    if (key != stack_key)
+        free(key);
+    if (status == JB_OK)
+        *out = module;
+    return status;
+}
+
+void jb__counters_add_configure(void)
+{
+    atomic_fetch_add_explicit(&counter_configures, 1, memory_order_relaxed);
+}
+
+jb_status jb_counters_get(jb_counters *out)
+{
+    JB_RETURN_IF(!out, JB_ERR_INVALID_ARGUMENT, "jb_counters_get: out is NULL");
+    out->builds = atomic_load(&counter_builds);
+    out->build_failures = atomic_load(&counter_build_failures);
+    out->hits = atomic_load(&counter_hits);
+    out->misses = atomic_load(&counter_misses);
+    out->build_ns = atomic_load(&counter_build_ns);
+    out->configures = atomic_load(&counter_configures);
+    out->peak_concurrent_builds = atomic_load(&counter_peak_concurrent_builds);
+    return JB_OK;
+}
+
+void jb_counters_reset(void)
+{
+    atomic_store(&counter_builds, 0);
+    atomic_store(&counter_build_failures, 0);
+    atomic_store(&counter_hits, 0);
+    atomic_store(&counter_misses, 0);
+    atomic_store(&counter_build_ns, 0);
+    atomic_store(&counter_configures, 0);
+    atomic_store(&counter_peak_concurrent_builds, 0);
+}
+
+int jb_removed_locks(void)
+{
+    int removed = 0;
+#ifdef JB_REMOVE_LOCK_JIT_CACHE
+    removed |= 1;
+#endif
+#ifdef JB_REMOVE_LOCK_EVENT_POOL
+    removed |= 2;
+#endif
+#ifdef JB_REMOVE_LOCK_CONFIGURE
+    removed |= 4;
+#endif
+    return removed;
+}

@@ -1,0 +1,104 @@
+/*
+ * Modules: a loaded code object and its kernel table. The table is filled when the module is
+ * built and never changes, so looking a kernel up takes no lock. Each kernel's one-time
+ * configure hook runs under the module's kernel mutex, and its results are stored before the
+ * "configured" flag is published (the other order lets a thread read an unset block size).
+ * Modules are never freed: the cache keeps them for the life of the process.
+ */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct jb_kernel_entry {
+    jb_module *module;
+    char *name;
+    void *fn;
+    jb_kernel_config config; /* valid once `configured` reads true */
+    atomic_bool configured;
+};
+
+struct jb_module {
+    jb_device *device;
+    void *native;
+    pthread_mutex_t kernel_mutex;
+    size_t num_kernels;
+    jb_kernel_entry kernels[];
+};
+
+int jb__module_create(jb_device *dev, const jb_blob *code, const char *const *kernel_names,
+                      size_t num_kernels, jb_module **out)
+{
+    jb_module *module = calloc(1, sizeof *module + num_kernels * sizeof(jb_kernel_entry));
+    JB_RETURN_IF(!module, JB_ERR_OUT_OF_MEMORY, "no memory for a module");
+    module->device = dev;
+    module->num_kernels = num_kernels;
+    pthread_mutex_init(&module->kernel_mutex, NULL);
+    int status = dev->backend->module_load(dev, code, &module->native);
+    for (size_t i = 0; status == JB_OK && i < num_kernels; i++) {
+        jb_kernel_entry *kernel = &module->kernels[i];
+        kernel->module = module;
+        kernel->name = jb__strdup(kernel_names[i]);
+        if (!kernel->name)
+            status = jb__fail(JB_ERR_OUT_OF_MEMORY, "no memory for a kernel name");
+        else
+            status = dev->backend->module_function(dev, module->native, kernel->name, &kernel->fn);
+    }
+    if (status != JB_OK) {
+        /* A module that failed to load leaves nothing behind; a loaded native module whose
+         * kernel is missing stays loaded (never unloaded, by the cache's rule). */
+        for (size_t i = 0; i < num_kernels; i++)
+            free(module->kernels[i].name);
+        pthread_mutex_destroy(&module->kernel_mutex);
+        free(module);
+        return status;
+    }
+    *out = module;
+    return JB_OK;
+}
+
+jb_kernel_entry *jb__module_kernel(jb_module *module, const char *name)
+{
+    for (size_t i = 0; i < module->num_kernels; i++)
+        if (strcmp(module->kernels[i].name, name) == 0)
+            return &module->kernels[i];
+    return NULL;
+}
+
+#ifdef JB_REMOVE_LOCK_CONFIGURE
+#define KERNEL_LOCK(m) ((void)0)
+#define KERNEL_UNLOCK(m) ((void)0)
+#else
+#define KERNEL_LOCK(m) pthread_mutex_lock(&(m)->kernel_mutex)
+#define KERNEL_UNLOCK(m) pthread_mutex_unlock(&(m)->kernel_mutex)
+#endif
+
+int jb__kernel_configured(jb_kernel_entry *kernel, jb_configure_hook hook, void *user_data,
+                          jb_kernel_config *out_config, void **out_fn)
+{
+    if (!atomic_load_explicit(&kernel->configured, memory_order_acquire)) {
+        jb_module *module = kernel->module;
+        int status = JB_OK;
+        KERNEL_LOCK(module);
+        if (!atomic_load_explicit(&kernel->configured, memory_order_relaxed)) {
+            jb_kernel_config config = {0, 0};
+            if (hook && hook(user_data, module->device, &config) != 0)
+                status = jb__fail(JB_ERR_LAUNCH, "the configure hook of kernel '%s' failed",
+                                  kernel->name);
+            if (status == JB_OK && config.shared_memory_bytes &&
+                module->device->backend->kernel_set_shared_limit)
+                status = module->device->backend->kernel_set_shared_limit(
+                    module->device, kernel->fn, config.shared_memory_bytes);
+            if (status == JB_OK) {
+                kernel->config = config;
+                jb__counters_add_configure();
+                atomic_store_explicit(&kernel->configured, true, memory_order_release);
+            }
+        }
+        KERNEL_UNLOCK(module);
+        JB_FORWARD_IF_ERROR(status);
+    }
+    *out_config = kernel->config;
+    *out_fn = kernel->fn;
+    return JB_OK;
+}

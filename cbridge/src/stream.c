@@ -1,0 +1,135 @@
+/*
+ * Streams and the thread-local default stream of each device. A thread's own default is created
+ * on first use and destroyed when the thread exits; a stream the thread installs stays owned by
+ * whoever created it.
+ */
+#include "internal.h"
+
+#include <stdlib.h>
+
+typedef struct thread_streams {
+    jb_stream *installed[JB_MAX_DEVICES]; /* borrowed; overrides `own` while set */
+    jb_stream *own[JB_MAX_DEVICES];       /* created lazily, freed at thread exit */
+} thread_streams;
+
+static _Thread_local thread_streams *tls_streams;
+static pthread_key_t streams_key;
+static pthread_once_t streams_key_once = PTHREAD_ONCE_INIT;
+
+static void thread_streams_destroy(void *p)
+{
+    thread_streams *ts = p;
+    for (int i = 0; i < JB_MAX_DEVICES; i++)
+        jb_stream_free(ts->own[i]);
+    free(ts);
+}
+
+static void streams_key_create(void)
+{
+    pthread_key_create(&streams_key, thread_streams_destroy);
+}
+
+static thread_streams *this_thread_streams(void)
+{
+    if (!tls_streams) {
+        pthread_once(&streams_key_once, streams_key_create);
+        thread_streams *ts = calloc(1, sizeof *ts);
+        if (!ts)
+            return NULL;
+        pthread_setspecific(streams_key, ts);
+        tls_streams = ts;
+    }
+    return tls_streams;
+}
+
+jb_status jb_stream_new(jb_stream **out, jb_device *device)
+{
+    JB_RETURN_IF(!out, JB_ERR_INVALID_ARGUMENT, "jb_stream_new: out is NULL");
+    JB_RETURN_IF(!device, JB_ERR_INVALID_ARGUMENT, "jb_stream_new: device is NULL");
+    jb_stream *stream = calloc(1, sizeof *stream);
+    JB_RETURN_IF(!stream, JB_ERR_OUT_OF_MEMORY, "no memory for a stream");
+    stream->device = device;
+    int status = device->backend->stream_create(device, &stream->native);
+    if (status != JB_OK) {
+        free(stream);
+        return status;
+    }
+    *out = stream;
+    return JB_OK;
+}
+
+jb_status jb_new_thread_local_generation_stream(jb_stream **out, jb_device *device)
+{
+    return jb_stream_new(out, device);
+}
+
+void jb_stream_free(jb_stream *stream)
+{
+    if (!stream)
+        return;
+    jb_device *dev = stream->device;
+    dev->backend->stream_synchronize(dev, stream->native);
+    dev->backend->stream_destroy(dev, stream->native);
+    free(stream);
+}
+
+jb_status jb_stream_synchronize(jb_stream *stream)
+{
+    JB_RETURN_IF(!stream, JB_ERR_INVALID_ARGUMENT, "jb_stream_synchronize: stream is NULL");
+    JB_FORWARD_IF_ERROR(stream->device->backend->stream_synchronize(stream->device, stream->native));
+    jb__deferred_free_drain(stream->device);
+    return JB_OK;
+}
+
+jb_device *jb_stream_device(const jb_stream *stream)
+{
+    return stream ? stream->device : NULL;
+}
+
+int jb__current_stream(jb_device *dev, jb_stream **out)
+{
+    thread_streams *ts = this_thread_streams();
+    JB_RETURN_IF(!ts, JB_ERR_OUT_OF_MEMORY, "no memory for the thread's streams");
+    if (ts->installed[dev->index]) {
+        *out = ts->installed[dev->index];
+        return JB_OK;
+    }
+    if (!ts->own[dev->index])
+        JB_FORWARD_IF_ERROR(jb_stream_new(&ts->own[dev->index], dev));
+    *out = ts->own[dev->index];
+    return JB_OK;
+}
+
+jb_status jb_thread_local_default_stream(jb_stream **out, jb_device *device)
+{
+    JB_RETURN_IF(!out, JB_ERR_INVALID_ARGUMENT, "jb_thread_local_default_stream: out is NULL");
+    JB_RETURN_IF(!device, JB_ERR_INVALID_ARGUMENT,
+                 "jb_thread_local_default_stream: device is NULL");
+    return jb__current_stream(device, out);
+}
+
+jb_status jb_install_thread_local_default_stream(jb_stream **previous, jb_stream *stream)
+{
+    JB_RETURN_IF(!previous, JB_ERR_INVALID_ARGUMENT,
+                 "jb_install_thread_local_default_stream: previous is NULL");
+    JB_RETURN_IF(!stream, JB_ERR_INVALID_ARGUMENT,
+                 "jb_install_thread_local_default_stream: stream is NULL");
+    thread_streams *ts = this_thread_streams();
+    JB_RETURN_IF(!ts, JB_ERR_OUT_OF_MEMORY, "no memory for the thread's streams");
+    *previous = ts->installed[stream->device->index];
+    ts->installed[stream->device->index] = stream;
+    return JB_OK;
+}
+
+jb_status jb_restore_thread_local_default_stream(jb_device *device, jb_stream *previous)
+{
+    JB_RETURN_IF(!device, JB_ERR_INVALID_ARGUMENT,
+                 "jb_restore_thread_local_default_stream: device is NULL");
+    JB_RETURN_IF(previous && previous->device != device, JB_ERR_INVALID_ARGUMENT,
+                 "jb_restore_thread_local_default_stream: the stream belongs to device %d, not %d",
+                 previous->device->index, device->index);
+    thread_streams *ts = this_thread_streams();
+    JB_RETURN_IF(!ts, JB_ERR_OUT_OF_MEMORY, "no memory for the thread's streams");
+    ts->installed[device->index] = previous;
+    return JB_OK;
+}

@@ -1,0 +1,86 @@
+/* Small helpers: clock, hash, strings. */
+#include "internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+uint64_t jb__now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t jb__fnv1a64(const void *data, size_t len, uint64_t seed)
+{
+    const unsigned char *p = data;
+    uint64_t h = seed;
+    for (size_t i = 0; i < len; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
+
+char *jb__strdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *copy = malloc(n);
+    if (copy)
+        memcpy(copy, s, n);
+    return copy;
+}
+
+static bool strbuf_reserve(jb_strbuf *sb, size_t extra)
+{
+    if (sb->failed)
+        return false;
+    if (sb->len + extra + 1 <= sb->cap)
+        return true;
+    size_t cap = sb->cap ? sb->cap : 256;
+    while (cap < sb->len + extra + 1)
+        cap *= 2;
+    char *grown = realloc(sb->data, cap);
+    if (!grown) {
+        sb->failed = true;
+        return false;
+    }
+    sb->data = grown;
+    sb->cap = cap;
+    return true;
+}
+
+void jb__strbuf_append(jb_strbuf *sb, const char *s)
+{
+    size_t n = strlen(s);
+    if (!strbuf_reserve(sb, n))
+        return;
+    memcpy(sb->data + sb->len, s, n + 1);
+    sb->len += n;
+}
+
+void jb__strbuf_appendf(jb_strbuf *sb, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0 || !strbuf_reserve(sb, (size_t)n)) {
+        sb->failed = true;
+        return;
+    }
+    va_start(ap, fmt);
+    vsnprintf(sb->data + sb->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    sb->len += (size_t)n;
+}
+
+void jb__strbuf_free(jb_strbuf *sb)
+{
+    free(sb->data);
+    sb->data = NULL;
+    sb->len = sb->cap = 0;
+}

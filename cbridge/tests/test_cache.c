@@ -1,0 +1,280 @@
+/* C-level tests of the module cache, the configure hook, streams and arrays on the cpu device. */
+#include "check.h"
+#include "jitbridge.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define THREADS 8
+#define N 256
+
+static jb_device *cpu;
+
+static bool probe_output_exact(jb_array *out, int64_t n)
+{
+    float values[1024];
+    if (jb_array_read(out, values, (size_t)n * sizeof(float)) != JB_OK)
+        return false;
+    for (int64_t i = 0; i < n; i++)
+        if (values[i] != 2.0f * (float)i + 1.0f)
+            return false;
+    return true;
+}
+
+typedef struct race_arg {
+    pthread_barrier_t *barrier;
+    int variant;
+    bool exact;
+} race_arg;
+
+/* One thread of a round: its own stream installed as default, the barrier, then the probe. */
+static void *first_launch(void *p)
+{
+    race_arg *arg = p;
+    jb_stream *stream = NULL, *previous = NULL;
+    jb_array *in = NULL, *out = NULL;
+    arg->exact = jb_new_thread_local_generation_stream(&stream, cpu) == JB_OK &&
+                 jb_install_thread_local_default_stream(&previous, stream) == JB_OK &&
+                 jb_array_arange(&in, cpu, N, JB_F32) == JB_OK;
+    pthread_barrier_wait(arg->barrier);
+    arg->exact = arg->exact && jb_jit_race_probe_array(&out, in, arg->variant) == JB_OK &&
+                 jb_array_eval(out) == JB_OK && probe_output_exact(out, N);
+    jb_array_free(in);
+    jb_array_free(out);
+    jb_restore_thread_local_default_stream(cpu, previous);
+    jb_stream_free(stream);
+    return NULL;
+}
+
+static void test_same_kernel_first_launch(void)
+{
+    for (int round = 0; round < 4; round++) {
+        jb_counters before, after;
+        jb_counters_get(&before);
+        pthread_barrier_t barrier;
+        pthread_barrier_init(&barrier, NULL, THREADS);
+        pthread_t threads[THREADS];
+        race_arg args[THREADS];
+        for (int t = 0; t < THREADS; t++) {
+            args[t] = (race_arg){&barrier, 100 + round, false};
+            pthread_create(&threads[t], NULL, first_launch, &args[t]);
+        }
+        for (int t = 0; t < THREADS; t++) {
+            pthread_join(threads[t], NULL);
+            CHECK(args[t].exact, "round %d thread %d: output not exact", round, t);
+        }
+        pthread_barrier_destroy(&barrier);
+        jb_counters_get(&after);
+        CHECK(after.builds - before.builds == 1, "round %d: %llu builds of one key", round,
+              (unsigned long long)(after.builds - before.builds));
+        CHECK(after.build_failures == before.build_failures, "round %d: a build failed", round);
+    }
+}
+
+static void test_distinct_kernels_first_launch(void)
+{
+    for (int round = 0; round < 4; round++) {
+        jb_counters before, after;
+        jb_counters_get(&before);
+        pthread_barrier_t barrier;
+        pthread_barrier_init(&barrier, NULL, THREADS);
+        pthread_t threads[THREADS];
+        race_arg args[THREADS];
+        for (int t = 0; t < THREADS; t++) {
+            args[t] = (race_arg){&barrier, 200 + round * THREADS + t, false};
+            pthread_create(&threads[t], NULL, first_launch, &args[t]);
+        }
+        for (int t = 0; t < THREADS; t++) {
+            pthread_join(threads[t], NULL);
+            CHECK(args[t].exact, "round %d thread %d: output not exact", round, t);
+        }
+        pthread_barrier_destroy(&barrier);
+        jb_counters_get(&after);
+        CHECK(after.builds - before.builds == THREADS, "round %d: %llu builds for %d new keys",
+              round, (unsigned long long)(after.builds - before.builds), THREADS);
+    }
+}
+
+/* A build that fails inserts nothing: once its cause is gone, the same key builds. */
+static void test_failed_build_is_retried(void)
+{
+    char dir[] = "/tmp/jb-test-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    char header_path[128], header[200];
+    snprintf(header_path, sizeof header_path, "%s/value.h", dir);
+    snprintf(header, sizeof header, "#include \"%s\"", header_path);
+    const char *in_names[] = {"x"}, *out_names[] = {"y"};
+    jb_dtype dtypes[] = {JB_F32};
+    jb_kernel_spec spec = {"retried_kernel", in_names, dtypes, 1, out_names, dtypes, 1,
+                           "y[thread_index()] = x[thread_index()] + JB_TEST_VALUE;", header,
+                           NULL, NULL};
+    jb_custom_kernel *kernel;
+    CHECK_OK(jb_custom_kernel_new(&kernel, &spec));
+    jb_array *in, *out = NULL;
+    CHECK_OK(jb_array_arange(&in, cpu, 4, JB_F32));
+    int64_t n = 4;
+    const int64_t *shapes[] = {&n};
+    int ndims[] = {1};
+    jb_launch_shape shape = {{0, 0, 0}, {0, 0, 0}, 4};
+
+    jb_counters before, after;
+    jb_counters_get(&before);
+    int status = jb_custom_kernel_launch(&out, kernel, &in, 1, shapes, ndims, &shape);
+    CHECK(status == JB_ERR_COMPILE, "expected a compile error, got %s", jb_status_name(status));
+    CHECK(strstr(jb_last_error_message(), "value.h") != NULL, "the log is missing: %s",
+          jb_last_error_message());
+    CHECK(out == NULL, "an output was written on failure");
+    jb_counters_get(&after);
+    CHECK(after.build_failures - before.build_failures == 1, "one failure counted");
+    CHECK(after.builds == before.builds, "nothing built");
+
+    FILE *f = fopen(header_path, "w");
+    fputs("#define JB_TEST_VALUE 10.0f\n", f);
+    fclose(f);
+    CHECK_OK(jb_custom_kernel_launch(&out, kernel, &in, 1, shapes, ndims, &shape));
+    float values[4] = {0};
+    CHECK_OK(jb_array_read(out, values, sizeof values));
+    CHECK(values[0] == 10.0f && values[3] == 13.0f, "retried kernel computed %g..%g",
+          (double)values[0], (double)values[3]);
+    jb_counters_get(&after);
+    CHECK(after.builds - before.builds == 1, "the retry built once");
+    unlink(header_path);
+    rmdir(dir);
+    jb_array_free(in);
+    jb_array_free(out);
+    jb_custom_kernel_free(kernel);
+}
+
+/* The configure hook raced by many threads runs once, and every launch sees its result. */
+static atomic_int hook_calls;
+static int slow_configure(void *user_data, const jb_device *device, jb_kernel_config *config)
+{
+    (void)user_data, (void)device;
+    atomic_fetch_add(&hook_calls, 1);
+    struct timespec wait = {0, 20 * 1000 * 1000}; /* keeps the race window wide open */
+    nanosleep(&wait, NULL);
+    config->threads_per_block = 64;
+    return 0;
+}
+
+typedef struct configure_arg {
+    pthread_barrier_t *barrier;
+    jb_custom_kernel *kernel;
+    bool exact;
+} configure_arg;
+
+static void *configure_launch(void *p)
+{
+    configure_arg *arg = p;
+    jb_array *in = NULL, *out = NULL;
+    bool ok = jb_array_arange(&in, cpu, N, JB_F32) == JB_OK;
+    pthread_barrier_wait(arg->barrier);
+    int64_t n = N;
+    const int64_t *shapes[] = {&n};
+    int ndims[] = {1};
+    jb_launch_shape shape = {{0, 0, 0}, {0, 0, 0}, N};
+    arg->exact = ok && jb_custom_kernel_launch(&out, arg->kernel, &in, 1, shapes, ndims, &shape) ==
+                           JB_OK &&
+                 probe_output_exact(out, N);
+    jb_array_free(in);
+    jb_array_free(out);
+    return NULL;
+}
+
+static void test_configure_hook_runs_once(void)
+{
+    const char *in_names[] = {"inp"}, *out_names[] = {"out"};
+    jb_dtype dtypes[] = {JB_F32};
+    jb_kernel_spec spec = {"configured_kernel", in_names, dtypes, 1, out_names, dtypes, 1,
+                           "out[thread_index()] = inp[thread_index()] * 2.0f + 1.0f;", NULL,
+                           slow_configure, NULL};
+    jb_custom_kernel *kernel;
+    CHECK_OK(jb_custom_kernel_new(&kernel, &spec));
+    enum { CONFIGURE_THREADS = 16 };
+    pthread_barrier_t barrier;
+    pthread_barrier_init(&barrier, NULL, CONFIGURE_THREADS);
+    pthread_t threads[CONFIGURE_THREADS];
+    configure_arg args[CONFIGURE_THREADS];
+    for (int t = 0; t < CONFIGURE_THREADS; t++) {
+        args[t] = (configure_arg){&barrier, kernel, false};
+        pthread_create(&threads[t], NULL, configure_launch, &args[t]);
+    }
+    for (int t = 0; t < CONFIGURE_THREADS; t++) {
+        pthread_join(threads[t], NULL);
+        CHECK(args[t].exact, "thread %d: output not exact", t);
+    }
+    pthread_barrier_destroy(&barrier);
+    CHECK(atomic_load(&hook_calls) == 1, "the configure hook ran %d times",
+          atomic_load(&hook_calls));
+    jb_custom_kernel_free(kernel);
+}
+
+static void test_bad_probe_inputs_change_nothing(void)
+{
+    jb_counters before, after;
+    jb_counters_get(&before);
+    jb_array *out = NULL, *empty, *big, *ints, *ok;
+    CHECK_OK(jb_array_arange(&empty, cpu, 0, JB_F32));
+    CHECK_OK(jb_array_arange(&big, cpu, 1025, JB_F32));
+    CHECK_OK(jb_array_arange(&ints, cpu, 8, JB_I32));
+    CHECK_OK(jb_array_arange(&ok, cpu, 8, JB_F32));
+    CHECK(jb_jit_race_probe_array(&out, empty, 1) == JB_ERR_INVALID_ARGUMENT, "n = 0");
+    CHECK(jb_jit_race_probe_array(&out, big, 1) == JB_ERR_INVALID_ARGUMENT, "n = 1025");
+    CHECK(jb_jit_race_probe_array(&out, ints, 1) == JB_ERR_SHAPE, "i32 input");
+    CHECK(strstr(jb_last_error_message(), "f32") != NULL, "message names the dtype");
+    CHECK(jb_jit_race_probe_array(&out, ok, -1) == JB_ERR_INVALID_ARGUMENT, "negative variant");
+    CHECK(jb_jit_race_probe_array(&out, NULL, 1) == JB_ERR_INVALID_ARGUMENT, "NULL input");
+    CHECK(jb_jit_race_probe_array(NULL, ok, 1) == JB_ERR_INVALID_ARGUMENT, "NULL out");
+    CHECK(jb_rocm_jit_race_probe_array(&out, ok, 1) == JB_ERR_UNSUPPORTED, "rocm probe");
+    CHECK(strstr(jb_last_error_message(), "ROCm") != NULL, "message names ROCm: %s",
+          jb_last_error_message());
+    CHECK(out == NULL, "no output on failure");
+    jb_counters_get(&after);
+    CHECK(memcmp(&before, &after, sizeof before) == 0, "counters changed on bad input");
+    jb_array_free(empty);
+    jb_array_free(big);
+    jb_array_free(ints);
+    jb_array_free(ok);
+}
+
+static void test_streams_and_early_free(void)
+{
+    jb_stream *mine, *previous, *current;
+    CHECK_OK(jb_stream_new(&mine, cpu));
+    CHECK_OK(jb_install_thread_local_default_stream(&previous, mine));
+    CHECK_OK(jb_thread_local_default_stream(&current, cpu));
+    CHECK(current == mine, "the installed stream is the default");
+    jb_array *in, *out;
+    CHECK_OK(jb_array_arange(&in, cpu, 512, JB_F32));
+    CHECK_OK(jb_jit_race_probe_array(&out, in, 7));
+    jb_array_free(in); /* the queued kernel still reads it */
+    CHECK(probe_output_exact(out, 512), "output exact after freeing the input early");
+    jb_array_free(out);
+    CHECK_OK(jb_restore_thread_local_default_stream(cpu, previous));
+    CHECK_OK(jb_thread_local_default_stream(&current, cpu));
+    CHECK(current != mine, "restored the previous default");
+    jb_stream_free(mine);
+    jb_stream_free(NULL);
+    jb_array_free(NULL);
+}
+
+int main(void)
+{
+    CHECK(jb_removed_locks() == 0 || getenv("JB_EXPECT_RACES"), "this build removes locks");
+    if (jb_device_get(&cpu, JB_DEVICE_CPU, 0) != JB_OK) {
+        fprintf(stderr, "no cpu device: %s\n", jb_last_error_message());
+        return 1;
+    }
+    test_bad_probe_inputs_change_nothing();
+    test_same_kernel_first_launch();
+    test_distinct_kernels_first_launch();
+    test_failed_build_is_retried();
+    test_configure_hook_runs_once();
+    test_streams_and_early_free();
+    return check_summary("test_cache");
+}
