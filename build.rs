@@ -1,0 +1,206 @@
+//! Compiles the C library in cbridge/ with the system C compiler and links it statically.
+//! GPU backends (features `cuda`, `rocm`) add the vendor toolkit; at most one may be enabled.
+
+use std::env;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Reads an environment variable and tells cargo to rebuild when it changes.
+fn env_var(name: &str) -> Option<String> {
+    println!("cargo:rerun-if-env-changed={name}");
+    env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+fn feature(name: &str) -> bool {
+    env::var_os(format!("CARGO_FEATURE_{}", name.to_uppercase())).is_some()
+}
+
+/// The C sources, sorted so that builds are reproducible.
+fn sources(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "c"))
+        .collect();
+    files.sort();
+    files
+}
+
+fn run(cmd: &mut Command) {
+    let status = cmd
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e} (install a C compiler or set CC)"));
+    assert!(status.success(), "{cmd:?} failed with {status}");
+}
+
+struct Gpu {
+    define: &'static str,
+    include: PathBuf,
+    lib_dir: PathBuf,
+    libs: Vec<String>,
+}
+
+fn toolkit_root(vars: &[&str], defaults: &[&str], what: &str, probe: &str) -> PathBuf {
+    for var in vars {
+        if let Some(root) = env_var(var) {
+            let root = PathBuf::from(root);
+            assert!(
+                root.join(probe).exists(),
+                "{var}={} has no {probe}: point {var} at the {what} installation",
+                root.display()
+            );
+            return root;
+        }
+    }
+    for default in defaults {
+        let root = PathBuf::from(default);
+        if root.join(probe).exists() {
+            return root;
+        }
+    }
+    panic!(
+        "the {what} toolkit was not found in {} (looked for {probe}); install it or set {}",
+        defaults.join(", "),
+        vars.join(" or ")
+    );
+}
+
+fn cuda_toolkit() -> Gpu {
+    let root = toolkit_root(&["CUDA_PATH"], &["/usr/local/cuda"], "CUDA", "include/cuda.h");
+    let lib_dir = ["lib64", "lib", "targets/x86_64-linux/lib"]
+        .iter()
+        .map(|d| root.join(d))
+        .find(|d| d.join("libnvrtc.so").exists())
+        .unwrap_or_else(|| panic!("no libnvrtc.so under {}; set CUDA_PATH", root.display()));
+    // libcuda comes with the driver; at link time the toolkit's stub stands in for it.
+    let stub = lib_dir.join("stubs");
+    if stub.join("libcuda.so").exists() {
+        println!("cargo:rustc-link-search=native={}", stub.display());
+    }
+    Gpu {
+        define: "JB_WITH_CUDA",
+        include: root.join("include"),
+        lib_dir,
+        libs: vec!["cuda".into(), "nvrtc".into()],
+    }
+}
+
+fn rocm_toolkit() -> Gpu {
+    let root = toolkit_root(
+        &["ROCM_PATH", "HIP_PATH"],
+        &["/opt/rocm", "/usr"],
+        "ROCm (HIP)",
+        "include/hip/hip_runtime_api.h",
+    );
+    let lib_dir = ["lib", "lib64", "lib/x86_64-linux-gnu"]
+        .iter()
+        .map(|d| root.join(d))
+        .find(|d| d.join("libamdhip64.so").exists())
+        .unwrap_or_else(|| panic!("no libamdhip64.so under {}; set ROCM_PATH", root.display()));
+    let mut libs = vec!["amdhip64".to_string()];
+    // ROCm 6 and later ship hiprtc on its own; 5.x keeps it inside libamdhip64.
+    if lib_dir.join("libhiprtc.so").exists() {
+        libs.push("hiprtc".into());
+    }
+    Gpu { define: "JB_WITH_ROCM", include: root.join("include"), lib_dir, libs }
+}
+
+fn main() {
+    let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
+    let out = PathBuf::from(env::var("OUT_DIR").unwrap());
+    let cbridge = manifest.join("cbridge");
+    println!("cargo:rerun-if-changed=cbridge/include");
+    println!("cargo:rerun-if-changed=cbridge/src");
+
+    let gpu = match (feature("cuda"), feature("rocm")) {
+        (true, true) => panic!(
+            "features `cuda` and `rocm` are both enabled: jitbridge builds one GPU backend at a time"
+        ),
+        (true, false) => Some(cuda_toolkit()),
+        (false, true) => Some(rocm_toolkit()),
+        (false, false) => None,
+    };
+
+    let compiler = env_var("CC").unwrap_or_else(|| "cc".into());
+    let mut compiler_words = compiler.split_whitespace();
+    let program = compiler_words.next().expect("CC is empty");
+    let compiler_args: Vec<&str> = compiler_words.collect();
+
+    let mut flags: Vec<String> = [
+        "-std=c11",
+        "-D_GNU_SOURCE",
+        "-Wall",
+        "-Wextra",
+        "-O2",
+        "-g",
+        "-fPIC",
+        "-fvisibility=hidden",
+        "-pthread",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    flags.push(format!("-I{}", cbridge.join("include").display()));
+
+    // Test-only: remove one named lock to show that the concurrency tests catch the race.
+    if let Some(lock) = env_var("JITBRIDGE_REMOVE_LOCK") {
+        let define = match lock.as_str() {
+            "jit_cache" => "JB_REMOVE_LOCK_JIT_CACHE",
+            "event_pool" => "JB_REMOVE_LOCK_EVENT_POOL",
+            "configure" => "JB_REMOVE_LOCK_CONFIGURE",
+            other => {
+                panic!("JITBRIDGE_REMOVE_LOCK={other}: expected jit_cache, event_pool or configure")
+            }
+        };
+        println!(
+            "cargo:warning=JITBRIDGE_REMOVE_LOCK={lock}: this build has NO {lock} lock and races on purpose; never ship it"
+        );
+        flags.push(format!("-D{define}"));
+    }
+
+    let mut files = sources(&cbridge.join("src"));
+    files.extend(sources(&cbridge.join("src/cpu")));
+    if let Some(gpu) = &gpu {
+        files.extend(sources(&cbridge.join("src/gpu")));
+        flags.push(format!("-D{}", gpu.define));
+        flags.push(format!("-I{}", gpu.include.display()));
+        if gpu.define == "JB_WITH_ROCM" {
+            flags.push("-D__HIP_PLATFORM_AMD__".into());
+        }
+    }
+
+    let mut objects = Vec::new();
+    for src in &files {
+        let rel = src.strip_prefix(&cbridge).unwrap();
+        let obj = out.join(rel.to_string_lossy().replace('/', "_")).with_extension("o");
+        run(Command::new(program)
+            .args(&compiler_args)
+            .args(&flags)
+            .arg("-c")
+            .arg(src)
+            .arg("-o")
+            .arg(&obj));
+        objects.push(obj);
+    }
+    let archive = out.join("libjitbridge_c.a");
+    let _ = std::fs::remove_file(&archive);
+    run(Command::new(env_var("AR").unwrap_or_else(|| "ar".into()))
+        .arg("crs")
+        .arg(&archive)
+        .args(&objects));
+
+    println!("cargo:rustc-link-search=native={}", out.display());
+    println!("cargo:rustc-link-lib=static=jitbridge_c");
+    if let Some(gpu) = &gpu {
+        println!("cargo:rustc-link-search=native={}", gpu.lib_dir.display());
+        for lib in &gpu.libs {
+            println!("cargo:rustc-link-lib=dylib={lib}");
+        }
+        // Let the binaries find the toolkit's libraries without LD_LIBRARY_PATH.
+        println!("cargo:rustc-link-arg=-Wl,-rpath,{}", gpu.lib_dir.display());
+    }
+    for lib in ["dl", "pthread", "m"] {
+        println!("cargo:rustc-link-lib=dylib={lib}");
+    }
+    println!("cargo:include={}", cbridge.join("include").display());
+}

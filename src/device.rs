@@ -1,0 +1,156 @@
+//! Devices: process-global, never freed, so a [`Device`] is a plain copyable reference.
+
+use crate::error::{Error, c_str, check};
+use crate::ffi;
+use std::fmt;
+
+/// Whether a device is the host CPU or a GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DeviceKind {
+    /// The cpu backend: kernels compiled by the system C compiler.
+    Cpu,
+    /// A GPU of the backend this crate was built with (feature `cuda` or `rocm`).
+    Gpu,
+}
+
+impl DeviceKind {
+    fn raw(self) -> i32 {
+        match self {
+            DeviceKind::Cpu => ffi::JB_DEVICE_CPU,
+            DeviceKind::Gpu => ffi::JB_DEVICE_GPU,
+        }
+    }
+}
+
+/// A compute device. Cheap to copy: devices live as long as the process.
+///
+/// ```
+/// let cpu = jitbridge::Device::cpu()?;
+/// assert_eq!(cpu.backend(), "cpu");
+/// # Ok::<(), jitbridge::Error>(())
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Device {
+    raw: *mut ffi::jb_device,
+}
+
+// SAFETY: the C device table is filled once and never changes or moves; every function that
+// takes a device may be called from any thread (jitbridge.h).
+unsafe impl Send for Device {}
+// SAFETY: as above; a Device has no interior state on the Rust side.
+unsafe impl Sync for Device {}
+
+impl Device {
+    /// The `ordinal`-th device of `kind`.
+    pub fn get(kind: DeviceKind, ordinal: i32) -> Result<Device, Error> {
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: `raw` is a valid out pointer.
+        check(unsafe { ffi::jb_device_get(&mut raw, kind.raw(), ordinal) })?;
+        Ok(Device { raw })
+    }
+
+    /// The cpu device.
+    pub fn cpu() -> Result<Device, Error> {
+        Device::get(DeviceKind::Cpu, 0)
+    }
+
+    /// GPU `ordinal` of the built GPU backend.
+    pub fn gpu(ordinal: i32) -> Result<Device, Error> {
+        Device::get(DeviceKind::Gpu, ordinal)
+    }
+
+    /// GPU 0 when a GPU backend is built and a GPU is present, else the cpu.
+    pub fn default_device() -> Result<Device, Error> {
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: `raw` is a valid out pointer.
+        check(unsafe { ffi::jb_device_default(&mut raw) })?;
+        Ok(Device { raw })
+    }
+
+    /// How many devices of `kind` there are.
+    pub fn count(kind: DeviceKind) -> Result<usize, Error> {
+        let mut n = 0;
+        // SAFETY: `n` is a valid out pointer.
+        check(unsafe { ffi::jb_device_count(&mut n, kind.raw()) })?;
+        Ok(n as usize)
+    }
+
+    /// Every device: GPUs first, then the cpu.
+    pub fn all() -> Result<Vec<Device>, Error> {
+        let mut devices = Vec::new();
+        for ordinal in 0..Device::count(DeviceKind::Gpu)? {
+            devices.push(Device::gpu(ordinal as i32)?);
+        }
+        devices.push(Device::cpu()?);
+        Ok(devices)
+    }
+
+    /// The process-wide index that prefixes this device's module cache keys.
+    pub fn index(&self) -> i32 {
+        // SAFETY: `raw` came from the library and is valid for the process.
+        unsafe { ffi::jb_device_index(self.raw) }
+    }
+
+    /// CPU or GPU.
+    pub fn kind(&self) -> DeviceKind {
+        // SAFETY: as in `index`.
+        match unsafe { ffi::jb_device_get_kind(self.raw) } {
+            ffi::JB_DEVICE_GPU => DeviceKind::Gpu,
+            _ => DeviceKind::Cpu,
+        }
+    }
+
+    /// The device's name (the CPU model, or the GPU's marketing name).
+    pub fn name(&self) -> String {
+        // SAFETY: as in `index`.
+        c_str(unsafe { ffi::jb_device_name(self.raw) })
+    }
+
+    /// The compile target: `sm_XY`, a gcnArchName, or the CPU's machine and OS.
+    pub fn arch(&self) -> String {
+        // SAFETY: as in `index`.
+        c_str(unsafe { ffi::jb_device_arch(self.raw) })
+    }
+
+    /// "cpu", "cuda" or "rocm".
+    pub fn backend(&self) -> String {
+        // SAFETY: as in `index`.
+        c_str(unsafe { ffi::jb_device_backend_name(self.raw) })
+    }
+
+    /// Device memory in bytes (0 where unknown).
+    pub fn total_memory(&self) -> u64 {
+        // SAFETY: as in `index`.
+        unsafe { ffi::jb_device_total_memory(self.raw) }
+    }
+
+    pub(crate) fn raw(&self) -> *mut ffi::jb_device {
+        self.raw
+    }
+
+    pub(crate) fn from_raw(raw: *mut ffi::jb_device) -> Device {
+        Device { raw }
+    }
+}
+
+impl fmt::Debug for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Device")
+            .field("index", &self.index())
+            .field("backend", &self.backend())
+            .field("name", &self.name())
+            .finish()
+    }
+}
+
+/// The GPU backend this crate was built with: "cuda", "rocm" or "none".
+pub fn gpu_backend() -> String {
+    // SAFETY: returns a static string.
+    c_str(unsafe { ffi::jb_gpu_backend_name() })
+}
+
+/// The command the cpu backend compiles kernels with (`$CC`, else `cc`).
+pub fn cpu_compiler() -> String {
+    // SAFETY: returns a string the library owns for the process.
+    c_str(unsafe { ffi::jb_cpu_compiler() })
+}

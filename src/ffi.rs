@@ -1,0 +1,175 @@
+//! Raw declarations of cbridge/include/jitbridge.h. Everything here is unsafe to call; the safe
+//! types of this crate are the supported way in.
+#![allow(non_camel_case_types, missing_docs)]
+
+use std::os::raw::{c_char, c_int, c_void};
+
+#[repr(C)]
+pub struct jb_device {
+    _private: [u8; 0],
+}
+#[repr(C)]
+pub struct jb_stream {
+    _private: [u8; 0],
+}
+#[repr(C)]
+pub struct jb_array {
+    _private: [u8; 0],
+}
+#[repr(C)]
+pub struct jb_custom_kernel {
+    _private: [u8; 0],
+}
+
+pub const JB_OK: c_int = 0;
+pub const JB_DEVICE_CPU: c_int = 0;
+pub const JB_DEVICE_GPU: c_int = 1;
+pub const JB_F32: c_int = 0;
+pub const JB_I32: c_int = 1;
+
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct jb_counters {
+    pub builds: u64,
+    pub build_failures: u64,
+    pub hits: u64,
+    pub misses: u64,
+    pub build_ns: u64,
+    pub configures: u64,
+    pub peak_concurrent_builds: u64,
+}
+
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct jb_kernel_config {
+    pub threads_per_block: u32,
+    pub shared_memory_bytes: u32,
+}
+
+pub type jb_configure_hook = Option<
+    unsafe extern "C" fn(
+        user_data: *mut c_void,
+        device: *const jb_device,
+        config: *mut jb_kernel_config,
+    ) -> c_int,
+>;
+
+#[repr(C)]
+pub struct jb_kernel_spec {
+    pub name: *const c_char,
+    pub input_names: *const *const c_char,
+    pub input_dtypes: *const c_int,
+    pub num_inputs: usize,
+    pub output_names: *const *const c_char,
+    pub output_dtypes: *const c_int,
+    pub num_outputs: usize,
+    pub body: *const c_char,
+    pub header: *const c_char,
+    pub configure: jb_configure_hook,
+    pub configure_user_data: *mut c_void,
+}
+
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct jb_launch_shape {
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub total_threads: u64,
+}
+
+unsafe extern "C" {
+    pub fn jb_status_name(status: c_int) -> *const c_char;
+    pub fn jb_last_error_message() -> *const c_char;
+    pub fn jb_abi_version() -> c_int;
+
+    pub fn jb_gpu_backend_name() -> *const c_char;
+    pub fn jb_device_count(out: *mut c_int, kind: c_int) -> c_int;
+    pub fn jb_device_get(out: *mut *mut jb_device, kind: c_int, ordinal: c_int) -> c_int;
+    pub fn jb_device_default(out: *mut *mut jb_device) -> c_int;
+    pub fn jb_device_index(device: *const jb_device) -> c_int;
+    pub fn jb_device_get_kind(device: *const jb_device) -> c_int;
+    pub fn jb_device_name(device: *const jb_device) -> *const c_char;
+    pub fn jb_device_arch(device: *const jb_device) -> *const c_char;
+    pub fn jb_device_backend_name(device: *const jb_device) -> *const c_char;
+    pub fn jb_device_total_memory(device: *const jb_device) -> u64;
+    pub fn jb_cpu_compiler() -> *const c_char;
+
+    pub fn jb_stream_new(out: *mut *mut jb_stream, device: *mut jb_device) -> c_int;
+    pub fn jb_stream_free(stream: *mut jb_stream);
+    pub fn jb_stream_synchronize(stream: *mut jb_stream) -> c_int;
+    pub fn jb_stream_device(stream: *const jb_stream) -> *mut jb_device;
+    pub fn jb_new_thread_local_generation_stream(
+        out: *mut *mut jb_stream,
+        device: *mut jb_device,
+    ) -> c_int;
+    pub fn jb_install_thread_local_default_stream(
+        previous: *mut *mut jb_stream,
+        stream: *mut jb_stream,
+    ) -> c_int;
+    pub fn jb_restore_thread_local_default_stream(
+        device: *mut jb_device,
+        previous: *mut jb_stream,
+    ) -> c_int;
+    pub fn jb_thread_local_default_stream(
+        out: *mut *mut jb_stream,
+        device: *mut jb_device,
+    ) -> c_int;
+
+    pub fn jb_array_from_host(
+        out: *mut *mut jb_array,
+        device: *mut jb_device,
+        dtype: c_int,
+        shape: *const i64,
+        ndim: c_int,
+        data: *const c_void,
+    ) -> c_int;
+    pub fn jb_array_arange(
+        out: *mut *mut jb_array,
+        device: *mut jb_device,
+        n: i64,
+        dtype: c_int,
+    ) -> c_int;
+    pub fn jb_array_free(array: *mut jb_array);
+    pub fn jb_array_eval(array: *mut jb_array) -> c_int;
+    pub fn jb_array_read(array: *const jb_array, dst: *mut c_void, dst_bytes: usize) -> c_int;
+    pub fn jb_array_device(array: *const jb_array) -> *mut jb_device;
+    pub fn jb_array_dtype(array: *const jb_array) -> c_int;
+    pub fn jb_array_ndim(array: *const jb_array) -> c_int;
+    pub fn jb_array_shape(array: *const jb_array) -> *const i64;
+    pub fn jb_array_size(array: *const jb_array) -> i64;
+
+    pub fn jb_custom_kernel_new(
+        out: *mut *mut jb_custom_kernel,
+        spec: *const jb_kernel_spec,
+    ) -> c_int;
+    pub fn jb_custom_kernel_free(kernel: *mut jb_custom_kernel);
+    pub fn jb_custom_kernel_module_name(kernel: *const jb_custom_kernel) -> *const c_char;
+    pub fn jb_custom_kernel_source(
+        kernel: *const jb_custom_kernel,
+        backend: *const c_char,
+    ) -> *const c_char;
+    pub fn jb_custom_kernel_launch(
+        outputs: *mut *mut jb_array,
+        kernel: *mut jb_custom_kernel,
+        inputs: *const *mut jb_array,
+        num_inputs: usize,
+        output_shapes: *const *const i64,
+        output_ndims: *const c_int,
+        shape: *const jb_launch_shape,
+    ) -> c_int;
+
+    pub fn jb_jit_race_probe_array(
+        out: *mut *mut jb_array,
+        input: *mut jb_array,
+        variant: c_int,
+    ) -> c_int;
+    pub fn jb_rocm_jit_race_probe_array(
+        out: *mut *mut jb_array,
+        input: *mut jb_array,
+        variant: c_int,
+    ) -> c_int;
+
+    pub fn jb_counters_get(out: *mut jb_counters) -> c_int;
+    pub fn jb_counters_reset();
+    pub fn jb_removed_locks() -> c_int;
+}

@@ -1,0 +1,137 @@
+//! jitbridge: kernels compiled at run time, kept in a process-global module cache that many
+//! threads use at once, and launched on per-thread streams.
+//!
+//! The core is a C11 library (`cbridge/`); this crate wraps it in safe types. The cache follows
+//! one protocol: a hit takes the shared lock and never inserts; a miss takes the exclusive lock,
+//! looks again, and builds only if the key is still missing, so threads that first-launch one
+//! kernel together get one build and the same module.
+//!
+//! ```
+//! use jitbridge::{Array, DType, Device};
+//! let x = Array::arange(Device::cpu()?, 256, DType::F32)?;
+//! let y = jitbridge::jit_race_probe_array(&x, 0)?;
+//! let values = y.to_vec::<f32>()?;
+//! assert!(values.iter().enumerate().all(|(i, &v)| v == 2.0 * i as f32 + 1.0));
+//! # Ok::<(), jitbridge::Error>(())
+//! ```
+#![warn(missing_docs)]
+
+mod array;
+mod device;
+mod error;
+mod kernel;
+mod stream;
+
+pub mod race;
+
+#[doc(hidden)]
+pub mod ffi;
+pub mod rocm_faults;
+
+pub use array::{Array, DType, Element};
+pub use device::{Device, DeviceKind, cpu_compiler, gpu_backend};
+pub use error::{Error, ErrorCode};
+pub use kernel::{ConfigureHook, CustomKernel, KernelConfig, KernelSpec, LaunchShape};
+pub use stream::{DefaultStreamGuard, Stream, streams};
+
+use error::check;
+
+/// The race probe on the input's device, any backend: kernel
+/// `mlxcel_jit_race_probe_v<variant>`, `out[i] = inp[i] * 2 + 1`, one block of n threads for an
+/// f32 input of n elements (1 <= n <= 1024), variant >= 0.
+pub fn jit_race_probe_array(input: &Array, variant: i32) -> Result<Array, Error> {
+    let mut out = std::ptr::null_mut();
+    // SAFETY: valid out pointer and live input.
+    check(unsafe { ffi::jb_jit_race_probe_array(&mut out, input.raw(), variant) })?;
+    Ok(Array::from_raw(out))
+}
+
+/// Per-process counters of the module cache.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Counters {
+    /// Modules compiled and loaded.
+    pub builds: u64,
+    /// Builds that failed; nothing was inserted for them.
+    pub build_failures: u64,
+    /// Lookups that found their module under the shared lock.
+    pub hits: u64,
+    /// Lookups that did not, and went on to the exclusive lock.
+    pub misses: u64,
+    /// Time spent building, in nanoseconds.
+    pub build_ns: u64,
+    /// Configure hooks that ran and succeeded.
+    pub configures: u64,
+    /// The most builds ever in progress at once since the last reset: 1 while the cache's
+    /// exclusive lock serialises them, as it must.
+    pub peak_concurrent_builds: u64,
+}
+
+impl Counters {
+    /// The counters now.
+    pub fn read() -> Counters {
+        let mut raw = ffi::jb_counters::default();
+        // SAFETY: `raw` is a valid out pointer; the call cannot fail with one.
+        unsafe { ffi::jb_counters_get(&mut raw) };
+        Counters {
+            builds: raw.builds,
+            build_failures: raw.build_failures,
+            hits: raw.hits,
+            misses: raw.misses,
+            build_ns: raw.build_ns,
+            configures: raw.configures,
+            peak_concurrent_builds: raw.peak_concurrent_builds,
+        }
+    }
+
+    /// Sets every counter to zero (for tests and benchmarks).
+    pub fn reset() {
+        // SAFETY: no arguments; resets atomics.
+        unsafe { ffi::jb_counters_reset() }
+    }
+
+    /// The change from `earlier` to `self` (the peak is kept as it is now: it is no sum).
+    pub fn since(&self, earlier: &Counters) -> Counters {
+        Counters {
+            builds: self.builds - earlier.builds,
+            build_failures: self.build_failures - earlier.build_failures,
+            hits: self.hits - earlier.hits,
+            misses: self.misses - earlier.misses,
+            build_ns: self.build_ns - earlier.build_ns,
+            configures: self.configures - earlier.configures,
+            peak_concurrent_builds: self.peak_concurrent_builds,
+        }
+    }
+}
+
+/// The locks a test-only build removed (bits: 1 jit cache, 2 event pool, 4 configure); 0 for
+/// every normal build.
+pub fn removed_locks() -> i32 {
+    // SAFETY: no arguments.
+    unsafe { ffi::jb_removed_locks() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn public_handles_are_send_and_sync_as_documented() {
+        assert_send_sync::<Device>();
+        assert_send_sync::<Stream>();
+        assert_send_sync::<Array>();
+        assert_send_sync::<CustomKernel>();
+        assert_send_sync::<Error>();
+    }
+
+    #[test]
+    fn errors_carry_code_and_message() {
+        let cpu = Device::cpu().unwrap();
+        let err = Array::arange(cpu, -1, DType::F32).unwrap_err();
+        assert_eq!(err.code(), ErrorCode::InvalidArgument);
+        assert!(err.to_string().contains("negative"), "{err}");
+        let err = Device::get(DeviceKind::Cpu, 3).unwrap_err();
+        assert_eq!(err.code(), ErrorCode::NoDevice);
+    }
+}

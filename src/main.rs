@@ -1,0 +1,164 @@
+//! The `jitbridge` command: runs the race-probe scenario and reports, or prints what it sees.
+
+use jitbridge::{Counters, Device, DeviceKind, race};
+use std::process::ExitCode;
+use std::time::Instant;
+
+const USAGE: &str = "usage:
+  jitbridge [run] [--threads N] [--rounds N] [--device cpu|gpu[:N]]
+      first-launch a new probe kernel from N threads at once, once per round (8 x 16 by default),
+      on the default device, and report builds, hits and whether every output was exact
+  jitbridge info
+      the backend, the devices, the compiler and the counters";
+
+struct RunOptions {
+    threads: usize,
+    rounds: usize,
+    device: Option<String>,
+}
+
+fn parse_device(spec: &str) -> Result<Device, String> {
+    let result = match spec {
+        "cpu" => Device::cpu(),
+        "gpu" => Device::gpu(0),
+        other => match other.strip_prefix("gpu:").and_then(|n| n.parse().ok()) {
+            Some(n) => Device::gpu(n),
+            None => return Err(format!("unknown device '{other}' (cpu, gpu or gpu:N)")),
+        },
+    };
+    result.map_err(|e| e.to_string())
+}
+
+fn parse_run(args: &[String]) -> Result<RunOptions, String> {
+    let mut options = RunOptions { threads: 8, rounds: 16, device: None };
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let mut value = |name: &str| it.next().cloned().ok_or(format!("{name} needs a value"));
+        match arg.as_str() {
+            "--threads" => {
+                options.threads =
+                    value("--threads")?.parse().map_err(|e| format!("--threads: {e}"))?
+            }
+            "--rounds" => {
+                options.rounds = value("--rounds")?.parse().map_err(|e| format!("--rounds: {e}"))?
+            }
+            "--device" => options.device = Some(value("--device")?),
+            other => return Err(format!("unknown argument '{other}'")),
+        }
+    }
+    if options.threads == 0 || options.rounds == 0 {
+        return Err("--threads and --rounds must be at least 1".into());
+    }
+    Ok(options)
+}
+
+fn run(options: RunOptions) -> Result<bool, String> {
+    let device = match &options.device {
+        Some(spec) => parse_device(spec)?,
+        None => Device::default_device().map_err(|e| e.to_string())?,
+    };
+    let before = Counters::read();
+    let start = Instant::now();
+    let mut all_exact = true;
+    let mut failures = Vec::new();
+    for round in 0..options.rounds {
+        // Every round first-launches a variant no earlier round built.
+        let variant = round as i32;
+        let variants = vec![variant; options.threads];
+        let outcomes = race::first_launch_round(device, jitbridge::jit_race_probe_array, &variants);
+        for outcome in outcomes {
+            match outcome {
+                Ok(true) => {}
+                Ok(false) => all_exact = false,
+                Err(e) => {
+                    all_exact = false;
+                    failures.push(e.to_string());
+                }
+            }
+        }
+        if options.rounds >= 4 {
+            eprint!("\rround {}/{}", round + 1, options.rounds);
+        }
+    }
+    if options.rounds >= 4 {
+        eprintln!();
+    }
+    let elapsed = start.elapsed();
+    let delta = Counters::read().since(&before);
+    println!("backend      {}", device.backend());
+    println!("device       {} ({}, index {})", device.name(), device.arch(), device.index());
+    println!("rounds       {}", options.rounds);
+    println!("threads      {}", options.threads);
+    println!("builds       {} (expected {})", delta.builds, options.rounds);
+    println!("hits         {}", delta.hits);
+    println!("misses       {}", delta.misses);
+    println!("build time   {:.1} ms", delta.build_ns as f64 / 1e6);
+    println!("exact        {}", if all_exact { "yes, every output" } else { "NO" });
+    println!("time         {:.1} ms", elapsed.as_secs_f64() * 1e3);
+    for failure in failures.iter().take(5) {
+        println!("error        {failure}");
+    }
+    Ok(all_exact && delta.builds == options.rounds as u64)
+}
+
+fn info() -> Result<(), String> {
+    println!("jitbridge {}", env!("CARGO_PKG_VERSION"));
+    println!("gpu backend  {}", jitbridge::gpu_backend());
+    println!("cpu compiler {}", jitbridge::cpu_compiler());
+    match Device::count(DeviceKind::Gpu) {
+        Ok(0) => {
+            let why = Device::gpu(0).err().map(|e| e.to_string()).unwrap_or_default();
+            println!("gpus         none ({why})");
+        }
+        Ok(n) => println!("gpus         {n}"),
+        Err(e) => println!("gpus         unknown ({e})"),
+    }
+    for device in Device::all().map_err(|e| e.to_string())? {
+        println!(
+            "device {:<5} {:<5} {} ({}), {:.1} GiB",
+            device.index(),
+            device.backend(),
+            device.name(),
+            device.arch(),
+            device.total_memory() as f64 / (1u64 << 30) as f64
+        );
+    }
+    let c = Counters::read();
+    println!(
+        "counters     builds {} failures {} hits {} misses {} configures {} build time {:.1} ms",
+        c.builds,
+        c.build_failures,
+        c.hits,
+        c.misses,
+        c.configures,
+        c.build_ns as f64 / 1e6
+    );
+    if jitbridge::removed_locks() != 0 {
+        println!(
+            "WARNING      test-only build without locks (mask {})",
+            jitbridge::removed_locks()
+        );
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("info") => info().map(|_| true),
+        Some("-h" | "--help" | "help") => {
+            println!("{USAGE}");
+            Ok(true)
+        }
+        Some("run") => parse_run(&args[1..]).and_then(run),
+        _ => parse_run(&args).and_then(run),
+    };
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(message) => {
+            eprintln!("jitbridge: {message}\n{USAGE}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! Streams and the thread-local default stream of each device.
+
+use crate::device::Device;
+use crate::error::{Error, check};
+use crate::ffi;
+use std::marker::PhantomData;
+
+/// An ordered queue of asynchronous work on one device. Owned: freed (after its work is done)
+/// when dropped. Never `Clone`, since two owners would free it twice.
+pub struct Stream {
+    raw: *mut ffi::jb_stream,
+}
+
+// SAFETY: a C stream may be used from any thread (jitbridge.h); the Rust handle only owns it.
+unsafe impl Send for Stream {}
+// SAFETY: synchronize and launches on one stream may come from several threads at once.
+unsafe impl Sync for Stream {}
+
+impl Stream {
+    /// A new stream on `device`.
+    pub fn new(device: Device) -> Result<Stream, Error> {
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: `raw` is a valid out pointer and `device` a library device.
+        check(unsafe { ffi::jb_stream_new(&mut raw, device.raw()) })?;
+        Ok(Stream { raw })
+    }
+
+    /// Blocks until every piece of work queued on the stream has finished.
+    pub fn synchronize(&self) -> Result<(), Error> {
+        // SAFETY: `raw` is a live stream.
+        check(unsafe { ffi::jb_stream_synchronize(self.raw) })
+    }
+
+    /// The stream's device.
+    pub fn device(&self) -> Device {
+        // SAFETY: `raw` is a live stream.
+        Device::from_raw(unsafe { ffi::jb_stream_device(self.raw) })
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        // SAFETY: we own the stream; a guard borrowing it has been dropped before us.
+        unsafe { ffi::jb_stream_free(self.raw) }
+    }
+}
+
+impl std::fmt::Debug for Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stream").field("device", &self.device().index()).finish()
+    }
+}
+
+/// Restores a thread's previous default stream when dropped. Tied to the installing thread
+/// (not `Send`) and to the installed stream's lifetime.
+#[must_use = "dropping the guard at once uninstalls the stream"]
+pub struct DefaultStreamGuard<'a> {
+    device: Device,
+    previous: *mut ffi::jb_stream,
+    _stream: PhantomData<&'a Stream>,
+}
+
+impl Drop for DefaultStreamGuard<'_> {
+    fn drop(&mut self) {
+        // SAFETY: same thread as the install (the guard is !Send); `previous` is either NULL or
+        // a stream that was installed before and, by the borrow, still lives.
+        let status = unsafe {
+            ffi::jb_restore_thread_local_default_stream(self.device.raw(), self.previous)
+        };
+        debug_assert_eq!(status, ffi::JB_OK, "restoring the default stream failed");
+    }
+}
+
+/// Creating and installing per-thread streams, the way a generation thread does.
+pub mod streams {
+    use super::*;
+
+    /// A new stream for the calling thread's generation work on `device`.
+    pub fn new_thread_local_generation_stream(device: Device) -> Result<Stream, Error> {
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: `raw` is a valid out pointer.
+        check(unsafe { ffi::jb_new_thread_local_generation_stream(&mut raw, device.raw()) })?;
+        Ok(Stream { raw })
+    }
+
+    /// Makes `stream` this thread's default stream for its device until the guard is dropped.
+    ///
+    /// ```
+    /// use jitbridge::{Array, DType, Device, streams};
+    /// let cpu = Device::cpu()?;
+    /// let stream = streams::new_thread_local_generation_stream(cpu)?;
+    /// let _guard = streams::install_thread_local_default_stream(&stream)?;
+    /// let x = Array::arange(cpu, 4, DType::F32)?; // queued on `stream`
+    /// assert_eq!(x.to_vec::<f32>()?, [0.0, 1.0, 2.0, 3.0]);
+    /// # Ok::<(), jitbridge::Error>(())
+    /// ```
+    pub fn install_thread_local_default_stream(
+        stream: &Stream,
+    ) -> Result<DefaultStreamGuard<'_>, Error> {
+        let mut previous = std::ptr::null_mut();
+        // SAFETY: valid out pointer and live stream; the guard keeps the stream borrowed.
+        check(unsafe { ffi::jb_install_thread_local_default_stream(&mut previous, stream.raw) })?;
+        Ok(DefaultStreamGuard { device: stream.device(), previous, _stream: PhantomData })
+    }
+}
