@@ -1,0 +1,160 @@
+//! The module cache's contract beyond the race scenarios: failed builds, the configure hook,
+//! bad probe inputs, streams and early frees. cpu backend.
+
+mod common;
+
+use jitbridge::{
+    Array, Counters, CustomKernel, DType, Device, ErrorCode, KernelConfig, KernelSpec, LaunchShape,
+    jit_race_probe_array, streams,
+};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier};
+
+fn cpu() -> Device {
+    Device::cpu().unwrap()
+}
+
+#[test]
+fn failed_build_inserts_nothing_and_the_next_call_retries() {
+    let _turn = common::serial();
+    let dir = std::env::temp_dir().join(format!("jb-retry-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let header_path = dir.join("value.h");
+    let _ = std::fs::remove_file(&header_path);
+    let header = format!("#include \"{}\"", header_path.display());
+    let kernel = CustomKernel::new(&KernelSpec {
+        name: "retry_after_failure",
+        inputs: &[("x", DType::F32)],
+        outputs: &[("y", DType::F32)],
+        body: "y[thread_index()] = x[thread_index()] + JB_RETRY_VALUE;",
+        header: Some(&header),
+        configure: None,
+    })
+    .unwrap();
+    let x = Array::arange(cpu(), 4, DType::F32).unwrap();
+
+    let before = Counters::read();
+    let err = kernel.launch(&[&x], &[&[4]], LaunchShape::Threads(4)).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::Compile, "{err}");
+    assert!(err.message().contains("value.h"), "the compiler's log reaches the caller: {err}");
+    let delta = Counters::read().since(&before);
+    assert_eq!((delta.builds, delta.build_failures), (0, 1));
+
+    std::fs::write(&header_path, "#define JB_RETRY_VALUE 10.0f\n").unwrap();
+    let y = kernel.launch(&[&x], &[&[4]], LaunchShape::Threads(4)).unwrap();
+    assert_eq!(y[0].to_vec::<f32>().unwrap(), [10.0, 11.0, 12.0, 13.0]);
+    assert_eq!(Counters::read().since(&before).builds, 1, "the same key built on retry");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+static HOOK_CALLS: AtomicUsize = AtomicUsize::new(0);
+
+fn slow_hook(_: Device) -> Option<KernelConfig> {
+    HOOK_CALLS.fetch_add(1, Ordering::SeqCst);
+    // Holds the window open so that unlocked callers would surely overlap.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    Some(KernelConfig { threads_per_block: 64, shared_memory_bytes: 0 })
+}
+
+#[test]
+fn configure_hook_raced_by_many_threads_runs_once() {
+    let _turn = common::serial();
+    let kernel = CustomKernel::new(&KernelSpec {
+        name: "configured_once",
+        inputs: &[("inp", DType::F32)],
+        outputs: &[("out", DType::F32)],
+        body: "out[thread_index()] = inp[thread_index()] * 2.0f + 1.0f;",
+        header: None,
+        configure: Some(slow_hook),
+    })
+    .unwrap();
+    let threads = 16;
+    let barrier = Arc::new(Barrier::new(threads));
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            let (barrier, kernel) = (barrier.clone(), &kernel);
+            s.spawn(move || {
+                let x = Array::arange(cpu(), 1000, DType::F32).unwrap();
+                barrier.wait();
+                let y = kernel.launch(&[&x], &[&[1000]], LaunchShape::Threads(1000)).unwrap();
+                assert!(jitbridge::race::probe_output_exact(&y[0].to_vec::<f32>().unwrap()));
+            });
+        }
+    });
+    assert_eq!(HOOK_CALLS.load(Ordering::SeqCst), 1, "the configure hook ran more than once");
+}
+
+#[test]
+fn bad_probe_inputs_give_clear_errors_and_change_nothing() {
+    let _turn = common::serial();
+    let empty = Array::arange(cpu(), 0, DType::F32).unwrap();
+    let big = Array::arange(cpu(), 1025, DType::F32).unwrap();
+    let ints = Array::arange(cpu(), 8, DType::I32).unwrap();
+    let fine = Array::arange(cpu(), 8, DType::F32).unwrap();
+    let before = Counters::read();
+    let cases: [(&Array, i32, ErrorCode, &str); 4] = [
+        (&empty, 1, ErrorCode::InvalidArgument, "1 to 1024"),
+        (&big, 1, ErrorCode::InvalidArgument, "1 to 1024"),
+        (&ints, 1, ErrorCode::Shape, "f32"),
+        (&fine, -3, ErrorCode::InvalidArgument, ">= 0"),
+    ];
+    for (input, variant, code, needle) in cases {
+        let err = jit_race_probe_array(input, variant).unwrap_err();
+        assert_eq!(err.code(), code, "{err}");
+        assert!(err.message().contains(needle), "'{needle}' not in: {err}");
+    }
+    let err = jitbridge::rocm_faults::jit_race_probe_array(&fine, 1).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::Unsupported);
+    assert!(err.message().contains("ROCm"), "{err}");
+    assert_eq!(Counters::read(), before, "a bad input changed the counters");
+}
+
+#[test]
+fn dropping_inputs_while_the_kernel_is_queued_is_safe() {
+    let _turn = common::serial();
+    let stream = streams::new_thread_local_generation_stream(cpu()).unwrap();
+    let _default = streams::install_thread_local_default_stream(&stream).unwrap();
+    for variant in 0..8 {
+        let x = Array::arange(cpu(), 1024, DType::F32).unwrap();
+        let y = jit_race_probe_array(&x, 3_000_000 + variant % 2).unwrap();
+        drop(x);
+        assert!(jitbridge::race::probe_output_exact(&y.to_vec::<f32>().unwrap()));
+    }
+}
+
+#[test]
+fn one_name_with_two_bodies_is_two_modules() {
+    let _turn = common::serial();
+    let spec = |body| KernelSpec {
+        name: "same_name",
+        inputs: &[("x", DType::F32)],
+        outputs: &[("y", DType::F32)],
+        body,
+        header: None,
+        configure: None,
+    };
+    let plus = CustomKernel::new(&spec("y[thread_index()] = x[thread_index()] + 1.0f;")).unwrap();
+    let times = CustomKernel::new(&spec("y[thread_index()] = x[thread_index()] * 3.0f;")).unwrap();
+    assert_ne!(plus.module_name(), times.module_name());
+    let x = Array::from_slice(cpu(), &[1.0f32, 2.0], &[2]).unwrap();
+    let a = plus.launch(&[&x], &[&[2]], LaunchShape::Threads(2)).unwrap();
+    let b = times.launch(&[&x], &[&[2]], LaunchShape::Threads(2)).unwrap();
+    assert_eq!(a[0].to_vec::<f32>().unwrap(), [2.0, 3.0]);
+    assert_eq!(b[0].to_vec::<f32>().unwrap(), [3.0, 6.0]);
+}
+
+#[test]
+fn names_that_are_not_identifiers_are_refused() {
+    for bad in ["", "9lives", "a-b", "x y", "../x", "for", "jb_internal", "caf\u{e9}"] {
+        let err = CustomKernel::new(&KernelSpec {
+            name: "named_ok",
+            inputs: &[(bad, DType::F32)],
+            outputs: &[("y", DType::F32)],
+            body: "",
+            header: None,
+            configure: None,
+        })
+        .unwrap_err();
+        assert_eq!(err.code(), ErrorCode::InvalidArgument, "{bad:?}: {err}");
+    }
+}

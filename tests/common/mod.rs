@@ -1,0 +1,97 @@
+//! The mission's concurrency scenarios, written once; each backend's test file instantiates them
+//! with `jit_module_concurrency_tests!`.
+#![allow(dead_code)]
+
+use jitbridge::race::{self, Probe};
+use jitbridge::{Counters, Device};
+use std::sync::{Mutex, MutexGuard};
+
+pub const ROUNDS: i32 = 16;
+pub const THREADS: i32 = 8;
+
+/// Scenarios read process-wide counters, so the tests of one binary take turns.
+pub fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn assert_all_exact(outcomes: &[Result<bool, jitbridge::Error>], round: i32) {
+    for (thread, outcome) in outcomes.iter().enumerate() {
+        match outcome {
+            Ok(true) => {}
+            Ok(false) => panic!("round {round}, thread {thread}: output is not 2*i + 1"),
+            Err(e) => panic!("round {round}, thread {thread}: {e}"),
+        }
+    }
+}
+
+/// 16 rounds; in each, 8 threads with their own streams first-launch the round's variant
+/// together. Every output exact, and each round built its one new key exactly once.
+pub fn same_kernel_first_launch_from_many_threads(device: Device, probe: Probe, base: i32) {
+    let _turn = serial();
+    for round in 0..ROUNDS {
+        Counters::reset();
+        let before = Counters::read();
+        let variants = vec![base + round; THREADS as usize];
+        let outcomes = race::first_launch_round(device, probe, &variants);
+        assert_all_exact(&outcomes, round);
+        let delta = Counters::read().since(&before);
+        assert_eq!(delta.builds, 1, "round {round}: one key was built {} times", delta.builds);
+        assert_eq!(delta.build_failures, 0, "round {round}: a build failed");
+        assert_eq!(delta.hits + delta.misses, THREADS as u64, "round {round}: one lookup each");
+    }
+}
+
+/// 16 rounds; in each, one thread keeps launching an already-built variant while 8 threads
+/// first-launch a new variant each. Every output exact; each new key built exactly once and
+/// the warm key never rebuilt.
+pub fn distinct_kernels_first_launch_while_others_hit_cache(
+    device: Device,
+    probe: Probe,
+    base: i32,
+) {
+    let _turn = serial();
+    let warm = base;
+    let input =
+        jitbridge::Array::arange(device, race::PROBE_ELEMENTS, jitbridge::DType::F32).unwrap();
+    probe(&input, warm).unwrap().eval().unwrap();
+    for round in 0..ROUNDS {
+        Counters::reset();
+        let before = Counters::read();
+        let variants: Vec<i32> = (0..THREADS).map(|t| base + 1 + round * THREADS + t).collect();
+        let (outcomes, hitter) = race::round_with_hitter(device, probe, &variants, Some(warm));
+        assert_all_exact(&outcomes, round);
+        let launches = match hitter.expect("the hitter ran") {
+            Ok(n) => n,
+            Err(e) => panic!("round {round}: warm hitter: {e}"),
+        };
+        let delta = Counters::read().since(&before);
+        assert_eq!(
+            delta.builds, THREADS as u64,
+            "round {round}: {} builds for {THREADS} new keys",
+            delta.builds
+        );
+        assert_eq!(delta.build_failures, 0, "round {round}: a build failed");
+        assert!(delta.hits >= launches, "round {round}: every warm launch is a hit");
+        // Compiles of different keys never overlap: the exclusive lock serialises them.
+        assert_eq!(delta.peak_concurrent_builds, 1, "round {round}: builds ran in parallel");
+    }
+}
+
+/// Instantiates both scenarios for one backend: a device expression and a probe.
+#[macro_export]
+macro_rules! jit_module_concurrency_tests {
+    ($device:expr, $probe:expr) => {
+        #[test]
+        fn same_kernel_first_launch_from_many_threads() {
+            common::same_kernel_first_launch_from_many_threads($device, $probe, 1_000_000);
+        }
+
+        #[test]
+        fn distinct_kernels_first_launch_while_others_hit_cache() {
+            common::distinct_kernels_first_launch_while_others_hit_cache(
+                $device, $probe, 2_000_000,
+            );
+        }
+    };
+}
