@@ -196,8 +196,11 @@ fn main() {
         for lib in &gpu.libs {
             println!("cargo:rustc-link-lib=dylib={lib}");
         }
-        // Let the binaries find the toolkit's libraries without LD_LIBRARY_PATH.
-        println!("cargo:rustc-link-arg=-Wl,-rpath,{}", gpu.lib_dir.display());
+        // Let the binaries find the toolkit's libraries without LD_LIBRARY_PATH (system
+        // folders are searched anyway).
+        if !gpu.lib_dir.starts_with("/usr/lib") {
+            println!("cargo:rustc-link-arg=-Wl,-rpath,{}", gpu.lib_dir.display());
+        }
     }
     for lib in ["dl", "pthread", "m"] {
         println!("cargo:rustc-link-lib=dylib={lib}");

@@ -17,6 +17,10 @@ struct RunOptions {
     device: Option<String>,
 }
 
+fn usage_error(message: String) -> String {
+    format!("{message}\n{USAGE}")
+}
+
 fn parse_device(spec: &str) -> Result<Device, String> {
     let result = match spec {
         "cpu" => Device::cpu(),
@@ -85,6 +89,7 @@ fn run(options: RunOptions) -> Result<bool, String> {
     }
     let elapsed = start.elapsed();
     let delta = Counters::read().since(&before);
+    let (cold, cached) = probe_launch_times(device).map_err(|e| e.to_string())?;
     println!("backend      {}", device.backend());
     println!("device       {} ({}, index {})", device.name(), device.arch(), device.index());
     println!("rounds       {}", options.rounds);
@@ -95,10 +100,39 @@ fn run(options: RunOptions) -> Result<bool, String> {
     println!("build time   {:.1} ms", delta.build_ns as f64 / 1e6);
     println!("exact        {}", if all_exact { "yes, every output" } else { "NO" });
     println!("time         {:.1} ms", elapsed.as_secs_f64() * 1e3);
+    println!(
+        "first launch {:.2} ms (cold: build and launch of a new probe, one thread)",
+        cold * 1e3
+    );
+    println!(
+        "cached       {:.2} us per probe launch (warm module, {CACHED_LAUNCHES} launches)",
+        cached * 1e6
+    );
     for failure in failures.iter().take(5) {
         println!("error        {failure}");
     }
     Ok(all_exact && delta.builds == options.rounds as u64)
+}
+
+const CACHED_LAUNCHES: u32 = 2000;
+
+/// Seconds for one cold first launch (build included) and per warm launch of the probe.
+fn probe_launch_times(device: Device) -> Result<(f64, f64), jitbridge::Error> {
+    let input = jitbridge::Array::arange(device, race::PROBE_ELEMENTS, jitbridge::DType::F32)?;
+    // A variant no round used: its first launch builds.
+    let variant = i32::MAX - 1;
+    let start = Instant::now();
+    jitbridge::jit_race_probe_array(&input, variant)?.eval()?;
+    let cold = start.elapsed().as_secs_f64();
+    let start = Instant::now();
+    let mut last = None;
+    for _ in 0..CACHED_LAUNCHES {
+        last = Some(jitbridge::jit_race_probe_array(&input, variant)?);
+    }
+    if let Some(last) = last {
+        last.eval()?;
+    }
+    Ok((cold, start.elapsed().as_secs_f64() / f64::from(CACHED_LAUNCHES)))
 }
 
 fn info() -> Result<(), String> {
@@ -150,14 +184,14 @@ fn main() -> ExitCode {
             println!("{USAGE}");
             Ok(true)
         }
-        Some("run") => parse_run(&args[1..]).and_then(run),
-        _ => parse_run(&args).and_then(run),
+        Some("run") => parse_run(&args[1..]).map_err(usage_error).and_then(run),
+        _ => parse_run(&args).map_err(usage_error).and_then(run),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(message) => {
-            eprintln!("jitbridge: {message}\n{USAGE}");
+            eprintln!("jitbridge: {message}");
             ExitCode::from(2)
         }
     }

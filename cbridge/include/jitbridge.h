@@ -232,7 +232,8 @@ JB_API jb_status jb_custom_kernel_launch(jb_array **outputs, jb_custom_kernel *k
  * Output: a new f32 array of shape {n} owned by the caller. Probe modules never use a disk cache.
  */
 JB_API jb_status jb_jit_race_probe_array(jb_array **out, jb_array *input, int variant);
-/* The same probe, but only on a ROCm build: elsewhere JB_ERR_UNSUPPORTED. */
+/* The same probe, but only on a ROCm GPU of a ROCm build: elsewhere JB_ERR_UNSUPPORTED, with a
+ * message that names what is missing. */
 JB_API jb_status jb_rocm_jit_race_probe_array(jb_array **out, jb_array *input, int variant);
 
 /* ---------------------------------------------------------------------------------------------

@@ -31,12 +31,17 @@ int jb__event_acquire(jb_device *dev, jb_event **out)
         event = pool->free_events[--pool->count];
     POOL_UNLOCK(pool);
     if (event) {
+        /* Two owners of one event would wait on each other's work: refuse loudly. */
+        JB_RETURN_IF(atomic_exchange(&event->in_use, true), JB_ERR_BACKEND,
+                     "the event pool of device %d handed out an event that is in use",
+                     dev->index);
         *out = event;
         return JB_OK;
     }
     event = calloc(1, sizeof *event);
     JB_RETURN_IF(!event, JB_ERR_OUT_OF_MEMORY, "no memory for an event");
     event->device = dev;
+    atomic_init(&event->in_use, true);
     int status = dev->backend->event_create(dev, &event->native);
     if (status != JB_OK) {
         free(event);
@@ -52,6 +57,7 @@ void jb__event_release(jb_event *event)
         return;
     jb_event_pool *pool = &event->device->event_pool;
     bool pooled = false;
+    atomic_store(&event->in_use, false);
     POOL_LOCK(pool);
     if (pool->count == pool->capacity) {
         size_t capacity = pool->capacity ? pool->capacity * 2 : 32;

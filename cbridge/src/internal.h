@@ -143,6 +143,7 @@ struct jb_device {
 struct jb_event {
     jb_device *device;
     void *native;
+    atomic_bool in_use; /* set while handed out: catches an event given to two owners */
 };
 int jb__event_acquire(jb_device *dev, jb_event **out);
 void jb__event_release(jb_event *event);

@@ -1,0 +1,287 @@
+/*
+ * The GPU backend, written once in the CUDA driver API and NVRTC spelling; vendor.h maps it onto
+ * HIP and hiprtc for ROCm. Compiles go straight to a code object for the device's architecture
+ * (sm_XY, or gcnArchName with its features). Every entry point first makes the device current on
+ * the calling thread: CUDA contexts and HIP devices are current per thread, and stream workers
+ * and user threads arrive here with nothing set.
+ */
+#include "../internal.h"
+#include "vendor.h"
+
+#include <stdlib.h>
+
+static jb_gpu_context contexts[JB_MAX_DEVICES];
+
+static int gpu_fail(CUresult result, const char *call)
+{
+    return jb__fail(result == CUDA_ERROR_NO_DEVICE ? JB_ERR_NO_DEVICE : JB_ERR_BACKEND,
+                    "%s failed: %s (%s)", call, jb_gpu_error_name(result),
+                    jb_gpu_error_text(result));
+}
+
+#define GPU_CHECK(call)                                                                            \
+    do {                                                                                           \
+        CUresult gpu_check_result_ = (call);                                                       \
+        if (gpu_check_result_ != CUDA_SUCCESS)                                                     \
+            return gpu_fail(gpu_check_result_, #call);                                             \
+    } while (0)
+
+static int make_current(jb_device *dev)
+{
+    GPU_CHECK(jb_gpu_context_make_current(contexts[dev->index]));
+    return JB_OK;
+}
+
+int jb__gpu_enumerate(jb_device *devices, int max, int *out_count, char *why, size_t why_len)
+{
+    *out_count = 0;
+    CUresult r = cuInit(0);
+    int count = 0;
+    if (r == CUDA_SUCCESS)
+        r = cuDeviceGetCount(&count);
+    if (r != CUDA_SUCCESS) {
+        snprintf(why, why_len, "%s: %s (%s)", JB_GPU_BACKEND_NAME " initialisation failed",
+                 jb_gpu_error_name(r), jb_gpu_error_text(r));
+        return JB_ERR_NO_DEVICE;
+    }
+    if (count == 0) {
+        snprintf(why, why_len, "the %s driver reports no GPU", JB_GPU_BACKEND_NAME);
+        return JB_ERR_NO_DEVICE;
+    }
+    if (count > max)
+        count = max;
+    int found = 0;
+    for (int ordinal = 0; ordinal < count; ordinal++) {
+        jb_device *dev = &devices[found];
+        CUdevice handle;
+        size_t total = 0;
+        if (cuDeviceGet(&handle, ordinal) != CUDA_SUCCESS ||
+            jb_gpu_context_retain(ordinal, &contexts[found]) != CUDA_SUCCESS)
+            continue; /* a GPU we cannot open is not offered */
+        cuDeviceGetName(dev->name, (int)sizeof dev->name, handle);
+        jb_gpu_arch_name(ordinal, dev->arch, sizeof dev->arch);
+        if (cuDeviceTotalMem(&total, handle) == CUDA_SUCCESS)
+            dev->total_memory = total;
+        dev->kind = JB_DEVICE_GPU;
+        dev->ordinal = found;
+        dev->native_ordinal = ordinal;
+        dev->backend = &jb__gpu_backend;
+        found++;
+    }
+    if (found == 0)
+        snprintf(why, why_len, "none of the %d GPU(s) could be opened", count);
+    *out_count = found;
+    return found ? JB_OK : JB_ERR_NO_DEVICE;
+}
+
+static int gpu_compile(jb_device *dev, const char *module_name, const char *source, jb_blob *out)
+{
+    nvrtcProgram program;
+    nvrtcResult r = nvrtcCreateProgram(&program, source, module_name, 0, NULL, NULL);
+    JB_RETURN_IF(r != NVRTC_SUCCESS, JB_ERR_COMPILE, "creating the program '%s' failed: %s",
+                 module_name, nvrtcGetErrorString(r));
+    char arch_option[sizeof dev->arch + 32];
+    snprintf(arch_option, sizeof arch_option, "%s%s", JB_GPU_ARCH_OPTION, dev->arch);
+    const char *options[] = {arch_option};
+    r = nvrtcCompileProgram(program, 1, options);
+    int status = JB_OK;
+    if (r != NVRTC_SUCCESS) {
+        size_t log_size = 0;
+        char *log = NULL;
+        if (nvrtcGetProgramLogSize(program, &log_size) == NVRTC_SUCCESS && log_size > 0 &&
+            (log = malloc(log_size + 1)) != NULL) {
+            if (nvrtcGetProgramLog(program, log) != NVRTC_SUCCESS)
+                log[0] = '\0';
+            log[log_size] = '\0';
+        }
+        status = jb__fail_with_log(JB_ERR_COMPILE, log, "compiling '%s' for %s: %s", module_name,
+                                   dev->arch, nvrtcGetErrorString(r));
+        free(log);
+    } else {
+        size_t size = 0;
+        r = jbGetCodeSize(program, &size);
+        void *code = r == NVRTC_SUCCESS && size > 0 ? malloc(size) : NULL;
+        if (code && jbGetCode(program, code) == NVRTC_SUCCESS) {
+            out->data = code;
+            out->size = size;
+        } else {
+            free(code);
+            status = jb__fail(JB_ERR_COMPILE, "reading the code of '%s' failed", module_name);
+        }
+    }
+    nvrtcDestroyProgram(&program);
+    return status;
+}
+
+static int gpu_module_load(jb_device *dev, const jb_blob *code, void **out_module)
+{
+    JB_FORWARD_IF_ERROR(make_current(dev));
+    CUmodule module;
+    CUresult r = cuModuleLoadData(&module, code->data);
+    JB_RETURN_IF(r != CUDA_SUCCESS, JB_ERR_LOAD, "the driver rejected the module: %s (%s)",
+                 jb_gpu_error_name(r), jb_gpu_error_text(r));
+    *out_module = (void *)module;
+    return JB_OK;
+}
+
+static int gpu_module_function(jb_device *dev, void *module, const char *name, void **out_fn)
+{
+    JB_FORWARD_IF_ERROR(make_current(dev));
+    CUfunction fn;
+    CUresult r = cuModuleGetFunction(&fn, (CUmodule)module, name);
+    JB_RETURN_IF(r != CUDA_SUCCESS, JB_ERR_LOAD, "the module has no function '%s': %s", name,
+                 jb_gpu_error_name(r));
+    *out_fn = (void *)fn;
+    return JB_OK;
+}
+
+static int gpu_stream_create(jb_device *dev, void **out_stream)
+{
+    JB_FORWARD_IF_ERROR(make_current(dev));
+    CUstream stream;
+    /* Non-blocking: per-thread streams must not serialise with the legacy default stream. */
+    GPU_CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    *out_stream = (void *)stream;
+    return JB_OK;
+}
+
+static void gpu_stream_destroy(jb_device *dev, void *stream)
+{
+    if (make_current(dev) == JB_OK)
+        cuStreamDestroy((CUstream)stream);
+}
+
+static int gpu_stream_synchronize(jb_device *dev, void *stream)
+{
+    JB_FORWARD_IF_ERROR(make_current(dev));
+    GPU_CHECK(cuStreamSynchronize((CUstream)stream));
+    return JB_OK;
+}
+
+static int gpu_stream_wait_event(jb_device *dev, void *stream, void *event)
+{
+    JB_FORWARD_IF_ERROR(make_current(dev));
+    GPU_CHECK(cuStreamWaitEvent((CUstream)stream, (CUevent)event, 0));
+    return JB_OK;
+}
+
+static int gpu_stream_host_callback(jb_device *dev, void *stream, jb_host_fn fn, void *ctx)
+{
+    JB_FORWARD_IF_ERROR(make_current(dev));
+    GPU_CHECK(jb_gpu_host_callback((CUstream)stream, fn, ctx));
+    return JB_OK;
+}
+
+static int gpu_event_create(jb_device *dev, void **out_event)
+{
+    JB_FORWARD_IF_ERROR(make_current(dev));
+    CUevent event;
+    GPU_CHECK(cuEventCreate(&event, CU_EVENT_DISABLE_TIMING));
+    *out_event = (void *)event;
+    return JB_OK;
+}
+
+static void gpu_event_destroy(jb_device *dev, void *event)
+{
+    if (make_current(dev) == JB_OK)
+        cuEventDestroy((CUevent)event);
+}
+
+static int gpu_event_record(jb_device *dev, void *event, void *stream)
+{
+    JB_FORWARD_IF_ERROR(make_current(dev));
+    GPU_CHECK(cuEventRecord((CUevent)event, (CUstream)stream));
+    return JB_OK;
+}
+
+static int gpu_event_synchronize(jb_device *dev, void *event)
+{
+    JB_FORWARD_IF_ERROR(make_current(dev));
+    GPU_CHECK(cuEventSynchronize((CUevent)event));
+    return JB_OK;
+}
+
+static int gpu_mem_alloc(jb_device *dev, size_t bytes, void **out_ptr)
+{
+    JB_FORWARD_IF_ERROR(make_current(dev));
+    CUdeviceptr ptr;
+    CUresult r = cuMemAlloc(&ptr, bytes);
+    JB_RETURN_IF(r != CUDA_SUCCESS, JB_ERR_OUT_OF_MEMORY, "allocating %zu bytes on %s: %s", bytes,
+                 dev->name, jb_gpu_error_name(r));
+    *out_ptr = (void *)(uintptr_t)ptr;
+    return JB_OK;
+}
+
+static void gpu_mem_free(jb_device *dev, void *ptr)
+{
+    if (make_current(dev) == JB_OK)
+        cuMemFree((CUdeviceptr)(uintptr_t)ptr);
+}
+
+static int gpu_memcpy_htod(jb_device *dev, void *stream, void *dst, const void *src, size_t bytes)
+{
+    JB_FORWARD_IF_ERROR(make_current(dev));
+    GPU_CHECK(cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)dst, src, bytes, (CUstream)stream));
+    if (JB_GPU_HTOD_SYNC)
+        GPU_CHECK(cuStreamSynchronize((CUstream)stream));
+    return JB_OK;
+}
+
+static int gpu_memcpy_dtoh(jb_device *dev, void *stream, void *dst, const void *src, size_t bytes)
+{
+    JB_FORWARD_IF_ERROR(make_current(dev));
+    GPU_CHECK(cuMemcpyDtoHAsync(dst, (CUdeviceptr)(uintptr_t)src, bytes, (CUstream)stream));
+    GPU_CHECK(cuStreamSynchronize((CUstream)stream));
+    return JB_OK;
+}
+
+static int gpu_launch(jb_device *dev, void *stream, void *fn, const uint32_t grid[3],
+                      const uint32_t block[3], uint32_t shared_bytes, const jb_launch_args *args)
+{
+    JB_FORWARD_IF_ERROR(make_current(dev));
+    /* The generated kernel takes (pointer, element count) per array, then the thread count. */
+    void *params[2 * 64 + 1];
+    JB_RETURN_IF(args->count > 64, JB_ERR_LAUNCH, "too many kernel arguments");
+    uint64_t total = args->total_threads;
+    for (size_t i = 0; i < args->count; i++) {
+        params[2 * i] = &args->pointers[i];
+        params[2 * i + 1] = &args->sizes[i];
+    }
+    params[2 * args->count] = &total;
+    CUresult r = cuLaunchKernel((CUfunction)fn, grid[0], grid[1], grid[2], block[0], block[1],
+                                block[2], shared_bytes, (CUstream)stream, params, NULL);
+    JB_RETURN_IF(r != CUDA_SUCCESS, JB_ERR_LAUNCH, "launching on %s: %s (%s)", dev->name,
+                 jb_gpu_error_name(r), jb_gpu_error_text(r));
+    return JB_OK;
+}
+
+static int gpu_kernel_set_shared_limit(jb_device *dev, void *fn, uint32_t bytes)
+{
+    JB_FORWARD_IF_ERROR(make_current(dev));
+    GPU_CHECK(cuFuncSetAttribute((CUfunction)fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                 (int)bytes));
+    return JB_OK;
+}
+
+const jb_backend jb__gpu_backend = {
+    .name = JB_GPU_BACKEND_NAME,
+    .frees_in_callbacks = false, /* the driver may not be called from a host callback */
+    .compile = gpu_compile,
+    .module_load = gpu_module_load,
+    .module_function = gpu_module_function,
+    .stream_create = gpu_stream_create,
+    .stream_destroy = gpu_stream_destroy,
+    .stream_synchronize = gpu_stream_synchronize,
+    .stream_wait_event = gpu_stream_wait_event,
+    .stream_host_callback = gpu_stream_host_callback,
+    .event_create = gpu_event_create,
+    .event_destroy = gpu_event_destroy,
+    .event_record = gpu_event_record,
+    .event_synchronize = gpu_event_synchronize,
+    .mem_alloc = gpu_mem_alloc,
+    .mem_free = gpu_mem_free,
+    .memcpy_htod = gpu_memcpy_htod,
+    .memcpy_dtoh = gpu_memcpy_dtoh,
+    .launch = gpu_launch,
+    .kernel_set_shared_limit = gpu_kernel_set_shared_limit,
+};
