@@ -47,17 +47,19 @@ fn failed_build_inserts_nothing_and_the_next_call_retries() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-static HOOK_CALLS: AtomicUsize = AtomicUsize::new(0);
+static CPU_HOOK_CALLS: AtomicUsize = AtomicUsize::new(0);
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+static GPU_HOOK_CALLS: AtomicUsize = AtomicUsize::new(0);
 
-fn slow_hook(_: Device) -> Option<KernelConfig> {
-    HOOK_CALLS.fetch_add(1, Ordering::SeqCst);
+fn slow_hook(calls: &AtomicUsize) -> Option<KernelConfig> {
+    calls.fetch_add(1, Ordering::SeqCst);
     // Holds the window open so that unlocked callers would surely overlap.
     std::thread::sleep(std::time::Duration::from_millis(20));
     Some(KernelConfig { threads_per_block: 64, shared_memory_bytes: 0 })
 }
 
-#[test]
-fn configure_hook_raced_by_many_threads_runs_once() {
+/// 16 threads first-launch one kernel behind a barrier; its configure hook must run once.
+fn configure_race(device: Device, hook: jitbridge::ConfigureHook, calls: &AtomicUsize) {
     let _turn = common::serial();
     let kernel = CustomKernel::new(&KernelSpec {
         name: "configured_once",
@@ -65,7 +67,7 @@ fn configure_hook_raced_by_many_threads_runs_once() {
         outputs: &[("out", DType::F32)],
         body: "out[thread_index()] = inp[thread_index()] * 2.0f + 1.0f;",
         header: None,
-        configure: Some(slow_hook),
+        configure: Some(hook),
     })
     .unwrap();
     let threads = 16;
@@ -74,14 +76,25 @@ fn configure_hook_raced_by_many_threads_runs_once() {
         for _ in 0..threads {
             let (barrier, kernel) = (barrier.clone(), &kernel);
             s.spawn(move || {
-                let x = Array::arange(cpu(), 1000, DType::F32).unwrap();
+                let x = Array::arange(device, 1000, DType::F32).unwrap();
                 barrier.wait();
                 let y = kernel.launch(&[&x], &[&[1000]], LaunchShape::Threads(1000)).unwrap();
                 assert!(jitbridge::race::probe_output_exact(&y[0].to_vec::<f32>().unwrap()));
             });
         }
     });
-    assert_eq!(HOOK_CALLS.load(Ordering::SeqCst), 1, "the configure hook ran more than once");
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "the configure hook ran more than once");
+}
+
+#[test]
+fn configure_hook_raced_by_many_threads_runs_once() {
+    configure_race(cpu(), |_| slow_hook(&CPU_HOOK_CALLS), &CPU_HOOK_CALLS);
+}
+
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+#[test]
+fn configure_hook_raced_by_many_threads_runs_once_on_gpu() {
+    configure_race(Device::gpu(0).unwrap(), |_| slow_hook(&GPU_HOOK_CALLS), &GPU_HOOK_CALLS);
 }
 
 #[test]
