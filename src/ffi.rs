@@ -169,6 +169,22 @@ unsafe extern "C" {
         variant: c_int,
     ) -> c_int;
 
+    pub fn jb_custom_kernel_prepare(kernel: *mut jb_custom_kernel, device: *mut jb_device)
+    -> c_int;
+    pub fn jb_set_lookaside_enabled(enabled: c_int) -> c_int;
+    pub fn jb_lookaside_enabled() -> c_int;
+    pub fn jb_bench_raw_probe_launches(
+        out_ns_per_launch: *mut f64,
+        input: *mut jb_array,
+        variant: c_int,
+        launches: c_int,
+    ) -> c_int;
+    pub fn jb_bench_compile_only(
+        out_ns: *mut f64,
+        kernel: *mut jb_custom_kernel,
+        device: *mut jb_device,
+    ) -> c_int;
+
     pub fn jb_counters_get(out: *mut jb_counters) -> c_int;
     pub fn jb_counters_reset();
     pub fn jb_removed_locks() -> c_int;

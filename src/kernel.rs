@@ -164,6 +164,17 @@ impl CustomKernel {
         (!ptr.is_null()).then(|| c_str(ptr))
     }
 
+    /// Builds (or finds) the module on `device` and runs the configure hook, without launching:
+    /// a warm-up, so that the first launch does not wait for the compiler.
+    pub fn prepare(&self, device: Device) -> Result<(), Error> {
+        // SAFETY: live kernel and library device.
+        check(unsafe { ffi::jb_custom_kernel_prepare(self.raw, device.raw()) })
+    }
+
+    pub(crate) fn raw(&self) -> *mut ffi::jb_custom_kernel {
+        self.raw
+    }
+
     /// Launches on the inputs' device and the calling thread's default stream there, building
     /// the module on first use. Returns one new array per output, of the given shapes.
     pub fn launch(

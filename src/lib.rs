@@ -103,6 +103,43 @@ impl Counters {
     }
 }
 
+/// Turns the per-thread lookaside in front of the module cache on or off (on by default). Off,
+/// every lookup follows the locked protocol: for benchmarks of that protocol.
+pub fn set_lookaside_enabled(enabled: bool) {
+    // SAFETY: sets an atomic flag.
+    unsafe { ffi::jb_set_lookaside_enabled(i32::from(enabled)) };
+}
+
+/// Whether the per-thread lookaside is on.
+pub fn lookaside_enabled() -> bool {
+    // SAFETY: reads an atomic flag.
+    unsafe { ffi::jb_lookaside_enabled() != 0 }
+}
+
+/// Baselines for `jitbridge bench`; not for production paths.
+pub mod bench_support {
+    use super::*;
+
+    /// Nanoseconds per bare backend launch of the probe plus an event record, into one
+    /// preallocated output on the thread's default stream.
+    pub fn raw_probe_launches(input: &Array, variant: i32, launches: i32) -> Result<f64, Error> {
+        let mut ns = 0.0;
+        // SAFETY: valid out pointer and live input.
+        check(unsafe {
+            ffi::jb_bench_raw_probe_launches(&mut ns, input.raw(), variant, launches)
+        })?;
+        Ok(ns)
+    }
+
+    /// Nanoseconds the backend's compiler alone takes for the kernel's source on `device`.
+    pub fn compile_only(kernel: &CustomKernel, device: Device) -> Result<f64, Error> {
+        let mut ns = 0.0;
+        // SAFETY: valid out pointer, live kernel, library device.
+        check(unsafe { ffi::jb_bench_compile_only(&mut ns, kernel.raw(), device.raw()) })?;
+        Ok(ns)
+    }
+}
+
 /// The locks a test-only build removed (bits: 1 jit cache, 2 event pool, 4 configure); 0 for
 /// every normal build.
 pub fn removed_locks() -> i32 {

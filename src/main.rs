@@ -1,5 +1,7 @@
 //! The `jitbridge` command: runs the race-probe scenario and reports, or prints what it sees.
 
+mod bench;
+
 use jitbridge::{Counters, Device, DeviceKind, race};
 use std::process::ExitCode;
 use std::time::Instant;
@@ -8,6 +10,10 @@ const USAGE: &str = "usage:
   jitbridge [run] [--threads N] [--rounds N] [--device cpu|gpu[:N]]
       first-launch a new probe kernel from N threads at once, once per round (8 x 16 by default),
       on the default device, and report builds, hits and whether every output was exact
+  jitbridge bench [--json] [--device cpu|gpu[:N]]
+      the launch path's costs against their baselines, in one run: hit lookups (lookaside vs
+      the plain locked protocol) at 1-16 threads, hit latency while other threads build, the
+      probe launch path vs a raw launch, a cold first launch vs the compiler alone
   jitbridge info
       the backend, the devices, the compiler and the counters";
 
@@ -54,6 +60,19 @@ fn parse_run(args: &[String]) -> Result<RunOptions, String> {
         return Err("--threads and --rounds must be at least 1".into());
     }
     Ok(options)
+}
+
+fn parse_bench(args: &[String]) -> Result<(Option<String>, bool), String> {
+    let (mut device, mut json) = (None, false);
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--json" => json = true,
+            "--device" => device = Some(it.next().cloned().ok_or("--device needs a value")?),
+            other => return Err(format!("unknown argument '{other}'")),
+        }
+    }
+    Ok((device, json))
 }
 
 fn run(options: RunOptions) -> Result<bool, String> {
@@ -184,6 +203,19 @@ fn main() -> ExitCode {
             println!("{USAGE}");
             Ok(true)
         }
+        Some("bench") => parse_bench(&args[1..]).map_err(usage_error).and_then(|(device, json)| {
+            let device = match device {
+                Some(spec) => parse_device(&spec)?,
+                None => Device::default_device().map_err(|e| e.to_string())?,
+            };
+            let rows = bench::run(device).map_err(|e| e.to_string())?;
+            if json {
+                bench::print_json(device, &rows);
+            } else {
+                bench::print_table(device, &rows);
+            }
+            Ok(true)
+        }),
         Some("run") => parse_run(&args[1..]).map_err(usage_error).and_then(run),
         _ => parse_run(&args).map_err(usage_error).and_then(run),
     };

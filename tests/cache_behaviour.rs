@@ -171,3 +171,28 @@ fn names_that_are_not_identifiers_are_refused() {
         assert_eq!(err.code(), ErrorCode::InvalidArgument, "{bad:?}: {err}");
     }
 }
+
+#[test]
+fn hits_of_exited_threads_still_count_with_and_without_the_lookaside() {
+    let _turn = common::serial();
+    let x = Array::arange(cpu(), 16, DType::F32).unwrap();
+    jit_race_probe_array(&x, 3_100_000).unwrap().eval().unwrap();
+    for lookaside in [true, false] {
+        jitbridge::set_lookaside_enabled(lookaside);
+        let before = Counters::read();
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    let x = Array::arange(cpu(), 16, DType::F32).unwrap();
+                    for _ in 0..10 {
+                        let y = jit_race_probe_array(&x, 3_100_000).unwrap();
+                        assert!(jitbridge::race::probe_output_exact(&y.to_vec::<f32>().unwrap()));
+                    }
+                });
+            }
+        });
+        let delta = Counters::read().since(&before);
+        assert_eq!((delta.hits, delta.misses, delta.builds), (40, 0, 0), "lookaside {lookaside}");
+    }
+    jitbridge::set_lookaside_enabled(true);
+}

@@ -208,6 +208,10 @@ JB_API const char *jb_custom_kernel_module_name(const jb_custom_kernel *kernel);
  * an unknown backend. */
 JB_API const char *jb_custom_kernel_source(const jb_custom_kernel *kernel, const char *backend);
 
+/* Builds (or finds) the kernel's module on `device` and runs its configure hook, without
+ * launching: a warm-up, so that the first real launch does not wait for the compiler. */
+JB_API jb_status jb_custom_kernel_prepare(jb_custom_kernel *kernel, jb_device *device);
+
 typedef struct jb_launch_shape {
     uint32_t grid[3];  /* blocks; all zero means: derive from total_threads */
     uint32_t block[3]; /* threads per block */
@@ -253,10 +257,31 @@ JB_API jb_status jb_counters_get(jb_counters *out);
 /* Sets every counter to zero; for tests. */
 JB_API void jb_counters_reset(void);
 
+/*
+ * The per-thread lookaside in front of the cache: once a thread has found a module, its later
+ * lookups take no lock. On by default; switching it off (for benchmarks of the plain protocol)
+ * affects lookups that start afterwards, in every thread.
+ */
+JB_API jb_status jb_set_lookaside_enabled(int enabled);
+JB_API int jb_lookaside_enabled(void);
+
 /* Which locks this build carries: 0 for a normal build. Test builds that remove a lock (to show
  * that the tests catch the race) return a bit per removed lock: 1 jit cache, 2 event pool,
  * 4 kernel configure. */
 JB_API int jb_removed_locks(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Benchmark support (jitbridge bench). Not for production paths.
+ */
+/* The probe's module is prepared, then `launches` bare backend launches of it, each followed by
+ * an event record, run on the thread's default stream into one preallocated output; writes the
+ * nanoseconds per launch, the stream drained. The baseline for the full probe launch path. */
+JB_API jb_status jb_bench_raw_probe_launches(double *out_ns_per_launch, jb_array *input,
+                                             int variant, int launches);
+/* Runs only the backend's compiler on the kernel's source for `device` (no cache, no load) and
+ * writes the nanoseconds it took. */
+JB_API jb_status jb_bench_compile_only(double *out_ns, jb_custom_kernel *kernel,
+                                       jb_device *device);
 
 #ifdef __cplusplus
 }

@@ -1,8 +1,8 @@
 /*
- * Arrays and the reference-counted device buffers under them. A launch holds a reference on each
- * buffer it uses until the stream has run it, so freeing an array early is safe. A GPU buffer's
- * last reference may drop inside a stream callback, where the driver may not be called; such
- * buffers wait on the device's deferred list until a later call frees them.
+ * Arrays and the reference-counted device buffers under them. A launch or a copy holds a
+ * reference on each buffer it uses until the stream has run it, so freeing an array early is
+ * safe. A buffer whose last reference drops goes idle in its device's cache, by size class, and
+ * is reused by a later allocation; memory in the cache is never handed back to the driver.
  */
 #include "internal.h"
 
@@ -35,54 +35,47 @@ size_t jb_dtype_size(int dtype)
     return jb_dtype_name(dtype) ? 4 : 0;
 }
 
-void jb__deferred_free_drain(jb_device *dev)
-{
-    jb_deferred_free *list = &dev->deferred;
-    pthread_mutex_lock(&list->mutex);
-    size_t count = list->count;
-    void **pointers = list->pointers;
-    list->pointers = NULL;
-    list->count = list->capacity = 0;
-    pthread_mutex_unlock(&list->mutex);
-    for (size_t i = 0; i < count; i++)
-        dev->backend->mem_free(dev, pointers[i]);
-    free(pointers);
-}
+#define SMALLEST_CLASS_BYTES 256
 
-static void deferred_free_push(jb_device *dev, void *ptr)
+/* The size class holding `bytes`, or -1 when it is too large to keep idle. */
+static int size_class(size_t bytes)
 {
-    jb_deferred_free *list = &dev->deferred;
-    pthread_mutex_lock(&list->mutex);
-    if (list->count == list->capacity) {
-        size_t capacity = list->capacity ? list->capacity * 2 : 64;
-        void **grown = realloc(list->pointers, capacity * sizeof *grown);
-        if (grown) {
-            list->pointers = grown;
-            list->capacity = capacity;
-        }
-    }
-    if (list->count < list->capacity)
-        list->pointers[list->count++] = ptr;
-    /* else: no memory to remember it; the device memory leaks rather than being freed from a
-     * callback, where the driver forbids it. */
-    pthread_mutex_unlock(&list->mutex);
+    int c = 0;
+    while (((size_t)SMALLEST_CLASS_BYTES << c) < bytes)
+        if (++c >= JB_BUFFER_CLASSES)
+            return -1;
+    return c;
 }
 
 int jb__buffer_new(jb_device *dev, size_t bytes, jb_buffer **out)
 {
-    jb__deferred_free_drain(dev);
-    jb_buffer *buf = calloc(1, sizeof *buf);
-    JB_RETURN_IF(!buf, JB_ERR_OUT_OF_MEMORY, "no memory for a buffer");
-    buf->device = dev;
-    buf->bytes = bytes;
-    atomic_init(&buf->refs, 1);
-    if (bytes > 0) {
-        int status = dev->backend->mem_alloc(dev, bytes, &buf->ptr);
-        if (status != JB_OK) {
-            free(buf);
-            return status;
+    int c = bytes ? size_class(bytes) : -1;
+    jb_buffer *buf = NULL;
+    if (c >= 0) {
+        jb_buffer_cache *cache = &dev->buffers;
+        pthread_mutex_lock(&cache->mutex);
+        buf = cache->idle[c];
+        if (buf)
+            cache->idle[c] = buf->next_idle;
+        pthread_mutex_unlock(&cache->mutex);
+    }
+    if (!buf) {
+        buf = calloc(1, sizeof *buf);
+        JB_RETURN_IF(!buf, JB_ERR_OUT_OF_MEMORY, "no memory for a buffer");
+        buf->device = dev;
+        buf->size_class = c;
+        if (bytes > 0) {
+            size_t capacity = c >= 0 ? (size_t)SMALLEST_CLASS_BYTES << c : bytes;
+            int status = dev->backend->mem_alloc(dev, capacity, &buf->ptr);
+            if (status != JB_OK) {
+                free(buf);
+                return status;
+            }
         }
     }
+    buf->bytes = bytes;
+    buf->next_idle = NULL;
+    atomic_init(&buf->refs, 1);
     *out = buf;
     return JB_OK;
 }
@@ -92,18 +85,66 @@ void jb__buffer_retain(jb_buffer *buf)
     atomic_fetch_add_explicit(&buf->refs, 1, memory_order_relaxed);
 }
 
-void jb__buffer_release(jb_buffer *buf, bool in_callback)
+void jb__buffer_release(jb_buffer *buf)
 {
     if (atomic_fetch_sub_explicit(&buf->refs, 1, memory_order_acq_rel) != 1)
         return;
     jb_device *dev = buf->device;
-    if (buf->ptr) {
-        if (in_callback && !dev->backend->frees_in_callbacks)
-            deferred_free_push(dev, buf->ptr);
-        else
-            dev->backend->mem_free(dev, buf->ptr);
+    if (buf->size_class >= 0) {
+        /* No work uses it any more (every launch held a reference): idle, ready for reuse. */
+        jb_buffer_cache *cache = &dev->buffers;
+        pthread_mutex_lock(&cache->mutex);
+        buf->next_idle = cache->idle[buf->size_class];
+        cache->idle[buf->size_class] = buf;
+        pthread_mutex_unlock(&cache->mutex);
+        return;
     }
+    /* Uncached sizes are never released from a callback: only holds run there, and the array
+     * that owns the buffer is freed on a user thread after its own reference. Zero-byte
+     * buffers own no device memory. */
+    if (buf->ptr)
+        dev->backend->mem_free(dev, buf->ptr);
     free(buf);
+}
+
+struct jb_hold {
+    size_t count;
+    jb_buffer *buffers[];
+};
+
+jb_hold *jb__hold_new(jb_buffer *const *buffers, size_t count)
+{
+    jb_hold *hold = malloc(sizeof *hold + count * sizeof(jb_buffer *));
+    if (!hold)
+        return NULL;
+    hold->count = count;
+    for (size_t i = 0; i < count; i++) {
+        hold->buffers[i] = buffers[i];
+        jb__buffer_retain(buffers[i]);
+    }
+    return hold;
+}
+
+void jb__hold_release(void *p)
+{
+    jb_hold *hold = p;
+    for (size_t i = 0; i < hold->count; i++)
+        jb__buffer_release(hold->buffers[i]);
+    free(hold);
+}
+
+int jb__hold_until_done(jb_stream *stream, jb_buffer *const *buffers, size_t count)
+{
+    jb_device *dev = stream->device;
+    jb_hold *hold = jb__hold_new(buffers, count);
+    if (!hold || dev->backend->stream_host_callback(dev, stream->native, jb__hold_release,
+                                                    hold) != JB_OK) {
+        /* Without a callback, wait here: then the buffers are free to go at once. */
+        dev->backend->stream_synchronize(dev, stream->native);
+        if (hold)
+            jb__hold_release(hold);
+    }
+    return JB_OK;
 }
 
 jb_buffer *jb__array_buffer(const jb_array *array)
@@ -127,7 +168,7 @@ int jb__array_wrap(jb_array **out, jb_buffer *buf, jb_dtype dtype, const int64_t
 {
     jb_array *array = calloc(1, sizeof *array);
     if (!array) {
-        jb__buffer_release(buf, false);
+        jb__buffer_release(buf);
         jb__event_release(ready);
         return jb__fail(JB_ERR_OUT_OF_MEMORY, "no memory for an array");
     }
@@ -184,12 +225,15 @@ jb_status jb_array_from_host(jb_array **out, jb_device *device, jb_dtype dtype,
     if (status == JB_OK)
         status = jb__event_acquire(device, &ready);
     if (status == JB_OK)
-        status = device->backend->event_record(device, ready->native, stream->native);
+        status = jb__event_record(ready, stream);
     if (status != JB_OK) {
         jb__event_release(ready);
-        jb__buffer_release(buf, false);
+        jb__buffer_release(buf);
         return status;
     }
+    /* The copy may still read into the buffer: it must not go idle before the copy is done. */
+    if (bytes > 0)
+        jb__hold_until_done(stream, &buf, 1);
     return jb__array_wrap(out, buf, dtype, shape, ndim, ready);
 }
 
@@ -218,7 +262,7 @@ void jb_array_free(jb_array *array)
     if (!array)
         return;
     jb__event_release(array->ready);
-    jb__buffer_release(array->buffer, false);
+    jb__buffer_release(array->buffer);
     free(array);
 }
 
@@ -228,7 +272,6 @@ jb_status jb_array_eval(jb_array *array)
     if (array->ready)
         JB_FORWARD_IF_ERROR(
             array->device->backend->event_synchronize(array->device, array->ready->native));
-    jb__deferred_free_drain(array->device);
     return JB_OK;
 }
 

@@ -17,7 +17,7 @@ static void device_common_init(jb_device *dev, int index)
 {
     dev->index = index;
     jb__event_pool_init(&dev->event_pool);
-    pthread_mutex_init(&dev->deferred.mutex, NULL);
+    pthread_mutex_init(&dev->buffers.mutex, NULL);
 }
 
 static void cpu_device_init(jb_device *dev)

@@ -76,8 +76,6 @@ typedef void (*jb_host_fn)(void *ctx);
 
 struct jb_backend {
     const char *name; /* "cpu", "cuda", "rocm" */
-    /* Final buffer frees may run inside a stream callback (else they are deferred). */
-    bool frees_in_callbacks;
     /* Compiles `source` for the device; on failure returns JB_ERR_COMPILE with the log. */
     int (*compile)(jb_device *dev, const char *module_name, const char *source, jb_blob *out);
     int (*module_load)(jb_device *dev, const jb_blob *code, void **out_module);
@@ -99,8 +97,10 @@ struct jb_backend {
     int (*memcpy_htod)(jb_device *dev, void *stream, void *dst, const void *src, size_t bytes);
     /* Returns once `dst` holds the data (after the stream's earlier work). */
     int (*memcpy_dtoh)(jb_device *dev, void *stream, void *dst, const void *src, size_t bytes);
+    /* Queues the kernel; then, once it has run, done(done_ctx) on the host (if done is set). */
     int (*launch)(jb_device *dev, void *stream, void *fn, const uint32_t grid[3],
-                  const uint32_t block[3], uint32_t shared_bytes, const jb_launch_args *args);
+                  const uint32_t block[3], uint32_t shared_bytes, const jb_launch_args *args,
+                  jb_host_fn done, void *done_ctx);
     /* Applies a kernel's configured dynamic shared memory limit (NULL where meaningless). */
     int (*kernel_set_shared_limit)(jb_device *dev, void *fn, uint32_t bytes);
 };
@@ -119,11 +119,14 @@ typedef struct jb_event_pool {
     size_t count, capacity;
 } jb_event_pool;
 
-typedef struct jb_deferred_free {
+/* Idle device buffers by size class, reused instead of going back to the driver: a launch
+ * allocates nothing from the driver once warm, and a release needs no driver call (so it may
+ * happen inside a stream callback). */
+#define JB_BUFFER_CLASSES 40
+typedef struct jb_buffer_cache {
     pthread_mutex_t mutex;
-    void **pointers;
-    size_t count, capacity;
-} jb_deferred_free;
+    struct jb_buffer *idle[JB_BUFFER_CLASSES];
+} jb_buffer_cache;
 
 struct jb_device {
     int index;   /* process-wide, the prefix of every cache key */
@@ -136,16 +139,18 @@ struct jb_device {
     void *native;        /* backend's handle: CUcontext / hipDevice_t */
     int native_ordinal;  /* the vendor's device number */
     jb_event_pool event_pool;
-    jb_deferred_free deferred;
+    jb_buffer_cache buffers;
 };
 
 /* ---- events (event_pool.c) ---- */
 struct jb_event {
     jb_device *device;
     void *native;
+    uint64_t stream_id; /* the stream of the last record: waits on that same stream are free */
     atomic_bool in_use; /* set while handed out: catches an event given to two owners */
 };
 int jb__event_acquire(jb_device *dev, jb_event **out);
+int jb__event_record(jb_event *event, jb_stream *stream);
 void jb__event_release(jb_event *event);
 void jb__event_pool_init(jb_event_pool *pool);
 
@@ -153,6 +158,7 @@ void jb__event_pool_init(jb_event_pool *pool);
 struct jb_stream {
     jb_device *device;
     void *native;
+    uint64_t id; /* unique for the process, never reused (unlike the address) */
 };
 /* The calling thread's default stream for `dev`, created on first use. */
 int jb__current_stream(jb_device *dev, jb_stream **out);
@@ -161,13 +167,21 @@ int jb__current_stream(jb_device *dev, jb_stream **out);
 typedef struct jb_buffer {
     jb_device *device;
     void *ptr;
-    size_t bytes;
+    size_t bytes;    /* asked for */
+    int size_class;  /* capacity 256 << size_class bytes, or -1: not cached */
     atomic_uint refs;
+    struct jb_buffer *next_idle;
 } jb_buffer;
 void jb__buffer_retain(jb_buffer *buf);
-/* Drops a reference; `in_callback` says the caller is a stream callback. */
-void jb__buffer_release(jb_buffer *buf, bool in_callback);
-void jb__deferred_free_drain(jb_device *dev);
+/* Drops a reference; the last one returns the buffer to its device's cache. May be called
+ * from a stream callback: it makes no driver call for cached sizes. */
+void jb__buffer_release(jb_buffer *buf);
+/* Keeps `count` buffers alive until `stream` has run everything queued so far. */
+int jb__hold_until_done(jb_stream *stream, jb_buffer *const *buffers, size_t count);
+/* For a launch: the callback and its context that release a hold (see jb__hold_new). */
+typedef struct jb_hold jb_hold;
+jb_hold *jb__hold_new(jb_buffer *const *buffers, size_t count);
+void jb__hold_release(void *hold);
 jb_buffer *jb__array_buffer(const jb_array *array);
 jb_event *jb__array_ready_event(const jb_array *array);
 /* Wraps a fresh buffer as an array whose contents are ready once `ready` fires (may be NULL);
@@ -185,8 +199,10 @@ typedef struct jb_kernel_entry jb_kernel_entry;
  * cache's write lock. Returns a status and sets the thread's error on failure. */
 typedef int (*jb_module_builder)(void *ctx, jb_device *dev, const char *name, jb_module **out);
 
-int jb__get_jit_module(jb_device *dev, const char *name, jb_module_builder builder, void *ctx,
-                       jb_module **out);
+/* `name_hash` is jb__fnv1a64(name, strlen(name), JB_FNV_SEED), computed once by the caller so
+ * that a warm lookup hashes nothing. */
+int jb__get_jit_module(jb_device *dev, const char *name, uint64_t name_hash,
+                       jb_module_builder builder, void *ctx, jb_module **out);
 void jb__counters_add_configure(void);
 
 /* Loads `code` and fills the kernel table with `kernel_names`; the table never changes after. */

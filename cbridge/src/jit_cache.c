@@ -8,6 +8,11 @@
  * Miss: write lock, a second lookup, and a build + insert only if the key is still missing, so
  *       threads that miss one key together get one build and the same module. A failed build
  *       inserts nothing and the next caller tries again.
+ *
+ * In front of that protocol sits a per-thread lookaside: once a thread has found a module, its
+ * later lookups of that key take no lock, build no string, allocate nothing and write no shared
+ * cache line. That is sound because modules are never freed. It can be switched off at run time
+ * (jb_set_lookaside_enabled) to measure the plain protocol.
  */
 #include "internal.h"
 
@@ -31,9 +36,8 @@ typedef struct module_cache {
 static module_cache *the_cache;
 static pthread_once_t the_cache_once = PTHREAD_ONCE_INIT;
 
-/* Per-process counters; atomics so that hits under the shared lock can count. */
-static atomic_uint_fast64_t counter_builds, counter_build_failures, counter_hits, counter_misses,
-    counter_build_ns, counter_configures, builds_in_flight, counter_peak_concurrent_builds;
+/* Per-process counters of the slow path. Hits and misses are counted per thread (below). */
+static atomic_uint_fast64_t counter_builds, counter_build_failures, counter_build_ns, counter_configures, builds_in_flight, counter_peak_concurrent_builds;
 
 /* Builds run one at a time under the write lock; the peak shows it (and shows it broken). */
 static void build_started(void)
@@ -42,6 +46,145 @@ static void build_started(void)
     uint_fast64_t peak = atomic_load(&counter_peak_concurrent_builds);
     while (now > peak && !atomic_compare_exchange_weak(&counter_peak_concurrent_builds, &peak, now))
         ;
+}
+
+/* ---- per-thread state: the lookaside and the hit/miss counters ---- */
+
+typedef struct lookaside_entry {
+    char *name; /* NULL: empty */
+    uint64_t hash;
+    int device;
+    jb_module *module;
+} lookaside_entry;
+
+typedef struct thread_state {
+    lookaside_entry *entries;
+    size_t capacity, count;
+    /* Written by the owning thread only (load + store, no locked instruction); read by
+     * jb_counters_get from any thread. */
+    atomic_uint_fast64_t hits, misses;
+    struct thread_state *prev, *next;
+} thread_state;
+
+static _Thread_local thread_state *tls_state;
+static pthread_mutex_t registry_mutex = PTHREAD_MUTEX_INITIALIZER;
+static thread_state *registry;
+static uint64_t retired_hits, retired_misses;   /* of threads that exited; under the mutex */
+static uint64_t baseline_hits, baseline_misses; /* subtracted by reads since the last reset */
+static pthread_key_t state_key;
+static pthread_once_t state_key_once = PTHREAD_ONCE_INIT;
+static atomic_bool lookaside_enabled = true;
+
+static void thread_state_destroy(void *p)
+{
+    thread_state *ts = p;
+    tls_state = NULL; /* runs on the exiting thread itself */
+    pthread_mutex_lock(&registry_mutex);
+    retired_hits += atomic_load(&ts->hits);
+    retired_misses += atomic_load(&ts->misses);
+    if (ts->prev)
+        ts->prev->next = ts->next;
+    else
+        registry = ts->next;
+    if (ts->next)
+        ts->next->prev = ts->prev;
+    pthread_mutex_unlock(&registry_mutex);
+    for (size_t i = 0; i < ts->capacity; i++)
+        free(ts->entries[i].name);
+    free(ts->entries);
+    free(ts);
+}
+
+static void state_key_create(void)
+{
+    pthread_key_create(&state_key, thread_state_destroy);
+}
+
+static thread_state *this_thread_state(void)
+{
+    if (tls_state)
+        return tls_state;
+    pthread_once(&state_key_once, state_key_create);
+    thread_state *ts = calloc(1, sizeof *ts);
+    if (!ts)
+        return NULL;
+    pthread_mutex_lock(&registry_mutex);
+    ts->next = registry;
+    if (registry)
+        registry->prev = ts;
+    registry = ts;
+    pthread_mutex_unlock(&registry_mutex);
+    pthread_setspecific(state_key, ts);
+    tls_state = ts;
+    return ts;
+}
+
+static inline void count(atomic_uint_fast64_t *counter)
+{
+    atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+}
+
+static inline uint64_t lookaside_hash(int device, uint64_t name_hash)
+{
+    return name_hash ^ ((uint64_t)(unsigned)device * 0x9e3779b97f4a7c15ULL);
+}
+
+static jb_module *lookaside_find(const thread_state *ts, int device, const char *name,
+                                 uint64_t hash)
+{
+    if (!ts->capacity)
+        return NULL;
+    size_t mask = ts->capacity - 1;
+    for (size_t i = hash & mask;; i = (i + 1) & mask) {
+        const lookaside_entry *e = &ts->entries[i];
+        if (!e->name)
+            return NULL;
+        if (e->hash == hash && e->device == device && strcmp(e->name, name) == 0)
+            return e->module;
+    }
+}
+
+/* Remembers a found module for this thread; on no memory it simply is not remembered. */
+static void lookaside_remember(thread_state *ts, int device, const char *name, uint64_t hash,
+                               jb_module *module)
+{
+    if ((ts->count + 1) * 2 > ts->capacity) {
+        size_t capacity = ts->capacity ? ts->capacity * 2 : 64;
+        lookaside_entry *entries = calloc(capacity, sizeof *entries);
+        if (!entries)
+            return;
+        for (size_t i = 0; i < ts->capacity; i++) {
+            if (!ts->entries[i].name)
+                continue;
+            size_t j = ts->entries[i].hash & (capacity - 1);
+            while (entries[j].name)
+                j = (j + 1) & (capacity - 1);
+            entries[j] = ts->entries[i];
+        }
+        free(ts->entries);
+        ts->entries = entries;
+        ts->capacity = capacity;
+    }
+    char *copy = jb__strdup(name);
+    if (!copy)
+        return;
+    size_t mask = ts->capacity - 1, i = hash & mask;
+    while (ts->entries[i].name)
+        i = (i + 1) & mask;
+    ts->entries[i] = (lookaside_entry){copy, hash, device, module};
+    ts->count++;
+}
+
+jb_status jb_set_lookaside_enabled(int enabled)
+{
+    atomic_store(&lookaside_enabled, enabled != 0);
+    return JB_OK;
+}
+
+int jb_lookaside_enabled(void)
+{
+    return atomic_load(&lookaside_enabled);
 }
 
 #define CACHE_INITIAL_CAPACITY 16
@@ -124,8 +267,9 @@ static int cache_insert(module_cache *cache, const char *key, uint64_t hash, jb_
 #define CACHE_UNLOCK(c) pthread_rwlock_unlock(&(c)->lock)
 #endif
 
-int jb__get_jit_module(jb_device *dev, const char *name, jb_module_builder builder, void *ctx,
-                       jb_module **out)
+/* The locked protocol: read lock and lookup; on a miss, write lock, lookup again, build. */
+static int cache_lookup_or_build(thread_state *ts, jb_device *dev, const char *name,
+                                 jb_module_builder builder, void *ctx, jb_module **out)
 {
     pthread_once(&the_cache_once, cache_create);
     module_cache *cache = the_cache;
@@ -142,13 +286,13 @@ int jb__get_jit_module(jb_device *dev, const char *name, jb_module_builder build
     jb_module *module = cache_find(cache, key, hash);
     CACHE_UNLOCK(cache);
     if (module) {
-        atomic_fetch_add_explicit(&counter_hits, 1, memory_order_relaxed);
+        count(&ts->hits);
         *out = module;
         if (key != stack_key)
             free(key);
         return JB_OK;
     }
-    atomic_fetch_add_explicit(&counter_misses, 1, memory_order_relaxed);
+    count(&ts->misses);
 
     int status = JB_OK;
     CACHE_WRITE_LOCK(cache);
@@ -176,9 +320,43 @@ int jb__get_jit_module(jb_device *dev, const char *name, jb_module_builder build
     return status;
 }
 
+int jb__get_jit_module(jb_device *dev, const char *name, uint64_t name_hash,
+                       jb_module_builder builder, void *ctx, jb_module **out)
+{
+    thread_state *ts = this_thread_state();
+    JB_RETURN_IF(!ts, JB_ERR_OUT_OF_MEMORY, "no memory for the thread's cache state");
+    bool use_lookaside = atomic_load_explicit(&lookaside_enabled, memory_order_relaxed);
+    uint64_t hash = 0;
+    if (use_lookaside) {
+        hash = lookaside_hash(dev->index, name_hash);
+        jb_module *module = lookaside_find(ts, dev->index, name, hash);
+        if (module) {
+            count(&ts->hits);
+            *out = module;
+            return JB_OK;
+        }
+    }
+    JB_FORWARD_IF_ERROR(cache_lookup_or_build(ts, dev, name, builder, ctx, out));
+    if (use_lookaside)
+        lookaside_remember(ts, dev->index, name, hash, *out);
+    return JB_OK;
+}
+
 void jb__counters_add_configure(void)
 {
     atomic_fetch_add_explicit(&counter_configures, 1, memory_order_relaxed);
+}
+
+/* Every live thread's hits and misses plus those of exited threads; under registry_mutex. */
+static void raw_thread_counters(uint64_t *hits, uint64_t *misses)
+{
+    uint64_t h = retired_hits, m = retired_misses;
+    for (thread_state *ts = registry; ts; ts = ts->next) {
+        h += atomic_load_explicit(&ts->hits, memory_order_relaxed);
+        m += atomic_load_explicit(&ts->misses, memory_order_relaxed);
+    }
+    *hits = h;
+    *misses = m;
 }
 
 jb_status jb_counters_get(jb_counters *out)
@@ -186,8 +364,12 @@ jb_status jb_counters_get(jb_counters *out)
     JB_RETURN_IF(!out, JB_ERR_INVALID_ARGUMENT, "jb_counters_get: out is NULL");
     out->builds = atomic_load(&counter_builds);
     out->build_failures = atomic_load(&counter_build_failures);
-    out->hits = atomic_load(&counter_hits);
-    out->misses = atomic_load(&counter_misses);
+    uint64_t hits, misses;
+    pthread_mutex_lock(&registry_mutex);
+    raw_thread_counters(&hits, &misses);
+    out->hits = hits - baseline_hits;
+    out->misses = misses - baseline_misses;
+    pthread_mutex_unlock(&registry_mutex);
     out->build_ns = atomic_load(&counter_build_ns);
     out->configures = atomic_load(&counter_configures);
     out->peak_concurrent_builds = atomic_load(&counter_peak_concurrent_builds);
@@ -198,8 +380,11 @@ void jb_counters_reset(void)
 {
     atomic_store(&counter_builds, 0);
     atomic_store(&counter_build_failures, 0);
-    atomic_store(&counter_hits, 0);
-    atomic_store(&counter_misses, 0);
+    /* Threads count without locked instructions, so other threads' counters are never
+     * written here: the reset moves a baseline instead. */
+    pthread_mutex_lock(&registry_mutex);
+    raw_thread_counters(&baseline_hits, &baseline_misses);
+    pthread_mutex_unlock(&registry_mutex);
     atomic_store(&counter_build_ns, 0);
     atomic_store(&counter_configures, 0);
     atomic_store(&counter_peak_concurrent_builds, 0);

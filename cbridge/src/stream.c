@@ -48,7 +48,9 @@ jb_status jb_stream_new(jb_stream **out, jb_device *device)
     JB_RETURN_IF(!device, JB_ERR_INVALID_ARGUMENT, "jb_stream_new: device is NULL");
     jb_stream *stream = calloc(1, sizeof *stream);
     JB_RETURN_IF(!stream, JB_ERR_OUT_OF_MEMORY, "no memory for a stream");
+    static atomic_uint_fast64_t next_id = 1;
     stream->device = device;
+    stream->id = atomic_fetch_add(&next_id, 1);
     int status = device->backend->stream_create(device, &stream->native);
     if (status != JB_OK) {
         free(stream);
@@ -76,9 +78,7 @@ void jb_stream_free(jb_stream *stream)
 jb_status jb_stream_synchronize(jb_stream *stream)
 {
     JB_RETURN_IF(!stream, JB_ERR_INVALID_ARGUMENT, "jb_stream_synchronize: stream is NULL");
-    JB_FORWARD_IF_ERROR(stream->device->backend->stream_synchronize(stream->device, stream->native));
-    jb__deferred_free_drain(stream->device);
-    return JB_OK;
+    return stream->device->backend->stream_synchronize(stream->device, stream->native);
 }
 
 jb_device *jb_stream_device(const jb_stream *stream)

@@ -287,6 +287,8 @@ typedef struct cpu_task {
             cpu_kernel_fn fn;
             uint64_t threads;
             size_t count;
+            jb_host_fn done;
+            void *done_ctx;
         } launch;
         struct {
             jb_host_fn fn;
@@ -317,6 +319,8 @@ static void run_task(cpu_task *task)
     case TASK_LAUNCH:
         task->u.launch.fn(task->pointers, (const uint64_t *)&task->pointers[task->u.launch.count],
                           task->u.launch.threads);
+        if (task->u.launch.done)
+            task->u.launch.done(task->u.launch.done_ctx);
         break;
     case TASK_CALLBACK:
         task->u.callback.fn(task->u.callback.ctx);
@@ -476,7 +480,8 @@ static int cpu_stream_host_callback(jb_device *dev, void *stream, jb_host_fn fn,
 }
 
 static int cpu_launch(jb_device *dev, void *stream, void *fn, const uint32_t grid[3],
-                      const uint32_t block[3], uint32_t shared_bytes, const jb_launch_args *args)
+                      const uint32_t block[3], uint32_t shared_bytes, const jb_launch_args *args,
+                      jb_host_fn done, void *done_ctx)
 {
     (void)dev, (void)grid, (void)block, (void)shared_bytes;
     size_t count = args->count;
@@ -485,6 +490,8 @@ static int cpu_launch(jb_device *dev, void *stream, void *fn, const uint32_t gri
     memcpy(&task->u.launch.fn, &fn, sizeof fn); /* dlsym gave an object pointer (POSIX) */
     task->u.launch.threads = args->total_threads;
     task->u.launch.count = count;
+    task->u.launch.done = done;
+    task->u.launch.done_ctx = done_ctx;
     memcpy(task->pointers, args->pointers, count * sizeof(void *));
     memcpy(&task->pointers[count], args->sizes, count * sizeof(uint64_t));
     enqueue(stream, task);
@@ -525,7 +532,6 @@ static int cpu_memcpy_dtoh(jb_device *dev, void *stream, void *dst, const void *
 
 const jb_backend jb__cpu_backend = {
     .name = "cpu",
-    .frees_in_callbacks = true,
     .compile = cpu_compile,
     .module_load = cpu_module_load,
     .module_function = cpu_module_function,

@@ -236,7 +236,8 @@ static int gpu_memcpy_dtoh(jb_device *dev, void *stream, void *dst, const void *
 }
 
 static int gpu_launch(jb_device *dev, void *stream, void *fn, const uint32_t grid[3],
-                      const uint32_t block[3], uint32_t shared_bytes, const jb_launch_args *args)
+                      const uint32_t block[3], uint32_t shared_bytes, const jb_launch_args *args,
+                      jb_host_fn done, void *done_ctx)
 {
     JB_FORWARD_IF_ERROR(make_current(dev));
     /* The generated kernel takes (pointer, element count) per array, then the thread count. */
@@ -252,6 +253,11 @@ static int gpu_launch(jb_device *dev, void *stream, void *fn, const uint32_t gri
                                 block[2], shared_bytes, (CUstream)stream, params, NULL);
     JB_RETURN_IF(r != CUDA_SUCCESS, JB_ERR_LAUNCH, "launching on %s: %s (%s)", dev->name,
                  jb_gpu_error_name(r), jb_gpu_error_text(r));
+    if (done && jb_gpu_host_callback((CUstream)stream, done, done_ctx) != CUDA_SUCCESS) {
+        /* The kernel is queued either way: wait for it, then run `done` here. */
+        cuStreamSynchronize((CUstream)stream);
+        done(done_ctx);
+    }
     return JB_OK;
 }
 
@@ -265,7 +271,6 @@ static int gpu_kernel_set_shared_limit(jb_device *dev, void *fn, uint32_t bytes)
 
 const jb_backend jb__gpu_backend = {
     .name = JB_GPU_BACKEND_NAME,
-    .frees_in_callbacks = false, /* the driver may not be called from a host callback */
     .compile = gpu_compile,
     .module_load = gpu_module_load,
     .module_function = gpu_module_function,

@@ -1,0 +1,368 @@
+//! `jitbridge bench`: the launch path's costs, each against its baseline, measured in one run.
+
+use jitbridge::{
+    Array, CustomKernel, DType, Device, KernelSpec, bench_support, jit_race_probe_array, race,
+    set_lookaside_enabled,
+};
+use std::sync::Barrier;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::time::{Duration, Instant};
+
+/// Keys the lookup benchmark cycles through.
+const WARM_KEYS: usize = 16;
+const LOOKUPS_PER_THREAD: usize = 200_000;
+const PROBE_LAUNCHES: i32 = 5_000;
+const COLD_SAMPLES: usize = 5;
+/// Probe variants the bench builds come from here up, clear of the run scenario's.
+static NEXT_VARIANT: AtomicI32 = AtomicI32::new(900_000_000);
+
+pub struct Row {
+    section: &'static str,
+    name: String,
+    value: f64,
+    unit: &'static str,
+    baseline: Option<f64>,
+    target: &'static str,
+}
+
+fn fresh_variant() -> i32 {
+    NEXT_VARIANT.fetch_add(1, Ordering::Relaxed)
+}
+
+fn warm_kernels(device: Device, salt: &str) -> Result<Vec<CustomKernel>, jitbridge::Error> {
+    (0..WARM_KEYS)
+        .map(|k| {
+            let body = format!("out[thread_index()] = inp[thread_index()] + {k}.0f; /* {salt} */");
+            let kernel = CustomKernel::new(&KernelSpec {
+                name: "bench_lookup",
+                inputs: &[("inp", DType::F32)],
+                outputs: &[("out", DType::F32)],
+                body: &body,
+                header: None,
+                configure: None,
+            })?;
+            kernel.prepare(device)?;
+            Ok(kernel)
+        })
+        .collect()
+}
+
+/// Nanoseconds per hit lookup, seen by each of `threads` threads hitting at once.
+fn lookup_ns(device: Device, kernels: &[CustomKernel], threads: usize) -> f64 {
+    let barrier = Barrier::new(threads);
+    let per_thread: Vec<Duration> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    for k in kernels {
+                        k.prepare(device).unwrap(); // this thread's first lookups
+                    }
+                    barrier.wait();
+                    let start = Instant::now();
+                    for i in 0..LOOKUPS_PER_THREAD {
+                        kernels[i % kernels.len()].prepare(device).unwrap();
+                    }
+                    start.elapsed()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mean = per_thread.iter().map(Duration::as_secs_f64).sum::<f64>() / threads as f64;
+    mean * 1e9 / LOOKUPS_PER_THREAD as f64
+}
+
+/// Latencies in nanoseconds: exact below 4096 ns, then 16 buckets per power of two.
+struct Histogram {
+    counts: Vec<u64>,
+    max: u64,
+}
+
+impl Histogram {
+    fn new() -> Self {
+        Histogram { counts: vec![0; 4096 + 64 * 16], max: 0 }
+    }
+    fn bucket(ns: u64) -> usize {
+        if ns < 4096 {
+            return ns as usize;
+        }
+        let power = 63 - ns.leading_zeros() as usize; // >= 12
+        let sub = ((ns >> (power - 4)) & 15) as usize;
+        (4096 + (power - 12) * 16 + sub).min(4096 + 64 * 16 - 1)
+    }
+    fn lower_bound(bucket: usize) -> u64 {
+        if bucket < 4096 {
+            return bucket as u64;
+        }
+        let power = (bucket - 4096) / 16 + 12;
+        let sub = ((bucket - 4096) % 16) as u64;
+        (1u64 << power) + (sub << (power - 4))
+    }
+    fn record(&mut self, ns: u64) {
+        self.counts[Self::bucket(ns)] += 1;
+        self.max = self.max.max(ns);
+    }
+    fn merge(&mut self, other: &Histogram) {
+        for (a, b) in self.counts.iter_mut().zip(&other.counts) {
+            *a += b;
+        }
+        self.max = self.max.max(other.max);
+    }
+    fn quantile(&self, q: f64) -> u64 {
+        let total: u64 = self.counts.iter().sum();
+        let wanted = (total as f64 * q).ceil() as u64;
+        let mut seen = 0;
+        for (bucket, &count) in self.counts.iter().enumerate() {
+            seen += count;
+            if seen >= wanted && count > 0 {
+                return Self::lower_bound(bucket);
+            }
+        }
+        self.max
+    }
+}
+
+/// Max and p99 latency (ns) of warm hits from `hitters` threads while `builders` threads
+/// build `builds_each` new probe variants each.
+fn hit_latency_under_builds(
+    device: Device,
+    kernels: &[CustomKernel],
+    hitters: usize,
+    builders: usize,
+    builds_each: usize,
+) -> (u64, u64, u64) {
+    let building = AtomicBool::new(true);
+    let barrier = Barrier::new(hitters + builders);
+    let merged = std::thread::scope(|s| {
+        let hitter_handles: Vec<_> = (0..hitters)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut histogram = Histogram::new();
+                    for k in kernels {
+                        k.prepare(device).unwrap();
+                    }
+                    barrier.wait();
+                    let mut i = 0;
+                    while building.load(Ordering::Acquire) {
+                        let start = Instant::now();
+                        kernels[i % kernels.len()].prepare(device).unwrap();
+                        histogram.record(start.elapsed().as_nanos() as u64);
+                        i += 1;
+                    }
+                    histogram
+                })
+            })
+            .collect();
+        let builder_handles: Vec<_> = (0..builders)
+            .map(|_| {
+                s.spawn(|| {
+                    let input = Array::arange(device, race::PROBE_ELEMENTS, DType::F32).unwrap();
+                    barrier.wait();
+                    for _ in 0..builds_each {
+                        jit_race_probe_array(&input, fresh_variant()).unwrap().eval().unwrap();
+                    }
+                })
+            })
+            .collect();
+        for b in builder_handles {
+            b.join().unwrap();
+        }
+        building.store(false, Ordering::Release);
+        let mut merged = Histogram::new();
+        for h in hitter_handles {
+            merged.merge(&h.join().unwrap());
+        }
+        merged
+    });
+    (merged.max, merged.quantile(0.99), merged.counts.iter().sum())
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+pub fn run(device: Device) -> Result<Vec<Row>, jitbridge::Error> {
+    let mut rows = Vec::new();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut thread_counts = vec![1, 2, 4, 8, 16];
+    if !thread_counts.contains(&cores) {
+        thread_counts.push(cores);
+        thread_counts.sort_unstable();
+    }
+
+    // 1. Hit lookups: lookaside against the plain read-lock protocol.
+    eprintln!("bench: hit lookups");
+    let kernels = warm_kernels(device, "lookup")?;
+    for &threads in &thread_counts {
+        set_lookaside_enabled(false);
+        let plain = lookup_ns(device, &kernels, threads);
+        set_lookaside_enabled(true);
+        let lookaside = lookup_ns(device, &kernels, threads);
+        rows.push(Row {
+            section: "1 hit lookup",
+            name: format!("{threads} threads"),
+            value: lookaside,
+            unit: "ns",
+            baseline: Some(plain),
+            target: if threads == 16 { "<= 30 ns, >= 20x faster" } else { "" },
+        });
+    }
+
+    // 2. Warm hits while other threads build new keys.
+    eprintln!("bench: hit latency during builds");
+    for enabled in [false, true] {
+        set_lookaside_enabled(enabled);
+        let (max, p99, samples) = hit_latency_under_builds(device, &kernels, 2, 2, 4);
+        let mode = if enabled { "lookaside" } else { "plain protocol" };
+        rows.push(Row {
+            section: "2 hit during builds",
+            name: format!("max, {mode} ({samples} hits)"),
+            value: max as f64,
+            unit: "ns",
+            baseline: None,
+            target: if enabled { "max <= 50 us" } else { "" },
+        });
+        rows.push(Row {
+            section: "2 hit during builds",
+            name: format!("p99, {mode}"),
+            value: p99 as f64,
+            unit: "ns",
+            baseline: None,
+            target: "",
+        });
+    }
+    set_lookaside_enabled(true);
+
+    // 3. The probe launch path against a bare backend launch plus event record.
+    eprintln!("bench: probe launch path");
+    let input = Array::arange(device, race::PROBE_ELEMENTS, DType::F32)?;
+    let variant = fresh_variant();
+    let raw_ns = bench_support::raw_probe_launches(&input, variant, PROBE_LAUNCHES)?;
+    let start = Instant::now();
+    let mut last = None;
+    for _ in 0..PROBE_LAUNCHES {
+        last = Some(jit_race_probe_array(&input, variant)?);
+    }
+    if let Some(last) = last {
+        last.eval()?;
+    }
+    let full_ns = start.elapsed().as_nanos() as f64 / f64::from(PROBE_LAUNCHES);
+    rows.push(Row {
+        section: "3 probe launch",
+        name: "per call, full path vs raw launch + event".into(),
+        value: full_ns,
+        unit: "ns",
+        baseline: Some(raw_ns),
+        target: "<= 1.1x raw",
+    });
+
+    // 4. Cold first launch against the bare compiler on the same source.
+    eprintln!("bench: cold first launch");
+    let mut first = Vec::new();
+    let mut compile = Vec::new();
+    for _ in 0..COLD_SAMPLES {
+        let variant = fresh_variant();
+        let start = Instant::now();
+        jit_race_probe_array(&input, variant)?.eval()?;
+        first.push(start.elapsed().as_nanos() as f64);
+        let body = "out[thread_index()] = inp[thread_index()] * 2.0f + 1.0f;";
+        let name = format!("mlxcel_jit_race_probe_v{variant}");
+        let same_source = CustomKernel::new(&KernelSpec {
+            name: &name,
+            inputs: &[("inp", DType::F32)],
+            outputs: &[("out", DType::F32)],
+            body,
+            header: None,
+            configure: None,
+        })?;
+        compile.push(bench_support::compile_only(&same_source, device)?);
+    }
+    rows.push(Row {
+        section: "4 cold first launch",
+        name: format!("median of {COLD_SAMPLES}, first launch vs compiler alone"),
+        value: median(first),
+        unit: "ns",
+        baseline: Some(median(compile)),
+        target: "<= 1.05x",
+    });
+    Ok(rows)
+}
+
+fn pretty(ns: f64) -> String {
+    if ns >= 1e6 {
+        format!("{:.2} ms", ns / 1e6)
+    } else if ns >= 1e3 {
+        format!("{:.2} us", ns / 1e3)
+    } else {
+        format!("{ns:.1} ns")
+    }
+}
+
+pub fn print_table(device: Device, rows: &[Row]) {
+    println!(
+        "jitbridge bench: {} {} ({}), {} cores",
+        device.backend(),
+        device.name(),
+        device.arch(),
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    );
+    println!(
+        "{:<20} {:<48} {:>11} {:>11} {:>9}  target",
+        "section", "measure", "value", "baseline", "ratio"
+    );
+    for row in rows {
+        let (baseline, ratio) = match row.baseline {
+            Some(b) => (pretty(b), format!("{:.2}x", row.value / b)),
+            None => (String::new(), String::new()),
+        };
+        println!(
+            "{:<20} {:<48} {:>11} {:>11} {:>9}  {}",
+            row.section,
+            row.name,
+            pretty(row.value),
+            baseline,
+            ratio,
+            row.target
+        );
+    }
+    println!("ratio = value / baseline; for lookups the baseline is the plain read-lock protocol");
+}
+
+fn json_string(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+pub fn print_json(device: Device, rows: &[Row]) {
+    let items: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            format!(
+                "{{\"section\":{},\"measure\":{},\"value\":{:.1},\"unit\":{},\"baseline\":{},\"target\":{}}}",
+                json_string(r.section),
+                json_string(&r.name),
+                r.value,
+                json_string(r.unit),
+                r.baseline.map_or("null".to_string(), |b| format!("{b:.1}")),
+                json_string(r.target)
+            )
+        })
+        .collect();
+    println!(
+        "{{\"backend\":{},\"device\":{},\"arch\":{},\"rows\":[{}]}}",
+        json_string(&device.backend()),
+        json_string(&device.name()),
+        json_string(&device.arch()),
+        items.join(",")
+    );
+}
