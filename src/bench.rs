@@ -286,7 +286,58 @@ pub fn run(device: Device) -> Result<Vec<Row>, jitbridge::Error> {
         baseline: Some(median(compile)),
         target: "<= 1.05x",
     });
+
+    // 5. First launch in a new process: compiled (empty disk cache) against loaded from disk.
+    eprintln!("bench: first launch in a new process");
+    let (cold, warm) = first_launch_in_new_processes(device)?;
+    rows.push(Row {
+        section: "5 new process",
+        name: "first launch, entry on disk vs no entry".into(),
+        value: warm,
+        unit: "ns",
+        baseline: Some(cold),
+        target: "warm <= 0.3 ms (cuda)",
+    });
     Ok(rows)
+}
+
+/// Runs `jitbridge __first-launch` twice on one fresh cache folder: the first compiles and
+/// stores, the second loads. Returns (cold, warm) nanoseconds, each the median of three.
+fn first_launch_in_new_processes(device: Device) -> Result<(f64, f64), jitbridge::Error> {
+    let failed = |what: String| jitbridge::Error::new_other(what);
+    let exe = std::env::current_exe().map_err(|e| failed(e.to_string()))?;
+    let device_arg = if device.kind() == jitbridge::DeviceKind::Cpu { "cpu" } else { "gpu" };
+    let once = |dir: &std::path::Path| -> Result<(f64, u64), jitbridge::Error> {
+        let out = std::process::Command::new(&exe)
+            .args(["__first-launch", device_arg])
+            .env("JITBRIDGE_CACHE_DIR", dir)
+            .env_remove("JITBRIDGE_DISK_CACHE")
+            .output()
+            .map_err(|e| failed(e.to_string()))?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let field = |name: &str| {
+            text.split_whitespace().find_map(|kv| kv.strip_prefix(name)?.parse::<f64>().ok())
+        };
+        match (out.status.success(), field("first_launch_ns="), field("disk_hits=")) {
+            (true, Some(ns), Some(hits)) => Ok((ns, hits as u64)),
+            _ => Err(failed(format!("first-launch child failed: {text}"))),
+        }
+    };
+    let (mut cold, mut warm) = (Vec::new(), Vec::new());
+    for round in 0..3 {
+        let dir = std::env::temp_dir().join(format!("jb-bench-{}-{round}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (ns, hits) = once(&dir)?;
+        assert_eq!(hits, 0, "a fresh folder held an entry");
+        cold.push(ns);
+        let (ns, hits) = once(&dir)?;
+        if hits != 1 {
+            return Err(failed("the second process did not load from disk".into()));
+        }
+        warm.push(ns);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    Ok((median(cold), median(warm)))
 }
 
 fn pretty(ns: f64) -> String {

@@ -76,6 +76,11 @@ impl Error {
         &self.message
     }
 
+    /// An error raised by a caller of this crate (a tool or a harness), not by the library.
+    pub fn new_other(message: impl Into<String>) -> Self {
+        Error::new(ErrorCode::Other(-1), message)
+    }
+
     pub(crate) fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         let status = match code {
             ErrorCode::InvalidArgument => 1,

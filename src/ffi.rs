@@ -37,6 +37,9 @@ pub struct jb_counters {
     pub build_ns: u64,
     pub configures: u64,
     pub peak_concurrent_builds: u64,
+    pub disk_hits: u64,
+    pub disk_misses: u64,
+    pub disk_rejected: u64,
 }
 
 #[repr(C)]
@@ -185,7 +188,13 @@ unsafe extern "C" {
         device: *mut jb_device,
     ) -> c_int;
 
-    pub fn jb_counters_get(out: *mut jb_counters) -> c_int;
+    pub fn jb_disk_cache_dir(out: *mut *const c_char) -> c_int;
+    pub fn jb_disk_cache_state() -> *const c_char;
+    pub fn jb_disk_cache_stats(entries: *mut u64, bytes: *mut u64) -> c_int;
+    pub fn jb_disk_cache_prune(max_bytes: u64, removed: *mut u64) -> c_int;
+    pub fn jb_disk_cache_verify(valid: *mut u64, invalid: *mut u64) -> c_int;
+
+    pub fn jb_counters_get(out: *mut jb_counters, out_size: usize) -> c_int;
     pub fn jb_counters_reset();
     pub fn jb_removed_locks() -> c_int;
 }

@@ -49,7 +49,7 @@ pub fn jit_race_probe_array(input: &Array, variant: i32) -> Result<Array, Error>
 /// Per-process counters of the module cache.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Counters {
-    /// Modules compiled and loaded.
+    /// Modules compiled and loaded (disk cache hits are counted apart).
     pub builds: u64,
     /// Builds that failed; nothing was inserted for them.
     pub build_failures: u64,
@@ -64,14 +64,21 @@ pub struct Counters {
     /// The most builds ever in progress at once since the last reset: 1 while the cache's
     /// exclusive lock serialises them, as it must.
     pub peak_concurrent_builds: u64,
+    /// Builds served from the disk cache: the compiler was skipped.
+    pub disk_hits: u64,
+    /// Disk lookups that found no entry.
+    pub disk_misses: u64,
+    /// Entries found invalid, or refused by the loader, and replaced.
+    pub disk_rejected: u64,
 }
 
 impl Counters {
     /// The counters now.
     pub fn read() -> Counters {
         let mut raw = ffi::jb_counters::default();
-        // SAFETY: `raw` is a valid out pointer; the call cannot fail with one.
-        unsafe { ffi::jb_counters_get(&mut raw) };
+        // SAFETY: `raw` is a valid out pointer of the size passed.
+        let status = unsafe { ffi::jb_counters_get(&mut raw, std::mem::size_of_val(&raw)) };
+        debug_assert_eq!(status, ffi::JB_OK, "the C library's jb_counters is smaller than ours");
         Counters {
             builds: raw.builds,
             build_failures: raw.build_failures,
@@ -80,6 +87,9 @@ impl Counters {
             build_ns: raw.build_ns,
             configures: raw.configures,
             peak_concurrent_builds: raw.peak_concurrent_builds,
+            disk_hits: raw.disk_hits,
+            disk_misses: raw.disk_misses,
+            disk_rejected: raw.disk_rejected,
         }
     }
 
@@ -99,6 +109,9 @@ impl Counters {
             build_ns: self.build_ns - earlier.build_ns,
             configures: self.configures - earlier.configures,
             peak_concurrent_builds: self.peak_concurrent_builds,
+            disk_hits: self.disk_hits - earlier.disk_hits,
+            disk_misses: self.disk_misses - earlier.disk_misses,
+            disk_rejected: self.disk_rejected - earlier.disk_rejected,
         }
     }
 }
@@ -114,6 +127,57 @@ pub fn set_lookaside_enabled(enabled: bool) {
 pub fn lookaside_enabled() -> bool {
     // SAFETY: reads an atomic flag.
     unsafe { ffi::jb_lookaside_enabled() != 0 }
+}
+
+/// The disk cache of compiled code: a new process loads what an earlier one compiled.
+///
+/// Folder: `$JITBRIDGE_CACHE_DIR`, else `$XDG_CACHE_HOME/jitbridge`, else
+/// `~/.cache/jitbridge`, created 0700; `JITBRIDGE_DISK_CACHE=0` turns it off. A folder owned by
+/// another user or writable by group or others is refused, and a read-only or full disk turns
+/// the cache off, each with one warning; kernels still run.
+pub mod disk_cache {
+    use super::*;
+    use crate::error::c_str;
+
+    /// The folder ("" when none could be chosen).
+    pub fn dir() -> String {
+        let mut ptr = std::ptr::null();
+        // SAFETY: valid out pointer; the string lives for the process.
+        match check(unsafe { ffi::jb_disk_cache_dir(&mut ptr) }) {
+            Ok(()) => c_str(ptr),
+            Err(_) => String::new(),
+        }
+    }
+
+    /// "on", or why the cache is off.
+    pub fn state() -> String {
+        // SAFETY: returns a library-owned string, copied at once.
+        c_str(unsafe { ffi::jb_disk_cache_state() })
+    }
+
+    /// Entries and their total bytes.
+    pub fn stats() -> Result<(u64, u64), Error> {
+        let (mut entries, mut bytes) = (0, 0);
+        // SAFETY: valid out pointers.
+        check(unsafe { ffi::jb_disk_cache_stats(&mut entries, &mut bytes) })?;
+        Ok((entries, bytes))
+    }
+
+    /// Removes entries, oldest first, until at most `max_bytes` remain; returns how many went.
+    pub fn prune(max_bytes: u64) -> Result<u64, Error> {
+        let mut removed = 0;
+        // SAFETY: valid out pointer.
+        check(unsafe { ffi::jb_disk_cache_prune(max_bytes, &mut removed) })?;
+        Ok(removed)
+    }
+
+    /// Reads every entry: (well-formed, malformed).
+    pub fn verify() -> Result<(u64, u64), Error> {
+        let (mut valid, mut invalid) = (0, 0);
+        // SAFETY: valid out pointers.
+        check(unsafe { ffi::jb_disk_cache_verify(&mut valid, &mut invalid) })?;
+        Ok((valid, invalid))
+    }
 }
 
 /// Baselines for `jitbridge bench`; not for production paths.

@@ -14,6 +14,9 @@ const USAGE: &str = "usage:
       the launch path's costs against their baselines, in one run: hit lookups (lookaside vs
       the plain locked protocol) at 1-16 threads, hit latency while other threads build, the
       probe launch path vs a raw launch, a cold first launch vs the compiler alone
+  jitbridge cache [show | clear | prune SIZE[K|M|G] | verify]
+      the disk cache of compiled code: its folder, state, entries and bytes; remove every entry;
+      remove the oldest until SIZE remain; read every entry and count the malformed ones
   jitbridge info
       the backend, the devices, the compiler and the counters";
 
@@ -154,6 +157,79 @@ fn probe_launch_times(device: Device) -> Result<(f64, f64), jitbridge::Error> {
     Ok((cold, start.elapsed().as_secs_f64() / f64::from(CACHED_LAUNCHES)))
 }
 
+fn parse_size(text: &str) -> Result<u64, String> {
+    let (digits, scale) = match text.char_indices().last() {
+        Some((at, 'K' | 'k')) => (&text[..at], 1u64 << 10),
+        Some((at, 'M' | 'm')) => (&text[..at], 1u64 << 20),
+        Some((at, 'G' | 'g')) => (&text[..at], 1u64 << 30),
+        _ => (text, 1),
+    };
+    let value: u64 = digits.parse().map_err(|_| format!("'{text}' is not a size"))?;
+    value.checked_mul(scale).ok_or_else(|| format!("'{text}' is too large"))
+}
+
+fn cache_command(args: &[String]) -> Result<bool, String> {
+    use jitbridge::disk_cache;
+    let show = || -> Result<(), String> {
+        println!("folder   {}", disk_cache::dir());
+        println!("state    {}", disk_cache::state());
+        if let Ok((entries, bytes)) = disk_cache::stats() {
+            println!("entries  {entries}");
+            println!("bytes    {bytes}");
+        }
+        Ok(())
+    };
+    match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+        [] | ["show"] => show().map(|_| true),
+        ["clear"] => {
+            let removed = disk_cache::prune(0).map_err(|e| e.to_string())?;
+            println!("removed  {removed} entries");
+            Ok(true)
+        }
+        ["prune", size] => {
+            let removed = disk_cache::prune(parse_size(size)?).map_err(|e| e.to_string())?;
+            println!("removed  {removed} entries");
+            show().map(|_| true)
+        }
+        ["verify"] => {
+            let (valid, invalid) = disk_cache::verify().map_err(|e| e.to_string())?;
+            println!("valid    {valid}\ninvalid  {invalid}");
+            Ok(invalid == 0)
+        }
+        _ => Err(usage_error(format!("unknown cache arguments {args:?}"))),
+    }
+}
+
+/// For `jitbridge bench`: in a fresh process, time the first launch of a fixed kernel (the
+/// device already opened) and print it with the counters.
+fn first_launch(args: &[String]) -> Result<bool, String> {
+    let device = match args.first() {
+        Some(spec) => parse_device(spec)?,
+        None => Device::default_device().map_err(|e| e.to_string())?,
+    };
+    let fail = |e: jitbridge::Error| e.to_string();
+    let input = jitbridge::Array::arange(device, 256, jitbridge::DType::F32).map_err(fail)?;
+    input.eval().map_err(fail)?;
+    let kernel = jitbridge::CustomKernel::new(&jitbridge::KernelSpec {
+        name: "bench_first_launch",
+        inputs: &[("inp", jitbridge::DType::F32)],
+        outputs: &[("out", jitbridge::DType::F32)],
+        body: "out[thread_index()] = inp[thread_index()] * 2.0f + 1.0f;",
+        header: None,
+        configure: None,
+    })
+    .map_err(fail)?;
+    let start = Instant::now();
+    let out =
+        kernel.launch(&[&input], &[&[256]], jitbridge::LaunchShape::Threads(256)).map_err(fail)?;
+    out[0].eval().map_err(fail)?;
+    let ns = start.elapsed().as_nanos();
+    let exact = race::probe_output_exact(&out[0].to_vec::<f32>().map_err(fail)?);
+    let c = Counters::read();
+    println!("first_launch_ns={ns} builds={} disk_hits={} exact={exact}", c.builds, c.disk_hits);
+    Ok(exact)
+}
+
 fn info() -> Result<(), String> {
     println!("jitbridge {}", env!("CARGO_PKG_VERSION"));
     println!("gpu backend  {}", jitbridge::gpu_backend());
@@ -176,6 +252,7 @@ fn info() -> Result<(), String> {
             device.total_memory() as f64 / (1u64 << 30) as f64
         );
     }
+    println!("disk cache   {} ({})", jitbridge::disk_cache::dir(), jitbridge::disk_cache::state());
     let c = Counters::read();
     println!(
         "counters     builds {} failures {} hits {} misses {} configures {} build time {:.1} ms",
@@ -216,6 +293,8 @@ fn main() -> ExitCode {
             }
             Ok(true)
         }),
+        Some("cache") => cache_command(&args[1..]),
+        Some("__first-launch") => first_launch(&args[1..]),
         Some("run") => parse_run(&args[1..]).map_err(usage_error).and_then(run),
         _ => parse_run(&args).map_err(usage_error).and_then(run),
     };

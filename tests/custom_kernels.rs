@@ -72,7 +72,13 @@ fn identical_kernels_build_once(device: Device) {
         }
     });
     let counters = Counters::read();
-    assert_eq!(counters.builds, 1, "one identical kernel was built {} times", counters.builds);
+    // One module: compiled now, or loaded from the disk cache an earlier run filled.
+    assert_eq!(
+        counters.builds + counters.disk_hits,
+        1,
+        "one identical kernel became {} modules",
+        counters.builds + counters.disk_hits
+    );
 }
 
 /// A body that does not compile returns the compiler's log, pointing at the body's own line.

@@ -244,16 +244,20 @@ JB_API jb_status jb_rocm_jit_race_probe_array(jb_array **out, jb_array *input, i
  * Counters of the process-global module cache. Read and reset from any thread.
  */
 typedef struct jb_counters {
-    uint64_t builds;         /* modules compiled and loaded */
+    uint64_t builds;         /* modules compiled and loaded (disk cache hits not included) */
     uint64_t build_failures; /* builds that failed (nothing inserted) */
     uint64_t hits;           /* lookups that found the module under the read lock */
     uint64_t misses;         /* lookups that did not, and went on to the write lock */
     uint64_t build_ns;       /* time spent building, in nanoseconds */
     uint64_t configures;     /* configure hooks that ran and succeeded */
     uint64_t peak_concurrent_builds; /* most builds ever in progress at once: 1 when locked */
+    uint64_t disk_hits;      /* builds served from the disk cache, compiler skipped */
+    uint64_t disk_misses;    /* disk lookups that found no entry */
+    uint64_t disk_rejected;  /* entries found invalid, or refused by the loader, and replaced */
 } jb_counters;
 
-JB_API jb_status jb_counters_get(jb_counters *out);
+/* Pass sizeof(jb_counters): a caller built against an older header gets the fields it knows. */
+JB_API jb_status jb_counters_get(jb_counters *out, size_t out_size);
 /* Sets every counter to zero; for tests. */
 JB_API void jb_counters_reset(void);
 
@@ -264,6 +268,22 @@ JB_API void jb_counters_reset(void);
  */
 JB_API jb_status jb_set_lookaside_enabled(int enabled);
 JB_API int jb_lookaside_enabled(void);
+
+/*
+ * The disk cache of compiled code. Folder: $JITBRIDGE_CACHE_DIR, else $XDG_CACHE_HOME/jitbridge,
+ * else ~/.cache/jitbridge, created 0700; JITBRIDGE_DISK_CACHE=0 turns it off. A folder owned by
+ * another user or writable by group or others is refused, and a read-only or full disk turns the
+ * cache off: each with one warning on stderr, never an error. Probe kernels never use it.
+ */
+/* The folder (owned by the library, valid for the process; "" when none could be chosen). */
+JB_API jb_status jb_disk_cache_dir(const char **out);
+/* "on", or why the cache is off; owned by the library, valid until the state changes. */
+JB_API const char *jb_disk_cache_state(void);
+JB_API jb_status jb_disk_cache_stats(uint64_t *entries, uint64_t *bytes);
+/* Removes entries, oldest first, until at most `max_bytes` remain (0 clears the cache). */
+JB_API jb_status jb_disk_cache_prune(uint64_t max_bytes, uint64_t *removed);
+/* Reads every entry and counts the well-formed ones (magic, version, lengths, checksum). */
+JB_API jb_status jb_disk_cache_verify(uint64_t *valid, uint64_t *invalid);
 
 /* Which locks this build carries: 0 for a normal build. Test builds that remove a lock (to show
  * that the tests catch the race) return a bit per removed lock: 1 jit cache, 2 event pool,

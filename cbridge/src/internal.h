@@ -76,6 +76,8 @@ typedef void (*jb_host_fn)(void *ctx);
 
 struct jb_backend {
     const char *name; /* "cpu", "cuda", "rocm" */
+    /* Names the compiler, its version and its options: part of every disk cache key. */
+    int (*compiler_identity)(jb_device *dev, char *out, size_t len);
     /* Compiles `source` for the device; on failure returns JB_ERR_COMPILE with the log. */
     int (*compile)(jb_device *dev, const char *module_name, const char *source, jb_blob *out);
     int (*module_load)(jb_device *dev, const jb_blob *code, void **out_module);
@@ -191,13 +193,36 @@ int jb__array_wrap(jb_array **out, jb_buffer *buf, jb_dtype dtype, const int64_t
 void jb__array_set_ready(jb_array *array, jb_event *ready);
 int jb__buffer_new(jb_device *dev, size_t bytes, jb_buffer **out);
 
+/* ---- the disk cache of compiled code (disk_cache.c) ---- */
+typedef struct jb_disk_key {
+    char *text; /* every input of the compile, compared on read */
+    size_t bytes;
+    char file[64]; /* hash of `text` + suffix */
+} jb_disk_key;
+bool jb__disk_cache_usable(void);
+int jb__disk_key(jb_device *dev, const char *source, jb_disk_key *out);
+void jb__disk_key_free(jb_disk_key *key);
+/* True with the stored code when a valid entry exists; a missing or invalid one is a miss. */
+bool jb__disk_load(const jb_disk_key *key, jb_blob *out);
+/* The loaded code was accepted by the loader (a disk hit) or rejected (evicted). */
+void jb__disk_accept(void);
+void jb__disk_reject(const jb_disk_key *key);
+/* Stores compiled code; any failure turns the disk cache off with one warning. */
+void jb__disk_store(const jb_disk_key *key, const jb_blob *code);
+/* The payload offset of a well-formed entry whose key matches (any key if NULL), else 0. */
+size_t jb__disk_entry_check(const unsigned char *data, size_t size, const jb_disk_key *key);
+void jb__disk_counters(uint64_t *hits, uint64_t *misses, uint64_t *rejected);
+void jb__disk_counters_reset(void);
+
 /* ---- the JIT module cache (jit_cache.c) and modules (module.c) ---- */
 typedef struct jb_module jb_module;
 typedef struct jb_kernel_entry jb_kernel_entry;
 
 /* Builds the module for `name` on `dev`; called at most once per key at a time, under the
- * cache's write lock. Returns a status and sets the thread's error on failure. */
-typedef int (*jb_module_builder)(void *ctx, jb_device *dev, const char *name, jb_module **out);
+ * cache's write lock. Returns a status and sets the thread's error on failure; *from_disk says
+ * the code came from the disk cache rather than the compiler. */
+typedef int (*jb_module_builder)(void *ctx, jb_device *dev, const char *name, jb_module **out,
+                                 bool *from_disk);
 
 /* `name_hash` is jb__fnv1a64(name, strlen(name), JB_FNV_SEED), computed once by the caller so
  * that a warm lookup hashes nothing. */

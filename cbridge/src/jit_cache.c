@@ -300,11 +300,13 @@ static int cache_lookup_or_build(thread_state *ts, jb_device *dev, const char *n
     if (!module) {
         uint64_t start = jb__now_ns();
         build_started();
-        status = builder(ctx, dev, name, &module);
+        bool from_disk = false;
+        status = builder(ctx, dev, name, &module, &from_disk);
         atomic_fetch_sub(&builds_in_flight, 1);
         atomic_fetch_add_explicit(&counter_build_ns, jb__now_ns() - start, memory_order_relaxed);
         if (status == JB_OK) {
-            atomic_fetch_add_explicit(&counter_builds, 1, memory_order_relaxed);
+            if (!from_disk) /* a disk hit is counted by the disk cache */
+                atomic_fetch_add_explicit(&counter_builds, 1, memory_order_relaxed);
             /* On an insert failure the built module is kept alive but unreachable: modules are
              * never unloaded. The next caller builds again. */
             status = cache_insert(cache, key, hash, module);
@@ -359,9 +361,14 @@ static void raw_thread_counters(uint64_t *hits, uint64_t *misses)
     *misses = m;
 }
 
-jb_status jb_counters_get(jb_counters *out)
+jb_status jb_counters_get(jb_counters *caller_out, size_t caller_size)
 {
-    JB_RETURN_IF(!out, JB_ERR_INVALID_ARGUMENT, "jb_counters_get: out is NULL");
+    JB_RETURN_IF(!caller_out, JB_ERR_INVALID_ARGUMENT, "jb_counters_get: out is NULL");
+    JB_RETURN_IF(caller_size == 0 || caller_size > sizeof(jb_counters), JB_ERR_INVALID_ARGUMENT,
+                 "jb_counters_get: size %zu is not that of a jb_counters (%zu or less)",
+                 caller_size, sizeof(jb_counters));
+    /* Filled whole here, then copied at the caller's size: older callers get a prefix. */
+    jb_counters all, *out = &all;
     out->builds = atomic_load(&counter_builds);
     out->build_failures = atomic_load(&counter_build_failures);
     uint64_t hits, misses;
@@ -373,6 +380,8 @@ jb_status jb_counters_get(jb_counters *out)
     out->build_ns = atomic_load(&counter_build_ns);
     out->configures = atomic_load(&counter_configures);
     out->peak_concurrent_builds = atomic_load(&counter_peak_concurrent_builds);
+    jb__disk_counters(&out->disk_hits, &out->disk_misses, &out->disk_rejected);
+    memcpy(caller_out, &all, caller_size);
     return JB_OK;
 }
 
@@ -388,6 +397,7 @@ void jb_counters_reset(void)
     atomic_store(&counter_build_ns, 0);
     atomic_store(&counter_configures, 0);
     atomic_store(&counter_peak_concurrent_builds, 0);
+    jb__disk_counters_reset();
 }
 
 int jb_removed_locks(void)

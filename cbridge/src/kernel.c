@@ -26,6 +26,7 @@ struct jb_custom_kernel {
     char *gpu_source;
     jb_configure_hook configure;
     void *configure_user_data;
+    bool disk_cacheable; /* false for probes: each process must compile them */
 };
 
 /* Words that C or CUDA C++ reserve, plus the names the generated code itself uses. */
@@ -263,6 +264,7 @@ jb_status jb_custom_kernel_new(jb_custom_kernel **out, const jb_kernel_spec *spe
     k->num_outputs = spec->num_outputs;
     k->configure = spec->configure;
     k->configure_user_data = spec->configure_user_data;
+    k->disk_cacheable = true;
     k->name = jb__strdup(spec->name);
     k->input_names = copy_names(spec->input_names, spec->num_inputs);
     k->output_names = copy_names(spec->output_names, spec->num_outputs);
@@ -313,16 +315,43 @@ const char *jb_custom_kernel_source(const jb_custom_kernel *kernel, const char *
     return NULL;
 }
 
+static int load_kernel_module(jb_custom_kernel *k, jb_device *dev, const jb_blob *code,
+                              jb_module **out)
+{
+    const char *names[] = {k->name};
+    return jb__module_create(dev, code, names, 1, out);
+}
+
+/* Builds the module: from the disk cache when a valid entry loads, else with the compiler (and
+ * then stores the code for the next process). Runs under the module cache's write lock. */
 static int build_custom_module(void *ctx, jb_device *dev, const char *module_name,
-                               jb_module **out)
+                               jb_module **out, bool *from_disk)
 {
     jb_custom_kernel *k = ctx;
     const char *source = jb_custom_kernel_source(k, dev->backend->name);
+    jb_disk_key key = {0};
+    bool use_disk = k->disk_cacheable && jb__disk_cache_usable() &&
+                    jb__disk_key(dev, source, &key) == JB_OK;
     jb_blob code = {0};
-    JB_FORWARD_IF_ERROR(dev->backend->compile(dev, module_name, source, &code));
-    const char *names[] = {k->name};
-    int status = jb__module_create(dev, &code, names, 1, out);
+    if (use_disk && jb__disk_load(&key, &code)) {
+        int status = load_kernel_module(k, dev, &code, out);
+        free(code.data);
+        code.data = NULL;
+        if (status == JB_OK) {
+            jb__disk_accept();
+            jb__disk_key_free(&key);
+            *from_disk = true;
+            return JB_OK;
+        }
+        jb__disk_reject(&key); /* the loader refused it: evict, then compile afresh */
+    }
+    int status = dev->backend->compile(dev, module_name, source, &code);
+    if (status == JB_OK)
+        status = load_kernel_module(k, dev, &code, out);
+    if (status == JB_OK && use_disk)
+        jb__disk_store(&key, &code);
     free(code.data);
+    jb__disk_key_free(&key);
     return status;
 }
 
@@ -600,6 +629,7 @@ static int probe_kernel(int variant, jb_custom_kernel **out)
     };
     jb_custom_kernel *kernel;
     JB_FORWARD_IF_ERROR(jb_custom_kernel_new(&kernel, &spec));
+    kernel->disk_cacheable = false; /* every process compiles probes: the race window stays */
     size_t i = probe_slot(probes, variant);
     probes->variants[i] = variant;
     probes->kernels[i] = kernel;

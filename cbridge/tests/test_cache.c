@@ -55,7 +55,7 @@ static void test_same_kernel_first_launch(void)
 {
     for (int round = 0; round < 4; round++) {
         jb_counters before, after;
-        jb_counters_get(&before);
+        jb_counters_get(&before, sizeof before);
         pthread_barrier_t barrier;
         pthread_barrier_init(&barrier, NULL, THREADS);
         pthread_t threads[THREADS];
@@ -69,7 +69,7 @@ static void test_same_kernel_first_launch(void)
             CHECK(args[t].exact, "round %d thread %d: output not exact", round, t);
         }
         pthread_barrier_destroy(&barrier);
-        jb_counters_get(&after);
+        jb_counters_get(&after, sizeof after);
         CHECK(after.builds - before.builds == 1, "round %d: %llu builds of one key", round,
               (unsigned long long)(after.builds - before.builds));
         CHECK(after.build_failures == before.build_failures, "round %d: a build failed", round);
@@ -80,7 +80,7 @@ static void test_distinct_kernels_first_launch(void)
 {
     for (int round = 0; round < 4; round++) {
         jb_counters before, after;
-        jb_counters_get(&before);
+        jb_counters_get(&before, sizeof before);
         pthread_barrier_t barrier;
         pthread_barrier_init(&barrier, NULL, THREADS);
         pthread_t threads[THREADS];
@@ -94,7 +94,7 @@ static void test_distinct_kernels_first_launch(void)
             CHECK(args[t].exact, "round %d thread %d: output not exact", round, t);
         }
         pthread_barrier_destroy(&barrier);
-        jb_counters_get(&after);
+        jb_counters_get(&after, sizeof after);
         CHECK(after.builds - before.builds == THREADS, "round %d: %llu builds for %d new keys",
               round, (unsigned long long)(after.builds - before.builds), THREADS);
     }
@@ -123,13 +123,13 @@ static void test_failed_build_is_retried(void)
     jb_launch_shape shape = {{0, 0, 0}, {0, 0, 0}, 4};
 
     jb_counters before, after;
-    jb_counters_get(&before);
+    jb_counters_get(&before, sizeof before);
     int status = jb_custom_kernel_launch(&out, kernel, &in, 1, shapes, ndims, &shape);
     CHECK(status == JB_ERR_COMPILE, "expected a compile error, got %s", jb_status_name(status));
     CHECK(strstr(jb_last_error_message(), "value.h") != NULL, "the log is missing: %s",
           jb_last_error_message());
     CHECK(out == NULL, "an output was written on failure");
-    jb_counters_get(&after);
+    jb_counters_get(&after, sizeof after);
     CHECK(after.build_failures - before.build_failures == 1, "one failure counted");
     CHECK(after.builds == before.builds, "nothing built");
 
@@ -141,7 +141,7 @@ static void test_failed_build_is_retried(void)
     CHECK_OK(jb_array_read(out, values, sizeof values));
     CHECK(values[0] == 10.0f && values[3] == 13.0f, "retried kernel computed %g..%g",
           (double)values[0], (double)values[3]);
-    jb_counters_get(&after);
+    jb_counters_get(&after, sizeof after);
     CHECK(after.builds - before.builds == 1, "the retry built once");
     unlink(header_path);
     rmdir(dir);
@@ -217,7 +217,7 @@ static void test_configure_hook_runs_once(void)
 static void test_bad_probe_inputs_change_nothing(void)
 {
     jb_counters before, after;
-    jb_counters_get(&before);
+    jb_counters_get(&before, sizeof before);
     jb_array *out = NULL, *empty, *big, *ints, *ok;
     CHECK_OK(jb_array_arange(&empty, cpu, 0, JB_F32));
     CHECK_OK(jb_array_arange(&big, cpu, 1025, JB_F32));
@@ -234,7 +234,7 @@ static void test_bad_probe_inputs_change_nothing(void)
     CHECK(strstr(jb_last_error_message(), "ROCm") != NULL, "message names ROCm: %s",
           jb_last_error_message());
     CHECK(out == NULL, "no output on failure");
-    jb_counters_get(&after);
+    jb_counters_get(&after, sizeof after);
     CHECK(memcmp(&before, &after, sizeof before) == 0, "counters changed on bad input");
     jb_array_free(empty);
     jb_array_free(big);

@@ -134,6 +134,9 @@ static int read_file(const char *path, jb_blob *out)
     return JB_OK;
 }
 
+/* The options of every compile; also part of the disk cache key. */
+static const char *const compile_flags[] = {"-O2", "-fPIC", "-shared", "-w"};
+
 static int run_compiler(const char *src, const char *obj, const char *log, int *out_wait_status)
 {
     JB_RETURN_IF(compiler_argc == 0, JB_ERR_COMPILE, "the compiler command ($CC) is empty");
@@ -141,9 +144,11 @@ static int run_compiler(const char *src, const char *obj, const char *log, int *
     int argc = 0;
     for (int i = 0; i < compiler_argc; i++)
         argv[argc++] = compiler_argv[i];
-    char *flags[] = {"-O2", "-fPIC", "-shared", "-w", "-o", (char *)obj, (char *)src, "-lm"};
-    for (size_t i = 0; i < sizeof flags / sizeof *flags; i++)
-        argv[argc++] = flags[i];
+    for (size_t i = 0; i < sizeof compile_flags / sizeof *compile_flags; i++)
+        argv[argc++] = (char *)compile_flags[i];
+    char *files[] = {"-o", (char *)obj, (char *)src, "-lm"};
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++)
+        argv[argc++] = files[i];
     argv[argc] = NULL;
 
     posix_spawn_file_actions_t actions;
@@ -198,6 +203,54 @@ static int cpu_compile(jb_device *dev, const char *module_name, const char *sour
     unlink(obj);
     unlink(log);
     return status;
+}
+
+static char compiler_version[256];
+static pthread_once_t version_once = PTHREAD_ONCE_INIT;
+
+/* The first line of `$CC --version`, asked once per process. */
+static void find_compiler_version(void)
+{
+    snprintf(compiler_version, sizeof compiler_version, "unknown version");
+    char log[4200];
+    if (compiler_argc == 0 || private_path(log, sizeof log, "version", ".txt") != JB_OK)
+        return;
+    char *argv[MAX_COMPILER_WORDS + 2];
+    int argc = 0;
+    for (int i = 0; i < compiler_argc; i++)
+        argv[argc++] = compiler_argv[i];
+    argv[argc++] = "--version";
+    argv[argc] = NULL;
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&actions, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
+    pid_t pid;
+    int status;
+    if (posix_spawnp(&pid, argv[0], &actions, NULL, argv, environ) == 0) {
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+            ;
+        FILE *f = fopen(log, "r");
+        if (f) {
+            if (fgets(compiler_version, sizeof compiler_version, f))
+                compiler_version[strcspn(compiler_version, "\n")] = '\0';
+            fclose(f);
+        }
+    }
+    posix_spawn_file_actions_destroy(&actions);
+    unlink(log);
+}
+
+static int cpu_compiler_identity(jb_device *dev, char *out, size_t len)
+{
+    (void)dev;
+    pthread_once(&setup_once, cpu_setup);
+    pthread_once(&version_once, find_compiler_version);
+    size_t used = (size_t)snprintf(out, len, "%s (%s); flags", compiler_line, compiler_version);
+    for (size_t i = 0; i < sizeof compile_flags / sizeof *compile_flags && used < len; i++)
+        used += (size_t)snprintf(out + used, len - used, " %s", compile_flags[i]);
+    return JB_OK;
 }
 
 static int cpu_module_load(jb_device *dev, const jb_blob *code, void **out_module)
@@ -532,6 +585,7 @@ static int cpu_memcpy_dtoh(jb_device *dev, void *stream, void *dst, const void *
 
 const jb_backend jb__cpu_backend = {
     .name = "cpu",
+    .compiler_identity = cpu_compiler_identity,
     .compile = cpu_compile,
     .module_load = cpu_module_load,
     .module_function = cpu_module_function,

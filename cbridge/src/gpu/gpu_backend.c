@@ -74,6 +74,14 @@ int jb__gpu_enumerate(jb_device *devices, int max, int *out_count, char *why, si
     return found ? JB_OK : JB_ERR_NO_DEVICE;
 }
 
+static int gpu_compiler_identity(jb_device *dev, char *out, size_t len)
+{
+    char version[64];
+    jb_gpu_compiler_version(version, sizeof version);
+    snprintf(out, len, "%s; options %s%s", version, JB_GPU_ARCH_OPTION, dev->arch);
+    return JB_OK;
+}
+
 static int gpu_compile(jb_device *dev, const char *module_name, const char *source, jb_blob *out)
 {
     nvrtcProgram program;
@@ -271,6 +279,7 @@ static int gpu_kernel_set_shared_limit(jb_device *dev, void *fn, uint32_t bytes)
 
 const jb_backend jb__gpu_backend = {
     .name = JB_GPU_BACKEND_NAME,
+    .compiler_identity = gpu_compiler_identity,
     .compile = gpu_compile,
     .module_load = gpu_module_load,
     .module_function = gpu_module_function,
