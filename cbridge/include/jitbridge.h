@@ -10,8 +10,9 @@
  * function on it is the caller's bug.
  *
  * Conventions: functions return a jb_status (JB_OK is 0); results come back through an `out`
- * parameter, which is first. Every object that is created has a `_free` that accepts NULL. After
- * a failure, jb_last_error_message() describes it.
+ * parameter, which is first and is set to NULL when the call fails. Every object that is created
+ * has a `_free` that accepts NULL. After a failure, jb_last_error_message() describes it, and
+ * no cache, counter or object was changed by the failed call.
  */
 #ifndef JITBRIDGE_H
 #define JITBRIDGE_H
@@ -222,8 +223,9 @@ typedef struct jb_launch_shape {
  * Launches `kernel` on the device of the inputs (all inputs on one device, at least one input),
  * on that device's default stream of the calling thread, building its module on first use.
  * outputs[i] receives a new array of output_shapes[i] (output_ndims[i] dimensions) owned by the
- * caller. On failure no output is written and the module cache is unchanged apart from a
- * successfully built module.
+ * caller; on failure every outputs[i] is NULL. Arguments are checked before anything is built, so
+ * a bad argument leaves the module cache unchanged (a launch that fails later keeps the module
+ * it built: that module is valid).
  */
 JB_API jb_status jb_custom_kernel_launch(jb_array **outputs, jb_custom_kernel *kernel,
                                          jb_array *const *inputs, size_t num_inputs,

@@ -210,6 +210,7 @@ jb_status jb_array_from_host(jb_array **out, jb_device *device, jb_dtype dtype,
                              const int64_t *shape, int ndim, const void *data)
 {
     JB_RETURN_IF(!out, JB_ERR_INVALID_ARGUMENT, "jb_array_from_host: out is NULL");
+    *out = NULL;
     JB_RETURN_IF(!device, JB_ERR_INVALID_ARGUMENT, "jb_array_from_host: device is NULL");
     size_t bytes;
     JB_FORWARD_IF_ERROR(shape_bytes(shape, ndim, dtype, &bytes));
@@ -240,6 +241,8 @@ jb_status jb_array_from_host(jb_array **out, jb_device *device, jb_dtype dtype,
 jb_status jb_array_arange(jb_array **out, jb_device *device, int64_t n, jb_dtype dtype)
 {
     JB_RETURN_IF(!out, JB_ERR_INVALID_ARGUMENT, "jb_array_arange: out is NULL");
+    *out = NULL;
+    JB_RETURN_IF(!device, JB_ERR_INVALID_ARGUMENT, "jb_array_arange: device is NULL");
     JB_RETURN_IF(n < 0, JB_ERR_INVALID_ARGUMENT, "jb_array_arange: n is negative (%lld)",
                  (long long)n);
     size_t bytes;

@@ -85,6 +85,7 @@ jb_status jb_device_count(int *out, jb_device_kind kind)
 jb_status jb_device_get(jb_device **out, jb_device_kind kind, int ordinal)
 {
     JB_RETURN_IF(!out, JB_ERR_INVALID_ARGUMENT, "jb_device_get: out is NULL");
+    *out = NULL;
     JB_RETURN_IF(kind != JB_DEVICE_CPU && kind != JB_DEVICE_GPU, JB_ERR_INVALID_ARGUMENT,
                  "jb_device_get: unknown device kind %d", (int)kind);
     pthread_once(&devices_once, devices_init);
@@ -104,6 +105,7 @@ jb_status jb_device_get(jb_device **out, jb_device_kind kind, int ordinal)
 jb_status jb_device_default(jb_device **out)
 {
     JB_RETURN_IF(!out, JB_ERR_INVALID_ARGUMENT, "jb_device_default: out is NULL");
+    *out = NULL;
     pthread_once(&devices_once, devices_init);
     *out = &devices[0];
     return JB_OK;

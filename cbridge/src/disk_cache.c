@@ -406,7 +406,7 @@ static int list_entries(entry_info **out, size_t *count)
             *out = grown;
         }
         entry_info *info = &(*out)[(*count)++];
-        snprintf(info->name, sizeof info->name, "%s", e->d_name);
+        memcpy(info->name, e->d_name, len + 1); /* len was checked against the size above */
         info->bytes = (uint64_t)st.st_size;
         info->mtime = st.st_mtime;
     }

@@ -14,6 +14,7 @@
 #define MAX_ARRAYS 64
 #define DEFAULT_THREADS_PER_BLOCK 256
 #define MAX_THREADS_PER_BLOCK 1024
+#define MAX_OUTPUT_ELEMENTS (INT64_C(1) << 40)
 
 struct jb_custom_kernel {
     char *name;
@@ -243,6 +244,7 @@ static jb_dtype *copy_dtypes(const jb_dtype *dtypes, size_t count)
 jb_status jb_custom_kernel_new(jb_custom_kernel **out, const jb_kernel_spec *spec)
 {
     JB_RETURN_IF(!out, JB_ERR_INVALID_ARGUMENT, "jb_custom_kernel_new: out is NULL");
+    *out = NULL;
     JB_RETURN_IF(!spec, JB_ERR_INVALID_ARGUMENT, "jb_custom_kernel_new: spec is NULL");
     const char *problem = identifier_problem(spec->name);
     JB_RETURN_IF(problem, JB_ERR_INVALID_ARGUMENT,
@@ -396,6 +398,8 @@ static int validate_launch(jb_array **outputs, const jb_custom_kernel *k,
 {
     JB_RETURN_IF(!outputs, JB_ERR_INVALID_ARGUMENT, "jb_custom_kernel_launch: outputs is NULL");
     JB_RETURN_IF(!k, JB_ERR_INVALID_ARGUMENT, "jb_custom_kernel_launch: kernel is NULL");
+    for (size_t i = 0; i < k->num_outputs; i++)
+        outputs[i] = NULL;
     JB_RETURN_IF(!inputs, JB_ERR_INVALID_ARGUMENT, "jb_custom_kernel_launch: inputs is NULL");
     JB_RETURN_IF(num_inputs != k->num_inputs, JB_ERR_INVALID_ARGUMENT,
                  "kernel '%s' takes %zu inputs, not %zu", k->name, k->num_inputs, num_inputs);
@@ -416,13 +420,29 @@ static int validate_launch(jb_array **outputs, const jb_custom_kernel *k,
                          (output_ndims[i] > 0 && !output_shapes[i]),
                      JB_ERR_INVALID_ARGUMENT, "output '%s' of kernel '%s' has a bad shape",
                      k->output_names[i], k->name);
-        for (int d = 0; d < output_ndims[i]; d++)
-            JB_RETURN_IF(output_shapes[i][d] < 0 || output_shapes[i][d] > (INT64_C(1) << 40),
+        int64_t elements = 1;
+        for (int d = 0; d < output_ndims[i]; d++) {
+            JB_RETURN_IF(output_shapes[i][d] < 0 || output_shapes[i][d] > MAX_OUTPUT_ELEMENTS,
                          JB_ERR_INVALID_ARGUMENT,
                          "output '%s' of kernel '%s' has dimension %d of %lld",
                          k->output_names[i], k->name, d, (long long)output_shapes[i][d]);
+            elements *= output_shapes[i][d];
+            JB_RETURN_IF(elements > MAX_OUTPUT_ELEMENTS, JB_ERR_INVALID_ARGUMENT,
+                         "output '%s' of kernel '%s' has more than 2^40 elements",
+                         k->output_names[i], k->name);
+        }
     }
     return JB_OK;
+}
+
+/* The checks of a launch shape that need no kernel configuration, made before any build. */
+static int validate_launch_shape(const jb_launch_shape *shape)
+{
+    JB_RETURN_IF(!shape, JB_ERR_INVALID_ARGUMENT, "the launch shape is NULL");
+    jb_kernel_config defaults = {0, 0};
+    uint32_t grid[3], block[3];
+    uint64_t total;
+    return resolve_launch_shape(shape, &defaults, grid, block, &total);
 }
 
 static void free_arrays(jb_array **arrays, size_t count)
@@ -460,6 +480,7 @@ jb_status jb_custom_kernel_launch(jb_array **outputs, jb_custom_kernel *k,
 {
     JB_FORWARD_IF_ERROR(
         validate_launch(outputs, k, inputs, num_inputs, output_shapes, output_ndims));
+    JB_FORWARD_IF_ERROR(validate_launch_shape(shape));
     jb_device *dev = jb_array_device(inputs[0]);
     jb_kernel_config config;
     void *fn;
@@ -641,6 +662,7 @@ static int probe_kernel(int variant, jb_custom_kernel **out)
 jb_status jb_jit_race_probe_array(jb_array **out, jb_array *input, int variant)
 {
     JB_RETURN_IF(!out, JB_ERR_INVALID_ARGUMENT, "jit race probe: out is NULL");
+    *out = NULL;
     JB_RETURN_IF(!input, JB_ERR_INVALID_ARGUMENT, "jit race probe: input is NULL");
     JB_RETURN_IF(variant < 0, JB_ERR_INVALID_ARGUMENT,
                  "jit race probe: variant must be >= 0, got %d", variant);

@@ -45,6 +45,7 @@ static thread_streams *this_thread_streams(void)
 jb_status jb_stream_new(jb_stream **out, jb_device *device)
 {
     JB_RETURN_IF(!out, JB_ERR_INVALID_ARGUMENT, "jb_stream_new: out is NULL");
+    *out = NULL;
     JB_RETURN_IF(!device, JB_ERR_INVALID_ARGUMENT, "jb_stream_new: device is NULL");
     jb_stream *stream = calloc(1, sizeof *stream);
     JB_RETURN_IF(!stream, JB_ERR_OUT_OF_MEMORY, "no memory for a stream");
@@ -103,6 +104,7 @@ int jb__current_stream(jb_device *dev, jb_stream **out)
 jb_status jb_thread_local_default_stream(jb_stream **out, jb_device *device)
 {
     JB_RETURN_IF(!out, JB_ERR_INVALID_ARGUMENT, "jb_thread_local_default_stream: out is NULL");
+    *out = NULL;
     JB_RETURN_IF(!device, JB_ERR_INVALID_ARGUMENT,
                  "jb_thread_local_default_stream: device is NULL");
     return jb__current_stream(device, out);

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -134,6 +135,17 @@ static int read_file(const char *path, jb_blob *out)
     return JB_OK;
 }
 
+#define DEFAULT_COMPILE_TIMEOUT_MS (10 * 60 * 1000)
+
+/* $JITBRIDGE_COMPILE_TIMEOUT_MS, read at each compile so that it can change at run time. */
+static uint64_t compile_timeout_ms(void)
+{
+    const char *text = getenv("JITBRIDGE_COMPILE_TIMEOUT_MS");
+    char *end;
+    unsigned long long ms = text ? strtoull(text, &end, 10) : 0;
+    return text && *text && !*end && ms > 0 ? ms : DEFAULT_COMPILE_TIMEOUT_MS;
+}
+
 /* The options of every compile; also part of the disk cache key. */
 static const char *const compile_flags[] = {"-O2", "-fPIC", "-shared", "-w"};
 
@@ -156,15 +168,41 @@ static int run_compiler(const char *src, const char *obj, const char *log, int *
     posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
     posix_spawn_file_actions_addopen(&actions, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    /* Its own process group, so that a timeout ends the compiler and whatever it started. */
+    posix_spawnattr_t attributes;
+    posix_spawnattr_init(&attributes);
+    posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETPGROUP);
+    posix_spawnattr_setpgroup(&attributes, 0);
     pid_t pid;
-    int err = posix_spawnp(&pid, argv[0], &actions, NULL, argv, environ);
+    int err = posix_spawnp(&pid, argv[0], &actions, &attributes, argv, environ);
     posix_spawn_file_actions_destroy(&actions);
-    JB_RETURN_IF(err != 0, JB_ERR_COMPILE, "cannot start the compiler '%s': %s", argv[0],
+    posix_spawnattr_destroy(&attributes);
+    JB_RETURN_IF(err != 0, JB_ERR_COMPILE, "cannot start the compiler '%s': %s (set CC)", argv[0],
                  strerror(err));
+    uint64_t timeout_ms = compile_timeout_ms();
+    uint64_t deadline = jb__now_ns() + timeout_ms * 1000000ULL;
+    long nap_ns = 100 * 1000; /* grows to 5 ms: short compiles are not slowed down */
     int wait_status;
-    while (waitpid(pid, &wait_status, 0) < 0) {
-        JB_RETURN_IF(errno != EINTR, JB_ERR_COMPILE, "waiting for the compiler failed: %s",
-                     strerror(errno));
+    for (;;) {
+        pid_t done = waitpid(pid, &wait_status, WNOHANG);
+        if (done == pid)
+            break;
+        if (done < 0 && errno != EINTR)
+            return jb__fail(JB_ERR_COMPILE, "waiting for the compiler failed: %s",
+                            strerror(errno));
+        if (jb__now_ns() > deadline) {
+            kill(-pid, SIGKILL);
+            while (waitpid(pid, &wait_status, 0) < 0 && errno == EINTR)
+                ;
+            return jb__fail(JB_ERR_COMPILE,
+                            "the compiler '%s' did not finish within %llu ms and was killed "
+                            "(JITBRIDGE_COMPILE_TIMEOUT_MS sets the limit)",
+                            argv[0], (unsigned long long)timeout_ms);
+        }
+        struct timespec nap = {0, nap_ns};
+        nanosleep(&nap, NULL);
+        if (nap_ns < 5 * 1000 * 1000)
+            nap_ns *= 2;
     }
     *out_wait_status = wait_status;
     return JB_OK;
@@ -192,6 +230,11 @@ static int cpu_compile(jb_device *dev, const char *module_name, const char *sour
                                            "compiling '%s' with '%s': the compiler was killed by "
                                            "signal %d",
                                            module_name, compiler_line, WTERMSIG(wait_status));
+            else if (WEXITSTATUS(wait_status) == 127) /* exec failed after the fork */
+                status = jb__fail_with_log(JB_ERR_COMPILE, text.data,
+                                           "cannot start the compiler '%s' (exit status 127: not "
+                                           "found or not executable; set CC)",
+                                           compiler_line);
             else
                 status = jb__fail_with_log(JB_ERR_COMPILE, text.data,
                                            "compiling '%s' with '%s': exit status %d", module_name,

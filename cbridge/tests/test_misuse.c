@@ -1,0 +1,280 @@
+/*
+ * ABI misuse: NULL for every pointer parameter, wrong dtypes and shapes, bad variants and names,
+ * and every function called with what a failed create leaves (NULL). Each call must return its
+ * documented status with a message, crash nothing, and leave the counters and the cache as they
+ * were.
+ */
+#include "check.h"
+#include "jitbridge.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+static jb_device *cpu;
+static jb_counters before;
+
+/* The call failed with `status` and left a message naming what was wrong. */
+#define EXPECT(call, status)                                                                       \
+    do {                                                                                           \
+        int got_ = (call);                                                                         \
+        CHECK(got_ == (status), "%s returned %s, expected %s", #call, jb_status_name(got_),       \
+              jb_status_name(status));                                                             \
+        CHECK(got_ == JB_OK || jb_last_error_message()[0] != '\0', "%s left no message", #call);  \
+        CHECK(got_ == JB_OK || jb_last_error_status() == got_, "%s: last status differs", #call); \
+    } while (0)
+
+static void counters_unchanged(const char *after_what)
+{
+    jb_counters now;
+    jb_counters_get(&now, sizeof now);
+    CHECK(now.builds == before.builds && now.build_failures == before.build_failures &&
+              now.misses == before.misses && now.disk_hits == before.disk_hits &&
+              now.disk_misses == before.disk_misses,
+          "counters changed after %s", after_what);
+}
+
+static void null_pointers(void)
+{
+    jb_array *array = NULL;
+    jb_stream *stream = NULL;
+    jb_custom_kernel *kernel = NULL;
+    jb_device *device = NULL;
+    int count;
+    uint64_t a, b;
+    double ns;
+    const char *text;
+
+    EXPECT(jb_device_count(NULL, JB_DEVICE_CPU), JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_device_count(&count, (jb_device_kind)7), JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_device_get(NULL, JB_DEVICE_CPU, 0), JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_device_get(&device, JB_DEVICE_CPU, 1), JB_ERR_NO_DEVICE);
+    CHECK(device == NULL, "a failed jb_device_get left a device");
+    EXPECT(jb_device_get(&device, JB_DEVICE_CPU, -1), JB_ERR_NO_DEVICE);
+    EXPECT(jb_device_get(&device, JB_DEVICE_GPU, INT_MAX), JB_ERR_NO_DEVICE);
+    EXPECT(jb_device_default(NULL), JB_ERR_INVALID_ARGUMENT);
+    CHECK(jb_device_index(NULL) == -1, "index of NULL");
+    CHECK(jb_device_name(NULL) != NULL && jb_device_arch(NULL) != NULL, "strings of NULL");
+    CHECK(jb_device_backend_name(NULL) != NULL && jb_device_total_memory(NULL) == 0, "NULL dev");
+
+    EXPECT(jb_stream_new(NULL, cpu), JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_stream_new(&stream, NULL), JB_ERR_INVALID_ARGUMENT);
+    CHECK(stream == NULL, "a failed jb_stream_new left a stream");
+    EXPECT(jb_new_thread_local_generation_stream(&stream, NULL), JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_stream_synchronize(NULL), JB_ERR_INVALID_ARGUMENT);
+    CHECK(jb_stream_device(NULL) == NULL, "device of NULL stream");
+    EXPECT(jb_install_thread_local_default_stream(NULL, NULL), JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_install_thread_local_default_stream(&stream, NULL), JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_restore_thread_local_default_stream(NULL, NULL), JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_thread_local_default_stream(NULL, cpu), JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_thread_local_default_stream(&stream, NULL), JB_ERR_INVALID_ARGUMENT);
+    jb_stream_free(NULL);
+
+    int64_t shape[] = {4};
+    float data[4] = {0};
+    EXPECT(jb_array_from_host(NULL, cpu, JB_F32, shape, 1, data), JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_array_from_host(&array, NULL, JB_F32, shape, 1, data), JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_array_from_host(&array, cpu, JB_F32, NULL, 1, data), JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_array_from_host(&array, cpu, JB_F32, shape, 1, NULL), JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_array_from_host(&array, cpu, (jb_dtype)9, shape, 1, data), JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_array_from_host(&array, cpu, JB_F32, shape, -1, data), JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_array_from_host(&array, cpu, JB_F32, shape, JB_MAX_NDIM + 1, data),
+           JB_ERR_INVALID_ARGUMENT);
+    int64_t negative[] = {-4};
+    EXPECT(jb_array_from_host(&array, cpu, JB_F32, negative, 1, data), JB_ERR_INVALID_ARGUMENT);
+    int64_t huge[] = {INT64_MAX, INT64_MAX};
+    EXPECT(jb_array_from_host(&array, cpu, JB_F32, huge, 2, data), JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_array_arange(NULL, cpu, 4, JB_F32), JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_array_arange(&array, NULL, 4, JB_F32), JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_array_arange(&array, cpu, -1, JB_F32), JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_array_arange(&array, cpu, INT64_MAX, JB_F32), JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_array_arange(&array, cpu, 4, (jb_dtype)-1), JB_ERR_INVALID_ARGUMENT);
+    CHECK(array == NULL, "a failed create left an array");
+
+    /* Everything after a failed create: the NULL it left. */
+    EXPECT(jb_array_eval(array), JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_array_read(array, data, sizeof data), JB_ERR_INVALID_ARGUMENT);
+    CHECK(jb_array_device(array) == NULL && jb_array_ndim(array) == 0, "getters of NULL");
+    CHECK(jb_array_shape(array) == NULL && jb_array_size(array) == 0, "getters of NULL");
+    jb_array_free(array);
+    jb_array *out = NULL;
+    EXPECT(jb_jit_race_probe_array(&out, array, 0), JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_jit_race_probe_array(NULL, array, 0), JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_rocm_jit_race_probe_array(&out, array, 0), JB_ERR_UNSUPPORTED);
+    CHECK(out == NULL, "a failed probe left an output");
+
+    EXPECT(jb_custom_kernel_new(NULL, NULL), JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_custom_kernel_new(&kernel, NULL), JB_ERR_INVALID_ARGUMENT);
+    CHECK(kernel == NULL, "a failed create left a kernel");
+    CHECK(jb_custom_kernel_module_name(kernel) == NULL, "name of NULL kernel");
+    CHECK(jb_custom_kernel_source(kernel, "cpu") == NULL, "source of NULL kernel");
+    EXPECT(jb_custom_kernel_prepare(kernel, cpu), JB_ERR_INVALID_ARGUMENT);
+    jb_launch_shape launch = {{1, 1, 1}, {1, 1, 1}, 0};
+    EXPECT(jb_custom_kernel_launch(NULL, kernel, NULL, 0, NULL, NULL, &launch),
+           JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_custom_kernel_launch(&out, kernel, NULL, 0, NULL, NULL, &launch),
+           JB_ERR_INVALID_ARGUMENT);
+    jb_custom_kernel_free(kernel);
+
+    EXPECT(jb_counters_get(NULL, sizeof(jb_counters)), JB_ERR_INVALID_ARGUMENT);
+    jb_counters too_big[2];
+    EXPECT(jb_counters_get(too_big, sizeof too_big), JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_disk_cache_dir(NULL), JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_disk_cache_stats(NULL, &b), JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_disk_cache_prune(0, NULL), JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_disk_cache_verify(&a, NULL), JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_bench_raw_probe_launches(NULL, NULL, 0, 1), JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_bench_raw_probe_launches(&ns, NULL, 0, 1), JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_bench_compile_only(&ns, NULL, cpu), JB_ERR_INVALID_ARGUMENT);
+    (void)text;
+    CHECK(strcmp(jb_status_name(12345), "JB_UNKNOWN_STATUS") == 0, "unknown status name");
+    CHECK(jb_dtype_name(77) == NULL && jb_dtype_size(77) == 0, "unknown dtype");
+    counters_unchanged("NULL arguments");
+}
+
+static void bad_probe_inputs(void)
+{
+    jb_array *zero, *big, *ints, *fine, *two_d, *out = NULL;
+    int64_t square[] = {4, 4};
+    float data[16] = {0};
+    CHECK_OK(jb_array_arange(&zero, cpu, 0, JB_F32));
+    CHECK_OK(jb_array_arange(&big, cpu, 1025, JB_F32));
+    CHECK_OK(jb_array_arange(&ints, cpu, 8, JB_I32));
+    CHECK_OK(jb_array_arange(&fine, cpu, 8, JB_F32));
+    CHECK_OK(jb_array_from_host(&two_d, cpu, JB_F32, square, 2, data));
+    jb_counters_get(&before, sizeof before);
+    EXPECT(jb_jit_race_probe_array(&out, zero, 1), JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_jit_race_probe_array(&out, big, 1), JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_jit_race_probe_array(&out, ints, 1), JB_ERR_SHAPE);
+    EXPECT(jb_jit_race_probe_array(&out, fine, -1), JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_jit_race_probe_array(&out, fine, INT_MIN), JB_ERR_INVALID_ARGUMENT);
+    CHECK(out == NULL, "a failed probe left an output");
+    counters_unchanged("bad probe inputs");
+    /* A huge variant and a two-dimensional input are fine: 16 elements, one block. */
+    CHECK_OK(jb_jit_race_probe_array(&out, two_d, INT_MAX));
+    jb_array_free(out);
+    jb_array_free(zero);
+    jb_array_free(big);
+    jb_array_free(ints);
+    jb_array_free(fine);
+    jb_array_free(two_d);
+}
+
+static void bad_names(void)
+{
+    char long_name[4097];
+    memset(long_name, 'a', sizeof long_name - 1);
+    long_name[sizeof long_name - 1] = '\0';
+    const char *bad[] = {"",       long_name, "caf\xc3\xa9", "\xff\xfe", "a/b",  "..",
+                         "../etc", "x y",     "9lives",      "for",      "jb_x", "__x",
+                         "thread_index", "a-b", "a\nb"};
+    const char *good_in[] = {"inp"}, *good_out[] = {"out"};
+    jb_dtype f32[] = {JB_F32};
+    jb_counters_get(&before, sizeof before);
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        const char *names[] = {bad[i]};
+        jb_custom_kernel *k = NULL;
+        jb_kernel_spec as_kernel = {bad[i], good_in, f32, 1, good_out, f32, 1, "", NULL, NULL, NULL};
+        jb_kernel_spec as_input = {"k", names, f32, 1, good_out, f32, 1, "", NULL, NULL, NULL};
+        jb_kernel_spec as_output = {"k", good_in, f32, 1, names, f32, 1, "", NULL, NULL, NULL};
+        EXPECT(jb_custom_kernel_new(&k, &as_kernel), JB_ERR_INVALID_ARGUMENT);
+        EXPECT(jb_custom_kernel_new(&k, &as_input), JB_ERR_INVALID_ARGUMENT);
+        EXPECT(jb_custom_kernel_new(&k, &as_output), JB_ERR_INVALID_ARGUMENT);
+        CHECK(k == NULL, "bad name %zu made a kernel", i);
+        /* The message never echoes the name: it may be huge or not text. */
+        CHECK(strlen(jb_last_error_message()) < 300, "message of bad name %zu is too long", i);
+    }
+    jb_custom_kernel *k = NULL;
+    const char *same[] = {"x", "x"};
+    jb_dtype two[] = {JB_F32, JB_F32};
+    jb_kernel_spec duplicate = {"k", same, two, 2, good_out, f32, 1, "", NULL, NULL, NULL};
+    EXPECT(jb_custom_kernel_new(&k, &duplicate), JB_ERR_INVALID_ARGUMENT);
+    const char *sized[] = {"x", "x_size"};
+    jb_kernel_spec companion = {"k", sized, two, 2, good_out, f32, 1, "", NULL, NULL, NULL};
+    EXPECT(jb_custom_kernel_new(&k, &companion), JB_ERR_INVALID_ARGUMENT);
+    jb_dtype wrong[] = {(jb_dtype)42};
+    jb_kernel_spec bad_dtype = {"k", good_in, wrong, 1, good_out, f32, 1, "", NULL, NULL, NULL};
+    EXPECT(jb_custom_kernel_new(&k, &bad_dtype), JB_ERR_INVALID_ARGUMENT);
+    jb_kernel_spec no_inputs = {"k", good_in, f32, 0, good_out, f32, 1, "", NULL, NULL, NULL};
+    EXPECT(jb_custom_kernel_new(&k, &no_inputs), JB_ERR_INVALID_ARGUMENT);
+    jb_kernel_spec no_body = {"k", good_in, f32, 1, good_out, f32, 1, NULL, NULL, NULL, NULL};
+    EXPECT(jb_custom_kernel_new(&k, &no_body), JB_ERR_INVALID_ARGUMENT);
+    const char *null_name[] = {NULL};
+    jb_kernel_spec null_input = {"k", null_name, f32, 1, good_out, f32, 1, "", NULL, NULL, NULL};
+    EXPECT(jb_custom_kernel_new(&k, &null_input), JB_ERR_INVALID_ARGUMENT);
+    counters_unchanged("bad names");
+}
+
+static void bad_launches(void)
+{
+    const char *in[] = {"x"}, *outn[] = {"y"};
+    jb_dtype f32[] = {JB_F32};
+    jb_kernel_spec spec = {"misuse_kernel", in, f32, 1, outn, f32, 1,
+                           "y[thread_index()] = x[thread_index()];", NULL, NULL, NULL};
+    jb_custom_kernel *k;
+    CHECK_OK(jb_custom_kernel_new(&k, &spec));
+    jb_array *x, *ints, *out[1] = {NULL};
+    CHECK_OK(jb_array_arange(&x, cpu, 8, JB_F32));
+    CHECK_OK(jb_array_arange(&ints, cpu, 8, JB_I32));
+    int64_t n = 8, negative = -1, huge = INT64_MAX;
+    const int64_t *shapes[] = {&n}, *bad_shape[] = {&negative}, *huge_shape[] = {&huge};
+    const int64_t *null_shape[] = {NULL};
+    int ndims[] = {1}, bad_ndims[] = {JB_MAX_NDIM + 1};
+    jb_launch_shape threads = {{0, 0, 0}, {0, 0, 0}, 8};
+    jb_launch_shape none = {{0, 0, 0}, {0, 0, 0}, 0};
+    jb_launch_shape zero_block = {{1, 1, 1}, {0, 1, 1}, 0};
+    jb_launch_shape too_wide = {{1, 1, 1}, {1025, 1, 1}, 0};
+    jb_array *inputs[] = {x}, *wrong_inputs[] = {ints}, *null_inputs[] = {NULL};
+    jb_counters_get(&before, sizeof before);
+    EXPECT(jb_custom_kernel_launch(out, k, inputs, 1, shapes, ndims, NULL),
+           JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_custom_kernel_launch(out, k, inputs, 1, shapes, ndims, &none),
+           JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_custom_kernel_launch(out, k, inputs, 1, shapes, ndims, &zero_block),
+           JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_custom_kernel_launch(out, k, inputs, 1, shapes, ndims, &too_wide),
+           JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_custom_kernel_launch(out, k, inputs, 2, shapes, ndims, &threads),
+           JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_custom_kernel_launch(out, k, wrong_inputs, 1, shapes, ndims, &threads), JB_ERR_SHAPE);
+    EXPECT(jb_custom_kernel_launch(out, k, null_inputs, 1, shapes, ndims, &threads),
+           JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_custom_kernel_launch(out, k, inputs, 1, bad_shape, ndims, &threads),
+           JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_custom_kernel_launch(out, k, inputs, 1, huge_shape, ndims, &threads),
+           JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_custom_kernel_launch(out, k, inputs, 1, null_shape, ndims, &threads),
+           JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_custom_kernel_launch(out, k, inputs, 1, shapes, bad_ndims, &threads),
+           JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_custom_kernel_launch(out, k, inputs, 1, NULL, ndims, &threads),
+           JB_ERR_INVALID_ARGUMENT);
+    CHECK(out[0] == NULL, "a failed launch left an output");
+    counters_unchanged("bad launches (nothing may be built)");
+    float host[8];
+    EXPECT(jb_array_read(x, host, sizeof host - 4), JB_ERR_SHAPE);
+    EXPECT(jb_array_read(x, NULL, sizeof host), JB_ERR_INVALID_ARGUMENT);
+    /* And the good launch still works after all of that. */
+    CHECK_OK(jb_custom_kernel_launch(out, k, inputs, 1, shapes, ndims, &threads));
+    CHECK_OK(jb_array_read(out[0], host, sizeof host));
+    CHECK(host[7] == 7.0f, "the copy kernel computed %g", (double)host[7]);
+    jb_array_free(out[0]);
+    jb_array_free(x);
+    jb_array_free(ints);
+    jb_custom_kernel_free(k);
+}
+
+int main(void)
+{
+    /* Keep this test's kernels off the user's disk cache. */
+    setenv("JITBRIDGE_DISK_CACHE", "0", 1);
+    CHECK(strcmp(jb_last_error_message(), "") == 0, "a fresh thread has an empty message");
+    CHECK(jb_abi_version() == JB_ABI_VERSION, "ABI version");
+    CHECK_OK(jb_device_get(&cpu, JB_DEVICE_CPU, 0));
+    jb_counters_get(&before, sizeof before);
+    null_pointers();
+    bad_probe_inputs();
+    bad_names();
+    bad_launches();
+    return check_summary("test_misuse");
+}
