@@ -1,7 +1,7 @@
 /*
  * Arrays and the reference-counted device buffers under them. A launch or a copy holds a
- * reference on each buffer it uses until the stream has run it, so freeing an array early is
- * safe. A buffer whose last reference drops goes idle in its device's cache, by size class, and
+ * reference on each buffer it uses until the event recorded after it fires (the stream keeps
+ * these holds and releases them as it goes), so freeing an array early is safe. A buffer whose last reference drops goes idle in its device's cache, by size class, and
  * is reused by a later allocation; memory in the cache is never handed back to the driver.
  */
 #include "internal.h"
@@ -108,42 +108,65 @@ void jb__buffer_release(jb_buffer *buf)
 }
 
 struct jb_hold {
+    jb_event *done;
+    jb_hold *next;
     size_t count;
     jb_buffer *buffers[];
 };
 
-jb_hold *jb__hold_new(jb_buffer *const *buffers, size_t count)
+static void hold_free(jb_hold *hold)
+{
+    for (size_t i = 0; i < hold->count; i++)
+        jb__buffer_release(hold->buffers[i]);
+    jb__event_release(hold->done);
+    free(hold);
+}
+
+void jb__stream_release_holds(jb_stream *stream, bool all)
+{
+    jb_device *dev = stream->device;
+    for (;;) {
+        pthread_mutex_lock(&stream->holds_mutex);
+        jb_hold *oldest = stream->holds_head;
+        /* Work on one stream finishes in order: stop at the first hold still running. */
+        if (oldest && !all && !dev->backend->event_query(dev, oldest->done->native))
+            oldest = NULL;
+        if (oldest) {
+            stream->holds_head = oldest->next;
+            if (!stream->holds_head)
+                stream->holds_tail = NULL;
+        }
+        pthread_mutex_unlock(&stream->holds_mutex);
+        if (!oldest)
+            return;
+        hold_free(oldest);
+    }
+}
+
+int jb__stream_hold(jb_stream *stream, jb_buffer *const *buffers, size_t count, jb_event *done)
 {
     jb_hold *hold = malloc(sizeof *hold + count * sizeof(jb_buffer *));
-    if (!hold)
-        return NULL;
+    if (!hold) {
+        /* No memory to remember the hold: wait, then nothing needs holding. */
+        stream->device->backend->stream_synchronize(stream->device, stream->native);
+        return JB_OK;
+    }
+    hold->done = done;
+    jb__event_retain(done);
+    hold->next = NULL;
     hold->count = count;
     for (size_t i = 0; i < count; i++) {
         hold->buffers[i] = buffers[i];
         jb__buffer_retain(buffers[i]);
     }
-    return hold;
-}
-
-void jb__hold_release(void *p)
-{
-    jb_hold *hold = p;
-    for (size_t i = 0; i < hold->count; i++)
-        jb__buffer_release(hold->buffers[i]);
-    free(hold);
-}
-
-int jb__hold_until_done(jb_stream *stream, jb_buffer *const *buffers, size_t count)
-{
-    jb_device *dev = stream->device;
-    jb_hold *hold = jb__hold_new(buffers, count);
-    if (!hold || dev->backend->stream_host_callback(dev, stream->native, jb__hold_release,
-                                                    hold) != JB_OK) {
-        /* Without a callback, wait here: then the buffers are free to go at once. */
-        dev->backend->stream_synchronize(dev, stream->native);
-        if (hold)
-            jb__hold_release(hold);
-    }
+    jb__stream_release_holds(stream, false);
+    pthread_mutex_lock(&stream->holds_mutex);
+    if (stream->holds_tail)
+        stream->holds_tail->next = hold;
+    else
+        stream->holds_head = hold;
+    stream->holds_tail = hold;
+    pthread_mutex_unlock(&stream->holds_mutex);
     return JB_OK;
 }
 
@@ -232,9 +255,9 @@ jb_status jb_array_from_host(jb_array **out, jb_device *device, jb_dtype dtype,
         jb__buffer_release(buf);
         return status;
     }
-    /* The copy may still read into the buffer: it must not go idle before the copy is done. */
+    /* The copy may still write into the buffer: it must not go idle before the copy is done. */
     if (bytes > 0)
-        jb__hold_until_done(stream, &buf, 1);
+        jb__stream_hold(stream, &buf, 1, ready);
     return jb__array_wrap(out, buf, dtype, shape, ndim, ready);
 }
 

@@ -35,6 +35,7 @@ int jb__event_acquire(jb_device *dev, jb_event **out)
         JB_RETURN_IF(atomic_exchange(&event->in_use, true), JB_ERR_BACKEND,
                      "the event pool of device %d handed out an event that is in use",
                      dev->index);
+        atomic_store(&event->refs, 1);
         *out = event;
         return JB_OK;
     }
@@ -42,6 +43,7 @@ int jb__event_acquire(jb_device *dev, jb_event **out)
     JB_RETURN_IF(!event, JB_ERR_OUT_OF_MEMORY, "no memory for an event");
     event->device = dev;
     atomic_init(&event->in_use, true);
+    atomic_init(&event->refs, 1);
     int status = dev->backend->event_create(dev, &event->native);
     if (status != JB_OK) {
         free(event);
@@ -51,9 +53,14 @@ int jb__event_acquire(jb_device *dev, jb_event **out)
     return JB_OK;
 }
 
+void jb__event_retain(jb_event *event)
+{
+    atomic_fetch_add_explicit(&event->refs, 1, memory_order_relaxed);
+}
+
 void jb__event_release(jb_event *event)
 {
-    if (!event)
+    if (!event || atomic_fetch_sub_explicit(&event->refs, 1, memory_order_acq_rel) != 1)
         return;
     jb_event_pool *pool = &event->device->event_pool;
     bool pooled = false;

@@ -72,8 +72,6 @@ typedef struct jb_launch_args {
     uint64_t total_threads;
 } jb_launch_args;
 
-typedef void (*jb_host_fn)(void *ctx);
-
 struct jb_backend {
     const char *name; /* "cpu", "cuda", "rocm" */
     /* Names the compiler, its version and its options: part of every disk cache key. */
@@ -86,23 +84,20 @@ struct jb_backend {
     void (*stream_destroy)(jb_device *dev, void *stream);
     int (*stream_synchronize)(jb_device *dev, void *stream);
     int (*stream_wait_event)(jb_device *dev, void *stream, void *event);
-    /* Runs fn(ctx) on the host once the stream's earlier work is done; fn must not call
-     * into the backend. */
-    int (*stream_host_callback)(jb_device *dev, void *stream, jb_host_fn fn, void *ctx);
     int (*event_create)(jb_device *dev, void **out_event);
     void (*event_destroy)(jb_device *dev, void *event);
     int (*event_record)(jb_device *dev, void *event, void *stream);
     int (*event_synchronize)(jb_device *dev, void *event);
+    /* 1 once the work before the event's last record is done (or can never be), else 0. */
+    int (*event_query)(jb_device *dev, void *event);
     int (*mem_alloc)(jb_device *dev, size_t bytes, void **out_ptr);
     void (*mem_free)(jb_device *dev, void *ptr);
     /* Returns once `src` may be reused. */
     int (*memcpy_htod)(jb_device *dev, void *stream, void *dst, const void *src, size_t bytes);
     /* Returns once `dst` holds the data (after the stream's earlier work). */
     int (*memcpy_dtoh)(jb_device *dev, void *stream, void *dst, const void *src, size_t bytes);
-    /* Queues the kernel; then, once it has run, done(done_ctx) on the host (if done is set). */
     int (*launch)(jb_device *dev, void *stream, void *fn, const uint32_t grid[3],
-                  const uint32_t block[3], uint32_t shared_bytes, const jb_launch_args *args,
-                  jb_host_fn done, void *done_ctx);
+                  const uint32_t block[3], uint32_t shared_bytes, const jb_launch_args *args);
     /* Applies a kernel's configured dynamic shared memory limit (NULL where meaningless). */
     int (*kernel_set_shared_limit)(jb_device *dev, void *fn, uint32_t bytes);
 };
@@ -150,17 +145,24 @@ struct jb_event {
     void *native;
     uint64_t stream_id; /* the stream of the last record: waits on that same stream are free */
     atomic_bool in_use; /* set while handed out: catches an event given to two owners */
+    atomic_uint refs;   /* owners: an array, and the stream's hold on that work's buffers */
 };
 int jb__event_acquire(jb_device *dev, jb_event **out);
 int jb__event_record(jb_event *event, jb_stream *stream);
+void jb__event_retain(jb_event *event);
 void jb__event_release(jb_event *event);
 void jb__event_pool_init(jb_event_pool *pool);
 
 /* ---- streams (stream.c) ---- */
+typedef struct jb_hold jb_hold;
+
 struct jb_stream {
     jb_device *device;
     void *native;
     uint64_t id; /* unique for the process, never reused (unlike the address) */
+    /* Buffers that queued work still uses, oldest first, each released once its event fires. */
+    pthread_mutex_t holds_mutex;
+    jb_hold *holds_head, *holds_tail;
 };
 /* The calling thread's default stream for `dev`, created on first use. */
 int jb__current_stream(jb_device *dev, jb_stream **out);
@@ -178,12 +180,12 @@ void jb__buffer_retain(jb_buffer *buf);
 /* Drops a reference; the last one returns the buffer to its device's cache. May be called
  * from a stream callback: it makes no driver call for cached sizes. */
 void jb__buffer_release(jb_buffer *buf);
-/* Keeps `count` buffers alive until `stream` has run everything queued so far. */
-int jb__hold_until_done(jb_stream *stream, jb_buffer *const *buffers, size_t count);
-/* For a launch: the callback and its context that release a hold (see jb__hold_new). */
-typedef struct jb_hold jb_hold;
-jb_hold *jb__hold_new(jb_buffer *const *buffers, size_t count);
-void jb__hold_release(void *hold);
+/* Keeps `count` buffers alive until `done` (just recorded on `stream`) fires. Also releases the
+ * stream's earlier holds whose events have fired. */
+int jb__stream_hold(jb_stream *stream, jb_buffer *const *buffers, size_t count, jb_event *done);
+/* Releases the stream's holds whose events have fired; all of them when `all` (the stream has
+ * been synchronized). */
+void jb__stream_release_holds(jb_stream *stream, bool all);
 jb_buffer *jb__array_buffer(const jb_array *array);
 jb_event *jb__array_ready_event(const jb_array *array);
 /* Wraps a fresh buffer as an array whose contents are ready once `ready` fires (may be NULL);

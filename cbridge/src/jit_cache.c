@@ -66,6 +66,8 @@ typedef struct thread_state {
     struct thread_state *prev, *next;
 } thread_state;
 
+#define CACHE_LINE 64
+
 static _Thread_local thread_state *tls_state;
 static pthread_mutex_t registry_mutex = PTHREAD_MUTEX_INITIALIZER;
 static thread_state *registry;
@@ -105,9 +107,12 @@ static thread_state *this_thread_state(void)
     if (tls_state)
         return tls_state;
     pthread_once(&state_key_once, state_key_create);
-    thread_state *ts = calloc(1, sizeof *ts);
+    /* Own cache lines: another thread's counters must not share this thread's line. */
+    size_t bytes = (sizeof(thread_state) + CACHE_LINE - 1) / CACHE_LINE * CACHE_LINE;
+    thread_state *ts = aligned_alloc(CACHE_LINE, bytes);
     if (!ts)
         return NULL;
+    memset(ts, 0, bytes);
     pthread_mutex_lock(&registry_mutex);
     ts->next = registry;
     if (registry)
@@ -151,9 +156,10 @@ static void lookaside_remember(thread_state *ts, int device, const char *name, u
 {
     if ((ts->count + 1) * 2 > ts->capacity) {
         size_t capacity = ts->capacity ? ts->capacity * 2 : 64;
-        lookaside_entry *entries = calloc(capacity, sizeof *entries);
+        lookaside_entry *entries = aligned_alloc(CACHE_LINE, capacity * sizeof *entries);
         if (!entries)
             return;
+        memset(entries, 0, capacity * sizeof *entries);
         for (size_t i = 0; i < ts->capacity; i++) {
             if (!ts->entries[i].name)
                 continue;

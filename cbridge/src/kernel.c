@@ -524,23 +524,24 @@ jb_status jb_custom_kernel_launch(jb_array **outputs, jb_custom_kernel *k,
             sizes[num_inputs + i] = (uint64_t)jb_array_size(made[i]);
         }
     }
-    /* The launch holds every buffer it uses until the stream has run it. */
-    jb_hold *hold = status == JB_OK ? jb__hold_new(buffers, count) : NULL;
-    if (status == JB_OK && !hold)
-        status = jb__fail(JB_ERR_OUT_OF_MEMORY, "no memory for a launch");
     if (status == JB_OK) {
         jb_launch_args args = {count, pointers, sizes, total_threads};
         status = dev->backend->launch(dev, stream->native, fn, grid, block,
-                                      config.shared_memory_bytes, &args, jb__hold_release, hold);
-        if (status != JB_OK)
-            jb__hold_release(hold); /* not queued: nothing will run it */
+                                      config.shared_memory_bytes, &args);
     }
-    for (size_t i = 0; status == JB_OK && i < k->num_outputs; i++) {
+    for (size_t i = 0; status == JB_OK && i < k->num_outputs; i++)
         status = jb__event_record(ready[i], stream);
-        if (status == JB_OK) {
+    if (status == JB_OK) {
+        /* The last output's event marks the kernel's end: until it fires, every buffer the
+         * kernel uses stays held, whoever frees its array. */
+        jb__stream_hold(stream, buffers, count, ready[k->num_outputs - 1]);
+        for (size_t i = 0; i < k->num_outputs; i++) {
             jb__array_set_ready(made[i], ready[i]);
             ready[i] = NULL;
         }
+    } else {
+        /* Queued or not, nothing may reuse these buffers before the stream is past them. */
+        dev->backend->stream_synchronize(dev, stream->native);
     }
     if (status != JB_OK) {
         for (size_t i = 0; i < k->num_outputs; i++)
@@ -733,7 +734,7 @@ jb_status jb_bench_raw_probe_launches(double *out_ns_per_launch, jb_array *input
         status = dev->backend->stream_synchronize(dev, stream->native);
     uint64_t start = jb__now_ns();
     for (int i = 0; status == JB_OK && i < launches; i++) {
-        status = dev->backend->launch(dev, stream->native, fn, grid, block, 0, &args, NULL, NULL);
+        status = dev->backend->launch(dev, stream->native, fn, grid, block, 0, &args);
         if (status == JB_OK)
             status = dev->backend->event_record(dev, event->native, stream->native);
     }

@@ -52,6 +52,7 @@ jb_status jb_stream_new(jb_stream **out, jb_device *device)
     static atomic_uint_fast64_t next_id = 1;
     stream->device = device;
     stream->id = atomic_fetch_add(&next_id, 1);
+    pthread_mutex_init(&stream->holds_mutex, NULL);
     int status = device->backend->stream_create(device, &stream->native);
     if (status != JB_OK) {
         free(stream);
@@ -72,14 +73,19 @@ void jb_stream_free(jb_stream *stream)
         return;
     jb_device *dev = stream->device;
     dev->backend->stream_synchronize(dev, stream->native);
+    jb__stream_release_holds(stream, true);
     dev->backend->stream_destroy(dev, stream->native);
+    pthread_mutex_destroy(&stream->holds_mutex);
     free(stream);
 }
 
 jb_status jb_stream_synchronize(jb_stream *stream)
 {
     JB_RETURN_IF(!stream, JB_ERR_INVALID_ARGUMENT, "jb_stream_synchronize: stream is NULL");
-    return stream->device->backend->stream_synchronize(stream->device, stream->native);
+    JB_FORWARD_IF_ERROR(
+        stream->device->backend->stream_synchronize(stream->device, stream->native));
+    jb__stream_release_holds(stream, true);
+    return JB_OK;
 }
 
 jb_device *jb_stream_device(const jb_stream *stream)

@@ -369,9 +369,19 @@ static int cpu_event_synchronize(jb_device *dev, void *event)
     return JB_OK;
 }
 
+static int cpu_event_query(jb_device *dev, void *event)
+{
+    (void)dev;
+    cpu_event *ev = event;
+    pthread_mutex_lock(&ev->mutex);
+    int done = ev->completed >= ev->recorded;
+    pthread_mutex_unlock(&ev->mutex);
+    return done;
+}
+
 /* ---- streams: a worker thread and an ordered queue ---- */
 
-typedef enum task_kind { TASK_LAUNCH, TASK_CALLBACK, TASK_SIGNAL, TASK_WAIT, TASK_STOP } task_kind;
+typedef enum task_kind { TASK_LAUNCH, TASK_SIGNAL, TASK_WAIT, TASK_STOP } task_kind;
 
 typedef void (*cpu_kernel_fn)(void *const *pointers, const uint64_t *sizes, uint64_t threads);
 
@@ -383,13 +393,7 @@ typedef struct cpu_task {
             cpu_kernel_fn fn;
             uint64_t threads;
             size_t count;
-            jb_host_fn done;
-            void *done_ctx;
         } launch;
-        struct {
-            jb_host_fn fn;
-            void *ctx;
-        } callback;
         struct {
             cpu_event *event;
             uint64_t target;
@@ -415,11 +419,6 @@ static void run_task(cpu_task *task)
     case TASK_LAUNCH:
         task->u.launch.fn(task->pointers, (const uint64_t *)&task->pointers[task->u.launch.count],
                           task->u.launch.threads);
-        if (task->u.launch.done)
-            task->u.launch.done(task->u.launch.done_ctx);
-        break;
-    case TASK_CALLBACK:
-        task->u.callback.fn(task->u.callback.ctx);
         break;
     case TASK_SIGNAL: {
         cpu_event *ev = task->u.event.event;
@@ -564,20 +563,8 @@ static int cpu_stream_wait_event(jb_device *dev, void *stream, void *event)
     return JB_OK;
 }
 
-static int cpu_stream_host_callback(jb_device *dev, void *stream, jb_host_fn fn, void *ctx)
-{
-    (void)dev;
-    cpu_task *task = task_new(TASK_CALLBACK, 0);
-    JB_RETURN_IF(!task, JB_ERR_OUT_OF_MEMORY, "no memory for a stream callback");
-    task->u.callback.fn = fn;
-    task->u.callback.ctx = ctx;
-    enqueue(stream, task);
-    return JB_OK;
-}
-
 static int cpu_launch(jb_device *dev, void *stream, void *fn, const uint32_t grid[3],
-                      const uint32_t block[3], uint32_t shared_bytes, const jb_launch_args *args,
-                      jb_host_fn done, void *done_ctx)
+                      const uint32_t block[3], uint32_t shared_bytes, const jb_launch_args *args)
 {
     (void)dev, (void)grid, (void)block, (void)shared_bytes;
     size_t count = args->count;
@@ -586,8 +573,6 @@ static int cpu_launch(jb_device *dev, void *stream, void *fn, const uint32_t gri
     memcpy(&task->u.launch.fn, &fn, sizeof fn); /* dlsym gave an object pointer (POSIX) */
     task->u.launch.threads = args->total_threads;
     task->u.launch.count = count;
-    task->u.launch.done = done;
-    task->u.launch.done_ctx = done_ctx;
     memcpy(task->pointers, args->pointers, count * sizeof(void *));
     memcpy(&task->pointers[count], args->sizes, count * sizeof(uint64_t));
     enqueue(stream, task);
@@ -636,11 +621,11 @@ const jb_backend jb__cpu_backend = {
     .stream_destroy = cpu_stream_destroy,
     .stream_synchronize = cpu_stream_synchronize,
     .stream_wait_event = cpu_stream_wait_event,
-    .stream_host_callback = cpu_stream_host_callback,
     .event_create = cpu_event_create,
     .event_destroy = cpu_event_destroy,
     .event_record = cpu_event_record,
     .event_synchronize = cpu_event_synchronize,
+    .event_query = cpu_event_query,
     .mem_alloc = cpu_mem_alloc,
     .mem_free = cpu_mem_free,
     .memcpy_htod = cpu_memcpy_htod,

@@ -173,13 +173,6 @@ static int gpu_stream_wait_event(jb_device *dev, void *stream, void *event)
     return JB_OK;
 }
 
-static int gpu_stream_host_callback(jb_device *dev, void *stream, jb_host_fn fn, void *ctx)
-{
-    JB_FORWARD_IF_ERROR(make_current(dev));
-    GPU_CHECK(jb_gpu_host_callback((CUstream)stream, fn, ctx));
-    return JB_OK;
-}
-
 static int gpu_event_create(jb_device *dev, void **out_event)
 {
     JB_FORWARD_IF_ERROR(make_current(dev));
@@ -207,6 +200,14 @@ static int gpu_event_synchronize(jb_device *dev, void *event)
     JB_FORWARD_IF_ERROR(make_current(dev));
     GPU_CHECK(cuEventSynchronize((CUevent)event));
     return JB_OK;
+}
+
+static int gpu_event_query(jb_device *dev, void *event)
+{
+    if (make_current(dev) != JB_OK)
+        return 1;
+    /* Not ready is the one answer that means "still running"; an error means it never will. */
+    return cuEventQuery((CUevent)event) != CUDA_ERROR_NOT_READY;
 }
 
 static int gpu_mem_alloc(jb_device *dev, size_t bytes, void **out_ptr)
@@ -244,8 +245,7 @@ static int gpu_memcpy_dtoh(jb_device *dev, void *stream, void *dst, const void *
 }
 
 static int gpu_launch(jb_device *dev, void *stream, void *fn, const uint32_t grid[3],
-                      const uint32_t block[3], uint32_t shared_bytes, const jb_launch_args *args,
-                      jb_host_fn done, void *done_ctx)
+                      const uint32_t block[3], uint32_t shared_bytes, const jb_launch_args *args)
 {
     JB_FORWARD_IF_ERROR(make_current(dev));
     /* The generated kernel takes (pointer, element count) per array, then the thread count. */
@@ -261,11 +261,6 @@ static int gpu_launch(jb_device *dev, void *stream, void *fn, const uint32_t gri
                                 block[2], shared_bytes, (CUstream)stream, params, NULL);
     JB_RETURN_IF(r != CUDA_SUCCESS, JB_ERR_LAUNCH, "launching on %s: %s (%s)", dev->name,
                  jb_gpu_error_name(r), jb_gpu_error_text(r));
-    if (done && jb_gpu_host_callback((CUstream)stream, done, done_ctx) != CUDA_SUCCESS) {
-        /* The kernel is queued either way: wait for it, then run `done` here. */
-        cuStreamSynchronize((CUstream)stream);
-        done(done_ctx);
-    }
     return JB_OK;
 }
 
@@ -287,11 +282,11 @@ const jb_backend jb__gpu_backend = {
     .stream_destroy = gpu_stream_destroy,
     .stream_synchronize = gpu_stream_synchronize,
     .stream_wait_event = gpu_stream_wait_event,
-    .stream_host_callback = gpu_stream_host_callback,
     .event_create = gpu_event_create,
     .event_destroy = gpu_event_destroy,
     .event_record = gpu_event_record,
     .event_synchronize = gpu_event_synchronize,
+    .event_query = gpu_event_query,
     .mem_alloc = gpu_mem_alloc,
     .mem_free = gpu_mem_free,
     .memcpy_htod = gpu_memcpy_htod,

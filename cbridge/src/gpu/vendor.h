@@ -8,7 +8,6 @@
 #define JB_GPU_VENDOR_H
 
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #if defined(JB_WITH_CUDA)
@@ -71,11 +70,6 @@ static inline void jb_gpu_compiler_version(char *out, size_t len)
     snprintf(out, len, "NVRTC %d.%d", major, minor);
 }
 
-static inline CUresult jb_gpu_host_callback(CUstream stream, void (*fn)(void *), void *ctx)
-{
-    return cuLaunchHostFunc(stream, fn, ctx);
-}
-
 #define jbGetCode nvrtcGetCUBIN
 #define jbGetCodeSize nvrtcGetCUBINSize
 
@@ -93,6 +87,7 @@ static inline CUresult jb_gpu_host_callback(CUstream stream, void (*fn)(void *),
 #define CUresult hipError_t
 #define CUDA_SUCCESS hipSuccess
 #define CUDA_ERROR_NO_DEVICE hipErrorNoDevice
+#define CUDA_ERROR_NOT_READY hipErrorNotReady
 #define CUdevice hipDevice_t
 #define CUdeviceptr hipDeviceptr_t
 #define CUmodule hipModule_t
@@ -116,6 +111,7 @@ static inline CUresult jb_gpu_host_callback(CUstream stream, void (*fn)(void *),
 #define cuEventDestroy hipEventDestroy
 #define cuEventRecord hipEventRecord
 #define cuEventSynchronize hipEventSynchronize
+#define cuEventQuery hipEventQuery
 #define cuMemAlloc(ptr, bytes) hipMalloc((void **)(ptr), (bytes))
 #define cuMemFree hipFree
 #define cuMemcpyHtoDAsync(dst, src, bytes, stream)                                                 \
@@ -172,34 +168,6 @@ static inline hipError_t jb_gpu_arch_name(int ordinal, char *out, size_t len)
     hipDeviceProp_t prop;
     hipError_t r = hipGetDeviceProperties(&prop, ordinal);
     snprintf(out, len, "%s", r == hipSuccess ? prop.gcnArchName : "unknown");
-    return r;
-}
-
-/* hipLaunchHostFunc is declared by HIP 5.x headers but not exported by every libamdhip64 of
- * that age; hipStreamAddCallback is, everywhere. */
-typedef struct jb_hip_callback {
-    void (*fn)(void *);
-    void *ctx;
-} jb_hip_callback;
-
-static void jb_hip_callback_trampoline(hipStream_t stream, hipError_t status, void *user_data)
-{
-    (void)stream, (void)status;
-    jb_hip_callback callback = *(jb_hip_callback *)user_data;
-    free(user_data);
-    callback.fn(callback.ctx);
-}
-
-static inline hipError_t jb_gpu_host_callback(hipStream_t stream, void (*fn)(void *), void *ctx)
-{
-    jb_hip_callback *callback = malloc(sizeof *callback);
-    if (!callback)
-        return hipErrorOutOfMemory;
-    callback->fn = fn;
-    callback->ctx = ctx;
-    hipError_t r = hipStreamAddCallback(stream, jb_hip_callback_trampoline, callback, 0);
-    if (r != hipSuccess)
-        free(callback);
     return r;
 }
 
