@@ -107,6 +107,8 @@ void jb__buffer_release(jb_buffer *buf)
     free(buf);
 }
 
+#define HOLDS_PER_RELEASE 16
+
 struct jb_hold {
     jb_event *done;
     jb_hold *next;
@@ -159,14 +161,19 @@ int jb__stream_hold(jb_stream *stream, jb_buffer *const *buffers, size_t count, 
         hold->buffers[i] = buffers[i];
         jb__buffer_retain(buffers[i]);
     }
-    jb__stream_release_holds(stream, false);
     pthread_mutex_lock(&stream->holds_mutex);
     if (stream->holds_tail)
         stream->holds_tail->next = hold;
     else
         stream->holds_head = hold;
     stream->holds_tail = hold;
+    /* An event query costs about as much as a launch on a GPU: ask once per batch. */
+    bool release_now = ++stream->holds_since_release >= HOLDS_PER_RELEASE;
+    if (release_now)
+        stream->holds_since_release = 0;
     pthread_mutex_unlock(&stream->holds_mutex);
+    if (release_now)
+        jb__stream_release_holds(stream, false);
     return JB_OK;
 }
 

@@ -200,10 +200,17 @@ static uint64_t entry_checksum(const void *key, size_t key_bytes, const void *pa
 
 /* ---- reading ---- */
 
+#define ENTRY_PATH_BYTES (sizeof cache_dir + 80)
+
+static void entry_path(char *out, const char *file)
+{
+    snprintf(out, ENTRY_PATH_BYTES, "%s/%s", cache_dir, file);
+}
+
 static int open_entry(const char *file)
 {
-    char path[sizeof cache_dir + 64];
-    snprintf(path, sizeof path, "%s/%s", cache_dir, file);
+    char path[ENTRY_PATH_BYTES];
+    entry_path(path, file);
     return open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 }
 
@@ -292,8 +299,8 @@ void jb__disk_accept(void)
 
 void jb__disk_reject(const jb_disk_key *key)
 {
-    char path[sizeof cache_dir + 64];
-    snprintf(path, sizeof path, "%s/%s", cache_dir, key->file);
+    char path[ENTRY_PATH_BYTES];
+    entry_path(path, key->file);
     unlink(path);
     atomic_fetch_add(&counter_disk_rejected, 1);
 }
@@ -325,11 +332,11 @@ void jb__disk_store(const jb_disk_key *key, const jb_blob *code)
 {
     if (!jb__disk_cache_usable())
         return;
-    char tmp[sizeof cache_dir + 128], final_path[sizeof cache_dir + 64];
+    char tmp[sizeof cache_dir + 128], final_path[ENTRY_PATH_BYTES];
     static atomic_uint_fast64_t serial;
     snprintf(tmp, sizeof tmp, "%s/tmp/%s.%ld.%llu.tmp", cache_dir, key->file, (long)getpid(),
              (unsigned long long)atomic_fetch_add(&serial, 1));
-    snprintf(final_path, sizeof final_path, "%s/%s", cache_dir, key->file);
+    entry_path(final_path, key->file);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0) {
         turn_off("cannot write to the cache folder (%s)", strerror(errno));
@@ -377,11 +384,13 @@ typedef struct entry_info {
     time_t mtime;
 } entry_info;
 
-/* Lists the folder's entries (not tmp/); the caller frees *out. */
-static int list_entries(entry_info **out, size_t *count)
+/* Lists the folder's entries (not tmp/) and their total bytes; the caller frees *out. */
+static int list_entries(entry_info **out, size_t *count, uint64_t *total)
 {
+    jb__disk_cache_usable();
     *out = NULL;
     *count = 0;
+    *total = 0;
     JB_RETURN_IF(!cache_dir[0], JB_ERR_UNSUPPORTED, "the disk cache is %s", state_text);
     DIR *dir = opendir(cache_dir);
     JB_RETURN_IF(!dir, JB_ERR_SYSTEM, "cannot open %s: %s", cache_dir, strerror(errno));
@@ -409,6 +418,7 @@ static int list_entries(entry_info **out, size_t *count)
         memcpy(info->name, e->d_name, len + 1); /* len was checked against the size above */
         info->bytes = (uint64_t)st.st_size;
         info->mtime = st.st_mtime;
+        *total += info->bytes;
     }
     closedir(dir);
     return JB_OK;
@@ -417,14 +427,10 @@ static int list_entries(entry_info **out, size_t *count)
 jb_status jb_disk_cache_stats(uint64_t *entries, uint64_t *bytes)
 {
     JB_RETURN_IF(!entries || !bytes, JB_ERR_INVALID_ARGUMENT, "jb_disk_cache_stats: NULL out");
-    jb__disk_cache_usable();
     entry_info *list;
     size_t count;
-    JB_FORWARD_IF_ERROR(list_entries(&list, &count));
+    JB_FORWARD_IF_ERROR(list_entries(&list, &count, bytes));
     *entries = count;
-    *bytes = 0;
-    for (size_t i = 0; i < count; i++)
-        *bytes += list[i].bytes;
     free(list);
     return JB_OK;
 }
@@ -438,18 +444,15 @@ static int oldest_first(const void *a, const void *b)
 jb_status jb_disk_cache_prune(uint64_t max_bytes, uint64_t *removed)
 {
     JB_RETURN_IF(!removed, JB_ERR_INVALID_ARGUMENT, "jb_disk_cache_prune: removed is NULL");
-    jb__disk_cache_usable();
     entry_info *list;
     size_t count;
-    JB_FORWARD_IF_ERROR(list_entries(&list, &count));
-    uint64_t total = 0;
-    for (size_t i = 0; i < count; i++)
-        total += list[i].bytes;
+    uint64_t total;
+    JB_FORWARD_IF_ERROR(list_entries(&list, &count, &total));
     qsort(list, count, sizeof *list, oldest_first);
     *removed = 0;
-    char path[sizeof cache_dir + 80];
+    char path[ENTRY_PATH_BYTES];
     for (size_t i = 0; i < count && total > max_bytes; i++) {
-        snprintf(path, sizeof path, "%s/%s", cache_dir, list[i].name);
+        entry_path(path, list[i].name);
         if (unlink(path) == 0) {
             total -= list[i].bytes;
             (*removed)++;
@@ -462,10 +465,10 @@ jb_status jb_disk_cache_prune(uint64_t max_bytes, uint64_t *removed)
 jb_status jb_disk_cache_verify(uint64_t *valid, uint64_t *invalid)
 {
     JB_RETURN_IF(!valid || !invalid, JB_ERR_INVALID_ARGUMENT, "jb_disk_cache_verify: NULL out");
-    jb__disk_cache_usable();
     entry_info *list;
     size_t count;
-    JB_FORWARD_IF_ERROR(list_entries(&list, &count));
+    uint64_t total;
+    JB_FORWARD_IF_ERROR(list_entries(&list, &count, &total));
     *valid = *invalid = 0;
     for (size_t i = 0; i < count; i++) {
         int fd = open_entry(list[i].name);

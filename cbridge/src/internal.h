@@ -163,6 +163,7 @@ struct jb_stream {
     /* Buffers that queued work still uses, oldest first, each released once its event fires. */
     pthread_mutex_t holds_mutex;
     jb_hold *holds_head, *holds_tail;
+    unsigned holds_since_release; /* releases are looked for every few holds, not each one */
 };
 /* The calling thread's default stream for `dev`, created on first use. */
 int jb__current_stream(jb_device *dev, jb_stream **out);

@@ -51,53 +51,44 @@ static void *first_launch(void *p)
     return NULL;
 }
 
+/* One round: THREADS threads first-launch variants first_variant + t * step together; each
+ * output must be exact, and `new_keys` modules built, one per new key. */
+static void first_launch_round(const char *scenario, int round, int first_variant, int step,
+                               int new_keys)
+{
+    jb_counters before, after;
+    jb_counters_get(&before, sizeof before);
+    pthread_barrier_t barrier;
+    pthread_barrier_init(&barrier, NULL, THREADS);
+    pthread_t threads[THREADS];
+    race_arg args[THREADS];
+    for (int t = 0; t < THREADS; t++) {
+        args[t] = (race_arg){&barrier, first_variant + t * step, false};
+        pthread_create(&threads[t], NULL, first_launch, &args[t]);
+    }
+    for (int t = 0; t < THREADS; t++) {
+        pthread_join(threads[t], NULL);
+        CHECK(args[t].exact, "%s round %d thread %d: output not exact", scenario, round, t);
+    }
+    pthread_barrier_destroy(&barrier);
+    jb_counters_get(&after, sizeof after);
+    CHECK(after.builds - before.builds == (uint64_t)new_keys,
+          "%s round %d: %llu builds for %d new keys", scenario, round,
+          (unsigned long long)(after.builds - before.builds), new_keys);
+    CHECK(after.build_failures == before.build_failures, "%s round %d: a build failed",
+          scenario, round);
+}
+
 static void test_same_kernel_first_launch(void)
 {
-    for (int round = 0; round < 4; round++) {
-        jb_counters before, after;
-        jb_counters_get(&before, sizeof before);
-        pthread_barrier_t barrier;
-        pthread_barrier_init(&barrier, NULL, THREADS);
-        pthread_t threads[THREADS];
-        race_arg args[THREADS];
-        for (int t = 0; t < THREADS; t++) {
-            args[t] = (race_arg){&barrier, 100 + round, false};
-            pthread_create(&threads[t], NULL, first_launch, &args[t]);
-        }
-        for (int t = 0; t < THREADS; t++) {
-            pthread_join(threads[t], NULL);
-            CHECK(args[t].exact, "round %d thread %d: output not exact", round, t);
-        }
-        pthread_barrier_destroy(&barrier);
-        jb_counters_get(&after, sizeof after);
-        CHECK(after.builds - before.builds == 1, "round %d: %llu builds of one key", round,
-              (unsigned long long)(after.builds - before.builds));
-        CHECK(after.build_failures == before.build_failures, "round %d: a build failed", round);
-    }
+    for (int round = 0; round < 4; round++)
+        first_launch_round("same kernel", round, 100 + round, 0, 1);
 }
 
 static void test_distinct_kernels_first_launch(void)
 {
-    for (int round = 0; round < 4; round++) {
-        jb_counters before, after;
-        jb_counters_get(&before, sizeof before);
-        pthread_barrier_t barrier;
-        pthread_barrier_init(&barrier, NULL, THREADS);
-        pthread_t threads[THREADS];
-        race_arg args[THREADS];
-        for (int t = 0; t < THREADS; t++) {
-            args[t] = (race_arg){&barrier, 200 + round * THREADS + t, false};
-            pthread_create(&threads[t], NULL, first_launch, &args[t]);
-        }
-        for (int t = 0; t < THREADS; t++) {
-            pthread_join(threads[t], NULL);
-            CHECK(args[t].exact, "round %d thread %d: output not exact", round, t);
-        }
-        pthread_barrier_destroy(&barrier);
-        jb_counters_get(&after, sizeof after);
-        CHECK(after.builds - before.builds == THREADS, "round %d: %llu builds for %d new keys",
-              round, (unsigned long long)(after.builds - before.builds), THREADS);
-    }
+    for (int round = 0; round < 4; round++)
+        first_launch_round("distinct kernels", round, 200 + round * THREADS, 1, THREADS);
 }
 
 /* A build that fails inserts nothing: once its cause is gone, the same key builds. */
