@@ -105,14 +105,8 @@ unsafe extern "C" {
         out: *mut *mut jb_stream,
         device: *mut jb_device,
     ) -> c_int;
-    pub fn jb_install_thread_local_default_stream(
-        previous: *mut *mut jb_stream,
-        stream: *mut jb_stream,
-    ) -> c_int;
-    pub fn jb_restore_thread_local_default_stream(
-        device: *mut jb_device,
-        previous: *mut jb_stream,
-    ) -> c_int;
+    pub fn jb_install_thread_local_default_stream(stream: *mut jb_stream) -> c_int;
+    pub fn jb_uninstall_thread_local_default_stream(stream: *mut jb_stream) -> c_int;
     pub fn jb_thread_local_default_stream(
         out: *mut *mut jb_stream,
         device: *mut jb_device,

@@ -51,23 +51,21 @@ impl std::fmt::Debug for Stream {
     }
 }
 
-/// Restores a thread's previous default stream when dropped. Tied to the installing thread
-/// (not `Send`) and to the installed stream's lifetime.
+/// Uninstalls its stream when dropped, which restores the default from before the install.
+/// Tied to the installing thread (not `Send`) and to the installed stream's lifetime. Guards may
+/// be dropped in any order: each removes only its own installation.
 #[must_use = "dropping the guard at once uninstalls the stream"]
 pub struct DefaultStreamGuard<'a> {
-    device: Device,
-    previous: *mut ffi::jb_stream,
-    _stream: PhantomData<&'a Stream>,
+    stream: &'a Stream,
+    _not_send: PhantomData<*const ()>,
 }
 
 impl Drop for DefaultStreamGuard<'_> {
     fn drop(&mut self) {
-        // SAFETY: same thread as the install (the guard is !Send); `previous` is either NULL or
-        // a stream that was installed before and, by the borrow, still lives.
-        let status = unsafe {
-            ffi::jb_restore_thread_local_default_stream(self.device.raw(), self.previous)
-        };
-        debug_assert_eq!(status, ffi::JB_OK, "restoring the default stream failed");
+        // SAFETY: same thread as the install (the guard is !Send) and the stream is borrowed,
+        // so it is still alive and still installed here.
+        let status = unsafe { ffi::jb_uninstall_thread_local_default_stream(self.stream.raw) };
+        debug_assert_eq!(status, ffi::JB_OK, "uninstalling the default stream failed");
     }
 }
 
@@ -84,6 +82,7 @@ pub mod streams {
     }
 
     /// Makes `stream` this thread's default stream for its device until the guard is dropped.
+    /// Installs nest; the latest one still installed is the default.
     ///
     /// ```
     /// use jitbridge::{Array, DType, Device, streams};
@@ -97,9 +96,8 @@ pub mod streams {
     pub fn install_thread_local_default_stream(
         stream: &Stream,
     ) -> Result<DefaultStreamGuard<'_>, Error> {
-        let mut previous = std::ptr::null_mut();
-        // SAFETY: valid out pointer and live stream; the guard keeps the stream borrowed.
-        check(unsafe { ffi::jb_install_thread_local_default_stream(&mut previous, stream.raw) })?;
-        Ok(DefaultStreamGuard { device: stream.device(), previous, _stream: PhantomData })
+        // SAFETY: a live stream; the guard keeps it borrowed until it is uninstalled.
+        check(unsafe { ffi::jb_install_thread_local_default_stream(stream.raw) })?;
+        Ok(DefaultStreamGuard { stream, _not_send: PhantomData })
     }
 }

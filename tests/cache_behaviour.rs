@@ -196,3 +196,23 @@ fn hits_of_exited_threads_still_count_with_and_without_the_lookaside() {
     }
     jitbridge::set_lookaside_enabled(true);
 }
+
+#[test]
+fn default_stream_guards_may_be_dropped_out_of_order() {
+    let _turn = common::serial();
+    let first = jitbridge::Stream::new(cpu()).unwrap();
+    let second = jitbridge::Stream::new(cpu()).unwrap();
+    let first_guard = streams::install_thread_local_default_stream(&first).unwrap();
+    let second_guard = streams::install_thread_local_default_stream(&second).unwrap();
+    drop(first_guard); // out of order: `second` stays the default
+    drop(first); // no longer installed anywhere, so it may go
+    let x = Array::arange(cpu(), 8, DType::F32).unwrap();
+    assert!(jitbridge::race::probe_output_exact(
+        &jit_race_probe_array(&x, 3_200_000).unwrap().to_vec::<f32>().unwrap()
+    ));
+    drop(second_guard); // must not bring `first` back
+    let y = Array::arange(cpu(), 8, DType::F32).unwrap();
+    assert!(jitbridge::race::probe_output_exact(
+        &jit_race_probe_array(&y, 3_200_000).unwrap().to_vec::<f32>().unwrap()
+    ));
+}

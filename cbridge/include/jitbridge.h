@@ -115,14 +115,15 @@ JB_API jb_device *jb_stream_device(const jb_stream *stream);
 /* Same as jb_stream_new: the stream a generation (decode) thread makes for itself. */
 JB_API jb_status jb_new_thread_local_generation_stream(jb_stream **out, jb_device *device);
 /*
- * Makes `stream` the calling thread's default stream for its device and writes the previous
- * default (possibly NULL, meaning the thread's own lazily created one) to *previous. Pass that
- * value back to jb_restore_thread_local_default_stream to undo. The stream stays owned by the
- * caller and must outlive the installation. Affects the calling thread only.
+ * Makes `stream` the calling thread's default stream for its device, until it is uninstalled.
+ * Installs nest: the latest installed stream that is still installed is the default, and with
+ * none the thread's own stream is. The stream stays owned by the caller and must be uninstalled
+ * before it is freed. Affects the calling thread only.
  */
-JB_API jb_status jb_install_thread_local_default_stream(jb_stream **previous, jb_stream *stream);
-/* Restores `previous` (from the install above) as the default of `device` on this thread. */
-JB_API jb_status jb_restore_thread_local_default_stream(jb_device *device, jb_stream *previous);
+JB_API jb_status jb_install_thread_local_default_stream(jb_stream *stream);
+/* Removes the latest installation of `stream` on this thread, wherever it is in the nesting
+ * (out-of-order removal is safe). JB_ERR_INVALID_ARGUMENT if it is not installed here. */
+JB_API jb_status jb_uninstall_thread_local_default_stream(jb_stream *stream);
 /* The calling thread's default stream for `device` (borrowed: do not free). */
 JB_API jb_status jb_thread_local_default_stream(jb_stream **out, jb_device *device);
 

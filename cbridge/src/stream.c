@@ -1,15 +1,23 @@
 /*
  * Streams and the thread-local default stream of each device. A thread's own default is created
  * on first use and destroyed when the thread exits; a stream the thread installs stays owned by
- * whoever created it.
+ * whoever created it. Installed streams form a stack per device: the top one is the default, and
+ * uninstalling removes a stream wherever it is, so guards dropped out of order never bring back a
+ * stream that was uninstalled (and perhaps freed) already.
  */
 #include "internal.h"
 
 #include <stdlib.h>
+#include <string.h>
+
+typedef struct installed_stack {
+    jb_stream **streams; /* borrowed; the last one overrides `own` */
+    size_t depth, capacity;
+} installed_stack;
 
 typedef struct thread_streams {
-    jb_stream *installed[JB_MAX_DEVICES]; /* borrowed; overrides `own` while set */
-    jb_stream *own[JB_MAX_DEVICES];       /* created lazily, freed at thread exit */
+    installed_stack installed[JB_MAX_DEVICES];
+    jb_stream *own[JB_MAX_DEVICES]; /* created lazily, freed at thread exit */
 } thread_streams;
 
 static _Thread_local thread_streams *tls_streams;
@@ -19,8 +27,10 @@ static pthread_once_t streams_key_once = PTHREAD_ONCE_INIT;
 static void thread_streams_destroy(void *p)
 {
     thread_streams *ts = p;
-    for (int i = 0; i < JB_MAX_DEVICES; i++)
+    for (int i = 0; i < JB_MAX_DEVICES; i++) {
         jb_stream_free(ts->own[i]);
+        free(ts->installed[i].streams);
+    }
     free(ts);
 }
 
@@ -97,8 +107,9 @@ int jb__current_stream(jb_device *dev, jb_stream **out)
 {
     thread_streams *ts = this_thread_streams();
     JB_RETURN_IF(!ts, JB_ERR_OUT_OF_MEMORY, "no memory for the thread's streams");
-    if (ts->installed[dev->index]) {
-        *out = ts->installed[dev->index];
+    installed_stack *stack = &ts->installed[dev->index];
+    if (stack->depth) {
+        *out = stack->streams[stack->depth - 1];
         return JB_OK;
     }
     if (!ts->own[dev->index])
@@ -116,28 +127,40 @@ jb_status jb_thread_local_default_stream(jb_stream **out, jb_device *device)
     return jb__current_stream(device, out);
 }
 
-jb_status jb_install_thread_local_default_stream(jb_stream **previous, jb_stream *stream)
+jb_status jb_install_thread_local_default_stream(jb_stream *stream)
 {
-    JB_RETURN_IF(!previous, JB_ERR_INVALID_ARGUMENT,
-                 "jb_install_thread_local_default_stream: previous is NULL");
     JB_RETURN_IF(!stream, JB_ERR_INVALID_ARGUMENT,
                  "jb_install_thread_local_default_stream: stream is NULL");
     thread_streams *ts = this_thread_streams();
     JB_RETURN_IF(!ts, JB_ERR_OUT_OF_MEMORY, "no memory for the thread's streams");
-    *previous = ts->installed[stream->device->index];
-    ts->installed[stream->device->index] = stream;
+    installed_stack *stack = &ts->installed[stream->device->index];
+    if (stack->depth == stack->capacity) {
+        size_t capacity = stack->capacity ? stack->capacity * 2 : 4;
+        jb_stream **grown = realloc(stack->streams, capacity * sizeof *grown);
+        JB_RETURN_IF(!grown, JB_ERR_OUT_OF_MEMORY, "no memory to install a stream");
+        stack->streams = grown;
+        stack->capacity = capacity;
+    }
+    stack->streams[stack->depth++] = stream;
     return JB_OK;
 }
 
-jb_status jb_restore_thread_local_default_stream(jb_device *device, jb_stream *previous)
+jb_status jb_uninstall_thread_local_default_stream(jb_stream *stream)
 {
-    JB_RETURN_IF(!device, JB_ERR_INVALID_ARGUMENT,
-                 "jb_restore_thread_local_default_stream: device is NULL");
-    JB_RETURN_IF(previous && previous->device != device, JB_ERR_INVALID_ARGUMENT,
-                 "jb_restore_thread_local_default_stream: the stream belongs to device %d, not %d",
-                 previous->device->index, device->index);
+    JB_RETURN_IF(!stream, JB_ERR_INVALID_ARGUMENT,
+                 "jb_uninstall_thread_local_default_stream: stream is NULL");
     thread_streams *ts = this_thread_streams();
     JB_RETURN_IF(!ts, JB_ERR_OUT_OF_MEMORY, "no memory for the thread's streams");
-    ts->installed[device->index] = previous;
-    return JB_OK;
+    installed_stack *stack = &ts->installed[stream->device->index];
+    for (size_t i = stack->depth; i-- > 0;) {
+        if (stack->streams[i] != stream)
+            continue;
+        memmove(&stack->streams[i], &stack->streams[i + 1],
+                (stack->depth - i - 1) * sizeof *stack->streams);
+        stack->depth--;
+        return JB_OK;
+    }
+    return jb__fail(JB_ERR_INVALID_ARGUMENT,
+                    "jb_uninstall_thread_local_default_stream: the stream is not installed on "
+                    "this thread");
 }

@@ -36,17 +36,17 @@ typedef struct race_arg {
 static void *first_launch(void *p)
 {
     race_arg *arg = p;
-    jb_stream *stream = NULL, *previous = NULL;
+    jb_stream *stream = NULL;
     jb_array *in = NULL, *out = NULL;
     arg->exact = jb_new_thread_local_generation_stream(&stream, cpu) == JB_OK &&
-                 jb_install_thread_local_default_stream(&previous, stream) == JB_OK &&
+                 jb_install_thread_local_default_stream(stream) == JB_OK &&
                  jb_array_arange(&in, cpu, N, JB_F32) == JB_OK;
     pthread_barrier_wait(arg->barrier);
     arg->exact = arg->exact && jb_jit_race_probe_array(&out, in, arg->variant) == JB_OK &&
                  jb_array_eval(out) == JB_OK && probe_output_exact(out, N);
     jb_array_free(in);
     jb_array_free(out);
-    jb_restore_thread_local_default_stream(cpu, previous);
+    jb_uninstall_thread_local_default_stream(stream);
     jb_stream_free(stream);
     return NULL;
 }
@@ -235,9 +235,10 @@ static void test_bad_probe_inputs_change_nothing(void)
 
 static void test_streams_and_early_free(void)
 {
-    jb_stream *mine, *previous, *current;
+    jb_stream *mine, *other, *current;
     CHECK_OK(jb_stream_new(&mine, cpu));
-    CHECK_OK(jb_install_thread_local_default_stream(&previous, mine));
+    CHECK_OK(jb_stream_new(&other, cpu));
+    CHECK_OK(jb_install_thread_local_default_stream(mine));
     CHECK_OK(jb_thread_local_default_stream(&current, cpu));
     CHECK(current == mine, "the installed stream is the default");
     jb_array *in, *out;
@@ -246,10 +247,18 @@ static void test_streams_and_early_free(void)
     jb_array_free(in); /* the queued kernel still reads it */
     CHECK(probe_output_exact(out, 512), "output exact after freeing the input early");
     jb_array_free(out);
-    CHECK_OK(jb_restore_thread_local_default_stream(cpu, previous));
+    /* Nested installs, removed out of order: the default is always one still installed. */
+    CHECK_OK(jb_install_thread_local_default_stream(other));
+    CHECK_OK(jb_uninstall_thread_local_default_stream(mine));
     CHECK_OK(jb_thread_local_default_stream(&current, cpu));
-    CHECK(current != mine, "restored the previous default");
+    CHECK(current == other, "the remaining installed stream is the default");
+    CHECK_OK(jb_uninstall_thread_local_default_stream(other));
+    CHECK_OK(jb_thread_local_default_stream(&current, cpu));
+    CHECK(current != mine && current != other, "back to the thread's own stream");
+    CHECK(jb_uninstall_thread_local_default_stream(other) == JB_ERR_INVALID_ARGUMENT,
+          "uninstalling twice is an error");
     jb_stream_free(mine);
+    jb_stream_free(other);
     jb_stream_free(NULL);
     jb_array_free(NULL);
 }

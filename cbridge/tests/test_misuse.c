@@ -63,9 +63,8 @@ static void null_pointers(void)
     EXPECT(jb_new_thread_local_generation_stream(&stream, NULL), JB_ERR_INVALID_ARGUMENT);
     EXPECT(jb_stream_synchronize(NULL), JB_ERR_INVALID_ARGUMENT);
     CHECK(jb_stream_device(NULL) == NULL, "device of NULL stream");
-    EXPECT(jb_install_thread_local_default_stream(NULL, NULL), JB_ERR_INVALID_ARGUMENT);
-    EXPECT(jb_install_thread_local_default_stream(&stream, NULL), JB_ERR_INVALID_ARGUMENT);
-    EXPECT(jb_restore_thread_local_default_stream(NULL, NULL), JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_install_thread_local_default_stream(NULL), JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_uninstall_thread_local_default_stream(NULL), JB_ERR_INVALID_ARGUMENT);
     EXPECT(jb_thread_local_default_stream(NULL, cpu), JB_ERR_INVALID_ARGUMENT);
     EXPECT(jb_thread_local_default_stream(&stream, NULL), JB_ERR_INVALID_ARGUMENT);
     jb_stream_free(NULL);

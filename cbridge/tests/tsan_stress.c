@@ -45,15 +45,15 @@ typedef struct worker {
 static void *first_launcher(void *p)
 {
     worker *w = p;
-    jb_stream *stream = NULL, *previous = NULL;
+    jb_stream *stream = NULL;
     jb_array *in = NULL;
     jb_stream_new(&stream, cpu);
-    jb_install_thread_local_default_stream(&previous, stream);
+    jb_install_thread_local_default_stream(stream);
     jb_array_arange(&in, cpu, N, JB_F32);
     pthread_barrier_wait(&barrier);
     probe_checked(in, w->variant);
     jb_array_free(in);
-    jb_restore_thread_local_default_stream(cpu, previous);
+    jb_uninstall_thread_local_default_stream(stream);
     jb_stream_free(stream);
     return NULL;
 }
