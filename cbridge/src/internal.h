@@ -160,10 +160,12 @@ struct jb_stream {
     jb_device *device;
     void *native;
     uint64_t id; /* unique for the process, never reused (unlike the address) */
-    /* Buffers that queued work still uses, oldest first, each released once its event fires. */
+    /* Buffers that queued work still uses: a ring, oldest first, each released once its event
+     * fires. Looked at every few holds, not at each one. */
     pthread_mutex_t holds_mutex;
-    jb_hold *holds_head, *holds_tail;
-    unsigned holds_since_release; /* releases are looked for every few holds, not each one */
+    jb_hold **holds;
+    size_t holds_capacity, holds_first, holds_count;
+    unsigned holds_since_release;
 };
 /* The calling thread's default stream for `dev`, created on first use. */
 int jb__current_stream(jb_device *dev, jb_stream **out);

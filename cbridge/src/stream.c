@@ -86,6 +86,7 @@ void jb_stream_free(jb_stream *stream)
     jb__stream_release_holds(stream, true);
     dev->backend->stream_destroy(dev, stream->native);
     pthread_mutex_destroy(&stream->holds_mutex);
+    free(stream->holds);
     free(stream);
 }
 
