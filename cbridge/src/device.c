@@ -23,7 +23,6 @@ static void device_common_init(jb_device *dev, int index)
 static void cpu_device_init(jb_device *dev)
 {
     dev->kind = JB_DEVICE_CPU;
-    dev->ordinal = 0;
     dev->backend = &jb__cpu_backend;
     snprintf(dev->name, sizeof dev->name, "cpu");
     FILE *cpuinfo = fopen("/proc/cpuinfo", "r");

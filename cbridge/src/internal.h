@@ -126,15 +126,13 @@ typedef struct jb_buffer_cache {
 } jb_buffer_cache;
 
 struct jb_device {
-    int index;   /* process-wide, the prefix of every cache key */
-    int ordinal; /* within its kind */
+    int index; /* process-wide, the prefix of every cache key; GPUs first, so a GPU's index is
+                * also its ordinal among GPUs */
     jb_device_kind kind;
     const jb_backend *backend;
     char name[256];
     char arch[160];
     uint64_t total_memory;
-    void *native;        /* backend's handle: CUcontext / hipDevice_t */
-    int native_ordinal;  /* the vendor's device number */
     jb_event_pool event_pool;
     jb_buffer_cache buffers;
 };

@@ -63,8 +63,6 @@ int jb__gpu_enumerate(jb_device *devices, int max, int *out_count, char *why, si
         if (cuDeviceTotalMem(&total, handle) == CUDA_SUCCESS)
             dev->total_memory = total;
         dev->kind = JB_DEVICE_GPU;
-        dev->ordinal = found;
-        dev->native_ordinal = ordinal;
         dev->backend = &jb__gpu_backend;
         found++;
     }
