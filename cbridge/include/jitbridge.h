@@ -11,8 +11,9 @@
  *
  * Conventions: functions return a jb_status (JB_OK is 0); results come back through an `out`
  * parameter, which is first and is set to NULL when the call fails. Every object that is created
- * has a `_free` that accepts NULL. After a failure, jb_last_error_message() describes it, and
- * no cache, counter or object was changed by the failed call.
+ * has a `_free` that accepts NULL. After a failure, jb_last_error_message() describes it. A call
+ * refused for a bad argument changes no cache, counter or object; a build that fails counts one
+ * build failure and inserts nothing.
  */
 #ifndef JITBRIDGE_H
 #define JITBRIDGE_H
