@@ -441,22 +441,28 @@ static void *stream_worker(void *arg)
 {
     cpu_stream *s = arg;
     for (;;) {
+        /* Take every queued task at once: one lock per batch, not two per task. */
         pthread_mutex_lock(&s->mutex);
         while (!s->head)
             pthread_cond_wait(&s->work, &s->mutex);
-        cpu_task *task = s->head;
-        s->head = task->next;
-        if (!s->head)
-            s->tail = NULL;
+        cpu_task *batch = s->head;
+        s->head = s->tail = NULL;
         pthread_mutex_unlock(&s->mutex);
 
-        run_task(task);
-        bool stop = task == &s->stop_task;
-        if (!stop)
-            free(task);
+        uint64_t ran = 0;
+        bool stop = false;
+        while (batch) {
+            cpu_task *task = batch;
+            batch = task->next;
+            run_task(task);
+            ran++;
+            stop = task == &s->stop_task;
+            if (!stop)
+                free(task);
+        }
 
         pthread_mutex_lock(&s->mutex);
-        s->completed++;
+        s->completed += ran;
         pthread_cond_broadcast(&s->idle);
         pthread_mutex_unlock(&s->mutex);
         if (stop)
