@@ -214,21 +214,6 @@ static int open_entry(const char *file)
     return open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 }
 
-static bool read_all(int fd, void *buf, size_t bytes)
-{
-    char *p = buf;
-    while (bytes > 0) {
-        ssize_t n = read(fd, p, bytes);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return false;
-        p += n;
-        bytes -= (size_t)n;
-    }
-    return true;
-}
-
 /* Parses and checks one entry read into memory; returns the payload's offset, or 0. `key` may
  * be NULL to accept any key (verification of the whole folder). */
 size_t jb__disk_entry_check(const unsigned char *data, size_t size, const jb_disk_key *key)
@@ -260,7 +245,7 @@ static unsigned char *read_entry(int fd, size_t *out_size)
         return NULL;
     size_t size = (size_t)st.st_size;
     unsigned char *data = malloc(size);
-    if (data && !read_all(fd, data, size)) {
+    if (data && jb__read_up_to(fd, data, size) != size) {
         free(data);
         data = NULL;
     }
@@ -315,17 +300,7 @@ static bool write_all(int fd, const void *buf, size_t bytes)
         errno = ENOSPC;
         return false;
     }
-    const char *p = buf;
-    while (bytes > 0) {
-        ssize_t n = write(fd, p, bytes);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return false;
-        p += n;
-        bytes -= (size_t)n;
-    }
-    return true;
+    return jb__write_all(fd, buf, bytes);
 }
 
 void jb__disk_store(const jb_disk_key *key, const jb_blob *code)

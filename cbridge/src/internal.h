@@ -44,6 +44,10 @@ uint64_t jb__now_ns(void);
 uint64_t jb__fnv1a64(const void *data, size_t len, uint64_t seed);
 #define JB_FNV_SEED 0xcbf29ce484222325ULL
 char *jb__strdup(const char *s);
+/* write() until done, retrying on EINTR; false on any error (errno tells). */
+bool jb__write_all(int fd, const void *data, size_t bytes);
+/* read() until `bytes` or end of file, retrying on EINTR; returns how many were read. */
+size_t jb__read_up_to(int fd, void *data, size_t bytes);
 /* A growable string; on allocation failure `failed` is set and appends become no-ops. */
 typedef struct jb_strbuf {
     char *data;

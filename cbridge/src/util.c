@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+#include <errno.h>
 
 uint64_t jb__now_ns(void)
 {
@@ -23,6 +25,36 @@ uint64_t jb__fnv1a64(const void *data, size_t len, uint64_t seed)
         h *= 0x100000001b3ULL;
     }
     return h;
+}
+
+bool jb__write_all(int fd, const void *data, size_t bytes)
+{
+    const char *p = data;
+    while (bytes > 0) {
+        ssize_t n = write(fd, p, bytes);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return false;
+        p += n;
+        bytes -= (size_t)n;
+    }
+    return true;
+}
+
+size_t jb__read_up_to(int fd, void *data, size_t bytes)
+{
+    char *p = data;
+    size_t got = 0;
+    while (got < bytes) {
+        ssize_t n = read(fd, p + got, bytes - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    return got;
 }
 
 char *jb__strdup(const char *s)

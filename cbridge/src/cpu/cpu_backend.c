@@ -85,19 +85,11 @@ static int write_file(const char *path, const void *data, size_t size)
 {
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     JB_RETURN_IF(fd < 0, JB_ERR_SYSTEM, "cannot create %s: %s", path, strerror(errno));
-    const char *p = data;
-    while (size > 0) {
-        ssize_t n = write(fd, p, size);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            int err = errno;
-            close(fd);
-            unlink(path);
-            return jb__fail(JB_ERR_SYSTEM, "cannot write %s: %s", path, strerror(err));
-        }
-        p += n;
-        size -= (size_t)n;
+    if (!jb__write_all(fd, data, size)) {
+        int err = errno;
+        close(fd);
+        unlink(path);
+        return jb__fail(JB_ERR_SYSTEM, "cannot write %s: %s", path, strerror(err));
     }
     close(fd);
     return JB_OK;
@@ -119,15 +111,7 @@ static int read_file(const char *path, jb_blob *out)
         close(fd);
         return jb__fail(JB_ERR_OUT_OF_MEMORY, "no memory to read %zu bytes", size);
     }
-    size_t got = 0;
-    while (got < size) {
-        ssize_t n = read(fd, data + got, size - got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break;
-        got += (size_t)n;
-    }
+    size_t got = jb__read_up_to(fd, data, size);
     close(fd);
     data[got] = '\0';
     out->data = data;
