@@ -138,6 +138,14 @@ void jb__stream_release_holds(jb_stream *stream, bool all)
          * that fired: ask the newest, else search for the newest that fired. */
         if (!dev->backend->event_query(dev, hold_at(stream, count - 1)->done->native)) {
             size_t fired = 0, running = count - 1; /* holds [0, fired) fired; `running` did not */
+            /* The newest hold of the previous batch has most likely fired: try it first. */
+            if (count > HOLDS_PER_RELEASE) {
+                size_t guess = count - 1 - HOLDS_PER_RELEASE;
+                if (dev->backend->event_query(dev, hold_at(stream, guess)->done->native))
+                    fired = guess + 1;
+                else
+                    running = guess;
+            }
             while (fired < running) {
                 size_t mid = fired + (running - fired) / 2;
                 if (dev->backend->event_query(dev, hold_at(stream, mid)->done->native))
