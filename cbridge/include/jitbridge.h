@@ -107,8 +107,8 @@ typedef struct jb_stream jb_stream;
 
 /* A new stream on `device`, owned by the caller (jb_stream_free). */
 JB_API jb_status jb_stream_new(jb_stream **out, jb_device *device);
-/* Waits for the stream's work, then destroys it. Must not be installed as any thread's
- * default at the time. Accepts NULL. */
+/* Waits for the stream's work, then destroys it; if the calling thread has it installed, it is
+ * uninstalled first. It must not be installed on any other thread. Accepts NULL. */
 JB_API void jb_stream_free(jb_stream *stream);
 JB_API jb_status jb_stream_synchronize(jb_stream *stream);
 JB_API jb_device *jb_stream_device(const jb_stream *stream);

@@ -27,6 +27,7 @@ static pthread_once_t streams_key_once = PTHREAD_ONCE_INIT;
 static void thread_streams_destroy(void *p)
 {
     thread_streams *ts = p;
+    tls_streams = NULL; /* runs on the exiting thread itself */
     for (int i = 0; i < JB_MAX_DEVICES; i++) {
         jb_stream_free(ts->own[i]);
         free(ts->installed[i].streams);
@@ -50,6 +51,22 @@ static thread_streams *this_thread_streams(void)
         tls_streams = ts;
     }
     return tls_streams;
+}
+
+/* Removes the latest installation of `stream` from the thread's stack; false if there is none.
+ * Sets no error: jb_stream_free uses it too. */
+static bool remove_installed(thread_streams *ts, jb_stream *stream)
+{
+    installed_stack *stack = &ts->installed[stream->device->index];
+    for (size_t i = stack->depth; i-- > 0;) {
+        if (stack->streams[i] != stream)
+            continue;
+        memmove(&stack->streams[i], &stack->streams[i + 1],
+                (stack->depth - i - 1) * sizeof *stack->streams);
+        stack->depth--;
+        return true;
+    }
+    return false;
 }
 
 jb_status jb_stream_new(jb_stream **out, jb_device *device)
@@ -81,6 +98,9 @@ void jb_stream_free(jb_stream *stream)
 {
     if (!stream)
         return;
+    /* A stream freed while installed on this thread must not stay its default. */
+    while (tls_streams && remove_installed(tls_streams, stream))
+        ;
     jb_device *dev = stream->device;
     dev->backend->stream_synchronize(dev, stream->native);
     jb__stream_release_holds(stream, true);
@@ -152,16 +172,8 @@ jb_status jb_uninstall_thread_local_default_stream(jb_stream *stream)
                  "jb_uninstall_thread_local_default_stream: stream is NULL");
     thread_streams *ts = this_thread_streams();
     JB_RETURN_IF(!ts, JB_ERR_OUT_OF_MEMORY, "no memory for the thread's streams");
-    installed_stack *stack = &ts->installed[stream->device->index];
-    for (size_t i = stack->depth; i-- > 0;) {
-        if (stack->streams[i] != stream)
-            continue;
-        memmove(&stack->streams[i], &stack->streams[i + 1],
-                (stack->depth - i - 1) * sizeof *stack->streams);
-        stack->depth--;
-        return JB_OK;
-    }
-    return jb__fail(JB_ERR_INVALID_ARGUMENT,
-                    "jb_uninstall_thread_local_default_stream: the stream is not installed on "
-                    "this thread");
+    JB_RETURN_IF(!remove_installed(ts, stream), JB_ERR_INVALID_ARGUMENT,
+                 "jb_uninstall_thread_local_default_stream: the stream is not installed on this "
+                 "thread");
+    return JB_OK;
 }

@@ -258,7 +258,11 @@ static void test_streams_and_early_free(void)
     CHECK(jb_uninstall_thread_local_default_stream(other) == JB_ERR_INVALID_ARGUMENT,
           "uninstalling twice is an error");
     jb_stream_free(mine);
+    /* Freeing a stream that is still installed here uninstalls it. */
+    CHECK_OK(jb_install_thread_local_default_stream(other));
     jb_stream_free(other);
+    CHECK_OK(jb_thread_local_default_stream(&current, cpu));
+    CHECK(current != other, "a freed stream stayed the default");
     jb_stream_free(NULL);
     jb_array_free(NULL);
 }

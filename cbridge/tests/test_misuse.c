@@ -127,6 +127,19 @@ static void null_pointers(void)
     EXPECT(jb_bench_compile_only(&ns, NULL, cpu), JB_ERR_INVALID_ARGUMENT);
     (void)text;
     CHECK(strcmp(jb_status_name(12345), "JB_UNKNOWN_STATUS") == 0, "unknown status name");
+    /* Frees report nothing, so they must leave the last error as it was. */
+    jb_stream *spare = NULL;
+    jb_array *spare_array = NULL;
+    CHECK_OK(jb_stream_new(&spare, cpu));
+    CHECK_OK(jb_array_arange(&spare_array, cpu, 4, JB_F32));
+    EXPECT(jb_array_arange(&array, cpu, -7, JB_F32), JB_ERR_INVALID_ARGUMENT);
+    char kept[256];
+    snprintf(kept, sizeof kept, "%s", jb_last_error_message());
+    jb_stream_free(spare);
+    jb_array_free(spare_array);
+    jb_custom_kernel_free(NULL);
+    CHECK(strcmp(kept, jb_last_error_message()) == 0, "a free changed the last error to: %s",
+          jb_last_error_message());
     CHECK(jb_dtype_name(77) == NULL && jb_dtype_size(77) == 0, "unknown dtype");
     counters_unchanged("NULL arguments");
 }
