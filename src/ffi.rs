@@ -27,20 +27,8 @@ pub const JB_DEVICE_GPU: c_int = 1;
 pub const JB_F32: c_int = 0;
 pub const JB_I32: c_int = 1;
 
-#[repr(C)]
-#[derive(Debug, Default, Clone, Copy)]
-pub struct jb_counters {
-    pub builds: u64,
-    pub build_failures: u64,
-    pub hits: u64,
-    pub misses: u64,
-    pub build_ns: u64,
-    pub configures: u64,
-    pub peak_concurrent_builds: u64,
-    pub disk_hits: u64,
-    pub disk_misses: u64,
-    pub disk_rejected: u64,
-}
+/// `jb_counters` is laid out exactly as the crate's `Counters`.
+pub type jb_counters = crate::Counters;
 
 #[repr(C)]
 #[derive(Debug, Default, Clone, Copy)]

@@ -46,7 +46,8 @@ pub fn jit_race_probe_array(input: &Array, variant: i32) -> Result<Array, Error>
     Ok(Array::from_raw(out))
 }
 
-/// Per-process counters of the module cache.
+/// Per-process counters of the module cache. Laid out as the C `jb_counters`, field for field.
+#[repr(C)]
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Counters {
     /// Modules compiled and loaded (disk cache hits are counted apart).
@@ -75,22 +76,12 @@ pub struct Counters {
 impl Counters {
     /// The counters now.
     pub fn read() -> Counters {
-        let mut raw = ffi::jb_counters::default();
-        // SAFETY: `raw` is a valid out pointer of the size passed.
-        let status = unsafe { ffi::jb_counters_get(&mut raw, std::mem::size_of_val(&raw)) };
+        let mut counters = Counters::default();
+        // SAFETY: `counters` is a valid out pointer of the size passed, laid out as jb_counters.
+        let status =
+            unsafe { ffi::jb_counters_get(&mut counters, std::mem::size_of::<Counters>()) };
         debug_assert_eq!(status, ffi::JB_OK, "the C library's jb_counters is smaller than ours");
-        Counters {
-            builds: raw.builds,
-            build_failures: raw.build_failures,
-            hits: raw.hits,
-            misses: raw.misses,
-            build_ns: raw.build_ns,
-            configures: raw.configures,
-            peak_concurrent_builds: raw.peak_concurrent_builds,
-            disk_hits: raw.disk_hits,
-            disk_misses: raw.disk_misses,
-            disk_rejected: raw.disk_rejected,
-        }
+        counters
     }
 
     /// Sets every counter to zero (for tests and benchmarks).
