@@ -122,16 +122,38 @@ fn bad_probe_inputs_give_clear_errors_and_change_nothing() {
     assert_eq!(Counters::read(), before, "a bad input changed the counters");
 }
 
+/// The probe is queued behind a slow kernel; its input is dropped and a new array of the same
+/// size is written at once. Without the launch's hold on the input buffer, the new array would
+/// take that buffer from the idle cache and the probe would read its values.
 #[test]
 fn dropping_inputs_while_the_kernel_is_queued_is_safe() {
     let _turn = common::serial();
     let stream = streams::new_thread_local_generation_stream(cpu()).unwrap();
     let _default = streams::install_thread_local_default_stream(&stream).unwrap();
-    for variant in 0..8 {
+    let spinner = CustomKernel::new(&KernelSpec {
+        name: "keeps_the_stream_busy",
+        inputs: &[("inp", DType::F32)],
+        outputs: &[("out", DType::F32)],
+        body: "volatile float acc = 0.0f;\n\
+               for (long i = 0; i < 40000000; i++) acc += 1.0f;\n\
+               out[thread_index()] = inp[thread_index()] + (acc > 0.0f ? 0.0f : 1.0f);",
+        header: None,
+        configure: None,
+    })
+    .unwrap();
+    let one = Array::from_slice(cpu(), &[0.0f32], &[1]).unwrap();
+    spinner.launch(&[&one], &[&[1]], LaunchShape::Threads(1)).unwrap()[0].eval().unwrap();
+    for round in 0..3 {
+        let busy = spinner.launch(&[&one], &[&[1]], LaunchShape::Threads(1)).unwrap();
         let x = Array::arange(cpu(), 1024, DType::F32).unwrap();
-        let y = jit_race_probe_array(&x, 3_000_000 + variant % 2).unwrap();
+        let y = jit_race_probe_array(&x, 3_000_000).unwrap();
         drop(x);
-        assert!(jitbridge::race::probe_output_exact(&y.to_vec::<f32>().unwrap()));
+        let overwrite = Array::from_slice(cpu(), &[-1.0f32; 1024], &[1024]).unwrap();
+        assert!(
+            jitbridge::race::probe_output_exact(&y.to_vec::<f32>().unwrap()),
+            "round {round}: the queued probe read a buffer reused after its input was dropped"
+        );
+        drop((busy, overwrite));
     }
 }
 
