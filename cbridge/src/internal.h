@@ -14,12 +14,6 @@
 #define JB_MAX_DEVICES 64
 #define JB_PROBE_MAX_THREADS 1024
 
-/* Test-only builds remove one named lock (see jb_removed_locks); no default build defines these. */
-#if defined(JB_REMOVE_LOCK_JIT_CACHE) || defined(JB_REMOVE_LOCK_EVENT_POOL) ||                    \
-    defined(JB_REMOVE_LOCK_CONFIGURE)
-#define JB_TEST_BUILD_WITHOUT_A_LOCK 1
-#endif
-
 /* ---- errors (error.c) ---- */
 /* Records `status` and a printf-style message as this thread's last error; returns `status`. */
 int jb__fail(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
