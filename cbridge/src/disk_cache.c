@@ -54,8 +54,7 @@ static void turn_off(const char *fmt, const char *detail)
     atomic_store(&usable, false);
     snprintf(state_text, sizeof state_text, fmt, detail);
     if (!atomic_exchange(&warned, true))
-        fprintf(stderr, "jitbridge: warning: %s; compiled code is kept in memory only\n",
-                state_text);
+        jb__warn("%s; compiled code is kept in memory only", state_text);
 }
 
 static bool make_dir_0700(const char *path)

@@ -86,3 +86,13 @@ int jb__fail_with_log(int status, const char *log, const char *fmt, ...)
     va_end(ap);
     return status;
 }
+
+void jb__warn(const char *fmt, ...)
+{
+    char text[1024];
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(text, sizeof text, fmt, args);
+    va_end(args);
+    fprintf(stderr, "jitbridge: warning: %s\n", text);
+}
