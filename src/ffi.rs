@@ -27,8 +27,8 @@ pub const JB_DEVICE_GPU: c_int = 1;
 pub const JB_F32: c_int = 0;
 pub const JB_I32: c_int = 1;
 
-/// `jb_counters` is laid out exactly as the crate's `Counters`.
-pub type jb_counters = crate::Counters;
+/// `jb_counters` is laid out exactly as `Counters`, a leaf module of plain data.
+pub type jb_counters = crate::counters::Counters;
 
 #[repr(C)]
 #[derive(Debug, Default, Clone, Copy)]

@@ -263,11 +263,8 @@ fn info() -> Result<(), String> {
         c.configures,
         c.build_ns as f64 / 1e6
     );
-    if jitbridge::removed_locks() != 0 {
-        println!(
-            "WARNING      test-only build without locks (mask {})",
-            jitbridge::removed_locks()
-        );
+    if race::removed_locks() != 0 {
+        println!("WARNING      test-only build without locks (mask {})", race::removed_locks());
     }
     Ok(())
 }

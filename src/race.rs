@@ -1,10 +1,11 @@
 //! The race-probe harness: rounds of threads that each install their own stream, meet at a
 //! barrier and first-launch probe kernels together. The tests and the `jitbridge` command both
-//! run their scenarios through it.
+//! run their scenarios through it; it is no part of the library's API.
 
 use crate::array::{Array, DType};
 use crate::device::Device;
 use crate::error::Error;
+use crate::ffi;
 use crate::stream::streams;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
@@ -18,6 +19,13 @@ pub type ThreadOutcome = Result<bool, Error>;
 
 /// The warm hitter's outcome: launches made, or the first error or inexact output.
 pub type HitterOutcome = Result<u64, Error>;
+
+/// The locks a test-only build removed (bits: 1 jit cache, 2 event pool, 4 configure); 0 for
+/// every normal build.
+pub fn removed_locks() -> i32 {
+    // SAFETY: no arguments.
+    unsafe { ffi::jb_removed_locks() }
+}
 
 /// Elements in each probe input, as the mission's tests use.
 pub const PROBE_ELEMENTS: i64 = 256;

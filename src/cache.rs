@@ -1,0 +1,36 @@
+//! The process-global module cache, as far as a caller sees it: its counters and the switch of
+//! the per-thread lookaside in front of it.
+
+use crate::counters::Counters;
+use crate::ffi;
+
+impl Counters {
+    /// The counters now.
+    pub fn read() -> Counters {
+        let mut counters = Counters::default();
+        // SAFETY: `counters` is a valid out pointer of the size passed, laid out as jb_counters.
+        let status =
+            unsafe { ffi::jb_counters_get(&mut counters, std::mem::size_of::<Counters>()) };
+        debug_assert_eq!(status, ffi::JB_OK, "the C library's jb_counters is smaller than ours");
+        counters
+    }
+
+    /// Sets every counter to zero (for tests and benchmarks).
+    pub fn reset() {
+        // SAFETY: no arguments; resets atomics.
+        unsafe { ffi::jb_counters_reset() }
+    }
+}
+
+/// Turns the per-thread lookaside in front of the module cache on or off (on by default). Off,
+/// every lookup follows the locked protocol: for benchmarks of that protocol.
+pub fn set_lookaside_enabled(enabled: bool) {
+    // SAFETY: sets an atomic flag.
+    unsafe { ffi::jb_set_lookaside_enabled(i32::from(enabled)) };
+}
+
+/// Whether the per-thread lookaside is on.
+pub fn lookaside_enabled() -> bool {
+    // SAFETY: reads an atomic flag.
+    unsafe { ffi::jb_lookaside_enabled() != 0 }
+}

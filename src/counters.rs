@@ -1,0 +1,47 @@
+//! The module cache's counters as data. A leaf: it names no other module of the crate, so the
+//! raw layer (`ffi`) can use it as `jb_counters`. Reading and resetting them is in `cache.rs`.
+
+/// Per-process counters of the module cache. Laid out as the C `jb_counters`, field for field.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Counters {
+    /// Modules compiled and loaded (disk cache hits are counted apart).
+    pub builds: u64,
+    /// Builds that failed; nothing was inserted for them.
+    pub build_failures: u64,
+    /// Lookups that found their module under the shared lock.
+    pub hits: u64,
+    /// Lookups that did not, and went on to the exclusive lock.
+    pub misses: u64,
+    /// Time spent building, in nanoseconds.
+    pub build_ns: u64,
+    /// Configure hooks that ran and succeeded.
+    pub configures: u64,
+    /// The most builds ever in progress at once since the last reset: 1 while the cache's
+    /// exclusive lock serialises them, as it must.
+    pub peak_concurrent_builds: u64,
+    /// Builds served from the disk cache: the compiler was skipped.
+    pub disk_hits: u64,
+    /// Disk lookups that found no entry.
+    pub disk_misses: u64,
+    /// Entries found invalid, or refused by the loader, and replaced.
+    pub disk_rejected: u64,
+}
+
+impl Counters {
+    /// The change from `earlier` to `self` (the peak is kept as it is now: it is no sum).
+    pub fn since(&self, earlier: &Counters) -> Counters {
+        Counters {
+            builds: self.builds - earlier.builds,
+            build_failures: self.build_failures - earlier.build_failures,
+            hits: self.hits - earlier.hits,
+            misses: self.misses - earlier.misses,
+            build_ns: self.build_ns - earlier.build_ns,
+            configures: self.configures - earlier.configures,
+            peak_concurrent_builds: self.peak_concurrent_builds,
+            disk_hits: self.disk_hits - earlier.disk_hits,
+            disk_misses: self.disk_misses - earlier.disk_misses,
+            disk_rejected: self.disk_rejected - earlier.disk_rejected,
+        }
+    }
+}
