@@ -1,5 +1,6 @@
 /*
- * jitbridge.h - the one public header of the jitbridge C library.
+ * jitbridge.h - the public header of the jitbridge C library. Tools, tests and benchmarks also
+ * have jitbridge_sys.h, which declares their entry points (not for production paths).
  *
  * jitbridge compiles kernels at run time, keeps the compiled modules in a process-global cache
  * that many threads may use at once, and launches them on per-thread streams.
@@ -266,14 +267,6 @@ JB_API jb_status jb_counters_get(jb_counters *out, size_t out_size);
 JB_API void jb_counters_reset(void);
 
 /*
- * The per-thread lookaside in front of the cache: once a thread has found a module, its later
- * lookups take no lock. On by default; switching it off (for benchmarks of the plain protocol)
- * affects lookups that start afterwards, in every thread.
- */
-JB_API jb_status jb_set_lookaside_enabled(int enabled);
-JB_API int jb_lookaside_enabled(void);
-
-/*
  * The disk cache of compiled code. Folder: $JITBRIDGE_CACHE_DIR, else $XDG_CACHE_HOME/jitbridge,
  * else ~/.cache/jitbridge, created 0700; JITBRIDGE_DISK_CACHE=0 turns it off. A folder owned by
  * another user or writable by group or others is refused, and a read-only or full disk turns the
@@ -288,24 +281,6 @@ JB_API jb_status jb_disk_cache_stats(uint64_t *entries, uint64_t *bytes);
 JB_API jb_status jb_disk_cache_prune(uint64_t max_bytes, uint64_t *removed);
 /* Reads every entry and counts the well-formed ones (magic, version, lengths, checksum). */
 JB_API jb_status jb_disk_cache_verify(uint64_t *valid, uint64_t *invalid);
-
-/* Which locks this build carries: 0 for a normal build. Test builds that remove a lock (to show
- * that the tests catch the race) return a bit per removed lock: 1 jit cache, 2 event pool,
- * 4 kernel configure. */
-JB_API int jb_removed_locks(void);
-
-/* ---------------------------------------------------------------------------------------------
- * Benchmark support (jitbridge bench). Not for production paths.
- */
-/* The probe's module is prepared, then `launches` bare backend launches of it, each followed by
- * an event record, run on the thread's default stream into one preallocated output; writes the
- * nanoseconds per launch, the stream drained. The baseline for the full probe launch path. */
-JB_API jb_status jb_bench_raw_probe_launches(double *out_ns_per_launch, jb_array *input,
-                                             int variant, int launches);
-/* Runs only the backend's compiler on the kernel's source for `device` (no cache, no load) and
- * writes the nanoseconds it took. */
-JB_API jb_status jb_bench_compile_only(double *out_ns, jb_custom_kernel *kernel,
-                                       jb_device *device);
 
 #ifdef __cplusplus
 }

@@ -4,6 +4,7 @@
 #define JB_INTERNAL_H
 
 #include "jitbridge.h"
+#include "jitbridge_sys.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -169,7 +170,7 @@ struct jb_stream {
 /* The calling thread's default stream for `dev`, created on first use. */
 int jb__current_stream(jb_device *dev, jb_stream **out);
 
-/* ---- buffers (array.c) ---- */
+/* ---- buffers (buffer.c) ---- */
 typedef struct jb_buffer {
     jb_device *device;
     void *ptr;
@@ -178,16 +179,21 @@ typedef struct jb_buffer {
     atomic_uint refs;
     struct jb_buffer *next_idle;
 } jb_buffer;
+int jb__buffer_new(jb_device *dev, size_t bytes, jb_buffer **out);
 void jb__buffer_retain(jb_buffer *buf);
 /* Drops a reference; the last one returns the buffer to its device's cache. May be called
  * from a stream callback: it makes no driver call for cached sizes. */
 void jb__buffer_release(jb_buffer *buf);
+
+/* ---- holds on buffers (stream.c) ---- */
 /* Keeps `count` buffers alive until `done` (just recorded on `stream`) fires. Also releases the
  * stream's earlier holds whose events have fired. */
 int jb__stream_hold(jb_stream *stream, jb_buffer *const *buffers, size_t count, jb_event *done);
 /* Releases the stream's holds whose events have fired; all of them when `all` (the stream has
  * been synchronized). */
 void jb__stream_release_holds(jb_stream *stream, bool all);
+
+/* ---- arrays (array.c) ---- */
 jb_buffer *jb__array_buffer(const jb_array *array);
 jb_event *jb__array_ready_event(const jb_array *array);
 /* Wraps a fresh buffer as an array whose contents are ready once `ready` fires (may be NULL);
@@ -195,7 +201,6 @@ jb_event *jb__array_ready_event(const jb_array *array);
 int jb__array_wrap(jb_array **out, jb_buffer *buf, jb_dtype dtype, const int64_t *shape, int ndim,
                    jb_event *ready);
 void jb__array_set_ready(jb_array *array, jb_event *ready);
-int jb__buffer_new(jb_device *dev, size_t bytes, jb_buffer **out);
 
 /* ---- the disk cache of compiled code (disk_cache.c) ---- */
 typedef struct jb_disk_key {
@@ -242,5 +247,36 @@ jb_kernel_entry *jb__module_kernel(jb_module *module, const char *name);
 /* Runs the kernel's configure hook once for its device; then returns its config and handle. */
 int jb__kernel_configured(jb_kernel_entry *kernel, jb_configure_hook hook, void *user_data,
                           jb_kernel_config *out_config, void **out_fn);
+/* Builds a module from `source` (disk cache, else compiler; see module.c); a jb_module_builder
+ * calls it under the cache's write lock. `use_disk_cache` false: always compile. */
+int jb__module_build(jb_device *dev, const char *module_name, const char *source,
+                     const char *const *kernel_names, size_t num_kernels, bool use_disk_cache,
+                     jb_module **out, bool *from_disk);
+
+/* ---- custom kernels: spec and launch (kernel.c), names and source (kernel_source.c) ---- */
+#define JB_KERNEL_MAX_ARRAYS 64
+
+struct jb_custom_kernel {
+    char *name;
+    char *module_name;
+    uint64_t module_name_hash;
+    size_t num_inputs, num_outputs;
+    char **input_names, **output_names;
+    jb_dtype *input_dtypes, *output_dtypes;
+    char *cpu_source;
+    char *gpu_source;
+    jb_configure_hook configure;
+    void *configure_user_data;
+    bool disk_cacheable; /* false for probes: each process must compile them */
+};
+
+/* Checks every name, count and dtype of a spec; the status and message of the first problem. */
+int jb__kernel_spec_check(const jb_kernel_spec *spec);
+/* Generates the kernel's sources and its module name from its names, `body` and `header`. */
+int jb__kernel_generate(jb_custom_kernel *k, const char *body, const char *header);
+/* Finds (or builds) the kernel's module on `dev`, runs its configure hook once, and returns its
+ * config and function handle. */
+int jb__custom_kernel_prepare(jb_custom_kernel *k, jb_device *dev, jb_kernel_config *config,
+                              void **fn);
 
 #endif /* JB_INTERNAL_H */

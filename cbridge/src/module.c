@@ -102,3 +102,36 @@ int jb__kernel_configured(jb_kernel_entry *kernel, jb_configure_hook hook, void 
     *out_fn = kernel->fn;
     return JB_OK;
 }
+
+/* Builds a module from `source`: from the disk cache when a valid entry loads (an entry the
+ * loader refuses is evicted), else with the compiler, whose code is then stored for the next
+ * process. Runs under the module cache's write lock; any producer of kernels may use it. */
+int jb__module_build(jb_device *dev, const char *module_name, const char *source,
+                     const char *const *kernel_names, size_t num_kernels, bool use_disk_cache,
+                     jb_module **out, bool *from_disk)
+{
+    jb_disk_key key = {0};
+    bool use_disk =
+        use_disk_cache && jb__disk_cache_usable() && jb__disk_key(dev, source, &key) == JB_OK;
+    jb_blob code = {0};
+    if (use_disk && jb__disk_load(&key, &code)) {
+        int status = jb__module_create(dev, &code, kernel_names, num_kernels, out);
+        free(code.data);
+        code.data = NULL;
+        if (status == JB_OK) {
+            jb__disk_accept();
+            jb__disk_key_free(&key);
+            *from_disk = true;
+            return JB_OK;
+        }
+        jb__disk_reject(&key); /* the loader refused it: evict, then compile afresh */
+    }
+    int status = dev->backend->compile(dev, module_name, source, &code);
+    if (status == JB_OK)
+        status = jb__module_create(dev, &code, kernel_names, num_kernels, out);
+    if (status == JB_OK && use_disk)
+        jb__disk_store(&key, &code);
+    free(code.data);
+    jb__disk_key_free(&key);
+    return status;
+}

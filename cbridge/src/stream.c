@@ -3,7 +3,8 @@
  * on first use and destroyed when the thread exits; a stream the thread installs stays owned by
  * whoever created it. Installed streams form a stack per device: the top one is the default, and
  * uninstalling removes a stream wherever it is, so guards dropped out of order never bring back a
- * stream that was uninstalled (and perhaps freed) already.
+ * stream that was uninstalled (and perhaps freed) already. Each stream also keeps the holds on
+ * the buffers its queued work uses, released in the stream's order as that work finishes.
  */
 #include "internal.h"
 
@@ -67,6 +68,121 @@ static bool remove_installed(thread_streams *ts, jb_stream *stream)
         return true;
     }
     return false;
+}
+
+#define HOLDS_PER_RELEASE 16
+
+struct jb_hold {
+    jb_event *done;
+    size_t count;
+    jb_buffer *buffers[];
+};
+
+static void hold_free(jb_hold *hold)
+{
+    for (size_t i = 0; i < hold->count; i++)
+        jb__buffer_release(hold->buffers[i]);
+    jb__event_release(hold->done);
+    free(hold);
+}
+
+static jb_hold *hold_at(const jb_stream *stream, size_t i)
+{
+    return stream->holds[(stream->holds_first + i) % stream->holds_capacity];
+}
+
+void jb__stream_release_holds(jb_stream *stream, bool all)
+{
+    jb_device *dev = stream->device;
+    pthread_mutex_lock(&stream->holds_mutex);
+    size_t count = stream->holds_count, releasable = count;
+    if (!all && count) {
+        /* Work on one stream finishes in order, so "fired" holds for every hold older than one
+         * that fired: ask the newest, else search for the newest that fired. */
+        if (!dev->backend->event_query(dev, hold_at(stream, count - 1)->done->native)) {
+            size_t fired = 0, running = count - 1; /* holds [0, fired) fired; `running` did not */
+            /* The newest hold of the previous batch has most likely fired: try it first. */
+            if (count > HOLDS_PER_RELEASE) {
+                size_t guess = count - 1 - HOLDS_PER_RELEASE;
+                if (dev->backend->event_query(dev, hold_at(stream, guess)->done->native))
+                    fired = guess + 1;
+                else
+                    running = guess;
+            }
+            while (fired < running) {
+                size_t mid = fired + (running - fired) / 2;
+                if (dev->backend->event_query(dev, hold_at(stream, mid)->done->native))
+                    fired = mid + 1;
+                else
+                    running = mid;
+            }
+            releasable = fired;
+        }
+    }
+    jb_hold *stack_batch[64];
+    jb_hold **batch = releasable <= 64 ? stack_batch : malloc(releasable * sizeof *batch);
+    if (!batch)
+        releasable = 64, batch = stack_batch; /* release what fits now, the rest later */
+    for (size_t i = 0; i < releasable; i++)
+        batch[i] = hold_at(stream, i);
+    if (releasable)
+        stream->holds_first = (stream->holds_first + releasable) % stream->holds_capacity;
+    stream->holds_count -= releasable;
+    pthread_mutex_unlock(&stream->holds_mutex);
+    for (size_t i = 0; i < releasable; i++)
+        hold_free(batch[i]);
+    if (batch != stack_batch)
+        free(batch);
+}
+
+/* Makes room for one more hold in the stream's ring (under its mutex). */
+static bool holds_reserve(jb_stream *stream)
+{
+    if (stream->holds_count < stream->holds_capacity)
+        return true;
+    size_t capacity = stream->holds_capacity ? stream->holds_capacity * 2 : 64;
+    jb_hold **ring = malloc(capacity * sizeof *ring);
+    if (!ring)
+        return false;
+    for (size_t i = 0; i < stream->holds_count; i++)
+        ring[i] = hold_at(stream, i);
+    free(stream->holds);
+    stream->holds = ring;
+    stream->holds_capacity = capacity;
+    stream->holds_first = 0;
+    return true;
+}
+
+int jb__stream_hold(jb_stream *stream, jb_buffer *const *buffers, size_t count, jb_event *done)
+{
+    jb_hold *hold = malloc(sizeof *hold + count * sizeof(jb_buffer *));
+    pthread_mutex_lock(&stream->holds_mutex);
+    bool room = hold && holds_reserve(stream);
+    if (room) {
+        hold->done = done;
+        jb__event_retain(done);
+        hold->count = count;
+        for (size_t i = 0; i < count; i++) {
+            hold->buffers[i] = buffers[i];
+            jb__buffer_retain(buffers[i]);
+        }
+        stream->holds[(stream->holds_first + stream->holds_count) % stream->holds_capacity] = hold;
+        stream->holds_count++;
+    }
+    bool release_now = ++stream->holds_since_release >= HOLDS_PER_RELEASE;
+    if (release_now)
+        stream->holds_since_release = 0;
+    pthread_mutex_unlock(&stream->holds_mutex);
+    if (!room) {
+        /* No memory to remember the hold: wait, then nothing needs holding. */
+        free(hold);
+        stream->device->backend->stream_synchronize(stream->device, stream->native);
+        jb__stream_release_holds(stream, true);
+        return JB_OK;
+    }
+    if (release_now)
+        jb__stream_release_holds(stream, false);
+    return JB_OK;
 }
 
 jb_status jb_stream_new(jb_stream **out, jb_device *device)

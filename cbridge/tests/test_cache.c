@@ -1,6 +1,6 @@
 /* C-level tests of the module cache, the configure hook, streams and arrays on the cpu device. */
 #include "check.h"
-#include "jitbridge.h"
+#include "jitbridge_sys.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -182,7 +182,7 @@ static void test_configure_hook_runs_once(void)
     const char *in_names[] = {"inp"}, *out_names[] = {"out"};
     jb_dtype dtypes[] = {JB_F32};
     jb_kernel_spec spec = {"configured_kernel", in_names, dtypes, 1, out_names, dtypes, 1,
-                           "out[thread_index()] = inp[thread_index()] * 2.0f + 1.0f;", NULL,
+                           jb_race_probe_body(), NULL,
                            slow_configure, NULL};
     jb_custom_kernel *kernel;
     CHECK_OK(jb_custom_kernel_new(&kernel, &spec));

@@ -5,7 +5,7 @@
  * were.
  */
 #include "check.h"
-#include "jitbridge.h"
+#include "jitbridge_sys.h"
 
 #include <limits.h>
 #include <stdlib.h>

@@ -1,0 +1,47 @@
+/*
+ * jitbridge_sys.h - entry points for tools, tests and benchmarks of the jitbridge C library, kept
+ * out of jitbridge.h (as libgit2 keeps git2/sys/): they are stable enough to use, but no
+ * production path needs them. The conventions of jitbridge.h apply.
+ */
+#ifndef JITBRIDGE_SYS_H
+#define JITBRIDGE_SYS_H
+
+#include "jitbridge.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The race probe's kernel body (see jb_jit_race_probe_array): a static string, valid for the
+ * process. Tools and tests that build the probe's kernel themselves use this one text. */
+JB_API const char *jb_race_probe_body(void);
+
+/*
+ * The per-thread lookaside in front of the cache: once a thread has found a module, its later
+ * lookups take no lock. On by default; switching it off (for benchmarks of the plain protocol)
+ * affects lookups that start afterwards, in every thread.
+ */
+JB_API jb_status jb_set_lookaside_enabled(int enabled);
+JB_API int jb_lookaside_enabled(void);
+
+/* Which locks this build carries: 0 for a normal build. Test builds that remove a lock (to show
+ * that the tests catch the race) return a bit per removed lock: 1 jit cache, 2 event pool,
+ * 4 kernel configure. */
+JB_API int jb_removed_locks(void);
+
+/* ---- benchmark support (jitbridge bench) ---- */
+/* The probe's module is prepared, then `launches` bare backend launches of it, each followed by
+ * an event record, run on the thread's default stream into one preallocated output; writes the
+ * nanoseconds per launch, the stream drained. The baseline for the full probe launch path. */
+JB_API jb_status jb_bench_raw_probe_launches(double *out_ns_per_launch, jb_array *input,
+                                             int variant, int launches);
+/* Runs only the backend's compiler on the kernel's source for `device` (no cache, no load) and
+ * writes the nanoseconds it took. */
+JB_API jb_status jb_bench_compile_only(double *out_ns, jb_custom_kernel *kernel,
+                                       jb_device *device);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* JITBRIDGE_SYS_H */
