@@ -279,4 +279,30 @@ int jb__kernel_generate(jb_custom_kernel *k, const char *body, const char *heade
 int jb__custom_kernel_prepare(jb_custom_kernel *k, jb_device *dev, jb_kernel_config *config,
                               void **fn);
 
+/* One launch of a custom kernel, staged: the one launch path (public launch, probe, bench). */
+typedef struct jb_staged_launch {
+    jb_device *dev;
+    jb_stream *stream; /* the calling thread's default stream of the inputs' device */
+    void *fn;
+    uint32_t grid[3], block[3], shared_bytes;
+    jb_launch_args args; /* points into the arrays below */
+    void *pointers[JB_KERNEL_MAX_ARRAYS];
+    uint64_t sizes[JB_KERNEL_MAX_ARRAYS];
+    jb_buffer *buffers[JB_KERNEL_MAX_ARRAYS];
+    size_t num_outputs;
+    jb_array *outputs[JB_KERNEL_MAX_ARRAYS];
+    jb_event *ready[JB_KERNEL_MAX_ARRAYS]; /* per output, recorded after the launch */
+} jb_staged_launch;
+/* Checks the arguments, builds and configures the module, makes the outputs and orders the
+ * inputs' pending work before the launch. On failure nothing stays staged. */
+int jb__launch_begin(jb_staged_launch *launch, jb_custom_kernel *k, jb_array *const *inputs,
+                     size_t num_inputs, const int64_t *const *output_shapes,
+                     const int *output_ndims, const jb_launch_shape *shape);
+/* Queues the staged kernel on its stream; may be called more than once (the bench does). */
+int jb__launch_issue(const jb_staged_launch *launch);
+/* With `status` JB_OK: records the outputs' events, holds every buffer until the kernel is done
+ * and hands the outputs to `outputs`. Otherwise waits for the stream and frees what was staged;
+ * returns the status. */
+int jb__launch_end(jb_staged_launch *launch, int status, jb_array **outputs);
+
 #endif /* JB_INTERNAL_H */

@@ -146,14 +146,9 @@ static int resolve_launch_shape(const jb_launch_shape *shape, const jb_kernel_co
     return JB_OK;
 }
 
-static int validate_launch(jb_array **outputs, const jb_custom_kernel *k,
-                           jb_array *const *inputs, size_t num_inputs,
+static int validate_launch(const jb_custom_kernel *k, jb_array *const *inputs, size_t num_inputs,
                            const int64_t *const *output_shapes, const int *output_ndims)
 {
-    JB_RETURN_IF(!outputs, JB_ERR_INVALID_ARGUMENT, "jb_custom_kernel_launch: outputs is NULL");
-    JB_RETURN_IF(!k, JB_ERR_INVALID_ARGUMENT, "jb_custom_kernel_launch: kernel is NULL");
-    for (size_t i = 0; i < k->num_outputs; i++)
-        outputs[i] = NULL;
     JB_RETURN_IF(!inputs, JB_ERR_INVALID_ARGUMENT, "jb_custom_kernel_launch: inputs is NULL");
     JB_RETURN_IF(num_inputs != k->num_inputs, JB_ERR_INVALID_ARGUMENT,
                  "kernel '%s' takes %zu inputs, not %zu", k->name, k->num_inputs, num_inputs);
@@ -199,14 +194,6 @@ static int validate_launch_shape(const jb_launch_shape *shape)
     return resolve_launch_shape(shape, &defaults, grid, block, &total);
 }
 
-static void free_arrays(jb_array **arrays, size_t count)
-{
-    for (size_t i = 0; i < count; i++) {
-        jb_array_free(arrays[i]);
-        arrays[i] = NULL;
-    }
-}
-
 /* Finds (or builds) the kernel's module on `dev` and runs its configure hook once. */
 int jb__custom_kernel_prepare(jb_custom_kernel *k, jb_device *dev, jb_kernel_config *config,
                               void **fn)
@@ -228,82 +215,96 @@ jb_status jb_custom_kernel_prepare(jb_custom_kernel *kernel, jb_device *device)
     return jb__custom_kernel_prepare(kernel, device, &config, &fn);
 }
 
+int jb__launch_begin(jb_staged_launch *l, jb_custom_kernel *k, jb_array *const *inputs,
+                     size_t num_inputs, const int64_t *const *output_shapes,
+                     const int *output_ndims, const jb_launch_shape *shape)
+{
+    memset(l, 0, sizeof *l);
+    JB_FORWARD_IF_ERROR(validate_launch(k, inputs, num_inputs, output_shapes, output_ndims));
+    JB_FORWARD_IF_ERROR(validate_launch_shape(shape));
+    jb_device *dev = l->dev = jb_array_device(inputs[0]);
+    jb_kernel_config config;
+    JB_FORWARD_IF_ERROR(jb__custom_kernel_prepare(k, dev, &config, &l->fn));
+    l->shared_bytes = config.shared_memory_bytes;
+    JB_FORWARD_IF_ERROR(
+        resolve_launch_shape(shape, &config, l->grid, l->block, &l->args.total_threads));
+    JB_FORWARD_IF_ERROR(jb__current_stream(dev, &l->stream));
+
+    /* From here on a failure goes through jb__launch_end, which undoes what was staged. */
+    l->args = (jb_launch_args){num_inputs + k->num_outputs, l->pointers, l->sizes,
+                               l->args.total_threads};
+    l->num_outputs = k->num_outputs;
+    int status = JB_OK;
+    for (size_t i = 0; i < num_inputs; i++) {
+        jb_event *input_ready = jb__array_ready_event(inputs[i]);
+        /* Work queued on this same stream is ordered already; only other streams need a wait. */
+        if (input_ready && input_ready->stream_id != l->stream->id &&
+            (status = dev->backend->stream_wait_event(dev, l->stream->native,
+                                                      input_ready->native)) != JB_OK)
+            goto done;
+        l->buffers[i] = jb__array_buffer(inputs[i]);
+        l->pointers[i] = l->buffers[i]->ptr;
+        l->sizes[i] = (uint64_t)jb_array_size(inputs[i]);
+    }
+    for (size_t i = 0; i < k->num_outputs; i++) {
+        size_t bytes = jb_dtype_size(k->output_dtypes[i]);
+        for (int d = 0; d < output_ndims[i]; d++)
+            bytes *= (size_t)output_shapes[i][d];
+        jb_buffer *buf;
+        if ((status = jb__buffer_new(dev, bytes, &buf)) != JB_OK ||
+            (status = jb__array_wrap(&l->outputs[i], buf, k->output_dtypes[i], output_shapes[i],
+                                     output_ndims[i], NULL)) != JB_OK ||
+            (status = jb__event_acquire(dev, &l->ready[i])) != JB_OK)
+            goto done;
+        l->buffers[num_inputs + i] = buf;
+        l->pointers[num_inputs + i] = buf->ptr;
+        l->sizes[num_inputs + i] = (uint64_t)jb_array_size(l->outputs[i]);
+    }
+done:
+    if (status != JB_OK)
+        return jb__launch_end(l, status, NULL);
+    return JB_OK;
+}
+
+int jb__launch_issue(const jb_staged_launch *l)
+{
+    return l->dev->backend->launch(l->dev, l->stream->native, l->fn, l->grid, l->block,
+                                   l->shared_bytes, &l->args);
+}
+
+int jb__launch_end(jb_staged_launch *l, int status, jb_array **outputs)
+{
+    for (size_t i = 0; status == JB_OK && i < l->num_outputs; i++)
+        status = jb__event_record(l->ready[i], l->stream);
+    if (status != JB_OK) {
+        /* Queued or not, nothing may reuse these buffers before the stream is past them. */
+        l->dev->backend->stream_synchronize(l->dev, l->stream->native);
+        for (size_t i = 0; i < l->num_outputs; i++) {
+            jb__event_release(l->ready[i]);
+            jb_array_free(l->outputs[i]);
+        }
+        return status;
+    }
+    /* The last output's event marks the kernel's end: until it fires, every buffer the kernel
+     * uses stays held, whoever frees its array. */
+    jb__stream_hold(l->stream, l->buffers, l->args.count, l->ready[l->num_outputs - 1]);
+    for (size_t i = 0; i < l->num_outputs; i++)
+        jb__array_set_ready(l->outputs[i], l->ready[i]);
+    memcpy(outputs, l->outputs, l->num_outputs * sizeof *outputs);
+    return JB_OK;
+}
+
 jb_status jb_custom_kernel_launch(jb_array **outputs, jb_custom_kernel *k,
                                   jb_array *const *inputs, size_t num_inputs,
                                   const int64_t *const *output_shapes, const int *output_ndims,
                                   const jb_launch_shape *shape)
 {
+    JB_RETURN_IF(!outputs, JB_ERR_INVALID_ARGUMENT, "jb_custom_kernel_launch: outputs is NULL");
+    JB_RETURN_IF(!k, JB_ERR_INVALID_ARGUMENT, "jb_custom_kernel_launch: kernel is NULL");
+    for (size_t i = 0; i < k->num_outputs; i++)
+        outputs[i] = NULL;
+    jb_staged_launch launch;
     JB_FORWARD_IF_ERROR(
-        validate_launch(outputs, k, inputs, num_inputs, output_shapes, output_ndims));
-    JB_FORWARD_IF_ERROR(validate_launch_shape(shape));
-    jb_device *dev = jb_array_device(inputs[0]);
-    jb_kernel_config config;
-    void *fn;
-    JB_FORWARD_IF_ERROR(jb__custom_kernel_prepare(k, dev, &config, &fn));
-    uint32_t grid[3], block[3];
-    uint64_t total_threads = 0;
-    JB_FORWARD_IF_ERROR(resolve_launch_shape(shape, &config, grid, block, &total_threads));
-    jb_stream *stream;
-    JB_FORWARD_IF_ERROR(jb__current_stream(dev, &stream));
-
-    size_t count = num_inputs + k->num_outputs;
-    void *pointers[JB_KERNEL_MAX_ARRAYS];
-    uint64_t sizes[JB_KERNEL_MAX_ARRAYS];
-    jb_buffer *buffers[JB_KERNEL_MAX_ARRAYS];
-    jb_array *made[JB_KERNEL_MAX_ARRAYS] = {0};
-    jb_event *ready[JB_KERNEL_MAX_ARRAYS] = {0};
-    int status = JB_OK;
-    for (size_t i = 0; status == JB_OK && i < num_inputs; i++) {
-        jb_event *input_ready = jb__array_ready_event(inputs[i]);
-        /* Work queued on this same stream is ordered already; only other streams need a wait. */
-        if (input_ready && input_ready->stream_id != stream->id)
-            status = dev->backend->stream_wait_event(dev, stream->native, input_ready->native);
-        buffers[i] = jb__array_buffer(inputs[i]);
-        pointers[i] = buffers[i]->ptr;
-        sizes[i] = (uint64_t)jb_array_size(inputs[i]);
-    }
-    for (size_t i = 0; status == JB_OK && i < k->num_outputs; i++) {
-        size_t bytes = jb_dtype_size(k->output_dtypes[i]);
-        for (int d = 0; d < output_ndims[i]; d++)
-            bytes *= (size_t)output_shapes[i][d];
-        jb_buffer *buf;
-        status = jb__buffer_new(dev, bytes, &buf);
-        if (status == JB_OK)
-            status = jb__array_wrap(&made[i], buf, k->output_dtypes[i], output_shapes[i],
-                                    output_ndims[i], NULL);
-        if (status == JB_OK)
-            status = jb__event_acquire(dev, &ready[i]);
-        if (status == JB_OK) {
-            buffers[num_inputs + i] = buf;
-            pointers[num_inputs + i] = buf->ptr;
-            sizes[num_inputs + i] = (uint64_t)jb_array_size(made[i]);
-        }
-    }
-    if (status == JB_OK) {
-        jb_launch_args args = {count, pointers, sizes, total_threads};
-        status = dev->backend->launch(dev, stream->native, fn, grid, block,
-                                      config.shared_memory_bytes, &args);
-    }
-    for (size_t i = 0; status == JB_OK && i < k->num_outputs; i++)
-        status = jb__event_record(ready[i], stream);
-    if (status == JB_OK) {
-        /* The last output's event marks the kernel's end: until it fires, every buffer the
-         * kernel uses stays held, whoever frees its array. */
-        jb__stream_hold(stream, buffers, count, ready[k->num_outputs - 1]);
-        for (size_t i = 0; i < k->num_outputs; i++) {
-            jb__array_set_ready(made[i], ready[i]);
-            ready[i] = NULL;
-        }
-    } else {
-        /* Queued or not, nothing may reuse these buffers before the stream is past them. */
-        dev->backend->stream_synchronize(dev, stream->native);
-    }
-    if (status != JB_OK) {
-        for (size_t i = 0; i < k->num_outputs; i++)
-            jb__event_release(ready[i]);
-        free_arrays(made, k->num_outputs);
-        return status;
-    }
-    memcpy(outputs, made, k->num_outputs * sizeof *outputs);
-    return JB_OK;
+        jb__launch_begin(&launch, k, inputs, num_inputs, output_shapes, output_ndims, shape));
+    return jb__launch_end(&launch, jb__launch_issue(&launch), outputs);
 }

@@ -120,10 +120,9 @@ static int probe_kernel(int variant, jb_custom_kernel **out)
     return JB_OK;
 }
 
-jb_status jb_jit_race_probe_array(jb_array **out, jb_array *input, int variant)
+/* Checks the probe's input and stages its launch: one block of n threads, n = input size. */
+static int probe_launch_begin(jb_staged_launch *launch, jb_array *input, int variant)
 {
-    JB_RETURN_IF(!out, JB_ERR_INVALID_ARGUMENT, "jit race probe: out is NULL");
-    *out = NULL;
     JB_RETURN_IF(!input, JB_ERR_INVALID_ARGUMENT, "jit race probe: input is NULL");
     JB_RETURN_IF(variant < 0, JB_ERR_INVALID_ARGUMENT,
                  "jit race probe: variant must be >= 0, got %d", variant);
@@ -134,13 +133,22 @@ jb_status jb_jit_race_probe_array(jb_array **out, jb_array *input, int variant)
     JB_RETURN_IF(n < 1 || n > JB_PROBE_MAX_THREADS, JB_ERR_INVALID_ARGUMENT,
                  "jit race probe: the input has %lld elements; one block holds 1 to %d threads",
                  (long long)n, JB_PROBE_MAX_THREADS);
-    jb_custom_kernel *kernel;
+    jb_custom_kernel *kernel = NULL;
     JB_FORWARD_IF_ERROR(probe_kernel(variant, &kernel));
     const int64_t *shapes[] = {&n};
     const int ndims[] = {1};
     jb_launch_shape shape = {{1, 1, 1}, {(uint32_t)n, 1, 1}, 0};
     jb_array *inputs[] = {input};
-    return jb_custom_kernel_launch(out, kernel, inputs, 1, shapes, ndims, &shape);
+    return jb__launch_begin(launch, kernel, inputs, 1, shapes, ndims, &shape);
+}
+
+jb_status jb_jit_race_probe_array(jb_array **out, jb_array *input, int variant)
+{
+    JB_RETURN_IF(!out, JB_ERR_INVALID_ARGUMENT, "jit race probe: out is NULL");
+    *out = NULL;
+    jb_staged_launch launch;
+    JB_FORWARD_IF_ERROR(probe_launch_begin(&launch, input, variant));
+    return jb__launch_end(&launch, jb__launch_issue(&launch), out);
 }
 
 jb_status jb_rocm_jit_race_probe_array(jb_array **out, jb_array *input, int variant)
@@ -170,39 +178,24 @@ jb_status jb_bench_raw_probe_launches(double *out_ns_per_launch, jb_array *input
     /* One checked launch builds the module and validates the input as the probe does. */
     JB_FORWARD_IF_ERROR(jb_jit_race_probe_array(&warm, input, variant));
     jb_array_free(warm);
-    jb_custom_kernel *kernel;
-    JB_FORWARD_IF_ERROR(probe_kernel(variant, &kernel));
-    jb_device *dev = jb_array_device(input);
-    jb_kernel_config config;
-    void *fn;
-    JB_FORWARD_IF_ERROR(jb__custom_kernel_prepare(kernel, dev, &config, &fn));
-    jb_stream *stream;
-    JB_FORWARD_IF_ERROR(jb__current_stream(dev, &stream));
-    uint64_t n = (uint64_t)jb_array_size(input);
-    jb_buffer *out;
-    JB_FORWARD_IF_ERROR(jb__buffer_new(dev, n * sizeof(float), &out));
-    jb_event *event = NULL;
-    int status = jb__event_acquire(dev, &event);
-    jb_event *ready = jb__array_ready_event(input);
-    if (status == JB_OK && ready)
-        status = dev->backend->stream_wait_event(dev, stream->native, ready->native);
-    void *pointers[] = {jb__array_buffer(input)->ptr, out->ptr};
-    uint64_t sizes[] = {n, n};
-    jb_launch_args args = {2, pointers, sizes, n};
-    const uint32_t grid[3] = {1, 1, 1}, block[3] = {(uint32_t)n, 1, 1};
-    if (status == JB_OK)
-        status = dev->backend->stream_synchronize(dev, stream->native);
+    /* Staged once; then only the backend's launch and event record are timed. */
+    jb_staged_launch launch;
+    JB_FORWARD_IF_ERROR(probe_launch_begin(&launch, input, variant));
+    jb_device *dev = launch.dev;
+    void *stream = launch.stream->native;
+    int status = dev->backend->stream_synchronize(dev, stream);
     uint64_t start = jb__now_ns();
     for (int i = 0; status == JB_OK && i < launches; i++) {
-        status = dev->backend->launch(dev, stream->native, fn, grid, block, 0, &args);
+        status = jb__launch_issue(&launch);
         if (status == JB_OK)
-            status = dev->backend->event_record(dev, event->native, stream->native);
+            status = dev->backend->event_record(dev, launch.ready[0]->native, stream);
     }
     if (status == JB_OK)
-        status = dev->backend->stream_synchronize(dev, stream->native);
+        status = dev->backend->stream_synchronize(dev, stream);
     *out_ns_per_launch = (double)(jb__now_ns() - start) / launches;
-    jb__event_release(event);
-    jb__buffer_release(out);
+    jb_array *out = NULL;
+    status = jb__launch_end(&launch, status, &out);
+    jb_array_free(out);
     return status;
 }
 
