@@ -74,8 +74,16 @@ typedef struct jb_launch_args {
     uint64_t total_threads;
 } jb_launch_args;
 
+/* The language a backend compiles; a custom kernel's source is generated once per dialect. */
+typedef enum jb_source_dialect {
+    JB_DIALECT_C,    /* C11, the cpu backend */
+    JB_DIALECT_CUDA, /* CUDA C++, compiled by NVRTC or (through the vendor header) hiprtc */
+    JB_DIALECT_COUNT
+} jb_source_dialect;
+
 struct jb_backend {
     const char *name; /* "cpu", "cuda", "rocm" */
+    jb_source_dialect dialect;
     /* Names the compiler, its version and its options: part of every disk cache key. */
     int (*compiler_identity)(jb_device *dev, char *out, size_t len);
     /* Compiles `source` for the device; on failure returns JB_ERR_COMPILE with the log. */
@@ -263,8 +271,7 @@ struct jb_custom_kernel {
     size_t num_inputs, num_outputs;
     char **input_names, **output_names;
     jb_dtype *input_dtypes, *output_dtypes;
-    char *cpu_source;
-    char *gpu_source;
+    char *sources[JB_DIALECT_COUNT];
     jb_configure_hook configure;
     void *configure_user_data;
     bool disk_cacheable; /* false for probes: each process must compile them */
@@ -274,6 +281,8 @@ struct jb_custom_kernel {
 int jb__kernel_spec_check(const jb_kernel_spec *spec);
 /* Generates the kernel's sources and its module name from its names, `body` and `header`. */
 int jb__kernel_generate(jb_custom_kernel *k, const char *body, const char *header);
+/* The dialect the backend named `backend` ("cpu", "cuda", "rocm") compiles; false if unknown. */
+bool jb__backend_name_dialect(const char *backend, jb_source_dialect *out);
 /* Finds (or builds) the kernel's module on `dev`, runs its configure hook once, and returns its
  * config and function handle. */
 int jb__custom_kernel_prepare(jb_custom_kernel *k, jb_device *dev, jb_kernel_config *config,

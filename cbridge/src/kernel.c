@@ -28,8 +28,8 @@ void jb_custom_kernel_free(jb_custom_kernel *kernel)
     free(kernel->output_dtypes);
     free(kernel->name);
     free(kernel->module_name);
-    free(kernel->cpu_source);
-    free(kernel->gpu_source);
+    for (int d = 0; d < JB_DIALECT_COUNT; d++)
+        free(kernel->sources[d]);
     free(kernel);
 }
 
@@ -92,13 +92,10 @@ const char *jb_custom_kernel_module_name(const jb_custom_kernel *kernel)
 
 const char *jb_custom_kernel_source(const jb_custom_kernel *kernel, const char *backend)
 {
-    if (!kernel || !backend)
+    jb_source_dialect dialect;
+    if (!kernel || !jb__backend_name_dialect(backend, &dialect))
         return NULL;
-    if (strcmp(backend, "cpu") == 0)
-        return kernel->cpu_source;
-    if (strcmp(backend, "cuda") == 0 || strcmp(backend, "rocm") == 0)
-        return kernel->gpu_source;
-    return NULL;
+    return kernel->sources[dialect];
 }
 
 /* The cache's builder for a custom kernel: one module holding the one kernel. */
@@ -107,7 +104,7 @@ static int build_custom_module(void *ctx, jb_device *dev, const char *module_nam
 {
     jb_custom_kernel *k = ctx;
     const char *names[] = {k->name};
-    return jb__module_build(dev, module_name, jb_custom_kernel_source(k, dev->backend->name),
+    return jb__module_build(dev, module_name, k->sources[dev->backend->dialect],
                             names, 1, k->disk_cacheable, out, from_disk);
 }
 

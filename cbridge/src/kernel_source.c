@@ -206,16 +206,34 @@ int jb__kernel_spec_check(const jb_kernel_spec *spec)
     return JB_OK;
 }
 
+/* Public backend names; the library's backends carry their dialect in their own table. */
+static const struct {
+    const char *name;
+    jb_source_dialect dialect;
+} backend_dialects[] = {{"cpu", JB_DIALECT_C}, {"cuda", JB_DIALECT_CUDA}, {"rocm", JB_DIALECT_CUDA}};
+
+bool jb__backend_name_dialect(const char *backend, jb_source_dialect *out)
+{
+    for (size_t i = 0; backend && i < sizeof backend_dialects / sizeof *backend_dialects; i++)
+        if (strcmp(backend, backend_dialects[i].name) == 0) {
+            *out = backend_dialects[i].dialect;
+            return true;
+        }
+    return false;
+}
+
 int jb__kernel_generate(jb_custom_kernel *k, const char *body, const char *header)
 {
-    k->cpu_source = generate_cpu_source(k, body, header);
-    k->gpu_source = generate_gpu_source(k, body, header);
+    k->sources[JB_DIALECT_C] = generate_cpu_source(k, body, header);
+    k->sources[JB_DIALECT_CUDA] = generate_gpu_source(k, body, header);
     size_t module_name_len = strlen(k->name) + 18;
     k->module_name = malloc(module_name_len);
-    JB_RETURN_IF(!k->cpu_source || !k->gpu_source || !k->module_name, JB_ERR_OUT_OF_MEMORY,
-                 "no memory for the source of kernel '%s'", k->name);
-    uint64_t hash = jb__fnv1a64(k->cpu_source, strlen(k->cpu_source), JB_FNV_SEED);
-    hash = jb__fnv1a64(k->gpu_source, strlen(k->gpu_source), hash);
+    JB_RETURN_IF(!k->sources[JB_DIALECT_C] || !k->sources[JB_DIALECT_CUDA] || !k->module_name,
+                 JB_ERR_OUT_OF_MEMORY, "no memory for the source of kernel '%s'", k->name);
+    /* Every dialect's source, in dialect order: the hash (and so the module name) covers all. */
+    uint64_t hash = JB_FNV_SEED;
+    for (int d = 0; d < JB_DIALECT_COUNT; d++)
+        hash = jb__fnv1a64(k->sources[d], strlen(k->sources[d]), hash);
     snprintf(k->module_name, module_name_len, "%s_%016" PRIx64, k->name, hash);
     k->module_name_hash = jb__fnv1a64(k->module_name, strlen(k->module_name), JB_FNV_SEED);
     return JB_OK;

@@ -206,7 +206,7 @@ jb_status jb_bench_compile_only(double *out_ns, jb_custom_kernel *kernel, jb_dev
     jb_blob code = {0};
     uint64_t start = jb__now_ns();
     int status = device->backend->compile(device, kernel->module_name,
-                                          jb_custom_kernel_source(kernel, device->backend->name),
+                                          kernel->sources[device->backend->dialect],
                                           &code);
     *out_ns = (double)(jb__now_ns() - start);
     free(code.data);

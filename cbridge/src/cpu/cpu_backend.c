@@ -603,6 +603,7 @@ static int cpu_memcpy_dtoh(jb_device *dev, void *stream, void *dst, const void *
 
 const jb_backend jb__cpu_backend = {
     .name = "cpu",
+    .dialect = JB_DIALECT_C,
     .compiler_identity = cpu_compiler_identity,
     .compile = cpu_compile,
     .module_load = cpu_module_load,

@@ -272,6 +272,7 @@ static int gpu_kernel_set_shared_limit(jb_device *dev, void *fn, uint32_t bytes)
 
 const jb_backend jb__gpu_backend = {
     .name = JB_GPU_BACKEND_NAME,
+    .dialect = JB_DIALECT_CUDA,
     .compiler_identity = gpu_compiler_identity,
     .compile = gpu_compile,
     .module_load = gpu_module_load,
