@@ -198,7 +198,7 @@ pub fn run(device: Device) -> Result<Vec<Row>, jitbridge::Error> {
     }
 
     // 1. Hit lookups: lookaside against the plain read-lock protocol.
-    eprintln!("bench: hit lookups");
+    note!("bench: hit lookups");
     let kernels = warm_kernels(device, "lookup")?;
     for &threads in &thread_counts {
         set_lookaside_enabled(false);
@@ -216,7 +216,7 @@ pub fn run(device: Device) -> Result<Vec<Row>, jitbridge::Error> {
     }
 
     // 2. Warm hits while other threads build new keys.
-    eprintln!("bench: hit latency during builds");
+    note!("bench: hit latency during builds");
     for enabled in [false, true] {
         set_lookaside_enabled(enabled);
         let (max, p99, samples) = hit_latency_under_builds(device, &kernels, 2, 2, 4);
@@ -241,7 +241,7 @@ pub fn run(device: Device) -> Result<Vec<Row>, jitbridge::Error> {
     set_lookaside_enabled(true);
 
     // 3. The probe launch path against a bare backend launch plus event record.
-    eprintln!("bench: probe launch path");
+    note!("bench: probe launch path");
     let input = Array::arange(device, race::PROBE_ELEMENTS, DType::F32)?;
     let variant = fresh_variant();
     let raw_ns = bench_support::raw_probe_launches(&input, variant, PROBE_LAUNCHES)?;
@@ -264,7 +264,7 @@ pub fn run(device: Device) -> Result<Vec<Row>, jitbridge::Error> {
     });
 
     // 4. Cold first launch against the bare compiler on the same source.
-    eprintln!("bench: cold first launch");
+    note!("bench: cold first launch");
     let mut first = Vec::new();
     let mut build = Vec::new();
     let mut compile = Vec::new();
@@ -306,7 +306,7 @@ pub fn run(device: Device) -> Result<Vec<Row>, jitbridge::Error> {
     });
 
     // 5. First launch in a new process: compiled (empty disk cache) against loaded from disk.
-    eprintln!("bench: first launch in a new process");
+    note!("bench: first launch in a new process");
     let (cold, warm) = first_launch_in_new_processes(device)?;
     rows.push(Row {
         section: "5 new process",
@@ -369,23 +369,27 @@ fn pretty(ns: f64) -> String {
 }
 
 pub fn print_table(device: Device, rows: &[Row]) {
-    println!(
+    out!(
         "jitbridge bench: {} {} ({}), {} cores",
         device.backend(),
         device.name(),
         device.arch(),
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
-    println!(
+    out!(
         "{:<20} {:<48} {:>11} {:>11} {:>9}  target",
-        "section", "measure", "value", "baseline", "ratio"
+        "section",
+        "measure",
+        "value",
+        "baseline",
+        "ratio"
     );
     for row in rows {
         let (baseline, ratio) = match row.baseline {
             Some(b) => (pretty(b), format!("{:.2}x", row.value / b)),
             None => (String::new(), String::new()),
         };
-        println!(
+        out!(
             "{:<20} {:<48} {:>11} {:>11} {:>9}  {}",
             row.section,
             row.name,
@@ -395,7 +399,7 @@ pub fn print_table(device: Device, rows: &[Row]) {
             row.target
         );
     }
-    println!("ratio = value / baseline; for lookups the baseline is the plain read-lock protocol");
+    out!("ratio = value / baseline; for lookups the baseline is the plain read-lock protocol");
 }
 
 fn json_string(s: &str) -> String {
@@ -427,7 +431,7 @@ pub fn print_json(device: Device, rows: &[Row]) {
             )
         })
         .collect();
-    println!(
+    out!(
         "{{\"backend\":{},\"device\":{},\"arch\":{},\"rows\":[{}]}}",
         json_string(&device.backend()),
         json_string(&device.name()),

@@ -1,24 +1,285 @@
 //! The `jitbridge` command: runs the race-probe scenario and reports, or prints what it sees.
 
+use std::io::{self, IsTerminal, Write};
+
+/// Prints a line on stdout. A reader that went away (`jitbridge info | head -1`) ends the
+/// command quietly with status 0; any other write failure is an error.
+macro_rules! out {
+    () => { $crate::write_line(format_args!("")) };
+    ($($arg:tt)*) => { $crate::write_line(format_args!($($arg)*)) };
+}
+
+/// Prints a line on stderr, ignoring a closed stderr: a note is never worth a panic.
+macro_rules! note {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 mod bench;
 
 use jitbridge::{Counters, Device, DeviceKind, race};
 use std::process::ExitCode;
 use std::time::Instant;
 
-const USAGE: &str = "usage:
-  jitbridge [run] [--threads N] [--rounds N] [--device cpu|gpu[:N]]
-      first-launch a new probe kernel from N threads at once, once per round (8 x 16 by default),
-      on the default device, and report builds, hits and whether every output was exact
-  jitbridge bench [--json] [--device cpu|gpu[:N]]
-      the launch path's costs against their baselines, in one run: hit lookups (lookaside vs
-      the plain locked protocol) at 1-16 threads, hit latency while other threads build, the
-      probe launch path vs a raw launch, a cold first launch vs the compiler alone
-  jitbridge cache [show | clear | prune SIZE[K|M|G] | verify]
-      the disk cache of compiled code: its folder, state, entries and bytes; remove every entry;
-      remove the oldest until SIZE remain; read every entry and count the malformed ones
-  jitbridge info
-      the backend, the devices, the compiler and the counters";
+fn write_line(args: std::fmt::Arguments<'_>) {
+    let mut stdout = io::stdout().lock();
+    if let Err(e) = stdout.write_fmt(args).and_then(|()| stdout.write_all(b"\n")) {
+        if e.kind() == io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        note!("jitbridge: cannot write the output: {e}");
+        std::process::exit(2);
+    }
+}
+
+/// Most threads `run --threads` starts per round; each also starts a stream worker on the cpu.
+const MAX_THREADS: u64 = 1024;
+/// Most rounds `run --rounds` takes: each round's variant is a new kernel.
+const MAX_ROUNDS: u64 = 100_000;
+
+/// A command's help: its usage line, what it does in a line, and the details.
+struct Command {
+    name: &'static str,
+    usage: &'static str,
+    about: &'static str,
+    details: &'static str,
+}
+
+const RUN: Command = Command {
+    name: "run",
+    usage: "jitbridge run [--threads N] [--rounds N] [--device cpu|gpu[:N]]",
+    about: "first-launch new probe kernels from many threads at once and check every output",
+    details: "Each round, N threads each install their own stream, meet at a barrier and launch a
+probe kernel no earlier round built; then the builds, hits, misses and timings are reported.
+`jitbridge` with no command, or with only these options, runs this.
+
+options:
+  --threads N   threads per round, 1 to 1024 (default 8)
+  --rounds N    rounds, 1 to 100000 (default 16)
+  --device D    cpu, gpu or gpu:N (default: GPU 0 when a GPU backend is built and a GPU is
+                present, else cpu)
+
+Progress goes to stderr: one updating line on a terminal, plain lines otherwise.
+exit status: 0 when every output was exact and each round built once, 1 when not, 2 on an error",
+};
+
+const BENCH: Command = Command {
+    name: "bench",
+    usage: "jitbridge bench [--json] [--device cpu|gpu[:N]]",
+    about: "measure the launch path's costs, each against its baseline",
+    details: "Measures, in one run: hit lookups (lookaside vs the plain locked protocol) at 1-16
+threads, hit latency while other threads build, the probe launch path vs a raw launch, a cold
+first launch vs the compiler alone, and a new process's first launch with and without a disk
+cache entry.
+
+options:
+  --json        one JSON object on stdout instead of the table
+  --device D    cpu, gpu or gpu:N (default: as for run)",
+};
+
+const CACHE: Command = Command {
+    name: "cache",
+    usage: "jitbridge cache [show | clear | prune SIZE | verify]",
+    about: "show or maintain the disk cache of compiled code",
+    details: "  show          the folder, its state, entries and bytes (the default)
+  clear         remove every entry
+  prune SIZE    remove the oldest entries until at most SIZE bytes remain
+  verify        read every entry and count the malformed ones (exit status 1 if any)
+
+SIZE is a whole number of bytes with an optional unit K, M, G or T, alone or followed by B or
+iB, in any case; units are powers of 1024 (100M, 100MB and 100MiB are all 104857600 bytes).",
+};
+
+const INFO: Command = Command {
+    name: "info",
+    usage: "jitbridge info",
+    about: "print the backend, the devices, the compiler, the disk cache and the counters",
+    details: "",
+};
+
+const HELP: Command = Command {
+    name: "help",
+    usage: "jitbridge help [COMMAND]",
+    about: "print this help, or a command's",
+    details: "",
+};
+
+const COMMANDS: [&Command; 5] = [&RUN, &BENCH, &CACHE, &INFO, &HELP];
+
+fn command(name: &str) -> Option<&'static Command> {
+    COMMANDS.iter().copied().find(|c| c.name == name)
+}
+
+fn print_overview() {
+    out!("jitbridge {}: run-time compiled kernels behind a locked module cache", VERSION);
+    out!();
+    out!("usage: jitbridge [COMMAND] [OPTIONS]");
+    out!();
+    out!("commands:");
+    for c in COMMANDS {
+        out!("  {:<7} {}", c.name, c.about);
+    }
+    out!();
+    out!("`jitbridge help COMMAND` or `jitbridge COMMAND --help` shows a command's options;");
+    out!("`jitbridge --version` prints the version. Without a command, `run` runs.");
+}
+
+fn print_help(c: &Command) {
+    out!("usage: {}", c.usage);
+    out!();
+    out!("{}", c.about);
+    if !c.details.is_empty() {
+        out!();
+        out!("{}", c.details);
+    }
+}
+
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// How a command ends: `Ok(true)` success, `Ok(false)` a check failed (status 1).
+enum Failure {
+    /// Bad arguments: the message, and the command whose usage to show.
+    Usage(String, &'static Command),
+    /// The command could not do its work.
+    Error(String),
+}
+
+impl From<jitbridge::Error> for Failure {
+    fn from(e: jitbridge::Error) -> Self {
+        Failure::Error(e.to_string())
+    }
+}
+
+type Outcome = Result<bool, Failure>;
+
+/// An option a command takes: its flag, and for one that takes a value, what the value is.
+struct Opt {
+    flag: &'static str,
+    value: Option<&'static str>,
+}
+
+const DEVICE_OPT: Opt = Opt { flag: "--device", value: Some("a device: cpu, gpu or gpu:N") };
+
+/// A command's arguments, checked against its options. `None` when help was asked for.
+struct Args {
+    options: Vec<(&'static str, String)>,
+    positional: Vec<String>,
+}
+
+impl Args {
+    fn get(&self, flag: &str) -> Option<&str> {
+        self.options.iter().rev().find(|(f, _)| *f == flag).map(|(_, v)| v.as_str())
+    }
+    fn has(&self, flag: &str) -> bool {
+        self.options.iter().any(|(f, _)| *f == flag)
+    }
+}
+
+fn parse_args(c: &'static Command, args: &[String], opts: &[Opt]) -> Result<Option<Args>, Failure> {
+    let usage = |message: String| Failure::Usage(message, c);
+    let mut parsed = Args { options: Vec::new(), positional: Vec::new() };
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        if arg == "--help" || arg == "-h" {
+            return Ok(None);
+        }
+        if !arg.starts_with('-') || arg == "-" {
+            parsed.positional.push(arg.clone());
+            continue;
+        }
+        let (flag, inline) = match arg.split_once('=') {
+            Some((flag, value)) => (flag, Some(value.to_string())),
+            None => (arg.as_str(), None),
+        };
+        let opt = opts
+            .iter()
+            .find(|o| o.flag == flag)
+            .ok_or_else(|| usage(format!("unknown option '{flag}' for `jitbridge {}`", c.name)))?;
+        let value = match (opt.value, inline) {
+            (None, None) => String::new(),
+            (None, Some(_)) => return Err(usage(format!("{flag} takes no value"))),
+            (Some(_), Some(value)) => value,
+            (Some(what), None) => {
+                it.next().cloned().ok_or_else(|| usage(format!("{flag} needs a value: {what}")))?
+            }
+        };
+        parsed.options.push((opt.flag, value));
+    }
+    Ok(Some(parsed))
+}
+
+fn no_positional(c: &'static Command, args: &Args) -> Result<(), Failure> {
+    match args.positional.first() {
+        None => Ok(()),
+        Some(extra) => Err(Failure::Usage(format!("unexpected argument '{extra}'"), c)),
+    }
+}
+
+/// A whole number from 1 to `max` for `flag`.
+fn parse_count(flag: &str, text: &str, max: u64) -> Result<usize, String> {
+    let range = format!("{flag} takes a whole number from 1 to {max}");
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("{range}, not '{text}'"));
+    }
+    match text.parse::<u64>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(n as usize),
+        _ => Err(format!("{range}; {text} is out of range")),
+    }
+}
+
+/// Bytes in `text`: digits, then an optional K, M, G or T, alone or followed by B or iB, in
+/// any case; all units are powers of 1024.
+fn parse_size(text: &str) -> Result<u64, String> {
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let unit = unit.to_ascii_lowercase();
+    let power = match unit.as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 1,
+        "m" | "mb" | "mib" => 2,
+        "g" | "gb" | "gib" => 3,
+        "t" | "tb" | "tib" => 4,
+        _ => {
+            return Err(format!(
+                "'{text}' is not a size: a whole number with an optional unit K, M, G or T \
+                 (100M, 100MB, 1G, 1GiB)"
+            ));
+        }
+    };
+    if digits.is_empty() {
+        return Err(format!("'{text}' is not a size: it needs a number (100M, 1GiB)"));
+    }
+    digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(1u64 << (10 * power)))
+        .ok_or_else(|| format!("'{text}' is too large a size (at most 16 EiB - 1 byte)"))
+}
+
+fn parse_device(spec: &str) -> Result<Device, Failure> {
+    let result = match spec {
+        "cpu" => Device::cpu(),
+        "gpu" => Device::gpu(0),
+        other => match other.strip_prefix("gpu:").and_then(|n| n.parse().ok()) {
+            Some(n) => Device::gpu(n),
+            None => {
+                return Err(Failure::Error(format!(
+                    "unknown device '{other}' (cpu, gpu or gpu:N)"
+                )));
+            }
+        },
+    };
+    Ok(result?)
+}
+
+fn device_or_default(spec: Option<&str>) -> Result<Device, Failure> {
+    match spec {
+        Some(spec) => parse_device(spec),
+        None => Ok(Device::default_device()?),
+    }
+}
 
 struct RunOptions {
     threads: usize,
@@ -26,72 +287,73 @@ struct RunOptions {
     device: Option<String>,
 }
 
-fn usage_error(message: String) -> String {
-    format!("{message}\n{USAGE}")
-}
-
-fn parse_device(spec: &str) -> Result<Device, String> {
-    let result = match spec {
-        "cpu" => Device::cpu(),
-        "gpu" => Device::gpu(0),
-        other => match other.strip_prefix("gpu:").and_then(|n| n.parse().ok()) {
-            Some(n) => Device::gpu(n),
-            None => return Err(format!("unknown device '{other}' (cpu, gpu or gpu:N)")),
-        },
+fn run_command(args: &[String]) -> Outcome {
+    let opts = [
+        Opt { flag: "--threads", value: Some("the number of threads per round, 1 to 1024") },
+        Opt { flag: "--rounds", value: Some("the number of rounds, 1 to 100000") },
+        DEVICE_OPT,
+    ];
+    let Some(args) = parse_args(&RUN, args, &opts)? else {
+        print_help(&RUN);
+        return Ok(true);
     };
-    result.map_err(|e| e.to_string())
-}
-
-fn parse_run(args: &[String]) -> Result<RunOptions, String> {
+    no_positional(&RUN, &args)?;
+    let usage = |message| Failure::Usage(message, &RUN);
     let mut options = RunOptions { threads: 8, rounds: 16, device: None };
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        let mut value = |name: &str| it.next().cloned().ok_or(format!("{name} needs a value"));
-        match arg.as_str() {
-            "--threads" => {
-                options.threads =
-                    value("--threads")?.parse().map_err(|e| format!("--threads: {e}"))?
-            }
-            "--rounds" => {
-                options.rounds = value("--rounds")?.parse().map_err(|e| format!("--rounds: {e}"))?
-            }
-            "--device" => options.device = Some(value("--device")?),
-            other => return Err(format!("unknown argument '{other}'")),
-        }
+    if let Some(text) = args.get("--threads") {
+        options.threads = parse_count("--threads", text, MAX_THREADS).map_err(usage)?;
     }
-    if options.threads == 0 || options.rounds == 0 {
-        return Err("--threads and --rounds must be at least 1".into());
+    if let Some(text) = args.get("--rounds") {
+        options.rounds = parse_count("--rounds", text, MAX_ROUNDS).map_err(usage)?;
     }
-    Ok(options)
+    options.device = args.get("--device").map(str::to_string);
+    run(options)
 }
 
-fn parse_bench(args: &[String]) -> Result<(Option<String>, bool), String> {
-    let (mut device, mut json) = (None, false);
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        match arg.as_str() {
-            "--json" => json = true,
-            "--device" => device = Some(it.next().cloned().ok_or("--device needs a value")?),
-            other => return Err(format!("unknown argument '{other}'")),
-        }
-    }
-    Ok((device, json))
+/// Shows "round i/n" on stderr: redrawn in place on a terminal, one plain line each otherwise.
+struct Progress {
+    terminal: bool,
 }
 
-fn run(options: RunOptions) -> Result<bool, String> {
-    let device = match &options.device {
-        Some(spec) => parse_device(spec)?,
-        None => Device::default_device().map_err(|e| e.to_string())?,
-    };
+impl Progress {
+    fn new() -> Self {
+        Progress { terminal: io::stderr().is_terminal() }
+    }
+    fn round(&self, done: usize, total: usize) {
+        if self.terminal {
+            let _ = write!(io::stderr(), "\rround {done}/{total}");
+        } else {
+            note!("round {done}/{total}");
+        }
+    }
+    fn finish(&self) {
+        if self.terminal {
+            note!();
+        }
+    }
+}
+
+fn run(options: RunOptions) -> Outcome {
+    let device = device_or_default(options.device.as_deref())?;
     let before = Counters::read();
     let start = Instant::now();
     let mut all_exact = true;
     let mut failures = Vec::new();
+    let progress = (options.rounds >= 4).then(Progress::new);
     for round in 0..options.rounds {
         // Every round first-launches a variant no earlier round built.
         let variant = round as i32;
         let variants = vec![variant; options.threads];
         let outcomes = race::first_launch_round(device, jitbridge::jit_race_probe_array, &variants);
+        let outcomes = match outcomes {
+            Ok(outcomes) => outcomes,
+            Err(e) => {
+                if let Some(p) = &progress {
+                    p.finish();
+                }
+                return Err(e.into());
+            }
+        };
         for outcome in outcomes {
             match outcome {
                 Ok(true) => {}
@@ -102,36 +364,33 @@ fn run(options: RunOptions) -> Result<bool, String> {
                 }
             }
         }
-        if options.rounds >= 4 {
-            eprint!("\rround {}/{}", round + 1, options.rounds);
+        if let Some(p) = &progress {
+            p.round(round + 1, options.rounds);
         }
     }
-    if options.rounds >= 4 {
-        eprintln!();
+    if let Some(p) = &progress {
+        p.finish();
     }
     let elapsed = start.elapsed();
     let delta = Counters::read().since(&before);
-    let (cold, cached) = probe_launch_times(device).map_err(|e| e.to_string())?;
-    println!("backend      {}", device.backend());
-    println!("device       {} ({}, index {})", device.name(), device.arch(), device.index());
-    println!("rounds       {}", options.rounds);
-    println!("threads      {}", options.threads);
-    println!("builds       {} (expected {})", delta.builds, options.rounds);
-    println!("hits         {}", delta.hits);
-    println!("misses       {}", delta.misses);
-    println!("build time   {:.1} ms", delta.build_ns as f64 / 1e6);
-    println!("exact        {}", if all_exact { "yes, every output" } else { "NO" });
-    println!("time         {:.1} ms", elapsed.as_secs_f64() * 1e3);
-    println!(
-        "first launch {:.2} ms (cold: build and launch of a new probe, one thread)",
-        cold * 1e3
-    );
-    println!(
+    let (cold, cached) = probe_launch_times(device)?;
+    out!("backend      {}", device.backend());
+    out!("device       {} ({}, index {})", device.name(), device.arch(), device.index());
+    out!("rounds       {}", options.rounds);
+    out!("threads      {}", options.threads);
+    out!("builds       {} (expected {})", delta.builds, options.rounds);
+    out!("hits         {}", delta.hits);
+    out!("misses       {}", delta.misses);
+    out!("build time   {:.1} ms", delta.build_ns as f64 / 1e6);
+    out!("exact        {}", if all_exact { "yes, every output" } else { "NO" });
+    out!("time         {:.1} ms", elapsed.as_secs_f64() * 1e3);
+    out!("first launch {:.2} ms (cold: build and launch of a new probe, one thread)", cold * 1e3);
+    out!(
         "cached       {:.2} us per probe launch (warm module, {CACHED_LAUNCHES} launches)",
         cached * 1e6
     );
     for failure in failures.iter().take(5) {
-        println!("error        {failure}");
+        out!("error        {failure}");
     }
     Ok(all_exact && delta.builds == options.rounds as u64)
 }
@@ -157,59 +416,98 @@ fn probe_launch_times(device: Device) -> Result<(f64, f64), jitbridge::Error> {
     Ok((cold, start.elapsed().as_secs_f64() / f64::from(CACHED_LAUNCHES)))
 }
 
-fn parse_size(text: &str) -> Result<u64, String> {
-    let (digits, scale) = match text.char_indices().last() {
-        Some((at, 'K' | 'k')) => (&text[..at], 1u64 << 10),
-        Some((at, 'M' | 'm')) => (&text[..at], 1u64 << 20),
-        Some((at, 'G' | 'g')) => (&text[..at], 1u64 << 30),
-        _ => (text, 1),
+fn bench_command(args: &[String]) -> Outcome {
+    let opts = [Opt { flag: "--json", value: None }, DEVICE_OPT];
+    let Some(args) = parse_args(&BENCH, args, &opts)? else {
+        print_help(&BENCH);
+        return Ok(true);
     };
-    let value: u64 = digits.parse().map_err(|_| format!("'{text}' is not a size"))?;
-    value.checked_mul(scale).ok_or_else(|| format!("'{text}' is too large"))
+    no_positional(&BENCH, &args)?;
+    let device = device_or_default(args.get("--device"))?;
+    let rows = bench::run(device)?;
+    if args.has("--json") {
+        bench::print_json(device, &rows);
+    } else {
+        bench::print_table(device, &rows);
+    }
+    Ok(true)
 }
 
-fn cache_command(args: &[String]) -> Result<bool, String> {
+fn cache_command(args: &[String]) -> Outcome {
     use jitbridge::disk_cache;
-    let show = || -> Result<(), String> {
-        println!("folder   {}", disk_cache::dir());
-        println!("state    {}", disk_cache::state());
-        if let Ok((entries, bytes)) = disk_cache::stats() {
-            println!("entries  {entries}");
-            println!("bytes    {bytes}");
-        }
-        Ok(())
+    let Some(args) = parse_args(&CACHE, args, &[])? else {
+        print_help(&CACHE);
+        return Ok(true);
     };
-    match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
-        [] | ["show"] => show().map(|_| true),
-        ["clear"] => {
-            let removed = disk_cache::prune(0).map_err(|e| e.to_string())?;
-            println!("removed  {removed} entries");
+    let usage = |message: String| Failure::Usage(message, &CACHE);
+    let show = || {
+        out!("folder   {}", disk_cache::dir());
+        out!("state    {}", disk_cache::state());
+        if let Ok((entries, bytes)) = disk_cache::stats() {
+            out!("entries  {entries}");
+            out!("bytes    {bytes}");
+        }
+    };
+    let words: Vec<&str> = args.positional.iter().map(String::as_str).collect();
+    let (action, rest) = words.split_first().map_or(("show", &[][..]), |(a, r)| (*a, r));
+    let takes = |n: usize| match rest.get(n) {
+        None => Ok(()),
+        Some(extra) => Err(usage(format!("unexpected argument '{extra}' after `cache {action}`"))),
+    };
+    match action {
+        "show" => {
+            takes(0)?;
+            show();
             Ok(true)
         }
-        ["prune", size] => {
-            let removed = disk_cache::prune(parse_size(size)?).map_err(|e| e.to_string())?;
-            println!("removed  {removed} entries");
-            show().map(|_| true)
+        "clear" => {
+            takes(0)?;
+            let removed = disk_cache::prune(0)?;
+            out!("removed  {removed} entries");
+            Ok(true)
         }
-        ["verify"] => {
-            let (valid, invalid) = disk_cache::verify().map_err(|e| e.to_string())?;
-            println!("valid    {valid}\ninvalid  {invalid}");
+        "prune" => {
+            let size = rest.first().ok_or_else(|| {
+                usage("cache prune needs a SIZE: the bytes to keep, such as 100M or 1GiB".into())
+            })?;
+            takes(1)?;
+            let removed = disk_cache::prune(parse_size(size).map_err(usage)?)?;
+            out!("removed  {removed} entries");
+            show();
+            Ok(true)
+        }
+        "verify" => {
+            takes(0)?;
+            let (valid, invalid) = disk_cache::verify()?;
+            out!("valid    {valid}");
+            out!("invalid  {invalid}");
             Ok(invalid == 0)
         }
-        _ => Err(usage_error(format!("unknown cache arguments {args:?}"))),
+        other => Err(usage(format!(
+            "unknown cache action '{other}' (show, clear, prune SIZE or verify)"
+        ))),
     }
 }
 
 /// For `jitbridge bench`: in a fresh process, time the first launch of a fixed kernel (the
 /// device already opened) and print it with the counters.
-fn first_launch(args: &[String]) -> Result<bool, String> {
-    let device = match args.first() {
-        Some(spec) => parse_device(spec)?,
-        None => Device::default_device().map_err(|e| e.to_string())?,
+fn first_launch(args: &[String]) -> Outcome {
+    const HIDDEN: Command = Command {
+        name: "__first-launch",
+        usage: "jitbridge __first-launch [cpu|gpu[:N]]",
+        about: "(internal, for bench) time one first launch in this process",
+        details: "",
     };
-    let fail = |e: jitbridge::Error| e.to_string();
-    let input = jitbridge::Array::arange(device, 256, jitbridge::DType::F32).map_err(fail)?;
-    input.eval().map_err(fail)?;
+    let Some(args) = parse_args(&HIDDEN, args, &[])? else {
+        print_help(&HIDDEN);
+        return Ok(true);
+    };
+    if let Some(extra) = args.positional.get(1) {
+        return Err(Failure::Usage(format!("unexpected argument '{extra}'"), &HIDDEN));
+    }
+    let device = device_or_default(args.positional.first().map(String::as_str))?;
+    let input = jitbridge::Array::arange(device, 256, jitbridge::DType::F32)?;
+    input.eval()?;
     let kernel = jitbridge::CustomKernel::new(&jitbridge::KernelSpec {
         name: "bench_first_launch",
         inputs: &[("inp", jitbridge::DType::F32)],
@@ -217,33 +515,41 @@ fn first_launch(args: &[String]) -> Result<bool, String> {
         body: "out[thread_index()] = inp[thread_index()] * 2.0f + 1.0f;",
         header: None,
         configure: None,
-    })
-    .map_err(fail)?;
+    })?;
     let start = Instant::now();
-    let out =
-        kernel.launch(&[&input], &[&[256]], jitbridge::LaunchShape::Threads(256)).map_err(fail)?;
-    out[0].eval().map_err(fail)?;
+    let out = kernel.launch(&[&input], &[&[256]], jitbridge::LaunchShape::Threads(256))?;
+    out[0].eval()?;
     let ns = start.elapsed().as_nanos();
-    let exact = race::probe_output_exact(&out[0].to_vec::<f32>().map_err(fail)?);
+    let exact = race::probe_output_exact(&out[0].to_vec::<f32>()?);
     let c = Counters::read();
-    println!("first_launch_ns={ns} builds={} disk_hits={} exact={exact}", c.builds, c.disk_hits);
+    out!("first_launch_ns={ns} builds={} disk_hits={} exact={exact}", c.builds, c.disk_hits);
     Ok(exact)
 }
 
-fn info() -> Result<(), String> {
-    println!("jitbridge {}", env!("CARGO_PKG_VERSION"));
-    println!("gpu backend  {}", jitbridge::gpu_backend());
-    println!("cpu compiler {}", jitbridge::cpu_compiler());
+fn info_command(args: &[String]) -> Outcome {
+    let Some(args) = parse_args(&INFO, args, &[])? else {
+        print_help(&INFO);
+        return Ok(true);
+    };
+    no_positional(&INFO, &args)?;
+    info()?;
+    Ok(true)
+}
+
+fn info() -> Result<(), Failure> {
+    out!("jitbridge {VERSION}");
+    out!("gpu backend  {}", jitbridge::gpu_backend());
+    out!("cpu compiler {}", jitbridge::cpu_compiler());
     match Device::count(DeviceKind::Gpu) {
         Ok(0) => {
             let why = Device::gpu(0).err().map(|e| e.to_string()).unwrap_or_default();
-            println!("gpus         none ({why})");
+            out!("gpus         none ({why})");
         }
-        Ok(n) => println!("gpus         {n}"),
-        Err(e) => println!("gpus         unknown ({e})"),
+        Ok(n) => out!("gpus         {n}"),
+        Err(e) => out!("gpus         unknown ({e})"),
     }
-    for device in Device::all().map_err(|e| e.to_string())? {
-        println!(
+    for device in Device::all()? {
+        out!(
             "device {:<5} {:<5} {} ({}), {:.1} GiB",
             device.index(),
             device.backend(),
@@ -252,9 +558,9 @@ fn info() -> Result<(), String> {
             device.total_memory() as f64 / (1u64 << 30) as f64
         );
     }
-    println!("disk cache   {} ({})", jitbridge::disk_cache::dir(), jitbridge::disk_cache::state());
+    out!("disk cache   {} ({})", jitbridge::disk_cache::dir(), jitbridge::disk_cache::state());
     let c = Counters::read();
-    println!(
+    out!(
         "counters     builds {} failures {} hits {} misses {} configures {} build time {:.1} ms",
         c.builds,
         c.build_failures,
@@ -264,43 +570,99 @@ fn info() -> Result<(), String> {
         c.build_ns as f64 / 1e6
     );
     if race::removed_locks() != 0 {
-        println!("WARNING      test-only build without locks (mask {})", race::removed_locks());
+        out!("WARNING      test-only build without locks (mask {})", race::removed_locks());
     }
     Ok(())
 }
 
+fn help_command(args: &[String]) -> Outcome {
+    match args {
+        [] => print_overview(),
+        [name] if name == "--help" || name == "-h" => print_help(&HELP),
+        [name] => match command(name) {
+            Some(c) => print_help(c),
+            None => {
+                return Err(Failure::Usage(
+                    format!("no command '{name}' (run, bench, cache, info, help)"),
+                    &HELP,
+                ));
+            }
+        },
+        [_, extra, ..] => {
+            return Err(Failure::Usage(format!("unexpected argument '{extra}'"), &HELP));
+        }
+    }
+    Ok(true)
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    let rest = args.get(1..).unwrap_or(&[]);
     let result = match args.first().map(String::as_str) {
-        Some("info") => info().map(|_| true),
-        Some("-h" | "--help" | "help") => {
-            println!("{USAGE}");
+        Some("--version" | "-V") if rest.is_empty() => {
+            out!("jitbridge {VERSION}");
             Ok(true)
         }
-        Some("bench") => parse_bench(&args[1..]).map_err(usage_error).and_then(|(device, json)| {
-            let device = match device {
-                Some(spec) => parse_device(&spec)?,
-                None => Device::default_device().map_err(|e| e.to_string())?,
-            };
-            let rows = bench::run(device).map_err(|e| e.to_string())?;
-            if json {
-                bench::print_json(device, &rows);
-            } else {
-                bench::print_table(device, &rows);
-            }
-            Ok(true)
-        }),
-        Some("cache") => cache_command(&args[1..]),
-        Some("__first-launch") => first_launch(&args[1..]),
-        Some("run") => parse_run(&args[1..]).map_err(usage_error).and_then(run),
-        _ => parse_run(&args).map_err(usage_error).and_then(run),
+        Some("--version" | "-V") => {
+            Err(Failure::Usage("--version takes no arguments".into(), &HELP))
+        }
+        Some("--help" | "-h") => help_command(rest),
+        Some("help") => help_command(rest),
+        Some("run") => run_command(rest),
+        Some("bench") => bench_command(rest),
+        Some("cache") => cache_command(rest),
+        Some("info") => info_command(rest),
+        Some("__first-launch") => first_launch(rest),
+        // `jitbridge` alone, or with run's options only, runs.
+        None => run_command(&args),
+        Some(first) if first.starts_with('-') => run_command(&args),
+        Some(other) => Err(Failure::Usage(
+            format!("no command '{other}' (run, bench, cache, info, help)"),
+            &HELP,
+        )),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
-        Err(message) => {
-            eprintln!("jitbridge: {message}");
+        Err(Failure::Usage(message, c)) => {
+            note!("jitbridge: {message}");
+            note!("usage: {}", c.usage);
+            note!("(`jitbridge help {}` for more)", c.name);
             ExitCode::from(2)
         }
+        Err(Failure::Error(message)) => {
+            note!("jitbridge: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes_take_every_spelling_of_a_unit() {
+        let mib = 1u64 << 20;
+        for text in ["100M", "100m", "100MB", "100mb", "100MiB", "100mib"] {
+            assert_eq!(parse_size(text), Ok(100 * mib), "{text}");
+        }
+        for text in ["1G", "1GB", "1GiB", "1g"] {
+            assert_eq!(parse_size(text), Ok(1 << 30), "{text}");
+        }
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("4096B"), Ok(4096));
+        assert_eq!(parse_size("2K"), Ok(2048));
+        assert_eq!(parse_size("0"), Ok(0));
+    }
+
+    #[test]
+    fn bad_sizes_are_refused_with_a_reason() {
+        for text in ["", "M", "1.5G", "-1M", "10X", "10MBB", " 10M"] {
+            let error = parse_size(text).expect_err(text);
+            assert!(error.contains("is not a size"), "{text}: {error}");
+        }
+        assert!(parse_size("16777216T").unwrap_err().contains("too large"));
+        assert!(parse_size("99999999999999999999").unwrap_err().contains("too large"));
     }
 }

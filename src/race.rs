@@ -1,14 +1,17 @@
 //! The race-probe harness: rounds of threads that each install their own stream, meet at a
 //! barrier and first-launch probe kernels together. The tests and the `jitbridge` command both
 //! run their scenarios through it; it is no part of the library's API.
+//!
+//! A round never hangs: a thread that fails before the barrier still counts as arrived, and a
+//! thread that cannot be started opens the barrier for the others and fails the round.
 
 use crate::array::{Array, DType};
 use crate::device::Device;
-use crate::error::Error;
+use crate::error::{Error, ErrorCode};
 use crate::ffi;
 use crate::stream::streams;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::{Condvar, Mutex, MutexGuard};
 
 /// A probe entry point: [`crate::jit_race_probe_array`] or
 /// [`crate::rocm_faults::jit_race_probe_array`].
@@ -42,11 +45,100 @@ fn probe_once(probe: Probe, variant: i32, input: &Array) -> Result<bool, Error> 
     Ok(probe_output_exact(&out.to_vec::<f32>()?))
 }
 
+/// A one-shot barrier that can be cancelled: `std::sync::Barrier` waits forever for a thread
+/// that was never started.
+struct Gate {
+    state: Mutex<GateState>,
+    changed: Condvar,
+}
+
+struct GateState {
+    arrived: usize,
+    expected: usize,
+    open: bool,
+    cancelled: bool,
+}
+
+impl Gate {
+    fn new(expected: usize) -> Self {
+        let state = GateState { arrived: 0, expected, open: expected == 0, cancelled: false };
+        Gate { state: Mutex::new(state), changed: Condvar::new() }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, GateState> {
+        // The state is a few counters, consistent at every unlock: a panic elsewhere leaves it usable.
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// A pass for one thread: `wait` with it, or drop it (on an early failure) to arrive
+    /// without waiting.
+    fn pass(&self) -> Pass<'_> {
+        Pass { gate: self, used: false }
+    }
+
+    fn arrive(&self) -> MutexGuard<'_, GateState> {
+        let mut state = self.lock();
+        state.arrived += 1;
+        if state.arrived >= state.expected && !state.open {
+            state.open = true;
+            self.changed.notify_all();
+        }
+        state
+    }
+
+    /// Opens the gate for everyone waiting, as failed: some thread will never arrive.
+    fn cancel(&self) {
+        let mut state = self.lock();
+        if !state.open {
+            state.cancelled = true;
+            self.changed.notify_all();
+        }
+    }
+}
+
+struct Pass<'g> {
+    gate: &'g Gate,
+    used: bool,
+}
+
+impl Pass<'_> {
+    /// Waits until every thread arrived (true) or the round was cancelled (false).
+    fn wait(mut self) -> bool {
+        self.used = true;
+        let mut state = self.gate.arrive();
+        while !state.open && !state.cancelled {
+            state = self.gate.changed.wait(state).unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
+        state.open
+    }
+}
+
+impl Drop for Pass<'_> {
+    fn drop(&mut self) {
+        // A thread that failed (or panicked) before the barrier still counts, or the rest hang.
+        if !self.used {
+            drop(self.gate.arrive());
+        }
+    }
+}
+
+fn cancelled() -> Error {
+    Error::new(ErrorCode::Other(-1), "round cancelled: another probe thread could not be started")
+}
+
+fn panicked() -> Error {
+    Error::new(ErrorCode::Other(-1), "a probe thread panicked")
+}
+
 /// One round: a thread per entry of `variants`, each with its own installed stream, released
 /// together by a barrier to launch its variant. Returns each thread's outcome: `Ok(true)` when
-/// its output was exact.
-pub fn first_launch_round(device: Device, probe: Probe, variants: &[i32]) -> Vec<ThreadOutcome> {
-    round_with_hitter(device, probe, variants, None).0
+/// its output was exact; an error when a thread could not be started (the round did not run).
+pub fn first_launch_round(
+    device: Device,
+    probe: Probe,
+    variants: &[i32],
+) -> Result<Vec<ThreadOutcome>, Error> {
+    round_with_hitter(device, probe, variants, None).map(|(outcomes, _)| outcomes)
 }
 
 /// Like [`first_launch_round`], while one more thread keeps launching `warm_variant` (already
@@ -57,60 +149,103 @@ pub fn round_with_hitter(
     probe: Probe,
     variants: &[i32],
     warm_variant: Option<i32>,
-) -> (Vec<ThreadOutcome>, Option<HitterOutcome>) {
-    let barrier = Arc::new(Barrier::new(variants.len() + usize::from(warm_variant.is_some())));
-    let done = Arc::new(AtomicBool::new(false));
+) -> Result<(Vec<ThreadOutcome>, Option<HitterOutcome>), Error> {
+    let total = variants.len() + usize::from(warm_variant.is_some());
+    let gate = Gate::new(total);
+    let done = AtomicBool::new(false);
+    let (gate, done) = (&gate, &done);
+    let not_started = |index: usize, e: std::io::Error| {
+        gate.cancel();
+        Error::new(
+            ErrorCode::System,
+            format!(
+                "cannot start probe thread {} of {total}: {e} (lower the thread count, or raise \
+                 the limit on threads: ulimit -u, ulimit -v)",
+                index + 1
+            ),
+        )
+    };
     std::thread::scope(|scope| {
-        let hitter = warm_variant.map(|warm| {
-            let (barrier, done) = (barrier.clone(), done.clone());
-            scope.spawn(move || -> Result<u64, Error> {
-                let input = Array::arange(device, PROBE_ELEMENTS, DType::F32)?;
-                barrier.wait();
-                let mut launches = 0;
-                // At least one launch, then as many as fit while the others build.
-                while launches == 0 || !done.load(Ordering::Acquire) {
-                    if !probe_once(probe, warm, &input)? {
-                        return Err(Error::new(
-                            crate::ErrorCode::Other(-1),
-                            format!("warm variant {warm}: output not exact"),
-                        ));
-                    }
-                    launches += 1;
-                }
-                Ok(launches)
-            })
-        });
-        let workers: Vec<_> = variants
-            .iter()
-            .map(|&variant| {
-                let barrier = barrier.clone();
-                scope.spawn(move || -> Result<bool, Error> {
-                    let mut waited = false;
-                    let mut launch = || -> Result<bool, Error> {
-                        let stream = streams::new_thread_local_generation_stream(device)?;
-                        let _default = streams::install_thread_local_default_stream(&stream)?;
+        let hitter = match warm_variant {
+            None => None,
+            Some(warm) => {
+                let spawned = std::thread::Builder::new()
+                    .name("jb-race-hitter".into())
+                    .spawn_scoped(scope, move || -> HitterOutcome {
+                        let pass = gate.pass();
                         let input = Array::arange(device, PROBE_ELEMENTS, DType::F32)?;
-                        barrier.wait();
-                        waited = true;
-                        probe_once(probe, variant, &input)
-                    };
-                    let outcome = launch();
-                    // A thread that failed before the barrier still meets it, or the rest hang.
-                    if !waited {
-                        barrier.wait();
+                        if !pass.wait() {
+                            return Err(cancelled());
+                        }
+                        let mut launches = 0;
+                        // At least one launch, then as many as fit while the others build.
+                        while launches == 0 || !done.load(Ordering::Acquire) {
+                            if !probe_once(probe, warm, &input)? {
+                                return Err(Error::new(
+                                    ErrorCode::Other(-1),
+                                    format!("warm variant {warm}: output not exact"),
+                                ));
+                            }
+                            launches += 1;
+                        }
+                        Ok(launches)
+                    });
+                Some(spawned.map_err(|e| not_started(variants.len(), e))?)
+            }
+        };
+        let mut workers = Vec::with_capacity(variants.len());
+        for (index, &variant) in variants.iter().enumerate() {
+            let spawned = std::thread::Builder::new()
+                .name(format!("jb-race-{index}"))
+                .spawn_scoped(scope, move || -> ThreadOutcome {
+                    let pass = gate.pass();
+                    let stream = streams::new_thread_local_generation_stream(device)?;
+                    let _default = streams::install_thread_local_default_stream(&stream)?;
+                    let input = Array::arange(device, PROBE_ELEMENTS, DType::F32)?;
+                    if !pass.wait() {
+                        return Err(cancelled());
                     }
-                    outcome
-                })
-            })
-            .collect();
+                    probe_once(probe, variant, &input)
+                });
+            match spawned {
+                Ok(worker) => workers.push(worker),
+                Err(e) => {
+                    let error = not_started(index, e);
+                    // Started threads were released by the cancel; the scope joins them.
+                    done.store(true, Ordering::Release);
+                    return Err(error);
+                }
+            }
+        }
         let outcomes: Vec<_> =
             workers.into_iter().map(|w| w.join().unwrap_or_else(|_| Err(panicked()))).collect();
         done.store(true, Ordering::Release);
         let hitter = hitter.map(|h| h.join().unwrap_or_else(|_| Err(panicked())));
-        (outcomes, hitter)
+        Ok((outcomes, hitter))
     })
 }
 
-fn panicked() -> Error {
-    Error::new(crate::ErrorCode::Other(-1), "a probe thread panicked")
+#[cfg(test)]
+mod tests {
+    use super::Gate;
+
+    #[test]
+    fn gate_opens_when_all_arrive_and_a_dropped_pass_counts() {
+        let gate = Gate::new(3);
+        std::thread::scope(|s| {
+            let waiters: Vec<_> = (0..2).map(|_| s.spawn(|| gate.pass().wait())).collect();
+            drop(gate.pass()); // a thread that failed before the barrier
+            assert!(waiters.into_iter().all(|w| w.join().unwrap()));
+        });
+    }
+
+    #[test]
+    fn cancelled_gate_releases_waiters_as_failed() {
+        let gate = Gate::new(4);
+        std::thread::scope(|s| {
+            let waiters: Vec<_> = (0..2).map(|_| s.spawn(|| gate.pass().wait())).collect();
+            gate.cancel(); // two threads were never started
+            assert!(waiters.into_iter().all(|w| !w.join().unwrap()));
+        });
+    }
 }

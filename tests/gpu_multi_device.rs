@@ -24,6 +24,7 @@ fn one_variant_on_two_gpus_builds_two_modules() {
             .map(|&d| {
                 s.spawn(move || {
                     race::first_launch_round(d, jitbridge::jit_race_probe_array, &[variant; 8])
+                        .expect("every probe thread started")
                 })
             })
             .collect();

@@ -33,7 +33,8 @@ pub fn same_kernel_first_launch_from_many_threads(device: Device, probe: Probe, 
         Counters::reset();
         let before = Counters::read();
         let variants = vec![base + round; THREADS as usize];
-        let outcomes = race::first_launch_round(device, probe, &variants);
+        let outcomes = race::first_launch_round(device, probe, &variants)
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
         assert_all_exact(&outcomes, round);
         let delta = Counters::read().since(&before);
         assert_eq!(delta.builds, 1, "round {round}: one key was built {} times", delta.builds);
@@ -59,7 +60,8 @@ pub fn distinct_kernels_first_launch_while_others_hit_cache(
         Counters::reset();
         let before = Counters::read();
         let variants: Vec<i32> = (0..THREADS).map(|t| base + 1 + round * THREADS + t).collect();
-        let (outcomes, hitter) = race::round_with_hitter(device, probe, &variants, Some(warm));
+        let (outcomes, hitter) = race::round_with_hitter(device, probe, &variants, Some(warm))
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
         assert_all_exact(&outcomes, round);
         let launches = match hitter.expect("the hitter ran") {
             Ok(n) => n,

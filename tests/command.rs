@@ -1,0 +1,184 @@
+//! The `jitbridge` command as a user meets it: help, versions, argument errors, pipes and
+//! thread limits, run against the built binary.
+
+use std::io::Read;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const COMMANDS: [&str; 5] = ["run", "bench", "cache", "info", "help"];
+
+fn jitbridge() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_jitbridge"));
+    // Nothing here may touch the user's cache folder.
+    command.env("JITBRIDGE_DISK_CACHE", "0");
+    command.env("JITBRIDGE_CACHE_DIR", std::env::temp_dir().join("jitbridge-command-tests"));
+    command
+}
+
+/// Runs to the end, or fails the test if it has not ended within `limit`: a hang is a bug.
+fn finish(mut command: Command, limit: Duration) -> Output {
+    command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = command.spawn().expect("start jitbridge");
+    let (mut stdout, mut stderr) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let out = std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        stdout.read_to_end(&mut bytes).map(|_| bytes)
+    });
+    let err = std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        stderr.read_to_end(&mut bytes).map(|_| bytes)
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{command:?} still running after {limit:?}: it hangs");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Output { status, stdout: out.join().unwrap().unwrap(), stderr: err.join().unwrap().unwrap() }
+}
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    let mut command = jitbridge();
+    command.args(args);
+    let output = finish(command, Duration::from_secs(120));
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (output.status.code().unwrap_or(-1), text(&output.stdout), text(&output.stderr))
+}
+
+fn assert_usage_error(args: &[&str], says: &str) {
+    let (code, stdout, stderr) = run(args);
+    assert_eq!(code, 2, "{args:?} exits 2; stderr: {stderr}");
+    assert!(stdout.is_empty(), "{args:?} printed {stdout:?} on stdout");
+    assert!(stderr.contains(says), "{args:?}: {stderr:?} does not say {says:?}");
+    assert!(!stderr.contains("panicked"), "{args:?} panicked: {stderr}");
+}
+
+#[test]
+fn version_is_the_crate_version() {
+    for flag in ["--version", "-V"] {
+        let (code, stdout, _) = run(&[flag]);
+        assert_eq!(code, 0);
+        assert_eq!(stdout, format!("jitbridge {}\n", env!("CARGO_PKG_VERSION")));
+    }
+}
+
+#[test]
+fn every_command_has_help_both_ways() {
+    for name in COMMANDS {
+        let (code, by_help, _) = run(&["help", name]);
+        assert_eq!(code, 0, "help {name}");
+        assert!(by_help.starts_with(&format!("usage: jitbridge {name}")), "help {name}: {by_help}");
+        for flag in ["--help", "-h"] {
+            let (code, by_flag, _) = run(&[name, flag]);
+            assert_eq!(code, 0, "{name} {flag}");
+            assert_eq!(by_flag, by_help, "`{name} {flag}` and `help {name}` differ");
+        }
+    }
+    let (code, overview, _) = run(&["help"]);
+    assert_eq!(code, 0);
+    for name in COMMANDS {
+        assert!(overview.contains(&format!("\n  {name} ")), "the overview lacks {name}");
+    }
+    assert_eq!(run(&["--help"]).1, overview);
+}
+
+#[test]
+fn unknown_arguments_are_errors_everywhere() {
+    for name in COMMANDS {
+        assert_usage_error(&[name, "--bogus"], "'--bogus'");
+    }
+    assert_usage_error(&["--bogus"], "'--bogus'");
+    assert_usage_error(&["bogus"], "no command 'bogus'");
+    assert_usage_error(&["help", "bogus"], "no command 'bogus'");
+    assert_usage_error(&["info", "extra"], "unexpected argument 'extra'");
+    assert_usage_error(&["run", "extra"], "unexpected argument 'extra'");
+    assert_usage_error(&["bench", "extra"], "unexpected argument 'extra'");
+    assert_usage_error(&["cache", "show", "extra"], "unexpected argument 'extra'");
+    assert_usage_error(&["cache", "bogus"], "unknown cache action 'bogus'");
+    assert_usage_error(&["bench", "--json=yes"], "--json takes no value");
+    assert_usage_error(&["--version", "extra"], "--version takes no arguments");
+}
+
+#[test]
+fn a_missing_value_says_what_is_missing() {
+    assert_usage_error(&["run", "--threads"], "--threads needs a value: the number of threads");
+    assert_usage_error(&["run", "--rounds"], "--rounds needs a value: the number of rounds");
+    assert_usage_error(&["run", "--device"], "--device needs a value: a device");
+    assert_usage_error(&["bench", "--device"], "--device needs a value: a device");
+    assert_usage_error(&["cache", "prune"], "cache prune needs a SIZE");
+}
+
+#[test]
+fn sizes_are_checked_before_the_cache_is_touched() {
+    assert_usage_error(&["cache", "prune", "1.5G"], "'1.5G' is not a size");
+    assert_usage_error(&["cache", "prune", "100XB"], "'100XB' is not a size");
+    assert_usage_error(&["cache", "prune", "99999999999T"], "too large");
+}
+
+#[test]
+fn thread_and_round_counts_have_stated_bounds() {
+    for count in ["0", "1025", "100000", "18446744073709551615", "99999999999999999999999"] {
+        assert_usage_error(
+            &["run", "--threads", count],
+            "--threads takes a whole number from 1 to 1024",
+        );
+    }
+    assert_usage_error(&["run", "--threads", "-3"], "from 1 to 1024");
+    assert_usage_error(
+        &["run", "--rounds", "100001"],
+        "--rounds takes a whole number from 1 to 100000",
+    );
+    assert_usage_error(&["--rounds", "x"], "--rounds takes a whole number");
+}
+
+/// Threads that cannot be started end the run with a clear error, not a panic or a hang: the
+/// address space is capped and every thread asks for a 128 MiB stack, so a few start and then
+/// starting one fails while the first ones wait at the barrier.
+#[test]
+fn a_thread_that_cannot_start_is_an_error_not_a_hang() {
+    let mut command = Command::new("sh");
+    command
+        .args(["-c", "ulimit -v 2000000 && exec \"$0\" \"$@\""])
+        .arg(env!("CARGO_BIN_EXE_jitbridge"))
+        .args(["run", "--device", "cpu", "--threads", "64", "--rounds", "1"])
+        .env("RUST_MIN_STACK", (128u64 << 20).to_string())
+        .env("JITBRIDGE_DISK_CACHE", "0");
+    let output = finish(command, Duration::from_secs(120));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "stderr: {stderr}");
+    assert!(stderr.contains("cannot start probe thread"), "stderr: {stderr}");
+    assert!(stderr.contains("of 64"), "stderr: {stderr}");
+    assert!(!stderr.contains("panicked"), "stderr: {stderr}");
+}
+
+/// `jitbridge info | head -1`: the reader is gone before the first line is written.
+#[test]
+fn a_closed_pipe_ends_quietly() {
+    for args in [&["info"][..], &["help"], &["--version"], &["cache", "--help"]] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let mut command = jitbridge();
+        command.args(args).stdout(writer).stderr(Stdio::piped());
+        let output = command.output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(0), "{args:?} on a closed pipe: {stderr}");
+        assert!(stderr.is_empty(), "{args:?} on a closed pipe said: {stderr}");
+    }
+}
+
+#[test]
+fn progress_is_plain_lines_when_not_on_a_terminal() {
+    let (code, stdout, stderr) =
+        run(&["run", "--device", "cpu", "--threads", "2", "--rounds", "4"]);
+    assert_eq!(code, 0, "stdout: {stdout}\nstderr: {stderr}");
+    assert!(!stdout.contains('\r') && !stderr.contains('\r'), "a carriage return: {stderr:?}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines, ["round 1/4", "round 2/4", "round 3/4", "round 4/4"]);
+    assert!(stdout.contains("exact        yes, every output"), "{stdout}");
+}
