@@ -56,6 +56,71 @@ void jb__strbuf_append(jb_strbuf *sb, const char *s);
 void jb__strbuf_appendf(jb_strbuf *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void jb__strbuf_free(jb_strbuf *sb);
 
+/* Defines `static T *NAME(void)`: the calling thread's T, made by CREATE() on its first call
+ * (NULL when that fails) and passed to DESTROY(T *) when the thread exits, on that thread, after
+ * NAME_tls (the thread's T, or NULL: for reads that must not make one) is cleared. */
+#define JB_THREAD_LOCAL(T, NAME, CREATE, DESTROY)                                                  \
+    static _Thread_local T *NAME##_tls;                                                            \
+    static pthread_key_t NAME##_key;                                                               \
+    static pthread_once_t NAME##_once = PTHREAD_ONCE_INIT;                                         \
+    static void NAME##_exit(void *p)                                                               \
+    {                                                                                              \
+        NAME##_tls = NULL;                                                                         \
+        DESTROY((T *)p);                                                                           \
+    }                                                                                              \
+    static void NAME##_key_create(void)                                                            \
+    {                                                                                              \
+        pthread_key_create(&NAME##_key, NAME##_exit);                                              \
+    }                                                                                              \
+    static T *NAME(void)                                                                           \
+    {                                                                                              \
+        if (!NAME##_tls) {                                                                         \
+            pthread_once(&NAME##_once, NAME##_key_create);                                         \
+            T *made = CREATE();                                                                    \
+            if (!made)                                                                             \
+                return NULL;                                                                       \
+            pthread_setspecific(NAME##_key, made);                                                 \
+            NAME##_tls = made;                                                                     \
+        }                                                                                          \
+        return NAME##_tls;                                                                         \
+    }
+
+/* An open-addressing hash table (table.c): linear probing, a power-of-two capacity, at most half
+ * full. A slot is empty while its value is NULL; keys and values belong to the caller, and so
+ * does any lock. */
+typedef struct jb_table_slot {
+    uint64_t hash;
+    const void *key;
+    void *value;
+} jb_table_slot;
+typedef struct jb_table {
+    jb_table_slot *slots;
+    size_t capacity, count;
+} jb_table;
+/* True when a stored key equals the key looked up (hashes are compared first). */
+typedef bool (*jb_table_equal)(const void *stored, const void *key);
+
+/* The value stored under `key`, or NULL; never writes (safe under a shared lock). Inline: the
+ * lookaside's hit path is this loop. */
+static inline void *jb__table_find(const jb_table *t, uint64_t hash, const void *key,
+                                   jb_table_equal equal)
+{
+    if (!t->capacity)
+        return NULL;
+    size_t mask = t->capacity - 1;
+    for (size_t i = hash & mask;; i = (i + 1) & mask) {
+        const jb_table_slot *slot = &t->slots[i];
+        if (!slot->value)
+            return NULL;
+        if (slot->hash == hash && equal(slot->key, key))
+            return slot->value;
+    }
+}
+/* Makes room for one more entry; false when out of memory (the table is unchanged). */
+bool jb__table_reserve(jb_table *t);
+/* Adds `value` (not NULL) under a key known to be missing, after a successful reserve. */
+void jb__table_add(jb_table *t, uint64_t hash, const void *key, void *value);
+
 /* ---- backends ---- */
 typedef struct jb_backend jb_backend;
 typedef struct jb_event jb_event;

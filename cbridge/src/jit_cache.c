@@ -20,17 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct cache_slot {
-    char *key; /* NULL: empty */
-    uint64_t hash;
-    jb_module *module;
-} cache_slot;
-
 typedef struct module_cache {
     pthread_rwlock_t lock;
-    cache_slot *slots;
-    size_t capacity; /* a power of two */
-    size_t count;
+    jb_table table; /* key: "<device index>:<name>" (owned), value: the module */
 } module_cache;
 
 static module_cache *the_cache;
@@ -50,16 +42,14 @@ static void build_started(void)
 
 /* ---- per-thread state: the lookaside and the hit/miss counters ---- */
 
-typedef struct lookaside_entry {
-    char *name; /* NULL: empty */
-    uint64_t hash;
+/* A lookaside key: the device and the module's name, compared without building a string. */
+typedef struct lookaside_key {
     int device;
-    jb_module *module;
-} lookaside_entry;
+    const char *name;
+} lookaside_key;
 
 typedef struct thread_state {
-    lookaside_entry *entries;
-    size_t capacity, count;
+    jb_table lookaside; /* key: a lookaside_key and its name in one allocation (owned) */
     /* Written by the owning thread only (load + store, no locked instruction); read by
      * jb_counters_get from any thread. */
     atomic_uint_fast64_t hits, misses;
@@ -68,45 +58,14 @@ typedef struct thread_state {
 
 #define CACHE_LINE 64
 
-static _Thread_local thread_state *tls_state;
 static pthread_mutex_t registry_mutex = PTHREAD_MUTEX_INITIALIZER;
 static thread_state *registry;
 static uint64_t retired_hits, retired_misses;   /* of threads that exited; under the mutex */
 static uint64_t baseline_hits, baseline_misses; /* subtracted by reads since the last reset */
-static pthread_key_t state_key;
-static pthread_once_t state_key_once = PTHREAD_ONCE_INIT;
 static atomic_bool lookaside_enabled = true;
 
-static void thread_state_destroy(void *p)
+static thread_state *thread_state_create(void)
 {
-    thread_state *ts = p;
-    tls_state = NULL; /* runs on the exiting thread itself */
-    pthread_mutex_lock(&registry_mutex);
-    retired_hits += atomic_load(&ts->hits);
-    retired_misses += atomic_load(&ts->misses);
-    if (ts->prev)
-        ts->prev->next = ts->next;
-    else
-        registry = ts->next;
-    if (ts->next)
-        ts->next->prev = ts->prev;
-    pthread_mutex_unlock(&registry_mutex);
-    for (size_t i = 0; i < ts->capacity; i++)
-        free(ts->entries[i].name);
-    free(ts->entries);
-    free(ts);
-}
-
-static void state_key_create(void)
-{
-    pthread_key_create(&state_key, thread_state_destroy);
-}
-
-static thread_state *this_thread_state(void)
-{
-    if (tls_state)
-        return tls_state;
-    pthread_once(&state_key_once, state_key_create);
     /* Own cache lines: another thread's counters must not share this thread's line. */
     size_t bytes = (sizeof(thread_state) + CACHE_LINE - 1) / CACHE_LINE * CACHE_LINE;
     thread_state *ts = aligned_alloc(CACHE_LINE, bytes);
@@ -119,10 +78,28 @@ static thread_state *this_thread_state(void)
         registry->prev = ts;
     registry = ts;
     pthread_mutex_unlock(&registry_mutex);
-    pthread_setspecific(state_key, ts);
-    tls_state = ts;
     return ts;
 }
+
+static void thread_state_destroy(thread_state *ts)
+{
+    pthread_mutex_lock(&registry_mutex);
+    retired_hits += atomic_load(&ts->hits);
+    retired_misses += atomic_load(&ts->misses);
+    if (ts->prev)
+        ts->prev->next = ts->next;
+    else
+        registry = ts->next;
+    if (ts->next)
+        ts->next->prev = ts->prev;
+    pthread_mutex_unlock(&registry_mutex);
+    for (size_t i = 0; i < ts->lookaside.capacity; i++)
+        free((void *)ts->lookaside.slots[i].key);
+    free(ts->lookaside.slots);
+    free(ts);
+}
+
+JB_THREAD_LOCAL(thread_state, this_thread_state, thread_state_create, thread_state_destroy)
 
 static inline void count(atomic_uint_fast64_t *counter)
 {
@@ -135,51 +112,25 @@ static inline uint64_t lookaside_hash(int device, uint64_t name_hash)
     return name_hash ^ ((uint64_t)(unsigned)device * 0x9e3779b97f4a7c15ULL);
 }
 
-static jb_module *lookaside_find(const thread_state *ts, int device, const char *name,
-                                 uint64_t hash)
+static bool lookaside_equal(const void *stored, const void *key)
 {
-    if (!ts->capacity)
-        return NULL;
-    size_t mask = ts->capacity - 1;
-    for (size_t i = hash & mask;; i = (i + 1) & mask) {
-        const lookaside_entry *e = &ts->entries[i];
-        if (!e->name)
-            return NULL;
-        if (e->hash == hash && e->device == device && strcmp(e->name, name) == 0)
-            return e->module;
-    }
+    const lookaside_key *a = stored, *b = key;
+    return a->device == b->device && strcmp(a->name, b->name) == 0;
 }
 
 /* Remembers a found module for this thread; on no memory it simply is not remembered. */
 static void lookaside_remember(thread_state *ts, int device, const char *name, uint64_t hash,
                                jb_module *module)
 {
-    if ((ts->count + 1) * 2 > ts->capacity) {
-        size_t capacity = ts->capacity ? ts->capacity * 2 : 64;
-        lookaside_entry *entries = aligned_alloc(CACHE_LINE, capacity * sizeof *entries);
-        if (!entries)
-            return;
-        memset(entries, 0, capacity * sizeof *entries);
-        for (size_t i = 0; i < ts->capacity; i++) {
-            if (!ts->entries[i].name)
-                continue;
-            size_t j = ts->entries[i].hash & (capacity - 1);
-            while (entries[j].name)
-                j = (j + 1) & (capacity - 1);
-            entries[j] = ts->entries[i];
-        }
-        free(ts->entries);
-        ts->entries = entries;
-        ts->capacity = capacity;
-    }
-    char *copy = jb__strdup(name);
-    if (!copy)
+    size_t name_bytes = strlen(name) + 1;
+    lookaside_key *key = malloc(sizeof *key + name_bytes);
+    if (!key || !jb__table_reserve(&ts->lookaside)) {
+        free(key);
         return;
-    size_t mask = ts->capacity - 1, i = hash & mask;
-    while (ts->entries[i].name)
-        i = (i + 1) & mask;
-    ts->entries[i] = (lookaside_entry){copy, hash, device, module};
-    ts->count++;
+    }
+    key->device = device;
+    key->name = memcpy(key + 1, name, name_bytes);
+    jb__table_add(&ts->lookaside, hash, key, module);
 }
 
 jb_status jb_set_lookaside_enabled(int enabled)
@@ -193,17 +144,11 @@ int jb_lookaside_enabled(void)
     return atomic_load(&lookaside_enabled);
 }
 
-#define CACHE_INITIAL_CAPACITY 16
-
 static void cache_create(void)
 {
     module_cache *cache = calloc(1, sizeof *cache);
-    cache_slot *slots = calloc(CACHE_INITIAL_CAPACITY, sizeof *slots);
-    if (!cache || !slots) {
-        free(cache);
-        free(slots);
+    if (!cache)
         return; /* the_cache stays NULL; callers report out of memory */
-    }
     pthread_rwlockattr_t attr;
     pthread_rwlockattr_init(&attr);
 #ifdef __GLIBC__
@@ -212,31 +157,18 @@ static void cache_create(void)
 #endif
     pthread_rwlock_init(&cache->lock, &attr);
     pthread_rwlockattr_destroy(&attr);
-    cache->slots = slots;
-    cache->capacity = CACHE_INITIAL_CAPACITY;
     the_cache = cache;
+}
+
+static bool cache_key_equal(const void *stored, const void *key)
+{
+    return strcmp(stored, key) == 0;
 }
 
 /* Looks `key` up; never inserts, so it is safe under the shared lock. */
 static jb_module *cache_find(const module_cache *cache, const char *key, uint64_t hash)
 {
-    size_t mask = cache->capacity - 1;
-    for (size_t i = hash & mask;; i = (i + 1) & mask) {
-        const cache_slot *slot = &cache->slots[i];
-        if (!slot->key)
-            return NULL;
-        if (slot->hash == hash && strcmp(slot->key, key) == 0)
-            return slot->module;
-    }
-}
-
-static void slots_place(cache_slot *slots, size_t capacity, cache_slot entry)
-{
-    size_t mask = capacity - 1;
-    size_t i = entry.hash & mask;
-    while (slots[i].key)
-        i = (i + 1) & mask;
-    slots[i] = entry;
+    return jb__table_find(&cache->table, hash, key, cache_key_equal);
 }
 
 /* Inserts a key known to be missing; only under the write lock. */
@@ -244,22 +176,11 @@ static int cache_insert(module_cache *cache, const char *key, uint64_t hash, jb_
 {
     char *key_copy = jb__strdup(key);
     JB_RETURN_IF(!key_copy, JB_ERR_OUT_OF_MEMORY, "no memory for a cache key");
-    if ((cache->count + 1) * 4 > cache->capacity * 3) {
-        size_t capacity = cache->capacity * 2;
-        cache_slot *slots = calloc(capacity, sizeof *slots);
-        if (!slots) {
-            free(key_copy);
-            return jb__fail(JB_ERR_OUT_OF_MEMORY, "no memory to grow the module cache");
-        }
-        for (size_t i = 0; i < cache->capacity; i++)
-            if (cache->slots[i].key)
-                slots_place(slots, capacity, cache->slots[i]);
-        free(cache->slots);
-        cache->slots = slots;
-        cache->capacity = capacity;
+    if (!jb__table_reserve(&cache->table)) {
+        free(key_copy);
+        return jb__fail(JB_ERR_OUT_OF_MEMORY, "no memory to grow the module cache");
     }
-    slots_place(cache->slots, cache->capacity, (cache_slot){key_copy, hash, module});
-    cache->count++;
+    jb__table_add(&cache->table, hash, key_copy, module);
     return JB_OK;
 }
 
@@ -337,7 +258,8 @@ int jb__get_jit_module(jb_device *dev, const char *name, uint64_t name_hash,
     uint64_t hash = 0;
     if (use_lookaside) {
         hash = lookaside_hash(dev->index, name_hash);
-        jb_module *module = lookaside_find(ts, dev->index, name, hash);
+        lookaside_key key = {dev->index, name};
+        jb_module *module = jb__table_find(&ts->lookaside, hash, &key, lookaside_equal);
         if (module) {
             count(&ts->hits);
             *out = module;

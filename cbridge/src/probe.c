@@ -9,63 +9,27 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Each thread keeps the probe kernels it made, so a warm probe launch generates no source. */
-typedef struct probe_kernels {
-    int *variants;
-    jb_custom_kernel **kernels;
-    size_t count, capacity; /* capacity: a power of two; open addressing on the variant */
-} probe_kernels;
-
-static _Thread_local probe_kernels *tls_probes;
-static pthread_key_t probes_key;
-static pthread_once_t probes_key_once = PTHREAD_ONCE_INIT;
-
-static void probe_kernels_destroy(void *p)
+/* Each thread keeps the probe kernels it made, keyed by variant, so a warm probe launch
+ * generates no source. */
+static jb_table *probe_table_create(void)
 {
-    probe_kernels *probes = p;
-    tls_probes = NULL;
+    return calloc(1, sizeof(jb_table));
+}
+
+static void probe_table_destroy(jb_table *probes)
+{
     for (size_t i = 0; i < probes->capacity; i++)
-        jb_custom_kernel_free(probes->kernels[i]);
-    free(probes->variants);
-    free(probes->kernels);
+        jb_custom_kernel_free(probes->slots[i].value);
+    free(probes->slots);
     free(probes);
 }
 
-static void probes_key_create(void)
-{
-    pthread_key_create(&probes_key, probe_kernels_destroy);
-}
+JB_THREAD_LOCAL(jb_table, thread_probes, probe_table_create, probe_table_destroy)
 
-static size_t probe_slot(const probe_kernels *probes, int variant)
+/* Variants are their own keys, stored in the key pointer. */
+static bool same_variant(const void *stored, const void *key)
 {
-    size_t mask = probes->capacity - 1;
-    size_t i = ((size_t)(unsigned)variant * 0x9e3779b97f4a7c15ULL) & mask;
-    while (probes->kernels[i] && probes->variants[i] != variant)
-        i = (i + 1) & mask;
-    return i;
-}
-
-static int probe_kernels_grow(probe_kernels *probes)
-{
-    size_t capacity = probes->capacity ? probes->capacity * 2 : 16;
-    probe_kernels grown = {calloc(capacity, sizeof(int)),
-                           calloc(capacity, sizeof(jb_custom_kernel *)), probes->count, capacity};
-    if (!grown.variants || !grown.kernels) {
-        free(grown.variants);
-        free(grown.kernels);
-        return jb__fail(JB_ERR_OUT_OF_MEMORY, "no memory for the probe kernels");
-    }
-    for (size_t i = 0; i < probes->capacity; i++) {
-        if (!probes->kernels[i])
-            continue;
-        size_t j = probe_slot(&grown, probes->variants[i]);
-        grown.variants[j] = probes->variants[i];
-        grown.kernels[j] = probes->kernels[i];
-    }
-    free(probes->variants);
-    free(probes->kernels);
-    *probes = grown;
-    return JB_OK;
+    return stored == key;
 }
 
 /* The probe's body: the one place it is written (tools and tests read jb_race_probe_body). */
@@ -79,22 +43,14 @@ const char *jb_race_probe_body(void)
 /* The calling thread's probe kernel for `variant`, made on first use. */
 static int probe_kernel(int variant, jb_custom_kernel **out)
 {
-    if (!tls_probes) {
-        pthread_once(&probes_key_once, probes_key_create);
-        tls_probes = calloc(1, sizeof *tls_probes);
-        JB_RETURN_IF(!tls_probes, JB_ERR_OUT_OF_MEMORY, "no memory for the probe kernels");
-        pthread_setspecific(probes_key, tls_probes);
-    }
-    probe_kernels *probes = tls_probes;
-    if (probes->capacity) {
-        size_t i = probe_slot(probes, variant);
-        if (probes->kernels[i]) {
-            *out = probes->kernels[i];
-            return JB_OK;
-        }
-    }
-    if ((probes->count + 1) * 2 > probes->capacity)
-        JB_FORWARD_IF_ERROR(probe_kernels_grow(probes));
+    jb_table *probes = thread_probes();
+    JB_RETURN_IF(!probes, JB_ERR_OUT_OF_MEMORY, "no memory for the probe kernels");
+    const void *key = (const void *)(uintptr_t)(unsigned)variant;
+    uint64_t hash = (uint64_t)(unsigned)variant * 0x9e3779b97f4a7c15ULL;
+    if ((*out = jb__table_find(probes, hash, key, same_variant)))
+        return JB_OK;
+    JB_RETURN_IF(!jb__table_reserve(probes), JB_ERR_OUT_OF_MEMORY,
+                 "no memory for the probe kernels");
     char name[64];
     snprintf(name, sizeof name, "mlxcel_jit_race_probe_v%d", variant);
     const char *input_names[] = {"inp"}, *output_names[] = {"out"};
@@ -112,10 +68,7 @@ static int probe_kernel(int variant, jb_custom_kernel **out)
     jb_custom_kernel *kernel;
     JB_FORWARD_IF_ERROR(jb_custom_kernel_new(&kernel, &spec));
     kernel->disk_cacheable = false; /* every process compiles probes: the race window stays */
-    size_t i = probe_slot(probes, variant);
-    probes->variants[i] = variant;
-    probes->kernels[i] = kernel;
-    probes->count++;
+    jb__table_add(probes, hash, key, kernel);
     *out = kernel;
     return JB_OK;
 }

@@ -21,14 +21,13 @@ typedef struct thread_streams {
     jb_stream *own[JB_MAX_DEVICES]; /* created lazily, freed at thread exit */
 } thread_streams;
 
-static _Thread_local thread_streams *tls_streams;
-static pthread_key_t streams_key;
-static pthread_once_t streams_key_once = PTHREAD_ONCE_INIT;
-
-static void thread_streams_destroy(void *p)
+static thread_streams *thread_streams_create(void)
 {
-    thread_streams *ts = p;
-    tls_streams = NULL; /* runs on the exiting thread itself */
+    return calloc(1, sizeof(thread_streams));
+}
+
+static void thread_streams_destroy(thread_streams *ts)
+{
     for (int i = 0; i < JB_MAX_DEVICES; i++) {
         jb_stream_free(ts->own[i]);
         free(ts->installed[i].streams);
@@ -36,23 +35,7 @@ static void thread_streams_destroy(void *p)
     free(ts);
 }
 
-static void streams_key_create(void)
-{
-    pthread_key_create(&streams_key, thread_streams_destroy);
-}
-
-static thread_streams *this_thread_streams(void)
-{
-    if (!tls_streams) {
-        pthread_once(&streams_key_once, streams_key_create);
-        thread_streams *ts = calloc(1, sizeof *ts);
-        if (!ts)
-            return NULL;
-        pthread_setspecific(streams_key, ts);
-        tls_streams = ts;
-    }
-    return tls_streams;
-}
+JB_THREAD_LOCAL(thread_streams, this_thread_streams, thread_streams_create, thread_streams_destroy)
 
 /* Removes the latest installation of `stream` from the thread's stack; false if there is none.
  * Sets no error: jb_stream_free uses it too. */
@@ -215,7 +198,7 @@ void jb_stream_free(jb_stream *stream)
     if (!stream)
         return;
     /* A stream freed while installed on this thread must not stay its default. */
-    while (tls_streams && remove_installed(tls_streams, stream))
+    while (this_thread_streams_tls && remove_installed(this_thread_streams_tls, stream))
         ;
     jb_device *dev = stream->device;
     dev->backend->stream_synchronize(dev, stream->native);
