@@ -10,11 +10,65 @@ use std::time::{Duration, Instant};
 
 /// Keys the lookup benchmark cycles through.
 const WARM_KEYS: usize = 16;
-const LOOKUPS_PER_THREAD: usize = 200_000;
-const PROBE_LAUNCHES: i32 = 5_000;
-const COLD_SAMPLES: usize = 5;
 /// Probe variants the bench builds come from here up, clear of the run scenario's.
 static NEXT_VARIANT: AtomicI32 = AtomicI32::new(900_000_000);
+
+/// How much work each measure does.
+pub struct Scale {
+    lookups_per_thread: usize,
+    probe_launches: i32,
+    cold_samples: usize,
+    builds_each: usize,
+    new_process_rounds: usize,
+    pub quick: bool,
+}
+
+impl Scale {
+    /// The full run, whose numbers the targets are about.
+    pub const FULL: Scale = Scale {
+        lookups_per_thread: 200_000,
+        probe_launches: 5_000,
+        cold_samples: 5,
+        builds_each: 4,
+        new_process_rounds: 3,
+        quick: false,
+    };
+    /// Every measure once and small (seconds): checks the bench works, its numbers are noise.
+    pub const QUICK: Scale = Scale {
+        lookups_per_thread: 2_000,
+        probe_launches: 100,
+        cold_samples: 1,
+        builds_each: 1,
+        new_process_rounds: 1,
+        quick: true,
+    };
+}
+
+/// The targets were set for, and measured on, the lent H200 host.
+const H200: &str = "H200 host, 16 cores";
+const H200_CUDA: &str = "H200 host, cuda backend";
+
+/// What a row should reach, and on which hardware that was asked for.
+#[derive(Clone, Copy)]
+struct Target {
+    /// Ceiling of the value, in the row's unit.
+    max_value: Option<f64>,
+    /// Ceiling of value / baseline.
+    max_ratio: Option<f64>,
+    text: &'static str,
+    hardware: &'static str,
+}
+
+impl Target {
+    fn met(&self, value: f64, ratio: Option<f64>) -> bool {
+        let value_ok = self.max_value.is_none_or(|max| value <= max);
+        let ratio_ok = match self.max_ratio {
+            None => true,
+            Some(max) => ratio.is_some_and(|r| r <= max),
+        };
+        value_ok && ratio_ok
+    }
+}
 
 pub struct Row {
     section: &'static str,
@@ -22,7 +76,16 @@ pub struct Row {
     value: f64,
     unit: &'static str,
     baseline: Option<f64>,
-    target: &'static str,
+    target: Option<Target>,
+}
+
+impl Row {
+    fn ratio(&self) -> Option<f64> {
+        self.baseline.filter(|b| *b > 0.0).map(|b| self.value / b).filter(|r| r.is_finite())
+    }
+    fn met(&self) -> Option<bool> {
+        self.target.map(|t| t.met(self.value, self.ratio()))
+    }
 }
 
 fn fresh_variant() -> i32 {
@@ -48,7 +111,7 @@ fn warm_kernels(device: Device, salt: &str) -> Result<Vec<CustomKernel>, jitbrid
 }
 
 /// Nanoseconds per hit lookup, seen by each of `threads` threads hitting at once.
-fn lookup_ns(device: Device, kernels: &[CustomKernel], threads: usize) -> f64 {
+fn lookup_ns(device: Device, kernels: &[CustomKernel], threads: usize, lookups: usize) -> f64 {
     let barrier = Barrier::new(threads);
     let per_thread: Vec<Duration> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
@@ -59,7 +122,7 @@ fn lookup_ns(device: Device, kernels: &[CustomKernel], threads: usize) -> f64 {
                     }
                     barrier.wait();
                     let start = Instant::now();
-                    for i in 0..LOOKUPS_PER_THREAD {
+                    for i in 0..lookups {
                         kernels[i % kernels.len()].prepare(device).unwrap();
                     }
                     start.elapsed()
@@ -69,7 +132,7 @@ fn lookup_ns(device: Device, kernels: &[CustomKernel], threads: usize) -> f64 {
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
     let mean = per_thread.iter().map(Duration::as_secs_f64).sum::<f64>() / threads as f64;
-    mean * 1e9 / LOOKUPS_PER_THREAD as f64
+    mean * 1e9 / lookups as f64
 }
 
 /// Latencies in nanoseconds: exact below 4096 ns, then 16 buckets per power of two.
@@ -188,7 +251,7 @@ fn median(mut values: Vec<f64>) -> f64 {
     values[values.len() / 2]
 }
 
-pub fn run(device: Device) -> Result<Vec<Row>, jitbridge::Error> {
+pub fn run(device: Device, scale: &Scale) -> Result<Vec<Row>, jitbridge::Error> {
     let mut rows = Vec::new();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut thread_counts = vec![1, 2, 4, 8, 16];
@@ -202,16 +265,21 @@ pub fn run(device: Device) -> Result<Vec<Row>, jitbridge::Error> {
     let kernels = warm_kernels(device, "lookup")?;
     for &threads in &thread_counts {
         set_lookaside_enabled(false);
-        let plain = lookup_ns(device, &kernels, threads);
+        let plain = lookup_ns(device, &kernels, threads, scale.lookups_per_thread);
         set_lookaside_enabled(true);
-        let lookaside = lookup_ns(device, &kernels, threads);
+        let lookaside = lookup_ns(device, &kernels, threads, scale.lookups_per_thread);
         rows.push(Row {
             section: "1 hit lookup",
             name: format!("{threads} threads"),
             value: lookaside,
             unit: "ns",
             baseline: Some(plain),
-            target: if threads == 16 { "<= 30 ns, >= 20x faster" } else { "" },
+            target: (threads == 16).then_some(Target {
+                max_value: Some(30.0),
+                max_ratio: Some(1.0 / 20.0),
+                text: "<= 30 ns, >= 20x faster",
+                hardware: H200,
+            }),
         });
     }
 
@@ -219,7 +287,8 @@ pub fn run(device: Device) -> Result<Vec<Row>, jitbridge::Error> {
     note!("bench: hit latency during builds");
     for enabled in [false, true] {
         set_lookaside_enabled(enabled);
-        let (max, p99, samples) = hit_latency_under_builds(device, &kernels, 2, 2, 4);
+        let (max, p99, samples) =
+            hit_latency_under_builds(device, &kernels, 2, 2, scale.builds_each);
         let mode = if enabled { "lookaside" } else { "plain protocol" };
         rows.push(Row {
             section: "2 hit during builds",
@@ -227,7 +296,12 @@ pub fn run(device: Device) -> Result<Vec<Row>, jitbridge::Error> {
             value: max as f64,
             unit: "ns",
             baseline: None,
-            target: if enabled { "max <= 50 us" } else { "" },
+            target: enabled.then_some(Target {
+                max_value: Some(50_000.0),
+                max_ratio: None,
+                text: "max <= 50 us",
+                hardware: H200,
+            }),
         });
         rows.push(Row {
             section: "2 hit during builds",
@@ -235,7 +309,7 @@ pub fn run(device: Device) -> Result<Vec<Row>, jitbridge::Error> {
             value: p99 as f64,
             unit: "ns",
             baseline: None,
-            target: "",
+            target: None,
         });
     }
     set_lookaside_enabled(true);
@@ -244,23 +318,28 @@ pub fn run(device: Device) -> Result<Vec<Row>, jitbridge::Error> {
     note!("bench: probe launch path");
     let input = Array::arange(device, race::PROBE_ELEMENTS, DType::F32)?;
     let variant = fresh_variant();
-    let raw_ns = bench_support::raw_probe_launches(&input, variant, PROBE_LAUNCHES)?;
+    let raw_ns = bench_support::raw_probe_launches(&input, variant, scale.probe_launches)?;
     let start = Instant::now();
     let mut last = None;
-    for _ in 0..PROBE_LAUNCHES {
+    for _ in 0..scale.probe_launches {
         last = Some(jit_race_probe_array(&input, variant)?);
     }
     if let Some(last) = last {
         last.eval()?;
     }
-    let full_ns = start.elapsed().as_nanos() as f64 / f64::from(PROBE_LAUNCHES);
+    let full_ns = start.elapsed().as_nanos() as f64 / f64::from(scale.probe_launches);
     rows.push(Row {
         section: "3 probe launch",
         name: "per call, full path vs raw launch + event".into(),
         value: full_ns,
         unit: "ns",
         baseline: Some(raw_ns),
-        target: "<= 1.1x raw",
+        target: Some(Target {
+            max_value: None,
+            max_ratio: Some(1.1),
+            text: "<= 1.1x raw",
+            hardware: H200,
+        }),
     });
 
     // 4. Cold first launch against the bare compiler on the same source.
@@ -268,7 +347,7 @@ pub fn run(device: Device) -> Result<Vec<Row>, jitbridge::Error> {
     let mut first = Vec::new();
     let mut build = Vec::new();
     let mut compile = Vec::new();
-    for _ in 0..COLD_SAMPLES {
+    for _ in 0..scale.cold_samples {
         let variant = fresh_variant();
         let before = jitbridge::Counters::read();
         let start = Instant::now();
@@ -290,11 +369,16 @@ pub fn run(device: Device) -> Result<Vec<Row>, jitbridge::Error> {
     let compile = median(compile);
     rows.push(Row {
         section: "4 cold first launch",
-        name: format!("median of {COLD_SAMPLES}, first launch vs compiler alone"),
+        name: format!("median of {}, first launch vs compiler alone", scale.cold_samples),
         value: median(first),
         unit: "ns",
         baseline: Some(compile),
-        target: "<= 1.05x",
+        target: Some(Target {
+            max_value: None,
+            max_ratio: Some(1.05),
+            text: "<= 1.05x",
+            hardware: H200,
+        }),
     });
     rows.push(Row {
         section: "4 cold first launch",
@@ -302,26 +386,34 @@ pub fn run(device: Device) -> Result<Vec<Row>, jitbridge::Error> {
         value: median(build),
         unit: "ns",
         baseline: Some(compile),
-        target: "",
+        target: None,
     });
 
     // 5. First launch in a new process: compiled (empty disk cache) against loaded from disk.
     note!("bench: first launch in a new process");
-    let (cold, warm) = first_launch_in_new_processes(device)?;
+    let (cold, warm) = first_launch_in_new_processes(device, scale.new_process_rounds)?;
     rows.push(Row {
         section: "5 new process",
         name: "first launch, entry on disk vs no entry".into(),
         value: warm,
         unit: "ns",
         baseline: Some(cold),
-        target: "warm <= 0.3 ms (cuda)",
+        target: Some(Target {
+            max_value: Some(300_000.0),
+            max_ratio: None,
+            text: "warm <= 0.3 ms",
+            hardware: H200_CUDA,
+        }),
     });
     Ok(rows)
 }
 
 /// Runs `jitbridge __first-launch` twice on one fresh cache folder: the first compiles and
-/// stores, the second loads. Returns (cold, warm) nanoseconds, each the median of three.
-fn first_launch_in_new_processes(device: Device) -> Result<(f64, f64), jitbridge::Error> {
+/// stores, the second loads. Returns (cold, warm) nanoseconds, each the median of `rounds`.
+fn first_launch_in_new_processes(
+    device: Device,
+    rounds: usize,
+) -> Result<(f64, f64), jitbridge::Error> {
     let failed = |what: String| jitbridge::Error::new_other(what);
     let exe = std::env::current_exe().map_err(|e| failed(e.to_string()))?;
     let device_arg = if device.kind() == jitbridge::DeviceKind::Cpu { "cpu" } else { "gpu" };
@@ -342,7 +434,7 @@ fn first_launch_in_new_processes(device: Device) -> Result<(f64, f64), jitbridge
         }
     };
     let (mut cold, mut warm) = (Vec::new(), Vec::new());
-    for round in 0..3 {
+    for round in 0..rounds {
         let dir = std::env::temp_dir().join(format!("jb-bench-{}-{round}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let (ns, hits) = once(&dir)?;
@@ -368,38 +460,53 @@ fn pretty(ns: f64) -> String {
     }
 }
 
-pub fn print_table(device: Device, rows: &[Row]) {
+pub fn print_table(device: Device, scale: &Scale, rows: &[Row]) {
     out!(
-        "jitbridge bench: {} {} ({}), {} cores",
+        "jitbridge bench: {} {} ({}), {} cores{}",
         device.backend(),
         device.name(),
         device.arch(),
-        std::thread::available_parallelism().map_or(1, |n| n.get())
+        cores(),
+        if scale.quick {
+            ", --quick: every measure small, the numbers are not comparable"
+        } else {
+            ""
+        }
     );
     out!(
-        "{:<20} {:<48} {:>11} {:>11} {:>9}  target",
+        "{:<20} {:<48} {:>11} {:>11} {:>9}  {:<6}  target (set for)",
         "section",
         "measure",
         "value",
         "baseline",
-        "ratio"
+        "ratio",
+        "met"
     );
     for row in rows {
-        let (baseline, ratio) = match row.baseline {
-            Some(b) => (pretty(b), format!("{:.2}x", row.value / b)),
-            None => (String::new(), String::new()),
+        let baseline = row.baseline.map(pretty).unwrap_or_default();
+        let ratio = row.ratio().map(|r| format!("{r:.2}x")).unwrap_or_default();
+        let (met, target) = match (row.met(), row.target) {
+            (Some(met), Some(t)) => {
+                (if met { "met" } else { "missed" }, format!("{} ({})", t.text, t.hardware))
+            }
+            _ => ("", String::new()),
         };
         out!(
-            "{:<20} {:<48} {:>11} {:>11} {:>9}  {}",
+            "{:<20} {:<48} {:>11} {:>11} {:>9}  {:<6}  {}",
             row.section,
             row.name,
             pretty(row.value),
             baseline,
             ratio,
-            row.target
+            met,
+            target
         );
     }
     out!("ratio = value / baseline; for lookups the baseline is the plain read-lock protocol");
+}
+
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 fn json_string(s: &str) -> String {
@@ -416,26 +523,51 @@ fn json_string(s: &str) -> String {
     out
 }
 
-pub fn print_json(device: Device, rows: &[Row]) {
+/// A JSON number, or null for none (JSON has no NaN or infinity).
+fn json_number(value: Option<f64>) -> String {
+    match value {
+        Some(v) if v.is_finite() => format!("{v}"),
+        _ => "null".into(),
+    }
+}
+
+fn json_target(target: Option<Target>) -> String {
+    match target {
+        None => "null".into(),
+        Some(t) => format!(
+            "{{\"text\":{},\"max_value\":{},\"max_ratio\":{},\"hardware\":{}}}",
+            json_string(t.text),
+            json_number(t.max_value),
+            json_number(t.max_ratio),
+            json_string(t.hardware)
+        ),
+    }
+}
+
+pub fn print_json(device: Device, scale: &Scale, rows: &[Row]) {
     let items: Vec<String> = rows
         .iter()
         .map(|r| {
             format!(
-                "{{\"section\":{},\"measure\":{},\"value\":{:.1},\"unit\":{},\"baseline\":{},\"target\":{}}}",
+                "{{\"section\":{},\"measure\":{},\"value\":{},\"unit\":{},\"baseline\":{},\"ratio\":{},\"target\":{},\"met\":{}}}",
                 json_string(r.section),
                 json_string(&r.name),
-                r.value,
+                json_number(Some(r.value)),
                 json_string(r.unit),
-                r.baseline.map_or("null".to_string(), |b| format!("{b:.1}")),
-                json_string(r.target)
+                json_number(r.baseline),
+                json_number(r.ratio()),
+                json_target(r.target),
+                r.met().map_or("null".to_string(), |m| m.to_string())
             )
         })
         .collect();
     out!(
-        "{{\"backend\":{},\"device\":{},\"arch\":{},\"rows\":[{}]}}",
+        "{{\"backend\":{},\"device\":{},\"arch\":{},\"cores\":{},\"quick\":{},\"rows\":[{}]}}",
         json_string(&device.backend()),
         json_string(&device.name()),
         json_string(&device.arch()),
+        cores(),
+        scale.quick,
         items.join(",")
     );
 }
