@@ -66,6 +66,8 @@ JB_API const char *jb_last_error_message(void);
 /* The status of the last failed call on this thread (JB_OK if none). */
 JB_API int jb_last_error_status(void);
 
+/* The JB_ABI_VERSION the library was built with: a caller compares it with the one it was
+ * compiled against to catch a mismatched library at run time. */
 JB_API int jb_abi_version(void);
 
 /* ---------------------------------------------------------------------------------------------
@@ -88,7 +90,9 @@ JB_API jb_status jb_device_count(int *out, jb_device_kind kind);
 JB_API jb_status jb_device_get(jb_device **out, jb_device_kind kind, int ordinal);
 /* The default device: GPU 0 when a GPU backend is built and a GPU is present, else the cpu. */
 JB_API jb_status jb_device_default(jb_device **out);
+/* The device's process-wide index (the prefix of its module cache keys); -1 for NULL. */
 JB_API int jb_device_index(const jb_device *device);
+/* Whether the device is the cpu or a GPU; JB_DEVICE_CPU for NULL. */
 JB_API jb_device_kind jb_device_get_kind(const jb_device *device);
 /* Strings owned by the device; valid for the life of the process. */
 JB_API const char *jb_device_name(const jb_device *device);
@@ -111,7 +115,10 @@ JB_API jb_status jb_stream_new(jb_stream **out, jb_device *device);
 /* Waits for the stream's work, then destroys it; if the calling thread has it installed, it is
  * uninstalled first. It must not be installed on any other thread. Accepts NULL. */
 JB_API void jb_stream_free(jb_stream *stream);
+/* Blocks until the work queued on the stream so far is done, then lets go of the buffers that
+ * work held. A backend's failure to wait is returned. */
 JB_API jb_status jb_stream_synchronize(jb_stream *stream);
+/* The device the stream belongs to; NULL for NULL. */
 JB_API jb_device *jb_stream_device(const jb_stream *stream);
 
 /* Same as jb_stream_new: the stream a generation (decode) thread makes for itself. */
@@ -137,6 +144,7 @@ JB_API jb_status jb_thread_local_default_stream(jb_stream **out, jb_device *devi
 typedef struct jb_array jb_array;
 
 typedef enum jb_dtype {
+    JB_DTYPE_INVALID = -1, /* not a dtype: what jb_array_dtype returns for NULL */
     JB_F32 = 0,
     JB_I32 = 1,
 } jb_dtype;
@@ -159,6 +167,7 @@ JB_API jb_status jb_array_eval(jb_array *array);
 /* Waits for the array, then copies its contents to `dst` (`dst_bytes` must equal its size). */
 JB_API jb_status jb_array_read(const jb_array *array, void *dst, size_t dst_bytes);
 JB_API jb_device *jb_array_device(const jb_array *array);
+/* The array's dtype; JB_DTYPE_INVALID for NULL. */
 JB_API jb_dtype jb_array_dtype(const jb_array *array);
 JB_API int jb_array_ndim(const jb_array *array);
 /* Pointer to the array's `ndim` dimensions; valid while the array lives. */

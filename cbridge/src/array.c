@@ -108,21 +108,20 @@ jb_status jb_array_from_host(jb_array **out, jb_device *device, jb_dtype dtype,
     JB_FORWARD_IF_ERROR(jb__buffer_new(device, bytes, &buf));
     jb_event *ready = NULL;
     int status = JB_OK;
-    if (bytes > 0)
-        status = device->backend->memcpy_htod(device, stream->native, buf->ptr, data, bytes);
-    if (status == JB_OK)
-        status = jb__event_acquire(device, &ready);
-    if (status == JB_OK)
-        status = jb__event_record(ready, stream);
-    if (status != JB_OK) {
-        jb__event_release(ready);
-        jb__buffer_release(buf);
-        return status;
-    }
+    if (bytes > 0 && (status = device->backend->memcpy_htod(device, stream->native, buf->ptr,
+                                                            data, bytes)) != JB_OK)
+        goto done;
+    if ((status = jb__event_acquire(device, &ready)) != JB_OK ||
+        (status = jb__event_record(ready, stream)) != JB_OK)
+        goto done;
     /* The copy may still write into the buffer: it must not go idle before the copy is done. */
     if (bytes > 0)
         jb__stream_hold(stream, &buf, 1, ready);
     return jb__array_wrap(out, buf, dtype, shape, ndim, ready);
+done:
+    jb__event_release(ready);
+    jb__buffer_release(buf);
+    return status;
 }
 
 jb_status jb_array_arange(jb_array **out, jb_device *device, int64_t n, jb_dtype dtype)
@@ -188,7 +187,7 @@ jb_device *jb_array_device(const jb_array *array)
 
 jb_dtype jb_array_dtype(const jb_array *array)
 {
-    return array ? array->dtype : JB_F32;
+    return array ? array->dtype : JB_DTYPE_INVALID;
 }
 
 int jb_array_ndim(const jb_array *array)

@@ -71,18 +71,19 @@ jb_status jb_custom_kernel_new(jb_custom_kernel **out, const jb_kernel_spec *spe
     k->output_names = copy_names(spec->output_names, spec->num_outputs);
     k->input_dtypes = copy_dtypes(spec->input_dtypes, spec->num_inputs);
     k->output_dtypes = copy_dtypes(spec->output_dtypes, spec->num_outputs);
-    int status = JB_OK;
+    int status;
     if (!k->name || !k->input_names || !k->output_names || !k->input_dtypes ||
-        !k->output_dtypes)
+        !k->output_dtypes) {
         status = jb__fail(JB_ERR_OUT_OF_MEMORY, "no memory for a kernel");
-    if (status == JB_OK)
-        status = jb__kernel_generate(k, spec->body, spec->header);
-    if (status != JB_OK) {
-        jb_custom_kernel_free(k);
-        return status;
+        goto done;
     }
+    if ((status = jb__kernel_generate(k, spec->body, spec->header)) != JB_OK)
+        goto done;
     *out = k;
     return JB_OK;
+done:
+    jb_custom_kernel_free(k);
+    return status;
 }
 
 const char *jb_custom_kernel_module_name(const jb_custom_kernel *kernel)

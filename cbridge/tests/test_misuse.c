@@ -94,6 +94,8 @@ static void null_pointers(void)
     EXPECT(jb_array_eval(array), JB_ERR_INVALID_ARGUMENT);
     EXPECT(jb_array_read(array, data, sizeof data), JB_ERR_INVALID_ARGUMENT);
     CHECK(jb_array_device(array) == NULL && jb_array_ndim(array) == 0, "getters of NULL");
+    CHECK(jb_array_dtype(array) == JB_DTYPE_INVALID && !jb_dtype_name(jb_array_dtype(array)),
+          "the dtype of NULL is no dtype");
     CHECK(jb_array_shape(array) == NULL && jb_array_size(array) == 0, "getters of NULL");
     jb_array_free(array);
     jb_array *out = NULL;
