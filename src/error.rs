@@ -34,20 +34,31 @@ pub enum ErrorCode {
     Other(i32),
 }
 
+/// Each failure status of the C library (`JB_STATUS_TABLE` in jitbridge.h) and its code: the one
+/// place the numbers are written on this side.
+const STATUSES: [(c_int, ErrorCode); 10] = [
+    (1, ErrorCode::InvalidArgument),
+    (2, ErrorCode::OutOfMemory),
+    (3, ErrorCode::Unsupported),
+    (4, ErrorCode::NoDevice),
+    (5, ErrorCode::Compile),
+    (6, ErrorCode::Load),
+    (7, ErrorCode::Launch),
+    (8, ErrorCode::Backend),
+    (9, ErrorCode::System),
+    (10, ErrorCode::Shape),
+];
+
 impl ErrorCode {
     fn from_status(status: c_int) -> Self {
-        match status {
-            1 => Self::InvalidArgument,
-            2 => Self::OutOfMemory,
-            3 => Self::Unsupported,
-            4 => Self::NoDevice,
-            5 => Self::Compile,
-            6 => Self::Load,
-            7 => Self::Launch,
-            8 => Self::Backend,
-            9 => Self::System,
-            10 => Self::Shape,
-            other => Self::Other(other),
+        STATUSES.iter().find(|(s, _)| *s == status).map_or(Self::Other(status), |&(_, code)| code)
+    }
+
+    /// The C status number of this code.
+    fn status(self) -> c_int {
+        match self {
+            Self::Other(status) => status,
+            code => STATUSES.iter().find(|(_, c)| *c == code).map(|&(s, _)| s).unwrap_or(-1),
         }
     }
 }
@@ -82,13 +93,7 @@ impl Error {
     }
 
     pub(crate) fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        let status = match code {
-            ErrorCode::InvalidArgument => 1,
-            ErrorCode::Shape => 10,
-            ErrorCode::Other(s) => s,
-            _ => -1,
-        };
-        Error { code, status, message: message.into() }
+        Error { code, status: code.status(), message: message.into() }
     }
 }
 
@@ -120,4 +125,34 @@ pub(crate) fn c_str(ptr: *const std::os::raw::c_char) -> String {
     }
     // SAFETY: the library returns NUL-terminated strings that outlive this call.
     unsafe { CStr::from_ptr(ptr) }.to_string_lossy().into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// "JB_ERR_NO_DEVICE" -> "NoDevice", the spelling of the matching `ErrorCode` variant.
+    fn variant_name(c_name: &str) -> String {
+        let words = c_name.strip_prefix("JB_ERR_").unwrap_or_else(|| panic!("{c_name}"));
+        words.split('_').map(|w| w[..1].to_string() + &w[1..].to_lowercase()).collect()
+    }
+
+    #[test]
+    fn every_c_status_maps_to_its_code_and_back() {
+        let mut named = 0;
+        for status in -1..=1000 {
+            // SAFETY: takes any int; returns a static string.
+            let name = c_str(unsafe { ffi::jb_status_name(status) });
+            if name == "JB_UNKNOWN_STATUS" || status == ffi::JB_OK {
+                assert_eq!(ErrorCode::from_status(status), ErrorCode::Other(status));
+                continue;
+            }
+            named += 1;
+            let code = ErrorCode::from_status(status);
+            assert_eq!(format!("{code:?}"), variant_name(&name), "status {status} ({name})");
+            assert_eq!(code.status(), status, "{name}");
+            assert_eq!(Error::new(code, "m").status(), status, "{name}");
+        }
+        assert_eq!(named, STATUSES.len(), "the C library names statuses the crate lacks");
+    }
 }
