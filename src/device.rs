@@ -1,6 +1,6 @@
 //! Devices: process-global, never freed, so a [`Device`] is a plain copyable reference.
 
-use crate::error::{Error, c_str, check};
+use crate::error::{Error, c_str, check, take_drop_error};
 use crate::ffi;
 use std::fmt;
 
@@ -122,6 +122,16 @@ impl Device {
     pub fn total_memory(&self) -> u64 {
         // SAFETY: as in `index`.
         unsafe { ffi::jb_device_total_memory(self.raw) }
+    }
+
+    /// The first error a handle on this device met while being dropped, since the last call:
+    /// `Drop` cannot return it, so it is kept here (cudarc's way) and taken by this call.
+    ///
+    /// A dropped [`Stream`](crate::Stream) waits for its work, which can fail on a faulted GPU;
+    /// a dropped [`DefaultStreamGuard`](crate::DefaultStreamGuard) uninstalls its stream. Arrays
+    /// and kernels have nothing to report: their frees wait for nothing and cannot fail.
+    pub fn check_drop_errors(&self) -> Result<(), Error> {
+        take_drop_error(self.index()).map_or(Ok(()), Err)
     }
 
     pub(crate) fn raw(&self) -> *mut ffi::jb_device {

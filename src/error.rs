@@ -5,6 +5,7 @@ use crate::ffi;
 use std::ffi::CStr;
 use std::fmt;
 use std::os::raw::c_int;
+use std::sync::Mutex;
 
 /// What kind of failure a call met; the numbers are the C library's `jb_status` values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -116,6 +117,27 @@ pub(crate) fn check(status: c_int) -> Result<(), Error> {
     let message =
         unsafe { CStr::from_ptr(ffi::jb_last_error_message()) }.to_string_lossy().into_owned();
     Err(Error { code: ErrorCode::from_status(status), status, message })
+}
+
+/// Errors met in `Drop`, which cannot return them: the first one per device index since that
+/// device's last [`crate::Device::check_drop_errors`].
+static DROP_ERRORS: Mutex<Vec<(i32, Error)>> = Mutex::new(Vec::new());
+
+/// Records a failed status met while dropping a handle on device `device_index`; keeps the first.
+pub(crate) fn record_drop_status(device_index: i32, status: c_int) {
+    if let Err(error) = check(status) {
+        let mut errors = DROP_ERRORS.lock().unwrap_or_else(|e| e.into_inner());
+        if !errors.iter().any(|(index, _)| *index == device_index) {
+            errors.push((device_index, error));
+        }
+    }
+}
+
+/// Takes the error recorded for device `device_index`, if any.
+pub(crate) fn take_drop_error(device_index: i32) -> Option<Error> {
+    let mut errors = DROP_ERRORS.lock().unwrap_or_else(|e| e.into_inner());
+    let at = errors.iter().position(|(index, _)| *index == device_index)?;
+    Some(errors.swap_remove(at).1)
 }
 
 /// A C string the library owns for the life of the process (or of the object it came from).

@@ -1,12 +1,13 @@
 //! Streams and the thread-local default stream of each device.
 
 use crate::device::Device;
-use crate::error::{Error, check};
+use crate::error::{Error, check, record_drop_status};
 use crate::ffi;
 use std::marker::PhantomData;
 
 /// An ordered queue of asynchronous work on one device. Owned: freed (after its work is done)
-/// when dropped. Never `Clone`, since two owners would free it twice.
+/// when dropped. Never `Clone`, since two owners would free it twice. A wait that fails in the
+/// drop is kept for [`Device::check_drop_errors`].
 pub struct Stream {
     raw: *mut ffi::jb_stream,
 }
@@ -40,7 +41,11 @@ impl Stream {
 
 impl Drop for Stream {
     fn drop(&mut self) {
+        // jb_stream_free waits too but returns nothing: wait here to keep the status.
         // SAFETY: we own the stream; a guard borrowing it has been dropped before us.
+        let status = unsafe { ffi::jb_stream_synchronize(self.raw) };
+        record_drop_status(self.device().index(), status);
+        // SAFETY: as above.
         unsafe { ffi::jb_stream_free(self.raw) }
     }
 }
@@ -53,7 +58,8 @@ impl std::fmt::Debug for Stream {
 
 /// Uninstalls its stream when dropped, which restores the default from before the install.
 /// Tied to the installing thread (not `Send`) and to the installed stream's lifetime. Guards may
-/// be dropped in any order: each removes only its own installation.
+/// be dropped in any order: each removes only its own installation. An uninstall that fails is
+/// kept for [`Device::check_drop_errors`].
 #[must_use = "dropping the guard at once uninstalls the stream"]
 pub struct DefaultStreamGuard<'a> {
     stream: &'a Stream,
@@ -65,7 +71,7 @@ impl Drop for DefaultStreamGuard<'_> {
         // SAFETY: same thread as the install (the guard is !Send) and the stream is borrowed,
         // so it is still alive and still installed here.
         let status = unsafe { ffi::jb_uninstall_thread_local_default_stream(self.stream.raw) };
-        debug_assert_eq!(status, ffi::JB_OK, "uninstalling the default stream failed");
+        record_drop_status(self.stream.device().index(), status);
     }
 }
 
@@ -99,5 +105,28 @@ pub mod streams {
         // SAFETY: a live stream; the guard keeps it borrowed until it is uninstalled.
         check(unsafe { ffi::jb_install_thread_local_default_stream(stream.raw) })?;
         Ok(DefaultStreamGuard { stream, _not_send: PhantomData })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ErrorCode;
+
+    #[test]
+    fn an_error_met_in_drop_is_kept_for_its_device() {
+        let cpu = Device::cpu().unwrap();
+        let stream = streams::new_thread_local_generation_stream(cpu).unwrap();
+        let guard = streams::install_thread_local_default_stream(&stream).unwrap();
+        // Uninstall behind the guard's back, so that its own uninstall fails.
+        // SAFETY: a live stream installed on this thread.
+        assert_eq!(unsafe { ffi::jb_uninstall_thread_local_default_stream(stream.raw) }, 0);
+        drop(guard);
+        let err = cpu.check_drop_errors().unwrap_err();
+        assert_eq!(err.code(), ErrorCode::InvalidArgument, "{err}");
+        assert!(err.message().contains("not installed"), "{err}");
+        cpu.check_drop_errors().expect("taken by the first check");
+        drop(stream);
+        cpu.check_drop_errors().expect("a stream whose work succeeded drops cleanly");
     }
 }
