@@ -1,4 +1,4 @@
-//! Raw declarations of cbridge/include/jitbridge.h. Everything here is unsafe to call; the safe
+//! Raw declarations of cbridge/include/jitbridge.h and jitbridge_sys.h. Everything here is unsafe to call; the safe
 //! types of this crate are the supported way in.
 #![allow(non_camel_case_types, missing_docs)]
 
@@ -154,6 +154,7 @@ unsafe extern "C" {
         variant: c_int,
     ) -> c_int;
 
+    pub fn jb_race_probe_body() -> *const c_char;
     pub fn jb_custom_kernel_prepare(kernel: *mut jb_custom_kernel, device: *mut jb_device)
     -> c_int;
     pub fn jb_set_lookaside_enabled(enabled: c_int) -> c_int;

@@ -519,7 +519,7 @@ fn first_launch(args: &[String]) -> Outcome {
         name: "bench_first_launch",
         inputs: &[("inp", jitbridge::DType::F32)],
         outputs: &[("out", jitbridge::DType::F32)],
-        body: "out[thread_index()] = inp[thread_index()] * 2.0f + 1.0f;",
+        body: race::probe_body(),
         header: None,
         configure: None,
     })?;

@@ -30,6 +30,14 @@ pub fn removed_locks() -> i32 {
     unsafe { ffi::jb_removed_locks() }
 }
 
+/// The race probe's kernel body, as the library writes it: for tools and tests that build the
+/// probe's kernel themselves.
+pub fn probe_body() -> &'static str {
+    // SAFETY: a static NUL-terminated string, valid for the process.
+    let body = unsafe { std::ffi::CStr::from_ptr(ffi::jb_race_probe_body()) };
+    body.to_str().expect("the probe body is ASCII")
+}
+
 /// Elements in each probe input, as the mission's tests use.
 pub const PROBE_ELEMENTS: i64 = 256;
 

@@ -65,7 +65,7 @@ fn configure_race(device: Device, hook: jitbridge::ConfigureHook, calls: &Atomic
         name: "configured_once",
         inputs: &[("inp", DType::F32)],
         outputs: &[("out", DType::F32)],
-        body: "out[thread_index()] = inp[thread_index()] * 2.0f + 1.0f;",
+        body: jitbridge::race::probe_body(),
         header: None,
         configure: Some(hook),
     })
