@@ -276,19 +276,35 @@ JB_API jb_status jb_counters_get(jb_counters *out, size_t out_size);
 JB_API void jb_counters_reset(void);
 
 /*
- * The disk cache of compiled code. Folder: $JITBRIDGE_CACHE_DIR, else $XDG_CACHE_HOME/jitbridge,
- * else ~/.cache/jitbridge, created 0700; JITBRIDGE_DISK_CACHE=0 turns it off. A folder owned by
- * another user or writable by group or others is refused, and a read-only or full disk turns the
- * cache off: each with one warning on stderr, never an error. Probe kernels never use it.
+ * The disk cache of compiled code. Folder: $JITBRIDGE_CACHE_DIR (a relative one is made
+ * absolute against the directory the process started in), else $XDG_CACHE_HOME/jitbridge (an
+ * absolute one only), else ~/.cache/jitbridge, created 0700 at the first compile;
+ * JITBRIDGE_DISK_CACHE=0 (or false, no, off) turns it off. The folder is opened once and every
+ * entry is read through that handle, each checked first (a regular file, ours, not writable by
+ * others, one link, at most 64 MiB). A folder owned by another user or writable by group or
+ * others, or under a parent others can write (without the sticky bit) or another user owns, is
+ * refused; a read-only or full disk turns the cache off: each with one warning, never an error.
+ * Probe kernels never use it. None of these functions creates the folder; each applies the
+ * same trust rules and fails (naming the folder and the fix) on a folder the library refuses.
  */
 /* The folder (owned by the library, valid for the process; "" when none could be chosen). */
 JB_API jb_status jb_disk_cache_dir(const char **out);
-/* "on", or why the cache is off; owned by the library, valid until the state changes. */
+/* "on", or why the cache is off (or would be, before the first compile). Owned by the library;
+ * valid until the next call on this thread. */
 JB_API const char *jb_disk_cache_state(void);
+/* Entries (regular files at entry names) and their total bytes; 0 and 0 with no folder yet. */
 JB_API jb_status jb_disk_cache_stats(uint64_t *entries, uint64_t *bytes);
-/* Removes entries, oldest first, until at most `max_bytes` remain (0 clears the cache). */
+/* Removes whatever is not an entry at an entry's name, then entries, oldest first, until at
+ * most `max_bytes` remain (0 clears the cache). *removed counts what went, also on failure. */
 JB_API jb_status jb_disk_cache_prune(uint64_t max_bytes, uint64_t *removed);
-/* Reads every entry and counts the well-formed ones (magic, version, lengths, checksum). */
+/* Called once per bad entry: its file name and what is wrong; both valid during the call. */
+typedef void (*jb_disk_cache_report_fn)(void *user_data, const char *entry, const char *problem);
+/* Checks every entry as the library would before loading it (type, owner, mode, links, size),
+ * then its contents (magic, version, lengths, checksum). Reports each bad one to `report` (may
+ * be NULL) and, when `fix` is nonzero, removes it. */
+JB_API jb_status jb_disk_cache_check(uint64_t *valid, uint64_t *invalid, int fix,
+                                     jb_disk_cache_report_fn report, void *user_data);
+/* jb_disk_cache_check without a report or fix: counts good and bad entries. */
 JB_API jb_status jb_disk_cache_verify(uint64_t *valid, uint64_t *invalid);
 
 #ifdef __cplusplus

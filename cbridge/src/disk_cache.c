@@ -9,27 +9,29 @@
  * - One file per entry: magic, format version, key length, payload length, checksum, key,
  *   payload. Written to the cache's own tmp/, fsynced, then renamed into place; no lock files
  *   (a killed process would leave one behind and hang every later run).
- * - The folder ($JITBRIDGE_CACHE_DIR, else $XDG_CACHE_HOME/jitbridge, else ~/.cache/jitbridge)
- *   is created 0700; one owned by someone else, or writable by group or others, is refused:
- *   loading a planted shared object would run its code.
+ * - The folder and the trust in it are disk_dir.c's; every operation here goes through its
+ *   handles (openat/renameat/unlinkat). Each entry is checked on its own open handle before a
+ *   byte is read (regular, ours, not writable by others, one link, at most MAX_ENTRY_BYTES).
+ *   Opens never block: a FIFO where an entry belongs is removed, not waited on.
+ * - Temporary names are random (getrandom), retried on a clash: PIDs repeat across containers.
  */
 #include "internal.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #define FORMAT_VERSION 1u
-#define ENTRY_SUFFIX ".jbc"
-#define MAX_ENTRY_BYTES (512u << 20)
-#define STALE_TMP_SECONDS 3600
+/* Real code objects are far smaller (a cpu shared object ~20 KiB, a large cubin a few MiB); the
+ * cap bounds what is read whole under the module cache's write lock. */
+#define MAX_ENTRY_BYTES (64u << 20)
+#define TMP_NAME_TRIES 8
 
 static const char magic[8] = {'J', 'B', 'C', 'A', 'C', 'H', 'E', '\0'};
 
@@ -41,129 +43,7 @@ typedef struct entry_header {
     uint64_t checksum; /* of the key and the payload */
 } entry_header;
 
-static char cache_dir[4096];
-static char state_text[512] = "not yet used";
-static atomic_bool usable;
-static atomic_bool warned;
-static pthread_once_t setup_once = PTHREAD_ONCE_INIT;
 static atomic_uint_fast64_t counter_disk_hits, counter_disk_misses, counter_disk_rejected;
-
-/* One warning per process, then memory-only. */
-static void turn_off(const char *fmt, const char *detail)
-{
-    atomic_store(&usable, false);
-    snprintf(state_text, sizeof state_text, fmt, detail);
-    if (!atomic_exchange(&warned, true))
-        jb__warn("%s; compiled code is kept in memory only", state_text);
-}
-
-static bool make_dir_0700(const char *path)
-{
-    return mkdir(path, 0700) == 0 || errno == EEXIST;
-}
-
-/* Creates each missing parent of `path` (0700), then `path` itself. */
-static bool make_dirs(const char *path)
-{
-    char partial[sizeof cache_dir];
-    snprintf(partial, sizeof partial, "%s", path);
-    for (char *p = partial + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (!make_dir_0700(partial))
-            return false;
-        *p = '/';
-    }
-    return make_dir_0700(partial);
-}
-
-static void sweep_stale_temporaries(void)
-{
-    char tmp[sizeof cache_dir + 8];
-    snprintf(tmp, sizeof tmp, "%s/tmp", cache_dir);
-    DIR *dir = opendir(tmp);
-    if (!dir)
-        return;
-    time_t now = time(NULL);
-    struct dirent *e;
-    while ((e = readdir(dir))) {
-        struct stat st;
-        if (e->d_name[0] == '.' || fstatat(dirfd(dir), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
-            continue;
-        /* Old enough that no live writer can still own it. */
-        if (now - st.st_mtime > STALE_TMP_SECONDS)
-            unlinkat(dirfd(dir), e->d_name, 0);
-    }
-    closedir(dir);
-}
-
-/* Refuses a folder that another user could have filled. Returns a reason, or NULL. */
-static const char *untrusted(const char *path)
-{
-    struct stat st;
-    if (lstat(path, &st) != 0)
-        return "cannot be examined";
-    if (!S_ISDIR(st.st_mode))
-        return "is not a directory (or is a symbolic link)";
-    if (st.st_uid != geteuid())
-        return "is owned by another user";
-    if (st.st_mode & (S_IWGRP | S_IWOTH))
-        return "is writable by group or others";
-    return NULL;
-}
-
-static void setup(void)
-{
-    const char *off = getenv("JITBRIDGE_DISK_CACHE");
-    if (off && strcmp(off, "0") == 0) {
-        snprintf(state_text, sizeof state_text, "off (JITBRIDGE_DISK_CACHE=0)");
-        return;
-    }
-    const char *dir = getenv("JITBRIDGE_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"),
-               *home = getenv("HOME");
-    int n;
-    if (dir && *dir)
-        n = snprintf(cache_dir, sizeof cache_dir, "%s", dir);
-    else if (xdg && *xdg)
-        n = snprintf(cache_dir, sizeof cache_dir, "%s/jitbridge", xdg);
-    else if (home && *home)
-        n = snprintf(cache_dir, sizeof cache_dir, "%s/.cache/jitbridge", home);
-    else {
-        turn_off("no cache folder: set JITBRIDGE_CACHE_DIR or HOME%s", "");
-        return;
-    }
-    if (n < 0 || (size_t)n >= sizeof cache_dir - 64) {
-        turn_off("the cache folder path is too long%s", "");
-        return;
-    }
-    if (!make_dirs(cache_dir)) {
-        turn_off("cannot create the cache folder %s", cache_dir);
-        return;
-    }
-    const char *why = untrusted(cache_dir);
-    if (why) {
-        char detail[sizeof cache_dir + 128];
-        snprintf(detail, sizeof detail, "%s %s", cache_dir, why);
-        turn_off("refusing the cache folder %s", detail);
-        return;
-    }
-    char tmp[sizeof cache_dir + 8];
-    snprintf(tmp, sizeof tmp, "%s/tmp", cache_dir);
-    if (!make_dir_0700(tmp) || untrusted(tmp)) {
-        turn_off("cannot use %s", tmp);
-        return;
-    }
-    sweep_stale_temporaries();
-    snprintf(state_text, sizeof state_text, "on");
-    atomic_store(&usable, true);
-}
-
-bool jb__disk_cache_usable(void)
-{
-    pthread_once(&setup_once, setup);
-    return atomic_load(&usable);
-}
 
 /* ---- keys ---- */
 
@@ -181,7 +61,7 @@ int jb__disk_key(jb_device *dev, const char *source, jb_disk_key *out)
     out->bytes = sb.len;
     uint64_t a = jb__fnv1a64(sb.data, sb.len, JB_FNV_SEED);
     uint64_t b = jb__fnv1a64(sb.data, sb.len, 0x84222325cbf29ce4ULL);
-    snprintf(out->file, sizeof out->file, "%016" PRIx64 "%016" PRIx64 ENTRY_SUFFIX, a, b);
+    snprintf(out->file, sizeof out->file, "%016" PRIx64 "%016" PRIx64 JB_DISK_ENTRY_SUFFIX, a, b);
     return JB_OK;
 }
 
@@ -199,18 +79,54 @@ static uint64_t entry_checksum(const void *key, size_t key_bytes, const void *pa
 
 /* ---- reading ---- */
 
-#define ENTRY_PATH_BYTES (sizeof cache_dir + 80)
-
-static void entry_path(char *out, const char *file)
+const char *jb__disk_entry_problem(const struct stat *st)
 {
-    snprintf(out, ENTRY_PATH_BYTES, "%s/%s", cache_dir, file);
+    if (S_ISDIR(st->st_mode))
+        return "is a directory";
+    if (S_ISFIFO(st->st_mode))
+        return "is a FIFO";
+    if (!S_ISREG(st->st_mode))
+        return "is not a regular file";
+    if (st->st_uid != geteuid())
+        return "is owned by another user";
+    if (st->st_mode & (S_IWGRP | S_IWOTH))
+        return "is writable by group or others";
+    if (st->st_nlink != 1)
+        return "has more than one link";
+    if (st->st_size <= 0)
+        return "is empty";
+    if ((uint64_t)st->st_size > MAX_ENTRY_BYTES)
+        return "is larger than the 64 MiB entry cap";
+    return NULL;
 }
 
-static int open_entry(const char *file)
+int jb__disk_open_entry(int dir, const char *name, struct stat *st, const char **problem)
 {
-    char path[ENTRY_PATH_BYTES];
-    entry_path(path, file);
-    return open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    *problem = NULL;
+    int fd = openat(dir, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0) {
+        if (errno == ELOOP)
+            *problem = "is a symbolic link";
+        else if (errno != ENOENT)
+            *problem = "cannot be opened";
+        return -1;
+    }
+    if (fstat(fd, st) != 0)
+        *problem = "cannot be examined";
+    else
+        *problem = jb__disk_entry_problem(st);
+    if (*problem) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+int jb__disk_remove(int dir, const char *name)
+{
+    if (unlinkat(dir, name, 0) == 0 || errno == ENOENT)
+        return 0;
+    return errno == EISDIR ? unlinkat(dir, name, AT_REMOVEDIR) : -1;
 }
 
 /* Parses and checks one entry read into memory; returns the payload's offset, or 0. `key` may
@@ -235,14 +151,9 @@ size_t jb__disk_entry_check(const unsigned char *data, size_t size, const jb_dis
     return payload_at;
 }
 
-/* Reads a whole entry file, at most MAX_ENTRY_BYTES; NULL on any failure. */
-static unsigned char *read_entry(int fd, size_t *out_size)
+unsigned char *jb__disk_read_entry(int fd, const struct stat *st, size_t *out_size)
 {
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0 ||
-        (uint64_t)st.st_size > MAX_ENTRY_BYTES)
-        return NULL;
-    size_t size = (size_t)st.st_size;
+    size_t size = (size_t)st->st_size;
     unsigned char *data = malloc(size);
     if (data && jb__read_up_to(fd, data, size) != size) {
         free(data);
@@ -254,19 +165,25 @@ static unsigned char *read_entry(int fd, size_t *out_size)
 
 bool jb__disk_load(const jb_disk_key *key, jb_blob *out)
 {
-    if (!jb__disk_cache_usable())
+    int dir = jb__disk_dir_fd();
+    if (dir < 0)
         return false;
-    int fd = open_entry(key->file);
-    if (fd < 0) {
+    struct stat st;
+    const char *problem;
+    int fd = jb__disk_open_entry(dir, key->file, &st, &problem);
+    if (fd < 0 && !problem) {
         atomic_fetch_add(&counter_disk_misses, 1);
         return false;
     }
     size_t size = 0;
-    unsigned char *data = read_entry(fd, &size);
-    close(fd);
+    unsigned char *data = fd >= 0 ? jb__disk_read_entry(fd, &st, &size) : NULL;
+    if (fd >= 0)
+        close(fd);
     size_t payload_at = data ? jb__disk_entry_check(data, size, key) : 0;
     if (!payload_at) {
         free(data);
+        if (problem) /* not a file we may read: out of the way, so the rebuilt entry can land */
+            jb__disk_remove(dir, key->file);
         atomic_fetch_add(&counter_disk_rejected, 1);
         return false; /* a miss; the rebuilt entry replaces it */
     }
@@ -283,9 +200,9 @@ void jb__disk_accept(void)
 
 void jb__disk_reject(const jb_disk_key *key)
 {
-    char path[ENTRY_PATH_BYTES];
-    entry_path(path, key->file);
-    unlink(path);
+    int dir = jb__disk_dir_fd();
+    if (dir >= 0)
+        unlinkat(dir, key->file, 0);
     atomic_fetch_add(&counter_disk_rejected, 1);
 }
 
@@ -294,7 +211,7 @@ void jb__disk_reject(const jb_disk_key *key)
 static bool write_all(int fd, const void *buf, size_t bytes)
 {
     /* Test hook: simulate a full disk. */
-    const char *fault = getenv("JITBRIDGE_DISK_CACHE_FAULT");
+    const char *fault = secure_getenv("JITBRIDGE_DISK_CACHE_FAULT");
     if (fault && strcmp(fault, "enospc") == 0) {
         errno = ENOSPC;
         return false;
@@ -302,18 +219,54 @@ static bool write_all(int fd, const void *buf, size_t bytes)
     return jb__write_all(fd, buf, bytes);
 }
 
+static void random_name(char *out, size_t len)
+{
+    uint64_t r[2];
+    if (getrandom(r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) {
+        static atomic_uint_fast64_t serial;
+        r[0] = jb__now_ns() ^ ((uint64_t)getpid() << 40);
+        r[1] = jb__fnv1a64(r, sizeof r[0], atomic_fetch_add(&serial, 1) + JB_FNV_SEED);
+    }
+    snprintf(out, len, "%016" PRIx64 "%016" PRIx64 ".tmp", r[0], r[1]);
+}
+
+/* Creates a fresh temporary in tmp/; a clash with another writer's name tries another name. */
+static int create_temporary(int tmp, char *name, size_t len)
+{
+    int fd = -1;
+    for (int i = 0; i < TMP_NAME_TRIES && fd < 0; i++) {
+        random_name(name, len);
+        fd = openat(tmp, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK,
+                    0600);
+        if (fd < 0 && errno != EEXIST)
+            break;
+    }
+    return fd;
+}
+
+/* Moves the written temporary into place. Something that is not an entry at that name (a
+ * directory) is removed, or else stepped around: true unless the disk itself failed. */
+static bool publish(int tmp, const char *name, int dir, const char *file)
+{
+    if (renameat(tmp, name, dir, file) == 0)
+        return true;
+    if (errno != EISDIR && errno != ENOTEMPTY && errno != EEXIST && errno != ENOTDIR)
+        return false;
+    if (jb__disk_remove(dir, file) == 0 && renameat(tmp, name, dir, file) == 0)
+        return true;
+    unlinkat(tmp, name, 0);
+    return true;
+}
+
 void jb__disk_store(const jb_disk_key *key, const jb_blob *code)
 {
-    if (!jb__disk_cache_usable())
+    int dir = jb__disk_dir_fd(), tmp = jb__disk_tmp_fd();
+    if (dir < 0 || tmp < 0 || code->size + sizeof(entry_header) + key->bytes > MAX_ENTRY_BYTES)
         return;
-    char tmp[sizeof cache_dir + 128], final_path[ENTRY_PATH_BYTES];
-    static atomic_uint_fast64_t serial;
-    snprintf(tmp, sizeof tmp, "%s/tmp/%s.%ld.%llu.tmp", cache_dir, key->file, (long)getpid(),
-             (unsigned long long)atomic_fetch_add(&serial, 1));
-    entry_path(final_path, key->file);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    char name[64];
+    int fd = create_temporary(tmp, name, sizeof name);
     if (fd < 0) {
-        turn_off("cannot write to the cache folder (%s)", strerror(errno));
+        jb__disk_turn_off("cannot write to the cache folder (%s)", strerror(errno));
         return;
     }
     entry_header h;
@@ -326,138 +279,14 @@ void jb__disk_store(const jb_disk_key *key, const jb_blob *code)
               write_all(fd, code->data, code->size) && fsync(fd) == 0;
     int err = errno;
     ok = close(fd) == 0 && ok;
-    if (ok && rename(tmp, final_path) != 0) {
+    if (ok && !publish(tmp, name, dir, key->file)) {
         ok = false;
         err = errno;
     }
     if (!ok) {
-        unlink(tmp);
-        turn_off("writing a cache entry failed (%s)", strerror(err));
+        unlinkat(tmp, name, 0);
+        jb__disk_turn_off("writing a cache entry failed (%s)", strerror(err));
     }
-}
-
-/* ---- the public view: jitbridge cache ---- */
-
-jb_status jb_disk_cache_dir(const char **out)
-{
-    JB_RETURN_IF(!out, JB_ERR_INVALID_ARGUMENT, "jb_disk_cache_dir: out is NULL");
-    jb__disk_cache_usable();
-    *out = cache_dir;
-    return JB_OK;
-}
-
-const char *jb_disk_cache_state(void)
-{
-    jb__disk_cache_usable();
-    return state_text;
-}
-
-typedef struct entry_info {
-    char name[64];
-    uint64_t bytes;
-    time_t mtime;
-} entry_info;
-
-/* Lists the folder's entries (not tmp/) and their total bytes; the caller frees *out. */
-static int list_entries(entry_info **out, size_t *count, uint64_t *total)
-{
-    jb__disk_cache_usable();
-    *out = NULL;
-    *count = 0;
-    *total = 0;
-    JB_RETURN_IF(!cache_dir[0], JB_ERR_UNSUPPORTED, "the disk cache is %s", state_text);
-    DIR *dir = opendir(cache_dir);
-    JB_RETURN_IF(!dir, JB_ERR_SYSTEM, "cannot open %s: %s", cache_dir, strerror(errno));
-    size_t capacity = 0;
-    struct dirent *e;
-    while ((e = readdir(dir))) {
-        size_t len = strlen(e->d_name);
-        struct stat st;
-        if (len >= sizeof((entry_info *)0)->name || len <= strlen(ENTRY_SUFFIX) ||
-            strcmp(e->d_name + len - strlen(ENTRY_SUFFIX), ENTRY_SUFFIX) != 0 ||
-            fstatat(dirfd(dir), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
-            continue;
-        if (*count == capacity) {
-            capacity = capacity ? capacity * 2 : 64;
-            entry_info *grown = realloc(*out, capacity * sizeof *grown);
-            if (!grown) {
-                closedir(dir);
-                free(*out);
-                *out = NULL;
-                return jb__fail(JB_ERR_OUT_OF_MEMORY, "no memory to list the cache");
-            }
-            *out = grown;
-        }
-        entry_info *info = &(*out)[(*count)++];
-        memcpy(info->name, e->d_name, len + 1); /* len was checked against the size above */
-        info->bytes = (uint64_t)st.st_size;
-        info->mtime = st.st_mtime;
-        *total += info->bytes;
-    }
-    closedir(dir);
-    return JB_OK;
-}
-
-jb_status jb_disk_cache_stats(uint64_t *entries, uint64_t *bytes)
-{
-    JB_RETURN_IF(!entries || !bytes, JB_ERR_INVALID_ARGUMENT, "jb_disk_cache_stats: NULL out");
-    entry_info *list;
-    size_t count;
-    JB_FORWARD_IF_ERROR(list_entries(&list, &count, bytes));
-    *entries = count;
-    free(list);
-    return JB_OK;
-}
-
-static int oldest_first(const void *a, const void *b)
-{
-    const entry_info *x = a, *y = b;
-    return (x->mtime > y->mtime) - (x->mtime < y->mtime);
-}
-
-jb_status jb_disk_cache_prune(uint64_t max_bytes, uint64_t *removed)
-{
-    JB_RETURN_IF(!removed, JB_ERR_INVALID_ARGUMENT, "jb_disk_cache_prune: removed is NULL");
-    entry_info *list;
-    size_t count;
-    uint64_t total;
-    JB_FORWARD_IF_ERROR(list_entries(&list, &count, &total));
-    qsort(list, count, sizeof *list, oldest_first);
-    *removed = 0;
-    char path[ENTRY_PATH_BYTES];
-    for (size_t i = 0; i < count && total > max_bytes; i++) {
-        entry_path(path, list[i].name);
-        if (unlink(path) == 0) {
-            total -= list[i].bytes;
-            (*removed)++;
-        }
-    }
-    free(list);
-    return JB_OK;
-}
-
-jb_status jb_disk_cache_verify(uint64_t *valid, uint64_t *invalid)
-{
-    JB_RETURN_IF(!valid || !invalid, JB_ERR_INVALID_ARGUMENT, "jb_disk_cache_verify: NULL out");
-    entry_info *list;
-    size_t count;
-    uint64_t total;
-    JB_FORWARD_IF_ERROR(list_entries(&list, &count, &total));
-    *valid = *invalid = 0;
-    for (size_t i = 0; i < count; i++) {
-        int fd = open_entry(list[i].name);
-        size_t size = 0;
-        unsigned char *data = fd >= 0 ? read_entry(fd, &size) : NULL;
-        if (fd >= 0)
-            close(fd);
-        if (data && jb__disk_entry_check(data, size, NULL))
-            (*valid)++;
-        else
-            (*invalid)++;
-        free(data);
-    }
-    free(list);
-    return JB_OK;
 }
 
 void jb__disk_counters(uint64_t *hits, uint64_t *misses, uint64_t *rejected)

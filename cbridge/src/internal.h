@@ -275,13 +275,31 @@ int jb__array_wrap(jb_array **out, jb_buffer *buf, jb_dtype dtype, const int64_t
                    jb_event *ready);
 void jb__array_set_ready(jb_array *array, jb_event *ready);
 
-/* ---- the disk cache of compiled code (disk_cache.c) ---- */
+/* ---- the disk cache's folder (disk_dir.c) ---- */
+struct stat;
+/* True when JITBRIDGE_DISK_CACHE says off (0, false, no, off; any case); *value is its text. */
+bool jb__disk_cache_disabled(const char **value);
+/* The folder's absolute path, chosen once; "" with *why saying why none could be chosen. */
+const char *jb__disk_folder(const char **why);
+/* Sets the folder up on first use (creating it 0700, checking it on its handle); then whether
+ * the cache is on. */
+bool jb__disk_cache_usable(void);
+/* The folder's and its tmp/'s handles, held for the process; -1 while the cache is off. */
+int jb__disk_dir_fd(void);
+int jb__disk_tmp_fd(void);
+/* Turns the cache off for this process with one warning (fmt has one %s for detail). */
+void jb__disk_turn_off(const char *fmt, const char *detail);
+/* A handle on the folder for `jitbridge cache`, under the same trust rules, creating nothing:
+ * *out is -1 when the folder does not exist yet. The caller closes it. */
+int jb__disk_open_for_maintenance(int *out);
+
+/* ---- the disk cache's entries (disk_cache.c) ---- */
+#define JB_DISK_ENTRY_SUFFIX ".jbc"
 typedef struct jb_disk_key {
     char *text; /* every input of the compile, compared on read */
     size_t bytes;
     char file[64]; /* hash of `text` + suffix */
 } jb_disk_key;
-bool jb__disk_cache_usable(void);
 int jb__disk_key(jb_device *dev, const char *source, jb_disk_key *out);
 void jb__disk_key_free(jb_disk_key *key);
 /* True with the stored code when a valid entry exists; a missing or invalid one is a miss. */
@@ -289,10 +307,19 @@ bool jb__disk_load(const jb_disk_key *key, jb_blob *out);
 /* The loaded code was accepted by the loader (a disk hit) or rejected (evicted). */
 void jb__disk_accept(void);
 void jb__disk_reject(const jb_disk_key *key);
-/* Stores compiled code; any failure turns the disk cache off with one warning. */
+/* Stores compiled code; a failing disk turns the disk cache off with one warning. */
 void jb__disk_store(const jb_disk_key *key, const jb_blob *code);
 /* The payload offset of a well-formed entry whose key matches (any key if NULL), else 0. */
 size_t jb__disk_entry_check(const unsigned char *data, size_t size, const jb_disk_key *key);
+/* Why an entry with this status must not be read (type, owner, mode, links, size), or NULL. */
+const char *jb__disk_entry_problem(const struct stat *st);
+/* Opens entry `name` of folder `dir` without blocking or following a link and checks it on the
+ * handle: the fd, or -1 with *problem saying why (NULL when it does not exist). */
+int jb__disk_open_entry(int dir, const char *name, struct stat *st, const char **problem);
+/* Reads a checked entry whole (st from jb__disk_open_entry); NULL on failure. */
+unsigned char *jb__disk_read_entry(int fd, const struct stat *st, size_t *out_size);
+/* Removes whatever is at `name` (a file, link, FIFO or empty directory); 0 or -1 with errno. */
+int jb__disk_remove(int dir, const char *name);
 void jb__disk_counters(uint64_t *hits, uint64_t *misses, uint64_t *rejected);
 void jb__disk_counters_reset(void);
 
