@@ -4,8 +4,12 @@
 use jitbridge::{Array, Counters, CustomKernel, DType, Device, KernelSpec, LaunchShape};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 const CHILD: &str = "JB_DISK_TEST_CHILD";
+const FIRST: &str = "JB_DISK_TEST_FIRST";
+const CHDIR: &str = "JB_DISK_TEST_CHDIR";
+const GO: &str = "JB_DISK_TEST_GO";
 
 /// A kernel whose source depends on `salt`, so that salts are distinct cache entries.
 fn salted_kernel(salt: u32) -> CustomKernel {
@@ -21,22 +25,47 @@ fn salted_kernel(salt: u32) -> CustomKernel {
     .unwrap()
 }
 
-/// In the child: launch the kernels the parent asked for and report the counters.
+fn launch_salts(input: &Array, salts: &str) -> bool {
+    let mut exact = true;
+    for salt in salts.split(',').filter(|s| !s.is_empty()).map(|s| s.parse::<u32>().unwrap()) {
+        let out = salted_kernel(salt).launch(&[input], &[&[64]], LaunchShape::Threads(64));
+        let values = out.unwrap()[0].to_vec::<f32>().unwrap();
+        exact &= values.iter().enumerate().all(|(i, &v)| v == i as f32 * 3.0 + salt as f32);
+    }
+    exact
+}
+
+/// Waits (at most 20 s) until `path` exists.
+fn wait_for(path: &Path) {
+    let start = Instant::now();
+    while !path.exists() {
+        assert!(start.elapsed() < Duration::from_secs(20), "{} never appeared", path.display());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// In the child: launch the kernels the parent asked for and report the counters. With
+/// JB_DISK_TEST_FIRST, those salts are launched first; with JB_DISK_TEST_CHDIR, the child then
+/// changes directory; with JB_DISK_TEST_GO, it then writes GO.ready and waits for GO, so that
+/// the parent can change the disk in between.
 #[test]
 fn child_entry() {
     let Ok(job) = std::env::var(CHILD) else { return };
     let device = Device::cpu().unwrap();
     let input = Array::arange(device, 64, DType::F32).unwrap();
-    let mut exact = true;
+    let mut exact = launch_salts(&input, &std::env::var(FIRST).unwrap_or_default());
+    if let Ok(dir) = std::env::var(CHDIR) {
+        std::env::set_current_dir(dir).unwrap();
+    }
+    if let Ok(go) = std::env::var(GO) {
+        std::fs::write(format!("{go}.ready"), b"").unwrap();
+        wait_for(Path::new(&go));
+    }
     if job == "probe" {
         let out = jitbridge::jit_race_probe_array(&input, 7).unwrap();
         exact &= jitbridge::race::probe_output_exact(&out.to_vec::<f32>().unwrap());
     } else {
-        for salt in job.split(',').map(|s| s.parse::<u32>().unwrap()) {
-            let out = salted_kernel(salt).launch(&[&input], &[&[64]], LaunchShape::Threads(64));
-            let values = out.unwrap()[0].to_vec::<f32>().unwrap();
-            exact &= values.iter().enumerate().all(|(i, &v)| v == i as f32 * 3.0 + salt as f32);
-        }
+        exact &= launch_salts(&input, &job);
     }
     let c = Counters::read();
     println!(
@@ -311,4 +340,283 @@ fn full_disk_warns_once_and_kernels_still_run() {
     assert!(entries(&dir).is_empty());
     assert_eq!(std::fs::read_dir(dir.join("tmp")).unwrap().count(), 0, "no torn temporaries");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn every_off_spelling_turns_the_cache_off() {
+    for value in ["0", "false", "OFF", "No", "off"] {
+        let dir = fresh_dir("offword");
+        let report =
+            parse(child_command(&dir, "4").env("JITBRIDGE_DISK_CACHE", value).output().unwrap());
+        assert_eq!((report.builds, report.disk_misses), (1, 0), "JITBRIDGE_DISK_CACHE={value}");
+        assert!(!dir.exists(), "JITBRIDGE_DISK_CACHE={value} still created the folder");
+    }
+}
+
+/// The file name the entry of `salt` gets: found by letting a process store it elsewhere.
+fn entry_name(salt: u32) -> (String, Vec<u8>) {
+    let dir = fresh_dir(&format!("name{salt}"));
+    run_child(&dir, &salt.to_string());
+    let entry = entries(&dir).pop().unwrap();
+    let bytes = std::fs::read(&entry).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    (entry.file_name().unwrap().to_str().unwrap().to_string(), bytes)
+}
+
+fn make_fifo(path: &Path) {
+    use std::os::unix::ffi::OsStrExt;
+    unsafe extern "C" {
+        fn mkfifo(path: *const std::ffi::c_char, mode: u32) -> i32;
+    }
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { mkfifo(c_path.as_ptr(), 0o600) }, 0, "mkfifo {}", path.display());
+}
+
+/// A FIFO where an entry belongs used to block open() forever, under the module cache's write
+/// lock. Now it is refused on its handle, removed, and the rebuilt entry takes its place.
+#[test]
+fn fifo_entry_neither_blocks_nor_turns_the_cache_off() {
+    use std::os::unix::fs::FileTypeExt;
+    let (name, _) = entry_name(30);
+    let dir = fresh_dir("fifo");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    make_fifo(&dir.join(&name));
+    let start = Instant::now();
+    let mut child = child_command(&dir, "30").spawn().unwrap();
+    while child.try_wait().unwrap().is_none() && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let elapsed = start.elapsed();
+    if child.try_wait().unwrap().is_none() {
+        child.kill().unwrap();
+        child.wait().unwrap();
+        panic!("the process blocked on a FIFO entry for {elapsed:?}");
+    }
+    assert!(elapsed < Duration::from_secs(1), "took {elapsed:?}");
+    let report = parse(child.wait_with_output().unwrap());
+    assert_eq!((report.builds, report.disk_rejected), (1, 1));
+    assert!(!report.stderr.contains("warning"), "{}", report.stderr);
+    let kind = std::fs::symlink_metadata(dir.join(&name)).unwrap().file_type();
+    assert!(kind.is_file() && !kind.is_fifo(), "the FIFO is still there");
+    assert_eq!((run_child(&dir, "30").disk_hits), 1, "the rebuilt entry was not stored");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A directory (not empty, so it cannot be removed) where an entry belongs is stepped around:
+/// no warning, and the cache stays on for the next kernel.
+#[test]
+fn directory_at_an_entry_name_is_stepped_around() {
+    let (name, _) = entry_name(31);
+    let dir = fresh_dir("dirent");
+    std::fs::create_dir_all(dir.join(&name).join("inside")).unwrap();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let report = run_child(&dir, "31,32");
+    assert_eq!(report.builds, 2);
+    assert!(!report.stderr.contains("warning"), "{}", report.stderr);
+    let stored: Vec<_> = entries(&dir).into_iter().filter(|p| p.is_file()).collect();
+    assert_eq!(stored.len(), 1, "the next kernel's entry was not stored: {stored:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn entry_with_a_second_link_is_rebuilt() {
+    damaged_entry_is_rebuilt("hardlink", |dir, entry| {
+        std::fs::hard_link(entry, dir.join("another-name")).unwrap();
+    });
+}
+
+#[test]
+fn entry_writable_by_others_is_rebuilt() {
+    use std::os::unix::fs::PermissionsExt;
+    damaged_entry_is_rebuilt("entry-mode", |_, entry| {
+        std::fs::set_permissions(entry, std::fs::Permissions::from_mode(0o666)).unwrap();
+    });
+}
+
+#[test]
+fn entry_owned_by_another_user_is_rebuilt() {
+    if !is_root() {
+        eprintln!("skipped: giving a file to another user needs root");
+        return;
+    }
+    damaged_entry_is_rebuilt("entry-owner", |_, entry| {
+        std::os::unix::fs::chown(entry, Some(65534), Some(65534)).unwrap();
+    });
+}
+
+/// Temporary names used to be `<entry>.<pid>.<serial>.tmp`: a leftover of a killed process
+/// with the same PID (another container's) turned the cache off. Names are random now.
+#[test]
+fn a_leftover_temporary_of_the_same_pid_does_not_turn_the_cache_off() {
+    let (name, _) = entry_name(40);
+    let dir = fresh_dir("samepid");
+    std::fs::create_dir_all(dir.join("tmp")).unwrap();
+    let go = dir.join("go");
+    let child = child_command(&dir, "40").env(GO, &go).spawn().unwrap();
+    wait_for(&dir.join("go.ready"));
+    std::fs::write(dir.join(format!("tmp/{name}.{}.0.tmp", child.id())), b"left behind").unwrap();
+    std::fs::write(&go, b"").unwrap();
+    let report = parse(child.wait_with_output().unwrap());
+    assert!(!report.stderr.contains("warning"), "{}", report.stderr);
+    assert!(dir.join(&name).is_file(), "the entry was not stored");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A relative XDG_CACHE_HOME is ignored, as the XDG spec says: the cache goes under HOME.
+#[test]
+fn relative_xdg_cache_home_is_ignored() {
+    let base = fresh_dir("xdg");
+    let (home, work) = (base.join("home"), base.join("work"));
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::create_dir_all(&work).unwrap();
+    let mut cmd = child_command(&base, "41");
+    cmd.env_remove("JITBRIDGE_CACHE_DIR").env("XDG_CACHE_HOME", "relative").env("HOME", &home);
+    parse(cmd.current_dir(&work).output().unwrap());
+    assert!(!work.join("relative").exists(), "a relative XDG_CACHE_HOME was used");
+    assert_eq!(entries(&home.join(".cache/jitbridge")).len(), 1);
+    std::fs::remove_dir_all(&base).unwrap();
+}
+
+const FNV_SEED: u64 = 0xcbf29ce484222325;
+
+fn fnv1a64(data: &[u8], seed: u64) -> u64 {
+    data.iter().fold(seed, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100000001b3))
+}
+
+/// What an attacker plants: a genuine entry's header and key (keys are not secret: they run the
+/// same kernel) around their own payload, with the checksum recomputed (it is not keyed).
+fn forge_entry(genuine: &[u8], payload: &[u8]) -> Vec<u8> {
+    let key_bytes = u32::from_le_bytes(genuine[12..16].try_into().unwrap()) as usize;
+    let key = &genuine[32..32 + key_bytes];
+    let mut forged = genuine[..16].to_vec();
+    forged.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    forged.extend_from_slice(&fnv1a64(payload, fnv1a64(key, FNV_SEED)).to_le_bytes());
+    forged.extend_from_slice(key);
+    forged.extend_from_slice(payload);
+    forged
+}
+
+/// A shared object whose constructor writes `marker`: loading it is running the attacker's code.
+fn planted_shared_object(dir: &Path, marker: &Path) -> Vec<u8> {
+    let source = dir.join("planted.c");
+    std::fs::write(
+        &source,
+        format!(
+            "#include <stdio.h>\n__attribute__((constructor)) static void planted(void) {{\n\
+             FILE *f = fopen(\"{}\", \"w\"); if (f) {{ fputs(\"ran\", f); fclose(f); }} }}\n",
+            marker.display()
+        ),
+    )
+    .unwrap();
+    let object = dir.join("planted.so");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let status = Command::new(cc)
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&object)
+        .arg(&source)
+        .status()
+        .unwrap();
+    assert!(status.success(), "cannot build the planted shared object");
+    std::fs::read(object).unwrap()
+}
+
+enum Swap {
+    /// The folder's parent is ours; the folder is swapped after setup. The held handle wins.
+    AfterSetup,
+    /// The folder sits under another user's (nobody's) folder, who swaps it.
+    ForeignParent,
+    /// HOME points into another user's home (as with `sudo -E`).
+    ForeignHome,
+    /// A relative JITBRIDGE_CACHE_DIR, and the host changes directory before its first compile.
+    RelativeThenChdir,
+}
+
+/// The swap attack: after the library has chosen (and checked) its folder, whoever controls a
+/// parent puts a folder of their own in its place with a forged entry for the next kernel. The
+/// forged entry's shared object writes a marker when loaded; it must never be written.
+fn swap_attack(name: &str, swap: Swap) {
+    use std::os::unix::fs::PermissionsExt;
+    let base = fresh_dir(name);
+    let attacker = base.join("attacker");
+    std::fs::create_dir_all(&attacker).unwrap();
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let marker = attacker.join("marker");
+    let (entry, genuine) = entry_name(51);
+    let forged = forge_entry(&genuine, &planted_shared_object(&attacker, &marker));
+    let cache = match swap {
+        Swap::ForeignHome => base.join(".cache/jitbridge"),
+        _ => base.join("cache"),
+    };
+    if matches!(swap, Swap::ForeignParent | Swap::ForeignHome) {
+        std::os::unix::fs::chown(&base, Some(65534), Some(65534)).unwrap();
+    }
+    let go = attacker.join("go");
+    let mut cmd = child_command(&cache, "51");
+    cmd.env(FIRST, "50").env(GO, &go);
+    match swap {
+        Swap::ForeignHome => {
+            cmd.env_remove("JITBRIDGE_CACHE_DIR").env_remove("XDG_CACHE_HOME").env("HOME", &base);
+        }
+        Swap::RelativeThenChdir => {
+            cmd.env("JITBRIDGE_CACHE_DIR", "cache").current_dir(&base).env(CHDIR, &attacker);
+        }
+        _ => {}
+    }
+    let child = cmd.spawn().unwrap();
+    wait_for(&attacker.join("go.ready"));
+    let planted = match swap {
+        Swap::RelativeThenChdir => attacker.join("cache"),
+        _ => {
+            if cache.exists() {
+                std::fs::rename(&cache, base.join("moved-away")).unwrap();
+            }
+            cache.clone()
+        }
+    };
+    std::fs::create_dir_all(&planted).unwrap();
+    std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::write(planted.join(&entry), &forged).unwrap();
+    std::fs::set_permissions(planted.join(&entry), std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::write(&go, b"").unwrap();
+    let report = parse(child.wait_with_output().unwrap());
+    assert!(!marker.exists(), "{name}: the planted shared object ran\n{}", report.stderr);
+    if matches!(swap, Swap::ForeignParent | Swap::ForeignHome) {
+        assert!(report.stderr.contains("refusing the cache folder"), "{}", report.stderr);
+        assert!(report.stderr.contains(base.to_str().unwrap()), "{}", report.stderr);
+        assert!(report.stderr.contains("owned by another user"), "{}", report.stderr);
+        assert!(report.stderr.contains("fix: "), "{}", report.stderr);
+    } else {
+        assert_eq!(report.disk_hits, 0, "{name}: a planted entry was loaded");
+    }
+    std::fs::remove_dir_all(&base).unwrap();
+}
+
+#[test]
+fn swap_after_setup_loads_nothing_planted() {
+    swap_attack("swap-held", Swap::AfterSetup);
+}
+
+#[test]
+fn relative_cache_dir_then_chdir_loads_nothing_planted() {
+    swap_attack("swap-relative", Swap::RelativeThenChdir);
+}
+
+#[test]
+fn folder_under_another_users_folder_is_refused() {
+    if !is_root() {
+        eprintln!("skipped: a folder of another user needs root to make");
+        return;
+    }
+    swap_attack("swap-foreign", Swap::ForeignParent);
+}
+
+#[test]
+fn home_of_another_user_is_refused() {
+    if !is_root() {
+        eprintln!("skipped: a home of another user needs root to make");
+        return;
+    }
+    swap_attack("swap-home", Swap::ForeignHome);
 }
