@@ -1,24 +1,33 @@
 //! The disk cache of compiled code: a new process loads what an earlier one compiled.
 //!
-//! Folder: `$JITBRIDGE_CACHE_DIR`, else `$XDG_CACHE_HOME/jitbridge`, else
-//! `~/.cache/jitbridge`, created 0700; `JITBRIDGE_DISK_CACHE=0` turns it off. A folder owned by
-//! another user or writable by group or others is refused, and a read-only or full disk turns
-//! the cache off, each with one warning; kernels still run.
+//! Folder: `$JITBRIDGE_CACHE_DIR` (a relative one is made absolute against the directory the
+//! process started in), else `$XDG_CACHE_HOME/jitbridge` (an absolute one only), else
+//! `~/.cache/jitbridge`, created 0700 at the first compile; `JITBRIDGE_DISK_CACHE` set to `0`,
+//! `false`, `no` or `off` (any case) turns it off. The folder is opened once and every entry is
+//! read through that handle, each checked first: a regular file, ours, not writable by others,
+//! one link, at most 64 MiB. A folder owned by another user or writable by group or others, or
+//! under a parent that others may write (without the sticky bit) or another user owns, is
+//! refused, and a read-only or full disk turns the cache off, each with one warning; kernels
+//! still run.
+//!
+//! The functions here never create the folder, and they apply the same trust rules: on a
+//! folder the library refuses they fail with a message that names it and the fix.
 
-use crate::error::{Error, c_str, check};
+use crate::error::{Error, c_str, check as check_status};
 use crate::ffi;
+use std::ffi::{c_char, c_void};
 
 /// The folder ("" when none could be chosen).
 pub fn dir() -> String {
     let mut ptr = std::ptr::null();
     // SAFETY: valid out pointer; the string lives for the process.
-    match check(unsafe { ffi::jb_disk_cache_dir(&mut ptr) }) {
+    match check_status(unsafe { ffi::jb_disk_cache_dir(&mut ptr) }) {
         Ok(()) => c_str(ptr),
         Err(_) => String::new(),
     }
 }
 
-/// "on", or why the cache is off.
+/// "on", or why the cache is off (or would be: before the first compile, nothing is created).
 pub fn state() -> String {
     // SAFETY: returns a library-owned string, copied at once.
     c_str(unsafe { ffi::jb_disk_cache_state() })
@@ -28,22 +37,72 @@ pub fn state() -> String {
 pub fn stats() -> Result<(u64, u64), Error> {
     let (mut entries, mut bytes) = (0, 0);
     // SAFETY: valid out pointers.
-    check(unsafe { ffi::jb_disk_cache_stats(&mut entries, &mut bytes) })?;
+    check_status(unsafe { ffi::jb_disk_cache_stats(&mut entries, &mut bytes) })?;
     Ok((entries, bytes))
 }
 
-/// Removes entries, oldest first, until at most `max_bytes` remain; returns how many went.
+/// Removes whatever is not an entry at an entry's name (a FIFO, a directory), then entries,
+/// oldest first, until at most `max_bytes` remain; returns how many went. `prune(0)` clears.
 pub fn prune(max_bytes: u64) -> Result<u64, Error> {
     let mut removed = 0;
     // SAFETY: valid out pointer.
-    check(unsafe { ffi::jb_disk_cache_prune(max_bytes, &mut removed) })?;
+    check_status(unsafe { ffi::jb_disk_cache_prune(max_bytes, &mut removed) })?;
     Ok(removed)
 }
 
-/// Reads every entry: (well-formed, malformed).
+/// Reads every entry: (good, bad), as [`check`] without a report.
 pub fn verify() -> Result<(u64, u64), Error> {
     let (mut valid, mut invalid) = (0, 0);
     // SAFETY: valid out pointers.
-    check(unsafe { ffi::jb_disk_cache_verify(&mut valid, &mut invalid) })?;
+    check_status(unsafe { ffi::jb_disk_cache_verify(&mut valid, &mut invalid) })?;
     Ok((valid, invalid))
+}
+
+/// One entry the library would refuse or reject, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// The entry's file name in the folder.
+    pub entry: String,
+    /// What is wrong: "is a FIFO", "has more than one link", "is malformed (...)", ...
+    pub problem: String,
+}
+
+/// What [`check`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CheckReport {
+    /// Entries the library would load.
+    pub valid: u64,
+    /// Entries it would refuse (type, owner, mode, links, size) or reject (contents).
+    pub invalid: u64,
+    /// Each bad entry, named.
+    pub problems: Vec<Problem>,
+}
+
+extern "C" fn collect_problem(
+    user_data: *mut c_void,
+    entry: *const c_char,
+    problem: *const c_char,
+) {
+    // SAFETY: user_data is the Vec passed to jb_disk_cache_check below, used only during it.
+    let problems = unsafe { &mut *user_data.cast::<Vec<Problem>>() };
+    problems.push(Problem { entry: c_str(entry), problem: c_str(problem) });
+}
+
+/// Checks every entry as the library would before loading it (type, owner, mode, links, size),
+/// then its contents (magic, version, lengths, checksum), naming each bad one; `fix` removes
+/// them. A removal that fails is an error.
+pub fn check(fix: bool) -> Result<CheckReport, Error> {
+    let mut report = CheckReport::default();
+    let problems: *mut Vec<Problem> = &mut report.problems;
+    // SAFETY: valid out pointers; the callback only pushes onto `problems`, alive for the call.
+    check_status(unsafe {
+        ffi::jb_disk_cache_check(
+            &mut report.valid,
+            &mut report.invalid,
+            i32::from(fix),
+            Some(collect_problem),
+            problems.cast(),
+        )
+    })?;
+    Ok(report)
 }

@@ -176,6 +176,13 @@ unsafe extern "C" {
     pub fn jb_disk_cache_stats(entries: *mut u64, bytes: *mut u64) -> c_int;
     pub fn jb_disk_cache_prune(max_bytes: u64, removed: *mut u64) -> c_int;
     pub fn jb_disk_cache_verify(valid: *mut u64, invalid: *mut u64) -> c_int;
+    pub fn jb_disk_cache_check(
+        valid: *mut u64,
+        invalid: *mut u64,
+        fix: c_int,
+        report: Option<unsafe extern "C" fn(*mut c_void, *const c_char, *const c_char)>,
+        user_data: *mut c_void,
+    ) -> c_int;
 
     pub fn jb_counters_get(out: *mut jb_counters, out_size: usize) -> c_int;
     pub fn jb_counters_reset();

@@ -57,6 +57,8 @@ pub enum LaunchShape {
 /// generated source, so two bodies under one name never share a module.
 ///
 /// ```
+/// # // Doc tests keep off the user's disk cache; nothing else runs yet.
+/// # unsafe { std::env::set_var("JITBRIDGE_DISK_CACHE", "off") };
 /// use jitbridge::{Array, CustomKernel, DType, Device, KernelSpec, LaunchShape};
 /// let kernel = CustomKernel::new(&KernelSpec {
 ///     name: "add_one",

@@ -1,6 +1,8 @@
 //! The disk cache, seen from new processes: each test re-runs this test binary as a child (the
 //! `child_entry` test, inert unless JB_DISK_TEST_CHILD is set) with its own cache folder.
 
+mod common;
+
 use jitbridge::{Array, Counters, CustomKernel, DType, Device, KernelSpec, LaunchShape};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -51,6 +53,9 @@ fn wait_for(path: &Path) {
 #[test]
 fn child_entry() {
     let Ok(job) = std::env::var(CHILD) else { return };
+    if let Some(op) = job.strip_prefix("admin:") {
+        return admin(op);
+    }
     let device = Device::cpu().unwrap();
     let input = Array::arange(device, 64, DType::F32).unwrap();
     let mut exact = launch_salts(&input, &std::env::var(FIRST).unwrap_or_default());
@@ -72,6 +77,49 @@ fn child_entry() {
         "RESULT builds={} disk_hits={} disk_misses={} disk_rejected={} exact={exact}",
         c.builds, c.disk_hits, c.disk_misses, c.disk_rejected
     );
+}
+
+/// In the child: one maintenance call, its outcome printed as ADMIN and PROBLEM lines.
+fn admin(op: &str) {
+    use jitbridge::disk_cache;
+    let outcome = match op {
+        "show" => disk_cache::stats().map(|(entries, bytes)| {
+            format!(
+                "dir={} entries={entries} bytes={bytes} state={}",
+                disk_cache::dir(),
+                disk_cache::state()
+            )
+        }),
+        "clear" => disk_cache::prune(0).map(|removed| format!("removed={removed}")),
+        "check" | "fix" => disk_cache::check(op == "fix").map(|report| {
+            for p in &report.problems {
+                println!("PROBLEM {} {}", p.entry, p.problem);
+            }
+            format!("valid={} invalid={}", report.valid, report.invalid)
+        }),
+        _ => panic!("unknown admin job {op}"),
+    };
+    match outcome {
+        Ok(text) => println!("ADMIN ok {text}"),
+        Err(e) => println!("ADMIN err {e}"),
+    }
+}
+
+/// Runs one maintenance call in a child: (Ok(summary) or Err(message), PROBLEM lines).
+fn run_admin(cmd: &mut Command) -> (Result<String, String>, Vec<String>) {
+    let output = cmd.output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(output.status.success(), "child failed: {stdout}");
+    // The harness prints "test child_entry ... " before the child's first line.
+    let problems =
+        stdout.lines().filter_map(|l| l.find("PROBLEM ").map(|at| l[at + 8..].to_string()));
+    let problems = problems.collect();
+    let line = stdout.lines().find_map(|l| l.find("ADMIN ").map(|at| &l[at + 6..])).unwrap();
+    let outcome = match line.strip_prefix("ok ") {
+        Some(text) => Ok(text.to_string()),
+        None => Err(line.strip_prefix("err ").unwrap().to_string()),
+    };
+    (outcome, problems)
 }
 
 struct Report {
@@ -619,4 +667,109 @@ fn home_of_another_user_is_refused() {
         return;
     }
     swap_attack("swap-home", Swap::ForeignHome);
+}
+
+#[test]
+fn showing_the_cache_creates_nothing() {
+    let dir = fresh_dir("show");
+    let (outcome, _) = run_admin(&mut child_command(&dir, "admin:show"));
+    let text = outcome.unwrap();
+    assert!(text.contains("entries=0 bytes=0"), "{text}");
+    assert!(text.contains(&format!("dir={}", dir.display())), "{text}");
+    assert!(!dir.exists(), "looking at the cache created its folder");
+}
+
+/// As root, clearing used to delete the entries of a folder the library itself refuses.
+#[test]
+fn clearing_a_refused_folder_is_an_error_and_removes_nothing() {
+    if !is_root() {
+        eprintln!("skipped: a folder of another user needs root to make");
+        return;
+    }
+    let dir = fresh_dir("clear-foreign");
+    run_child(&dir, "60");
+    std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).unwrap();
+    let (outcome, _) = run_admin(&mut child_command(&dir, "admin:clear"));
+    let message = outcome.unwrap_err();
+    assert!(message.contains(dir.to_str().unwrap()), "{message}");
+    assert!(message.contains("owned by another user") && message.contains("fix: "), "{message}");
+    assert_eq!(entries(&dir).len(), 1, "an entry of a refused folder was removed");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Clearing a folder whose entries cannot be removed used to say "removed 0 entries" and
+/// succeed. As root, the child drops to uid 65534, which owns a 0500 folder.
+#[test]
+fn clearing_a_read_only_folder_is_an_error() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    if !is_root() {
+        eprintln!("skipped: running a child as another user needs root");
+        return;
+    }
+    let base = fresh_dir("clear-readonly");
+    let dir = base.join("cache");
+    run_child(&dir, "61");
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
+    for path in [entries(&dir).pop().unwrap(), dir.join("tmp"), dir.clone()] {
+        std::os::unix::fs::chown(&path, Some(65534), Some(65534)).unwrap();
+    }
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o500)).unwrap();
+    let mut cmd = child_command(&dir, "admin:clear");
+    cmd.uid(65534).gid(65534);
+    let (outcome, _) = run_admin(&mut cmd);
+    let message = outcome.unwrap_err();
+    assert!(
+        message.contains("cannot remove") && message.contains("Permission denied"),
+        "{message}"
+    );
+    assert_eq!(entries(&dir).len(), 1);
+    std::fs::remove_dir_all(&base).unwrap();
+}
+
+/// `check` names every entry the library would refuse or reject, and `fix` removes exactly
+/// those; the good entry stays.
+#[test]
+fn check_names_each_bad_entry_and_fix_removes_them() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = fresh_dir("check");
+    run_child(&dir, "70,71,72,73");
+    let good = entries(&dir);
+    let name = |p: &PathBuf| p.file_name().unwrap().to_str().unwrap().to_string();
+    std::fs::set_permissions(&good[0], std::fs::Permissions::from_mode(0o666)).unwrap();
+    std::fs::hard_link(&good[1], dir.join("second-link")).unwrap();
+    let mut bytes = std::fs::read(&good[2]).unwrap();
+    bytes[40] ^= 1;
+    std::fs::write(&good[2], bytes).unwrap();
+    let fifo = dir.join("0123456789abcdef0123456789abcdef.jbc");
+    make_fifo(&fifo);
+    std::os::unix::fs::symlink(&good[3], dir.join("ffffffffffffffffffffffffffffffff.jbc")).unwrap();
+    let (outcome, problems) = run_admin(&mut child_command(&dir, "admin:check"));
+    assert_eq!(outcome.unwrap(), "valid=1 invalid=5");
+    let expected = [
+        (name(&good[0]), "is writable by group or others"),
+        (name(&good[1]), "has more than one link"),
+        (name(&good[2]), "is malformed"),
+        (name(&fifo), "is a FIFO"),
+        ("ffffffffffffffffffffffffffffffff.jbc".to_string(), "is a symbolic link"),
+    ];
+    for (entry, problem) in &expected {
+        assert!(
+            problems.iter().any(|p| p.starts_with(entry.as_str()) && p.contains(problem)),
+            "{entry} {problem} not reported in {problems:?}"
+        );
+    }
+    assert_eq!(entries(&dir).len(), 6, "check alone removed something");
+    let (outcome, _) = run_admin(&mut child_command(&dir, "admin:fix"));
+    assert_eq!(outcome.unwrap(), "valid=1 invalid=5");
+    assert_eq!(entries(&dir), vec![good[3].clone()], "fix left a bad entry or removed a good one");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// This process (like every test process) was pointed at a temporary folder before `main`.
+#[test]
+fn tests_use_a_temporary_cache_folder() {
+    let dir = PathBuf::from(jitbridge::disk_cache::dir());
+    let own = std::env::temp_dir().join(format!("jitbridge-test-cache-{}", std::process::id()));
+    assert_eq!(dir, own, "tests would write the user's cache folder");
 }

@@ -124,6 +124,7 @@ static void null_pointers(void)
     EXPECT(jb_disk_cache_stats(NULL, &b), JB_ERR_INVALID_ARGUMENT);
     EXPECT(jb_disk_cache_prune(0, NULL), JB_ERR_INVALID_ARGUMENT);
     EXPECT(jb_disk_cache_verify(&a, NULL), JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_disk_cache_check(NULL, &b, 0, NULL, NULL), JB_ERR_INVALID_ARGUMENT);
     EXPECT(jb_bench_raw_probe_launches(NULL, NULL, 0, 1), JB_ERR_INVALID_ARGUMENT);
     EXPECT(jb_bench_raw_probe_launches(&ns, NULL, 0, 1), JB_ERR_INVALID_ARGUMENT);
     EXPECT(jb_bench_compile_only(&ns, NULL, cpu), JB_ERR_INVALID_ARGUMENT);

@@ -2,6 +2,8 @@
 //! with `jit_module_concurrency_tests!`.
 #![allow(dead_code)]
 
+mod temporary_cache;
+
 use jitbridge::race::{self, Probe};
 use jitbridge::{Counters, Device};
 use std::sync::{Mutex, MutexGuard};
