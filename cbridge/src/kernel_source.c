@@ -62,6 +62,17 @@ static const char *gpu_type(jb_dtype dtype)
     return dtype == JB_F32 ? "float" : "int";
 }
 
+/* Arrays are numbered inputs first, then outputs: the order of the launch's arguments. */
+static const char *slot_name(const jb_custom_kernel *k, size_t slot)
+{
+    return slot < k->num_inputs ? k->input_names[slot] : k->output_names[slot - k->num_inputs];
+}
+
+static jb_dtype slot_dtype(const jb_custom_kernel *k, size_t slot)
+{
+    return slot < k->num_inputs ? k->input_dtypes[slot] : k->output_dtypes[slot - k->num_inputs];
+}
+
 static void append_body(jb_strbuf *sb, const jb_custom_kernel *k, const char *body)
 {
     /* #line makes the compiler's diagnostics point at lines of the caller's body. */
@@ -81,23 +92,15 @@ static char *generate_cpu_source(const jb_custom_kernel *k, const char *body, co
                        "void %s(void *const *jb_pointers, const uint64_t *jb_sizes, "
                        "uint64_t jb_threads)\n{\n",
                        k->name);
-    size_t slot = 0;
-    for (size_t i = 0; i < k->num_inputs; i++, slot++)
+    for (size_t slot = 0; slot < k->num_inputs + k->num_outputs; slot++) {
+        const char *name = slot_name(k, slot), *type = cpu_type(slot_dtype(k, slot));
+        const char *qualifier = slot < k->num_inputs ? "const " : "";
         jb__strbuf_appendf(&sb,
-                           "    const %s *const restrict %s = (const %s *)jb_pointers[%zu];\n"
+                           "    %s%s *const restrict %s = (%s%s *)jb_pointers[%zu];\n"
                            "    const uint64_t %s_size = jb_sizes[%zu];\n"
                            "    (void)%s; (void)%s_size;\n",
-                           cpu_type(k->input_dtypes[i]), k->input_names[i],
-                           cpu_type(k->input_dtypes[i]), slot, k->input_names[i], slot,
-                           k->input_names[i], k->input_names[i]);
-    for (size_t i = 0; i < k->num_outputs; i++, slot++)
-        jb__strbuf_appendf(&sb,
-                           "    %s *const restrict %s = (%s *)jb_pointers[%zu];\n"
-                           "    const uint64_t %s_size = jb_sizes[%zu];\n"
-                           "    (void)%s; (void)%s_size;\n",
-                           cpu_type(k->output_dtypes[i]), k->output_names[i],
-                           cpu_type(k->output_dtypes[i]), slot, k->output_names[i], slot,
-                           k->output_names[i], k->output_names[i]);
+                           qualifier, type, name, qualifier, type, slot, name, slot, name, name);
+    }
     jb__strbuf_append(&sb, "    for (uint64_t jb_thread = 0; jb_thread < jb_threads; jb_thread++) "
                            "{\n#define thread_index() (jb_thread)\n");
     append_body(&sb, k, body);
@@ -117,12 +120,10 @@ static char *generate_gpu_source(const jb_custom_kernel *k, const char *body, co
     if (header)
         jb__strbuf_appendf(&sb, "#line 1 \"%s.header\"\n%s\n", k->name, header);
     jb__strbuf_appendf(&sb, "extern \"C\" __global__ void %s(", k->name);
-    for (size_t i = 0; i < k->num_inputs; i++)
-        jb__strbuf_appendf(&sb, "const %s *__restrict__ %s, const unsigned long long %s_size, ",
-                           gpu_type(k->input_dtypes[i]), k->input_names[i], k->input_names[i]);
-    for (size_t i = 0; i < k->num_outputs; i++)
-        jb__strbuf_appendf(&sb, "%s *__restrict__ %s, const unsigned long long %s_size, ",
-                           gpu_type(k->output_dtypes[i]), k->output_names[i], k->output_names[i]);
+    for (size_t slot = 0; slot < k->num_inputs + k->num_outputs; slot++)
+        jb__strbuf_appendf(&sb, "%s%s *__restrict__ %s, const unsigned long long %s_size, ",
+                           slot < k->num_inputs ? "const " : "", gpu_type(slot_dtype(k, slot)),
+                           slot_name(k, slot), slot_name(k, slot));
     jb__strbuf_append(
         &sb, "const unsigned long long jb_threads)\n{\n"
              "    const unsigned long long jb_block = ((unsigned long long)blockIdx.z * gridDim.y"
@@ -130,10 +131,8 @@ static char *generate_gpu_source(const jb_custom_kernel *k, const char *body, co
              "    const unsigned long long jb_thread = jb_block * (blockDim.x * blockDim.y * "
              "blockDim.z) + (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;\n"
              "    if (jb_thread >= jb_threads)\n        return;\n");
-    for (size_t i = 0; i < k->num_inputs; i++)
-        jb__strbuf_appendf(&sb, "    (void)%s_size;\n", k->input_names[i]);
-    for (size_t i = 0; i < k->num_outputs; i++)
-        jb__strbuf_appendf(&sb, "    (void)%s_size;\n", k->output_names[i]);
+    for (size_t slot = 0; slot < k->num_inputs + k->num_outputs; slot++)
+        jb__strbuf_appendf(&sb, "    (void)%s_size;\n", slot_name(k, slot));
     jb__strbuf_append(&sb, "#define thread_index() (jb_thread)\n");
     append_body(&sb, k, body);
     jb__strbuf_append(&sb, "#undef thread_index\n}\n");
