@@ -1,6 +1,7 @@
 //! Compiles the C library in cbridge/ with the system C compiler and links it statically.
 //! GPU backends (features `cuda`, `rocm`) add the vendor toolkit; at most one may be enabled.
 
+use std::collections::HashMap;
 use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -9,6 +10,44 @@ use std::process::Command;
 fn env_var(name: &str) -> Option<String> {
     println!("cargo:rerun-if-env-changed={name}");
     env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+/// The `NAME = words` lines of cbridge/flags.mk, which cbridge/Makefile includes too.
+fn flags_mk(path: &Path) -> HashMap<String, Vec<String>> {
+    println!("cargo:rerun-if-changed={}", path.display());
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    text.lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty() && !line.starts_with('#'))
+        .map(|line| {
+            let (name, words) = line
+                .split_once('=')
+                .filter(|(name, _)| !name.ends_with([':', '+', '?']))
+                .unwrap_or_else(|| panic!("{}: `{line}` is not `NAME = words`", path.display()));
+            (name.trim().to_string(), words.split_whitespace().map(String::from).collect())
+        })
+        .collect()
+}
+
+/// One variable of flags.mk; build.rs and flags.mk are one change, so a missing name is a bug.
+fn mk_var<'a>(vars: &'a HashMap<String, Vec<String>>, name: &str) -> &'a [String] {
+    vars.get(name).unwrap_or_else(|| panic!("cbridge/flags.mk has no {name}"))
+}
+
+/// -O and -g as the cargo profile asks (`opt-level`, `debug`), the way the cc crate reads them.
+fn profile_flags() -> Vec<String> {
+    let opt_level = env::var("OPT_LEVEL").unwrap_or_else(|_| "0".into());
+    let mut flags = vec![format!("-O{opt_level}")];
+    if !matches!(env::var("DEBUG").as_deref(), Ok("false" | "0" | "none") | Err(_)) {
+        flags.push("-g".into());
+    }
+    flags
+}
+
+/// A `CARGO_CFG_TARGET_*` value: the target being built for, which need not be the host.
+fn target(what: &str) -> String {
+    env::var(format!("CARGO_CFG_TARGET_{what}")).unwrap_or_default()
 }
 
 fn feature(name: &str) -> bool {
@@ -67,7 +106,13 @@ fn toolkit_root(vars: &[&str], defaults: &[&str], what: &str, probe: &str) -> Pa
 
 fn cuda_toolkit() -> Gpu {
     let root = toolkit_root(&["CUDA_PATH"], &["/usr/local/cuda"], "CUDA", "include/cuda.h");
-    let lib_dir = ["lib64", "lib", "targets/x86_64-linux/lib"]
+    let (arch, os) = (target("ARCH"), target("OS"));
+    // The toolkit's per-target folder; Arm servers are "sbsa", Jetson boards the plain arch.
+    let mut dirs = vec!["lib64".to_string(), "lib".into(), format!("targets/{arch}-{os}/lib")];
+    if arch == "aarch64" {
+        dirs.push(format!("targets/sbsa-{os}/lib"));
+    }
+    let lib_dir = dirs
         .iter()
         .map(|d| root.join(d))
         .find(|d| d.join("libnvrtc.so").exists())
@@ -92,7 +137,10 @@ fn rocm_toolkit() -> Gpu {
         "ROCm (HIP)",
         "include/hip/hip_runtime_api.h",
     );
-    let lib_dir = ["lib", "lib64", "lib/x86_64-linux-gnu"]
+    // Debian's multiarch folder, e.g. x86_64-linux-gnu or arm-linux-gnueabihf.
+    let multiarch =
+        format!("{}-{}-{}{}", target("ARCH"), target("OS"), target("ENV"), target("ABI"));
+    let lib_dir = ["lib".to_string(), "lib64".into(), format!("lib/{multiarch}")]
         .iter()
         .map(|d| root.join(d))
         .find(|d| d.join("libamdhip64.so").exists())
@@ -111,6 +159,7 @@ fn main() {
     let cbridge = manifest.join("cbridge");
     println!("cargo:rerun-if-changed=cbridge/include");
     println!("cargo:rerun-if-changed=cbridge/src");
+    let mk = flags_mk(&cbridge.join("flags.mk"));
 
     let gpu = match (feature("cuda"), feature("rocm")) {
         (true, true) => panic!(
@@ -126,31 +175,21 @@ fn main() {
     let program = compiler_words.next().expect("CC is empty");
     let compiler_args: Vec<&str> = compiler_words.collect();
 
-    let mut flags: Vec<String> = [
-        "-std=c11",
-        "-D_GNU_SOURCE",
-        "-Wall",
-        "-Wextra",
-        "-O2",
-        "-g",
-        "-fPIC",
-        "-fvisibility=hidden",
-        "-pthread",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    // As cbridge/Makefile orders them: the library's flags, then the caller's, which win.
+    let mut flags = mk_var(&mk, "JB_CFLAGS").to_vec();
+    flags.extend(profile_flags());
+    if let Some(cflags) = env_var("CFLAGS") {
+        flags.extend(cflags.split_whitespace().map(String::from));
+    }
     flags.push(format!("-I{}", cbridge.join("include").display()));
 
     // Test-only: remove one named lock to show that the concurrency tests catch the race.
     if let Some(lock) = env_var("JITBRIDGE_REMOVE_LOCK") {
-        let define = match lock.as_str() {
-            "jit_cache" => "JB_REMOVE_LOCK_JIT_CACHE",
-            "event_pool" => "JB_REMOVE_LOCK_EVENT_POOL",
-            "configure" => "JB_REMOVE_LOCK_CONFIGURE",
-            other => {
-                panic!("JITBRIDGE_REMOVE_LOCK={other}: expected jit_cache, event_pool or configure")
-            }
+        let Some([define]) = mk.get(&format!("JB_REMOVE_LOCK_{lock}")).map(Vec::as_slice) else {
+            let mut names: Vec<_> =
+                mk.keys().filter_map(|k| k.strip_prefix("JB_REMOVE_LOCK_")).collect();
+            names.sort();
+            panic!("JITBRIDGE_REMOVE_LOCK={lock}: expected one of {}", names.join(", "));
         };
         println!(
             "cargo:warning=JITBRIDGE_REMOVE_LOCK={lock}: this build has NO {lock} lock and races on purpose; never ship it"
@@ -202,7 +241,13 @@ fn main() {
             println!("cargo:rustc-link-arg=-Wl,-rpath,{}", gpu.lib_dir.display());
         }
     }
-    for lib in ["dl", "pthread", "m"] {
+    for word in mk_var(&mk, "JB_LDLIBS") {
+        let lib = match word.as_str() {
+            "-pthread" => "pthread",
+            other => other.strip_prefix("-l").unwrap_or_else(|| {
+                panic!("cbridge/flags.mk: JB_LDLIBS word `{other}` is neither -lNAME nor -pthread")
+            }),
+        };
         println!("cargo:rustc-link-lib=dylib={lib}");
     }
     println!("cargo:include={}", cbridge.join("include").display());
