@@ -86,12 +86,19 @@ options:
 
 const CACHE: Command = Command {
     name: "cache",
-    usage: "jitbridge cache [show | clear | prune SIZE | verify]",
+    usage: "jitbridge cache [show | clear | prune SIZE | verify [--fix]]",
     about: "show or maintain the disk cache of compiled code",
-    details: "  show          the folder, its state, entries and bytes (the default)
+    details:
+        "  show          the folder, its state, entries and size (the default); creates nothing
   clear         remove every entry
   prune SIZE    remove the oldest entries until at most SIZE bytes remain
-  verify        read every entry and count the malformed ones (exit status 1 if any)
+  verify        check every entry as the library would before loading it (type, owner, mode,
+                links, size, contents) and name each bad one (exit status 1 if any)
+  verify --fix  the same, removing each bad entry
+
+Each action applies the library's trust rules: on a folder it would refuse (owned by another
+user, writable by group or others, or under a parent others can write) it fails, naming the
+folder and the fix. A failure to remove an entry is an error (exit status 2).
 
 SIZE is a whole number of bytes with an optional unit K, M, G or T, alone or followed by B or
 iB, in any case; units are powers of 1024 (100M, 100MB and 100MiB are all 104857600 bytes).",
@@ -440,20 +447,36 @@ fn bench_command(args: &[String]) -> Outcome {
     Ok(true)
 }
 
+/// Bytes as a person reads them, exact in parentheses: "512 bytes", "15.6 KiB (16000 bytes)".
+fn readable_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if bytes < 1024 {
+        return format!("{bytes} bytes");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {} ({bytes} bytes)", UNITS[unit])
+}
+
 fn cache_command(args: &[String]) -> Outcome {
     use jitbridge::disk_cache;
-    let Some(args) = parse_args(&CACHE, args, &[])? else {
+    let Some(args) = parse_args(&CACHE, args, &[Opt { flag: "--fix", value: None }])? else {
         print_help(&CACHE);
         return Ok(true);
     };
     let usage = |message: String| Failure::Usage(message, &CACHE);
-    let show = || {
+    // Looks only: neither this nor anything below creates the folder.
+    let show = || -> Outcome {
         out!("folder   {}", disk_cache::dir());
         out!("state    {}", disk_cache::state());
-        if let Ok((entries, bytes)) = disk_cache::stats() {
-            out!("entries  {entries}");
-            out!("bytes    {bytes}");
-        }
+        let (entries, bytes) = disk_cache::stats()?;
+        out!("entries  {entries}");
+        out!("size     {}", readable_bytes(bytes));
+        Ok(true)
     };
     let words: Vec<&str> = args.positional.iter().map(String::as_str).collect();
     let (action, rest) = words.split_first().map_or(("show", &[][..]), |(a, r)| (*a, r));
@@ -461,11 +484,13 @@ fn cache_command(args: &[String]) -> Outcome {
         None => Ok(()),
         Some(extra) => Err(usage(format!("unexpected argument '{extra}' after `cache {action}`"))),
     };
+    if args.has("--fix") && action != "verify" {
+        return Err(usage(format!("--fix belongs to `cache verify`, not `cache {action}`")));
+    }
     match action {
         "show" => {
             takes(0)?;
-            show();
-            Ok(true)
+            show()
         }
         "clear" => {
             takes(0)?;
@@ -480,18 +505,25 @@ fn cache_command(args: &[String]) -> Outcome {
             takes(1)?;
             let removed = disk_cache::prune(parse_size(size).map_err(usage)?)?;
             out!("removed  {removed} entries");
-            show();
-            Ok(true)
+            show()
         }
         "verify" => {
             takes(0)?;
-            let (valid, invalid) = disk_cache::verify()?;
-            out!("valid    {valid}");
-            out!("invalid  {invalid}");
-            Ok(invalid == 0)
+            let fix = args.has("--fix");
+            let report = disk_cache::check(fix)?;
+            let folder = disk_cache::dir();
+            for p in &report.problems {
+                out!("bad      {folder}/{}: {}", p.entry, p.problem);
+            }
+            out!("valid    {}", report.valid);
+            out!("invalid  {}", report.invalid);
+            if fix && report.invalid > 0 {
+                out!("removed  {} bad entries", report.invalid);
+            }
+            Ok(fix || report.invalid == 0)
         }
         other => Err(usage(format!(
-            "unknown cache action '{other}' (show, clear, prune SIZE or verify)"
+            "unknown cache action '{other}' (show, clear, prune SIZE or verify [--fix])"
         ))),
     }
 }
@@ -646,7 +678,16 @@ fn main() -> ExitCode {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_size;
+    use super::{parse_size, readable_bytes};
+
+    #[test]
+    fn bytes_read_as_kib_and_mib() {
+        assert_eq!(readable_bytes(0), "0 bytes");
+        assert_eq!(readable_bytes(1023), "1023 bytes");
+        assert_eq!(readable_bytes(16000), "15.6 KiB (16000 bytes)");
+        assert_eq!(readable_bytes(3 << 20), "3.0 MiB (3145728 bytes)");
+        assert_eq!(readable_bytes(5 << 30), "5.0 GiB (5368709120 bytes)");
+    }
 
     #[test]
     fn sizes_take_every_spelling_of_a_unit() {
