@@ -68,10 +68,16 @@ pub struct jb_launch_shape {
     pub total_threads: u64,
 }
 
+/// `jb_log_fn`: called with the user data, a `jb_log_level` and the message.
+pub type jb_log_fn =
+    Option<unsafe extern "C" fn(user_data: *mut c_void, level: c_int, message: *const c_char)>;
+
 unsafe extern "C" {
     pub fn jb_status_name(status: c_int) -> *const c_char;
     pub fn jb_last_error_message() -> *const c_char;
+    pub fn jb_version() -> *const c_char;
     pub fn jb_abi_version() -> c_int;
+    pub fn jb_set_log_callback(callback: jb_log_fn, user_data: *mut c_void) -> c_int;
 
     pub fn jb_gpu_backend_name() -> *const c_char;
     pub fn jb_device_count(out: *mut c_int, kind: c_int) -> c_int;

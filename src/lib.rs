@@ -23,6 +23,7 @@ mod counters;
 mod device;
 mod error;
 mod kernel;
+mod logging;
 mod probe;
 mod stream;
 
@@ -44,6 +45,7 @@ pub use counters::Counters;
 pub use device::{Device, DeviceKind, cpu_compiler, gpu_backend};
 pub use error::{Error, ErrorCode};
 pub use kernel::{ConfigureHook, CustomKernel, KernelConfig, KernelSpec, LaunchShape};
+pub use logging::{clear_log_callback, set_log_callback};
 pub use probe::jit_race_probe_array;
 pub use stream::{DefaultStreamGuard, Stream, streams};
 

@@ -32,7 +32,19 @@ extern "C" {
 #define JB_API
 #endif
 
-/* Bumped whenever a declaration here changes in a way that breaks existing callers. */
+/*
+ * Versions. JB_VERSION_* is the release (the Rust crate's version; semantic versioning).
+ * JB_ABI_VERSION is the shared library's: libjitbridge.so.<JB_ABI_VERSION> is its SONAME. It goes
+ * up when a change breaks a program built against an older header: a function removed or its
+ * signature changed, a struct's existing fields moved or retyped, an enum value renumbered, or a
+ * documented behaviour changed. Additions (new functions, new enum values, fields appended to a
+ * struct read through a size argument, as jb_counters) keep it. The header's macros say what a
+ * program was built against; jb_version() and jb_abi_version() say what it runs with.
+ */
+#define JB_VERSION_MAJOR 0
+#define JB_VERSION_MINOR 1
+#define JB_VERSION_PATCH 0
+#define JB_VERSION_STRING "0.1.0"
 #define JB_ABI_VERSION 1
 
 /* Status codes: stable numbers, one table. */
@@ -66,9 +78,27 @@ JB_API const char *jb_last_error_message(void);
 /* The status of the last failed call on this thread (JB_OK if none). */
 JB_API int jb_last_error_status(void);
 
+/* The loaded library's release, "MAJOR.MINOR.PATCH": a static string. */
+JB_API const char *jb_version(void);
 /* The JB_ABI_VERSION the library was built with: a caller compares it with the one it was
  * compiled against to catch a mismatched library at run time. */
 JB_API int jb_abi_version(void);
+
+/*
+ * Warnings (the disk cache turned off, a cache folder refused): the library never fails a call
+ * for them, and by default prints each on stderr as "jitbridge: warning: <message>".
+ * jb_set_log_callback(fn, user_data) sends each to fn(user_data, level, message) instead, with
+ * `message` valid only during the call; fn NULL goes back to stderr. fn may be called from any
+ * thread, from several at once, so it must be thread-safe. jb_set_log_callback waits for calls
+ * in progress to return, so that once it returns the previous user_data is no longer used. From
+ * inside fn, jb_set_log_callback fails (JB_ERR_INVALID_ARGUMENT) and a warning fn causes goes to
+ * stderr. May be called from any thread.
+ */
+typedef enum jb_log_level {
+    JB_LOG_WARNING = 1,
+} jb_log_level;
+typedef void (*jb_log_fn)(void *user_data, jb_log_level level, const char *message);
+JB_API jb_status jb_set_log_callback(jb_log_fn fn, void *user_data);
 
 /* ---------------------------------------------------------------------------------------------
  * Devices. Process-global and never freed: a jb_device pointer stays valid for the process.
@@ -283,7 +313,8 @@ JB_API void jb_counters_reset(void);
  * entry is read through that handle, each checked first (a regular file, ours, not writable by
  * others, one link, at most 64 MiB). A folder owned by another user or writable by group or
  * others, or under a parent others can write (without the sticky bit) or another user owns, is
- * refused; a read-only or full disk turns the cache off: each with one warning, never an error.
+ * refused; a read-only or full disk turns the cache off: each with one warning (see
+ * jb_set_log_callback), never an error.
  * Probe kernels never use it. None of these functions creates the folder; each applies the
  * same trust rules and fails (naming the folder and the fix) on a folder the library refuses.
  */

@@ -1,4 +1,4 @@
-/* Status names and the thread-local last error. */
+/* Status names, the thread-local last error, versions, and where warnings go. */
 #include "internal.h"
 
 #include <stdarg.h>
@@ -87,6 +87,31 @@ int jb__fail_with_log(int status, const char *log, const char *fmt, ...)
     return status;
 }
 
+const char *jb_version(void)
+{
+    return JB_VERSION_STRING;
+}
+
+/* The callback and its data change together under the write lock; a warning holds the read
+ * lock while it calls, so replacing the callback waits for the calls in progress. */
+static pthread_rwlock_t log_lock = PTHREAD_RWLOCK_INITIALIZER;
+static jb_log_fn log_fn;
+static void *log_user_data;
+/* Set while this thread runs the callback: the callback's own warnings go to stderr, and it
+ * cannot replace itself (that would wait for itself). */
+static _Thread_local bool tls_in_log_callback;
+
+jb_status jb_set_log_callback(jb_log_fn fn, void *user_data)
+{
+    JB_RETURN_IF(tls_in_log_callback, JB_ERR_INVALID_ARGUMENT,
+                 "jb_set_log_callback called from inside the log callback");
+    pthread_rwlock_wrlock(&log_lock);
+    log_fn = fn;
+    log_user_data = fn ? user_data : NULL;
+    pthread_rwlock_unlock(&log_lock);
+    return JB_OK;
+}
+
 void jb__warn(const char *fmt, ...)
 {
     char text[1024];
@@ -94,5 +119,15 @@ void jb__warn(const char *fmt, ...)
     va_start(args, fmt);
     vsnprintf(text, sizeof text, fmt, args);
     va_end(args);
+    if (!tls_in_log_callback && pthread_rwlock_rdlock(&log_lock) == 0) {
+        if (log_fn) {
+            tls_in_log_callback = true;
+            log_fn(log_user_data, JB_LOG_WARNING, text);
+            tls_in_log_callback = false;
+            pthread_rwlock_unlock(&log_lock);
+            return;
+        }
+        pthread_rwlock_unlock(&log_lock);
+    }
     fprintf(stderr, "jitbridge: warning: %s\n", text);
 }

@@ -22,7 +22,7 @@ int jb__fail(int status, const char *fmt, ...) __attribute__((format(printf, 2, 
 int jb__fail_with_log(int status, const char *log, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Every warning the library gives goes through here (one place to route them): stderr today. */
+/* Every warning the library gives goes through here: to the log callback, else stderr. */
 void jb__warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #define JB_RETURN_IF(cond, status, ...)                                                            \
