@@ -442,6 +442,7 @@ fn fifo_entry_neither_blocks_nor_turns_the_cache_off() {
         child.wait().unwrap();
         panic!("the process blocked on a FIFO entry for {elapsed:?}");
     }
+    eprintln!("a process meeting a FIFO entry finished in {elapsed:?}");
     assert!(elapsed < Duration::from_secs(1), "took {elapsed:?}");
     let report = parse(child.wait_with_output().unwrap());
     assert_eq!((report.builds, report.disk_rejected), (1, 1));
@@ -772,4 +773,67 @@ fn tests_use_a_temporary_cache_folder() {
     let dir = PathBuf::from(jitbridge::disk_cache::dir());
     let own = std::env::temp_dir().join(format!("jitbridge-test-cache-{}", std::process::id()));
     assert_eq!(dir, own, "tests would write the user's cache folder");
+}
+
+/// A parent that anyone may write (no sticky bit) lets anyone swap the folder: refused, with
+/// the parent and the fix named. (/tmp itself, sticky, is fine: every test here lives under it.)
+#[test]
+fn folder_under_a_world_writable_parent_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let base = fresh_dir("worldw");
+    std::fs::create_dir_all(&base).unwrap();
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let dir = base.join("cache");
+    let report = run_child(&dir, "80");
+    let says =
+        format!("its parent {} is writable by others without the sticky bit", base.display());
+    assert!(report.stderr.contains(&says), "{}", report.stderr);
+    assert!(
+        report.stderr.contains(&format!("fix: chmod o-w {}", base.display())),
+        "{}",
+        report.stderr
+    );
+    assert_eq!(report.builds, 1, "the kernel still ran");
+    assert!(entries(&dir).is_empty());
+    std::fs::remove_dir_all(&base).unwrap();
+}
+
+/// A symbolic link to an acceptable folder is followed (it used to be refused outright); one to
+/// a folder the library would refuse is refused.
+#[test]
+fn a_link_is_followed_only_to_an_acceptable_folder() {
+    use std::os::unix::fs::PermissionsExt;
+    let base = fresh_dir("link");
+    let (good, bad) = (base.join("good"), base.join("bad"));
+    std::fs::create_dir_all(&good).unwrap();
+    std::fs::create_dir_all(&bad).unwrap();
+    std::fs::set_permissions(&good, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::set_permissions(&bad, std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::os::unix::fs::symlink(&good, base.join("to-good")).unwrap();
+    std::os::unix::fs::symlink(&bad, base.join("to-bad")).unwrap();
+    let followed = run_child(&base.join("to-good"), "81");
+    assert!(!followed.stderr.contains("warning"), "{}", followed.stderr);
+    assert_eq!(entries(&good).len(), 1, "the entry did not land in the link's target");
+    let refused = run_child(&base.join("to-bad"), "81");
+    assert!(refused.stderr.contains("writable by group or others"), "{}", refused.stderr);
+    assert!(entries(&bad).is_empty());
+    std::fs::remove_dir_all(&base).unwrap();
+}
+
+/// `clear` sees what is not an entry at an entry's name (a FIFO, an empty directory, a link)
+/// and removes it with the entries.
+#[test]
+fn clear_removes_fifos_links_and_directories_at_entry_names() {
+    let dir = fresh_dir("clear-junk");
+    run_child(&dir, "82");
+    make_fifo(&dir.join("0123456789abcdef0123456789abcdef.jbc"));
+    std::fs::create_dir(dir.join("1123456789abcdef0123456789abcdef.jbc")).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", dir.join("2123456789abcdef0123456789abcdef.jbc"))
+        .unwrap();
+    assert_eq!(entries(&dir).len(), 4);
+    let (outcome, _) = run_admin(&mut child_command(&dir, "admin:clear"));
+    assert_eq!(outcome.unwrap(), "removed=4");
+    assert!(entries(&dir).is_empty(), "{:?}", entries(&dir));
+    assert!(Path::new("/etc/passwd").exists());
+    std::fs::remove_dir_all(&dir).unwrap();
 }
