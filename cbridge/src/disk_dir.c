@@ -109,6 +109,8 @@ static bool resolve(const char *path, char *out, size_t len)
         char real[PATH_MAX];
         if (realpath(prefix, real)) {
             int n = snprintf(out, len, "%s%s", strcmp(real, "/") ? real : "", path + cut);
+            if (n == 0) /* the path was "/" itself */
+                n = snprintf(out, len, "/");
             return n > 0 && (size_t)n < len;
         }
         if (errno != ENOENT && errno != ENOTDIR)
@@ -156,7 +158,7 @@ static const char *untrusted_folder(const struct stat *st, char *fix, size_t fix
 {
     if (st->st_uid != geteuid()) {
         say(fix, fix_len, "chown %u %s, or choose a folder of your own with JITBRIDGE_CACHE_DIR",
-                 (unsigned)geteuid(), path);
+            (unsigned)geteuid(), path);
         return "is owned by another user";
     }
     if (st->st_mode & (S_IWGRP | S_IWOTH)) {
@@ -201,7 +203,7 @@ static int open_trusted(const char *path, bool create, bool *missing, char *why,
         }
         if (fd < 0) {
             say(why, why_len, "cannot %s the cache folder %s (%s at %s)",
-                     create ? "create" : "open", path, strerror(err), walked);
+                create ? "create" : "open", path, strerror(err), walked);
             return -1;
         }
     }
@@ -210,8 +212,8 @@ static int open_trusted(const char *path, bool create, bool *missing, char *why,
         return -1;
     }
     if (bad)
-        say(why, why_len, "refusing the cache folder %s: its parent %s %s; fix: %s", path,
-                 walked, bad, fix);
+        say(why, why_len, "refusing the cache folder %s: its parent %s %s; fix: %s", path, walked,
+            bad, fix);
     else if (fstat(fd, &st) != 0)
         say(why, why_len, "cannot examine the cache folder %s (%s)", path, strerror(errno));
     else if ((bad = untrusted_folder(&st, fix, sizeof fix, walked)))
