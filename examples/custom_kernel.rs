@@ -14,8 +14,7 @@ fn main() -> Result<(), jitbridge::Error> {
         // `x_size` is the element count of input `x`; threads past it do nothing.
         body: "size_t i = thread_index();\n\
                if (i < x_size) out[i] = 2.5f * x[i] + y[i];",
-        header: None,
-        configure: None,
+        ..Default::default()
     })?;
     println!("device {} ({}), module {}", device.name(), device.backend(), saxpy.module_name());
 

@@ -101,8 +101,7 @@ fn warm_kernels(device: Device, salt: &str) -> Result<Vec<CustomKernel>, jitbrid
                 inputs: &[("inp", DType::F32)],
                 outputs: &[("out", DType::F32)],
                 body: &body,
-                header: None,
-                configure: None,
+                ..Default::default()
             })?;
             kernel.prepare(device)?;
             Ok(kernel)
@@ -361,8 +360,7 @@ pub fn run(device: Device, scale: &Scale) -> Result<Vec<Row>, jitbridge::Error> 
             inputs: &[("inp", DType::F32)],
             outputs: &[("out", DType::F32)],
             body,
-            header: None,
-            configure: None,
+            ..Default::default()
         })?;
         compile.push(bench_support::compile_only(&same_source, device)?);
     }

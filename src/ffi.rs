@@ -26,6 +26,19 @@ pub const JB_DEVICE_CPU: c_int = 0;
 pub const JB_DEVICE_GPU: c_int = 1;
 pub const JB_F32: c_int = 0;
 pub const JB_I32: c_int = 1;
+pub const JB_F16: c_int = 2;
+pub const JB_BF16: c_int = 3;
+pub const JB_F64: c_int = 4;
+pub const JB_I8: c_int = 5;
+pub const JB_U8: c_int = 6;
+pub const JB_U32: c_int = 7;
+pub const JB_I64: c_int = 8;
+pub const JB_BOOL: c_int = 9;
+pub const JB_PARAM_INT: c_int = 0;
+pub const JB_PARAM_BOOL: c_int = 1;
+pub const JB_PARAM_DTYPE: c_int = 2;
+pub const JB_COMPILE_FAST_MATH: u32 = 1;
+pub const JB_COMPILE_LINE_INFO: u32 = 2;
 
 /// `jb_counters` is laid out exactly as `Counters`, a leaf module of plain data.
 pub type jb_counters = crate::counters::Counters;
@@ -47,6 +60,7 @@ pub type jb_configure_hook = Option<
 
 #[repr(C)]
 pub struct jb_kernel_spec {
+    pub struct_size: usize,
     pub name: *const c_char,
     pub input_names: *const *const c_char,
     pub input_dtypes: *const c_int,
@@ -58,6 +72,41 @@ pub struct jb_kernel_spec {
     pub header: *const c_char,
     pub configure: jb_configure_hook,
     pub configure_user_data: *mut c_void,
+    pub scalar_names: *const *const c_char,
+    pub scalar_dtypes: *const c_int,
+    pub num_scalars: usize,
+    pub params: *const jb_kernel_param,
+    pub num_params: usize,
+    pub compile_flags: u32,
+    pub defines: *const *const c_char,
+    pub num_defines: usize,
+}
+
+#[repr(C)]
+pub struct jb_kernel_param {
+    pub name: *const c_char,
+    pub kind: c_int,
+    pub value: i64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union jb_scalar_value {
+    pub f32: f32,
+    pub f64: f64,
+    pub i8: i8,
+    pub u8: u8,
+    pub i32: i32,
+    pub u32: u32,
+    pub i64: i64,
+    pub bits16: u16,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct jb_scalar {
+    pub dtype: c_int,
+    pub value: jb_scalar_value,
 }
 
 #[repr(C)]
@@ -148,6 +197,23 @@ unsafe extern "C" {
         output_ndims: *const c_int,
         shape: *const jb_launch_shape,
     ) -> c_int;
+
+    pub fn jb_custom_kernel_launch_on(
+        outputs: *mut *mut jb_array,
+        kernel: *mut jb_custom_kernel,
+        stream: *mut jb_stream,
+        inputs: *const *mut jb_array,
+        num_inputs: usize,
+        scalars: *const jb_scalar,
+        num_scalars: usize,
+        output_shapes: *const *const i64,
+        output_ndims: *const c_int,
+        shape: *const jb_launch_shape,
+    ) -> c_int;
+    pub fn jb_f32_to_f16_bits(value: f32) -> u16;
+    pub fn jb_f16_bits_to_f32(bits: u16) -> f32;
+    pub fn jb_f32_to_bf16_bits(value: f32) -> u16;
+    pub fn jb_bf16_bits_to_f32(bits: u16) -> f32;
 
     pub fn jb_jit_race_probe_array(
         out: *mut *mut jb_array,

@@ -1,11 +1,13 @@
 //! Custom kernels: a body the library wraps into a whole kernel for the device's backend.
 
-use crate::array::{Array, DType};
+use crate::array::{Array, Bf16, DType, F16};
 use crate::device::Device;
 use crate::error::{Error, ErrorCode, c_str, check};
 use crate::ffi;
 use std::ffi::CString;
+use crate::stream::Stream;
 use std::os::raw::{c_int, c_void};
+use std::sync::Arc;
 
 /// What a configure hook decides for a kernel on one device before its first launch there.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -18,12 +20,39 @@ pub struct KernelConfig {
 
 /// A one-time configure hook: runs once per kernel per device, before the first launch there,
 /// under that kernel's configure lock. `None` fails the launch (the next launch tries again).
-pub type ConfigureHook = fn(Device) -> Option<KernelConfig>;
+/// It may capture state; it lives as long as the kernel.
+pub type ConfigureHook = Arc<dyn Fn(Device) -> Option<KernelConfig> + Send + Sync>;
 
-/// Describes a custom kernel. In the body, `thread_index()` is the thread's global index, each
-/// input `x` is a const pointer of its dtype with `x_size` elements, and each output `y` a
-/// writable pointer with `y_size`.
-#[derive(Debug, Clone, Copy)]
+/// A compile-time parameter's value: substituted into the source (`#define NAME value`, or
+/// `typedef <dtype> NAME;`), so each value is its own module.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Param {
+    /// An integer constant.
+    Int(i64),
+    /// 1 or 0.
+    Bool(bool),
+    /// A type name standing for this dtype.
+    DType(DType),
+}
+
+/// Compile options of a kernel: part of its identity (module name and disk cache key).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct CompileOptions<'a> {
+    /// Fast math (cpu `-ffast-math`, cuda `--use_fast_math`).
+    pub fast_math: bool,
+    /// Line information for profilers and debuggers (cpu `-g`, cuda `-lineinfo`).
+    pub line_info: bool,
+    /// `"NAME"` or `"NAME=VALUE"`: `#define` lines at the top of the source.
+    pub defines: &'a [&'a str],
+}
+
+/// Describes a custom kernel; start from `Default` and set what is needed. In the body,
+/// `thread_index()` is the thread's global index, each input `x` is a const pointer of its
+/// dtype with `x_size` elements, each output `y` a writable pointer with `y_size`, and each
+/// scalar a value. The dtype names (`f32`, `bf16`, ...) are types in the body; `f16` and `bf16`
+/// are 16-bit storage types converted with `f16_to_f32`, `f32_to_f16`, `bf16_to_f32`,
+/// `f32_to_bf16` (round to nearest even).
+#[derive(Clone, Default)]
 pub struct KernelSpec<'a> {
     /// The kernel's name: a C identifier.
     pub name: &'a str,
@@ -31,12 +60,106 @@ pub struct KernelSpec<'a> {
     pub inputs: &'a [(&'a str, DType)],
     /// Output names (C identifiers) and dtypes.
     pub outputs: &'a [(&'a str, DType)],
+    /// Scalar arguments passed by value at each launch: names and dtypes.
+    pub scalars: &'a [(&'a str, DType)],
+    /// Compile-time parameters: names and values.
+    pub params: &'a [(&'a str, Param)],
     /// Statements every thread runs.
     pub body: &'a str,
     /// Source pasted before the kernel (helper functions), if any.
     pub header: Option<&'a str>,
+    /// Compile options.
+    pub options: CompileOptions<'a>,
     /// A one-time configure hook, if any.
     pub configure: Option<ConfigureHook>,
+}
+
+impl std::fmt::Debug for KernelSpec<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KernelSpec")
+            .field("name", &self.name)
+            .field("inputs", &self.inputs)
+            .field("outputs", &self.outputs)
+            .field("scalars", &self.scalars)
+            .field("params", &self.params)
+            .field("body", &self.body)
+            .field("header", &self.header)
+            .field("options", &self.options)
+            .field("configure", &self.configure.is_some())
+            .finish()
+    }
+}
+
+/// A scalar argument of a launch, passed by value; its dtype must match the spec's.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Scalar {
+    /// f32.
+    F32(f32),
+    /// i32.
+    I32(i32),
+    /// f16.
+    F16(F16),
+    /// bf16.
+    Bf16(Bf16),
+    /// f64.
+    F64(f64),
+    /// i8.
+    I8(i8),
+    /// u8.
+    U8(u8),
+    /// u32.
+    U32(u32),
+    /// i64.
+    I64(i64),
+    /// bool.
+    Bool(bool),
+}
+
+macro_rules! scalar_from {
+    ($($t:ty => $v:ident),*) => {$(
+        impl From<$t> for Scalar {
+            fn from(value: $t) -> Scalar {
+                Scalar::$v(value)
+            }
+        }
+    )*};
+}
+scalar_from!(f32 => F32, i32 => I32, F16 => F16, Bf16 => Bf16, f64 => F64, i8 => I8, u8 => U8,
+             u32 => U32, i64 => I64, bool => Bool);
+
+impl Scalar {
+    /// The scalar's dtype.
+    pub fn dtype(&self) -> DType {
+        match self {
+            Scalar::F32(_) => DType::F32,
+            Scalar::I32(_) => DType::I32,
+            Scalar::F16(_) => DType::F16,
+            Scalar::Bf16(_) => DType::Bf16,
+            Scalar::F64(_) => DType::F64,
+            Scalar::I8(_) => DType::I8,
+            Scalar::U8(_) => DType::U8,
+            Scalar::U32(_) => DType::U32,
+            Scalar::I64(_) => DType::I64,
+            Scalar::Bool(_) => DType::Bool,
+        }
+    }
+
+    fn raw(&self) -> ffi::jb_scalar {
+        use ffi::jb_scalar_value as V;
+        let value = match *self {
+            Scalar::F32(v) => V { f32: v },
+            Scalar::I32(v) => V { i32: v },
+            Scalar::F16(v) => V { bits16: v.to_bits() },
+            Scalar::Bf16(v) => V { bits16: v.to_bits() },
+            Scalar::F64(v) => V { f64: v },
+            Scalar::I8(v) => V { i8: v },
+            Scalar::U8(v) => V { u8: v },
+            Scalar::U32(v) => V { u32: v },
+            Scalar::I64(v) => V { i64: v },
+            Scalar::Bool(v) => V { u8: v as u8 },
+        };
+        ffi::jb_scalar { dtype: self.dtype().raw(), value }
+    }
 }
 
 /// How many threads a launch runs.
@@ -65,8 +188,7 @@ pub enum LaunchShape {
 ///     inputs: &[("x", DType::F32)],
 ///     outputs: &[("y", DType::F32)],
 ///     body: "y[thread_index()] = x[thread_index()] + 1.0f;",
-///     header: None,
-///     configure: None,
+///     ..Default::default()
 /// })?;
 /// let x = Array::from_slice(Device::cpu()?, &[1.0f32, 2.0, 3.0], &[3])?;
 /// let y = kernel.launch(&[&x], &[&[3]], LaunchShape::Threads(3))?;
@@ -76,6 +198,8 @@ pub enum LaunchShape {
 pub struct CustomKernel {
     raw: *mut ffi::jb_custom_kernel,
     num_outputs: usize,
+    /// The hook the C kernel's user data points at; dropped after the C kernel.
+    _hook: Option<Box<ConfigureHook>>,
 }
 
 // SAFETY: a C custom kernel is immutable once created, and launching it from several threads
@@ -95,12 +219,12 @@ unsafe extern "C" fn configure_trampoline(
     device: *const ffi::jb_device,
     config: *mut ffi::jb_kernel_config,
 ) -> c_int {
-    // SAFETY: `user_data` was made from a `ConfigureHook` in `CustomKernel::new`.
-    let hook: ConfigureHook =
-        unsafe { std::mem::transmute::<*mut c_void, ConfigureHook>(user_data) };
+    // SAFETY: `user_data` points at the boxed hook its `CustomKernel` owns, alive while the
+    // kernel is, and the library calls the hook only inside calls on that kernel.
+    let hook = unsafe { &*(user_data as *const ConfigureHook) };
     let device = Device::from_raw(device as *mut ffi::jb_device);
     // A panic must not unwind into C.
-    match std::panic::catch_unwind(|| hook(device)) {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook(device))) {
         Ok(Some(chosen)) => {
             // SAFETY: the library passes a valid config to fill.
             unsafe {
@@ -129,11 +253,47 @@ impl CustomKernel {
             .iter()
             .map(|(n, _)| c_string("output name", n))
             .collect::<Result<Vec<_>, _>>()?;
+        let scalar_names = spec
+            .scalars
+            .iter()
+            .map(|(n, _)| c_string("scalar name", n))
+            .collect::<Result<Vec<_>, _>>()?;
+        let param_names = spec
+            .params
+            .iter()
+            .map(|(n, _)| c_string("parameter name", n))
+            .collect::<Result<Vec<_>, _>>()?;
+        let defines = spec
+            .options
+            .defines
+            .iter()
+            .map(|d| c_string("define", d))
+            .collect::<Result<Vec<_>, _>>()?;
         let input_ptrs: Vec<_> = input_names.iter().map(|s| s.as_ptr()).collect();
         let output_ptrs: Vec<_> = output_names.iter().map(|s| s.as_ptr()).collect();
+        let scalar_ptrs: Vec<_> = scalar_names.iter().map(|s| s.as_ptr()).collect();
+        let define_ptrs: Vec<_> = defines.iter().map(|s| s.as_ptr()).collect();
         let input_dtypes: Vec<c_int> = spec.inputs.iter().map(|(_, d)| d.raw()).collect();
         let output_dtypes: Vec<c_int> = spec.outputs.iter().map(|(_, d)| d.raw()).collect();
+        let scalar_dtypes: Vec<c_int> = spec.scalars.iter().map(|(_, d)| d.raw()).collect();
+        let params: Vec<_> = spec
+            .params
+            .iter()
+            .zip(&param_names)
+            .map(|((_, p), name)| {
+                let (kind, value) = match *p {
+                    Param::Int(v) => (ffi::JB_PARAM_INT, v),
+                    Param::Bool(v) => (ffi::JB_PARAM_BOOL, v as i64),
+                    Param::DType(d) => (ffi::JB_PARAM_DTYPE, d.raw() as i64),
+                };
+                ffi::jb_kernel_param { name: name.as_ptr(), kind, value }
+            })
+            .collect();
+        let hook: Option<Box<ConfigureHook>> = spec.configure.clone().map(Box::new);
+        let compile_flags = if spec.options.fast_math { ffi::JB_COMPILE_FAST_MATH } else { 0 }
+            | if spec.options.line_info { ffi::JB_COMPILE_LINE_INFO } else { 0 };
         let raw_spec = ffi::jb_kernel_spec {
+            struct_size: std::mem::size_of::<ffi::jb_kernel_spec>(),
             name: name.as_ptr(),
             input_names: input_ptrs.as_ptr(),
             input_dtypes: input_dtypes.as_ptr(),
@@ -143,13 +303,23 @@ impl CustomKernel {
             num_outputs: output_ptrs.len(),
             body: body.as_ptr(),
             header: header.as_ref().map_or(std::ptr::null(), |h| h.as_ptr()),
-            configure: spec.configure.map(|_| configure_trampoline as _),
-            configure_user_data: spec.configure.map_or(std::ptr::null_mut(), |f| f as *mut c_void),
+            configure: hook.as_ref().map(|_| configure_trampoline as _),
+            configure_user_data: hook
+                .as_ref()
+                .map_or(std::ptr::null_mut(), |h| &**h as *const ConfigureHook as *mut c_void),
+            scalar_names: scalar_ptrs.as_ptr(),
+            scalar_dtypes: scalar_dtypes.as_ptr(),
+            num_scalars: scalar_ptrs.len(),
+            params: params.as_ptr(),
+            num_params: params.len(),
+            compile_flags,
+            defines: define_ptrs.as_ptr(),
+            num_defines: define_ptrs.len(),
         };
         let mut raw = std::ptr::null_mut();
         // SAFETY: every pointer in `raw_spec` lives until this call returns; the library copies.
         check(unsafe { ffi::jb_custom_kernel_new(&mut raw, &raw_spec) })?;
-        Ok(CustomKernel { raw, num_outputs: spec.outputs.len() })
+        Ok(CustomKernel { raw, num_outputs: spec.outputs.len(), _hook: hook })
     }
 
     /// The module name: the kernel's name, '_', and 16 hex digits of the source hash.
@@ -185,6 +355,42 @@ impl CustomKernel {
         output_shapes: &[&[i64]],
         shape: LaunchShape,
     ) -> Result<Vec<Array>, Error> {
+        self.launch_raw(std::ptr::null_mut(), inputs, &[], output_shapes, shape)
+    }
+
+    /// [`CustomKernel::launch`] with scalar arguments, in the spec's order.
+    pub fn launch_with_scalars(
+        &self,
+        inputs: &[&Array],
+        scalars: &[Scalar],
+        output_shapes: &[&[i64]],
+        shape: LaunchShape,
+    ) -> Result<Vec<Array>, Error> {
+        self.launch_raw(std::ptr::null_mut(), inputs, scalars, output_shapes, shape)
+    }
+
+    /// Launches on `stream` (of the inputs' device) instead of the thread's default stream.
+    /// Inputs made on other streams are waited for on `stream`; the outputs are ready once
+    /// `stream` passes the kernel, for any stream or thread.
+    pub fn launch_on(
+        &self,
+        stream: &Stream,
+        inputs: &[&Array],
+        scalars: &[Scalar],
+        output_shapes: &[&[i64]],
+        shape: LaunchShape,
+    ) -> Result<Vec<Array>, Error> {
+        self.launch_raw(stream.raw(), inputs, scalars, output_shapes, shape)
+    }
+
+    fn launch_raw(
+        &self,
+        stream: *mut ffi::jb_stream,
+        inputs: &[&Array],
+        scalars: &[Scalar],
+        output_shapes: &[&[i64]],
+        shape: LaunchShape,
+    ) -> Result<Vec<Array>, Error> {
         if output_shapes.len() != self.num_outputs {
             return Err(Error::new(
                 ErrorCode::InvalidArgument,
@@ -196,6 +402,7 @@ impl CustomKernel {
             ));
         }
         let raw_inputs: Vec<_> = inputs.iter().map(|a| a.raw()).collect();
+        let raw_scalars: Vec<_> = scalars.iter().map(Scalar::raw).collect();
         let shape_ptrs: Vec<_> = output_shapes.iter().map(|s| s.as_ptr()).collect();
         let ndims: Vec<c_int> = output_shapes.iter().map(|s| s.len() as c_int).collect();
         let raw_shape = match shape {
@@ -207,13 +414,17 @@ impl CustomKernel {
             }
         };
         let mut outputs = vec![std::ptr::null_mut(); self.num_outputs];
-        // SAFETY: every pointer is valid for the call; the library writes `num_outputs` arrays.
+        // SAFETY: every pointer is valid for the call (a null stream means the default); the
+        // library writes `num_outputs` arrays.
         check(unsafe {
-            ffi::jb_custom_kernel_launch(
+            ffi::jb_custom_kernel_launch_on(
                 outputs.as_mut_ptr(),
                 self.raw,
+                stream,
                 raw_inputs.as_ptr(),
                 raw_inputs.len(),
+                raw_scalars.as_ptr(),
+                raw_scalars.len(),
                 shape_ptrs.as_ptr(),
                 ndims.as_ptr(),
                 &raw_shape,

@@ -39,12 +39,14 @@ pub mod ffi;
 #[doc(hidden)]
 pub mod race;
 
-pub use array::{Array, DType, Element};
+pub use array::{Array, Bf16, DType, Element, F16};
 pub use cache::{lookaside_enabled, set_lookaside_enabled};
 pub use counters::Counters;
 pub use device::{Device, DeviceKind, cpu_compiler, gpu_backend};
 pub use error::{Error, ErrorCode};
-pub use kernel::{ConfigureHook, CustomKernel, KernelConfig, KernelSpec, LaunchShape};
+pub use kernel::{
+    CompileOptions, ConfigureHook, CustomKernel, KernelConfig, KernelSpec, LaunchShape, Param, Scalar,
+};
 pub use logging::{clear_log_callback, set_log_callback};
 pub use probe::jit_race_probe_array;
 pub use stream::{DefaultStreamGuard, Stream, streams};

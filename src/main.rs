@@ -552,8 +552,7 @@ fn first_launch(args: &[String]) -> Outcome {
         inputs: &[("inp", jitbridge::DType::F32)],
         outputs: &[("out", jitbridge::DType::F32)],
         body: race::probe_body(),
-        header: None,
-        configure: None,
+        ..Default::default()
     })?;
     let start = Instant::now();
     let out = kernel.launch(&[&input], &[&[256]], jitbridge::LaunchShape::Threads(256))?;

@@ -37,6 +37,10 @@ impl Stream {
         // SAFETY: `raw` is a live stream.
         Device::from_raw(unsafe { ffi::jb_stream_device(self.raw) })
     }
+
+    pub(crate) fn raw(&self) -> *mut ffi::jb_stream {
+        self.raw
+    }
 }
 
 impl Drop for Stream {

@@ -28,7 +28,7 @@ fn failed_build_inserts_nothing_and_the_next_call_retries() {
         outputs: &[("y", DType::F32)],
         body: "y[thread_index()] = x[thread_index()] + JB_RETRY_VALUE;",
         header: Some(&header),
-        configure: None,
+        ..Default::default()
     })
     .unwrap();
     let x = Array::arange(cpu(), 4, DType::F32).unwrap();
@@ -68,6 +68,7 @@ fn configure_race(device: Device, hook: jitbridge::ConfigureHook, calls: &Atomic
         body: jitbridge::race::probe_body(),
         header: None,
         configure: Some(hook),
+        ..Default::default()
     })
     .unwrap();
     let threads = 16;
@@ -88,13 +89,13 @@ fn configure_race(device: Device, hook: jitbridge::ConfigureHook, calls: &Atomic
 
 #[test]
 fn configure_hook_raced_by_many_threads_runs_once() {
-    configure_race(cpu(), |_| slow_hook(&CPU_HOOK_CALLS), &CPU_HOOK_CALLS);
+    configure_race(cpu(), Arc::new(|_| slow_hook(&CPU_HOOK_CALLS)), &CPU_HOOK_CALLS);
 }
 
 #[cfg(any(feature = "cuda", feature = "rocm"))]
 #[test]
 fn configure_hook_raced_by_many_threads_runs_once_on_gpu() {
-    configure_race(Device::gpu(0).unwrap(), |_| slow_hook(&GPU_HOOK_CALLS), &GPU_HOOK_CALLS);
+    configure_race(Device::gpu(0).unwrap(), Arc::new(|_| slow_hook(&GPU_HOOK_CALLS)), &GPU_HOOK_CALLS);
 }
 
 #[test]
@@ -137,8 +138,7 @@ fn dropping_inputs_while_the_kernel_is_queued_is_safe() {
         body: "volatile float acc = 0.0f;\n\
                for (long i = 0; i < 40000000; i++) acc += 1.0f;\n\
                out[thread_index()] = inp[thread_index()] + (acc > 0.0f ? 0.0f : 1.0f);",
-        header: None,
-        configure: None,
+        ..Default::default()
     })
     .unwrap();
     let one = Array::from_slice(cpu(), &[0.0f32], &[1]).unwrap();
@@ -165,8 +165,7 @@ fn one_name_with_two_bodies_is_two_modules() {
         inputs: &[("x", DType::F32)],
         outputs: &[("y", DType::F32)],
         body,
-        header: None,
-        configure: None,
+        ..Default::default()
     };
     let plus = CustomKernel::new(&spec("y[thread_index()] = x[thread_index()] + 1.0f;")).unwrap();
     let times = CustomKernel::new(&spec("y[thread_index()] = x[thread_index()] * 3.0f;")).unwrap();
@@ -186,8 +185,7 @@ fn names_that_are_not_identifiers_are_refused() {
             inputs: &[(bad, DType::F32)],
             outputs: &[("y", DType::F32)],
             body: "",
-            header: None,
-            configure: None,
+            ..Default::default()
         })
         .unwrap_err();
         assert_eq!(err.code(), ErrorCode::InvalidArgument, "{bad:?}: {err}");

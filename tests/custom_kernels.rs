@@ -16,8 +16,7 @@ fn spec(body: &str) -> KernelSpec<'_> {
         inputs: &[("inp", DType::F32)],
         outputs: &[("out", DType::F32)],
         body,
-        header: None,
-        configure: None,
+        ..Default::default()
     }
 }
 

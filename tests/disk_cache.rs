@@ -21,8 +21,7 @@ fn salted_kernel(salt: u32) -> CustomKernel {
         inputs: &[("inp", DType::F32)],
         outputs: &[("out", DType::F32)],
         body: &body,
-        header: None,
-        configure: None,
+        ..Default::default()
     })
     .unwrap()
 }

@@ -37,8 +37,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
     const char *inputs[] = {parts[1]}, *outputs[] = {parts[2]};
     jb_dtype dtypes[] = {size % 2 ? JB_F32 : JB_I32};
-    jb_kernel_spec spec = {parts[0], inputs, dtypes, 1,        outputs, dtypes,
-                           1,        parts[3], part > 4 ? parts[4] : NULL, NULL, NULL};
+    jb_kernel_spec spec = {.struct_size = sizeof(jb_kernel_spec),
+                           .name = parts[0],
+                           .input_names = inputs,
+                           .input_dtypes = dtypes,
+                           .num_inputs = 1,
+                           .output_names = outputs,
+                           .output_dtypes = dtypes,
+                           .num_outputs = 1,
+                           .body = parts[3],
+                           .header = part > 4 ? parts[4] : NULL};
     jb_custom_kernel *kernel = NULL;
     int status = jb_custom_kernel_new(&kernel, &spec);
     if (status == JB_OK) {

@@ -45,7 +45,7 @@ extern "C" {
 #define JB_VERSION_MINOR 1
 #define JB_VERSION_PATCH 0
 #define JB_VERSION_STRING "0.1.0"
-#define JB_ABI_VERSION 1
+#define JB_ABI_VERSION 2
 
 /* Status codes: stable numbers, one table. */
 #define JB_STATUS_TABLE(X)                                                                         \
@@ -173,23 +173,44 @@ JB_API jb_status jb_thread_local_default_stream(jb_stream **out, jb_device *devi
  */
 typedef struct jb_array jb_array;
 
+/* Element types. f16 is IEEE binary16 and bf16 the top half of an f32; both are stored as their
+ * 16 bits, and every conversion to them rounds to nearest, ties to even, on every backend. bool
+ * is one byte holding 0 or 1. */
 typedef enum jb_dtype {
     JB_DTYPE_INVALID = -1, /* not a dtype: what jb_array_dtype returns for NULL */
     JB_F32 = 0,
     JB_I32 = 1,
+    JB_F16 = 2,
+    JB_BF16 = 3,
+    JB_F64 = 4,
+    JB_I8 = 5,
+    JB_U8 = 6,
+    JB_U32 = 7,
+    JB_I64 = 8,
+    JB_BOOL = 9,
 } jb_dtype;
 
 #define JB_MAX_NDIM 8
 
-/* "f32", "i32", or NULL for other values. */
+/* "f32", "i32", "f16", "bf16", "f64", "i8", "u8", "u32", "i64", "bool"; NULL for other values.
+ * The name is also the type's spelling inside kernel source. */
 JB_API const char *jb_dtype_name(int dtype);
+/* Bytes per element; 0 for other values. */
 JB_API size_t jb_dtype_size(int dtype);
+
+/* Host conversions between f32 and the 16-bit float formats (bits), rounding to nearest even:
+ * the same results as the conversions inside kernels (f32_to_f16, f32_to_bf16). */
+JB_API uint16_t jb_f32_to_f16_bits(float value);
+JB_API float jb_f16_bits_to_f32(uint16_t bits);
+JB_API uint16_t jb_f32_to_bf16_bits(float value);
+JB_API float jb_bf16_bits_to_f32(uint16_t bits);
 
 /* An array on `device` holding a copy of `data` (element count = product of shape). The copy
  * is taken before return; the work runs on the thread's default stream of `device`. */
 JB_API jb_status jb_array_from_host(jb_array **out, jb_device *device, jb_dtype dtype,
                                     const int64_t *shape, int ndim, const void *data);
-/* A one-dimensional array 0, 1, ..., n-1 (n >= 0) of `dtype` on `device`. */
+/* A one-dimensional array 0, 1, ..., n-1 (n >= 0) of `dtype` on `device`: f16 and bf16 round to
+ * nearest even, i8 and u8 wrap modulo 256, bool is i != 0. */
 JB_API jb_status jb_array_arange(jb_array **out, jb_device *device, int64_t n, jb_dtype dtype);
 JB_API void jb_array_free(jb_array *array);
 /* Blocks until the work that produces the array is done. */
@@ -207,9 +228,13 @@ JB_API int64_t jb_array_size(const jb_array *array);
 /* ---------------------------------------------------------------------------------------------
  * Custom kernels. The caller gives a body; the library writes the whole kernel around it for
  * the device's backend. In the body, thread_index() is this thread's global index (0-based),
- * each input `x` is a const pointer of its dtype and `x_size` its element count, and each output
- * `y` is a writable pointer with `y_size`. The module is named after the kernel plus a hash of
- * the generated source, so two bodies under one name are two modules.
+ * each input `x` is a const pointer of its dtype and `x_size` its element count, each output
+ * `y` is a writable pointer with `y_size`, and each scalar `s` a value of its dtype. The dtype
+ * names (f32, bf16, ...) are types in the body; f16 and bf16 are 16-bit storage types on every
+ * backend (field `bits`), converted with f16_to_f32, f32_to_f16, bf16_to_f32, f32_to_bf16
+ * (round to nearest even). The module is named after the kernel plus a hash of the generated
+ * source, which holds everything that changes the code: body, dtypes, compile-time parameters
+ * and compile options. So two kernels under one name differing in any of them are two modules.
  */
 typedef struct jb_custom_kernel jb_custom_kernel;
 
@@ -227,7 +252,33 @@ typedef struct jb_kernel_config {
 typedef int (*jb_configure_hook)(void *user_data, const jb_device *device,
                                  jb_kernel_config *config);
 
+/* A compile-time parameter's kind: its value is an integer, 0 or 1, or a jb_dtype. */
+typedef enum jb_param_kind {
+    JB_PARAM_INT = 0,   /* #define NAME value */
+    JB_PARAM_BOOL = 1,  /* #define NAME 1 (or 0) */
+    JB_PARAM_DTYPE = 2, /* typedef <dtype> NAME; */
+} jb_param_kind;
+
+/* A compile-time parameter: substituted into the source before the header and body. */
+typedef struct jb_kernel_param {
+    const char *name; /* identifier, distinct from the kernel's other names */
+    jb_param_kind kind;
+    int64_t value;
+} jb_kernel_param;
+
+/* Compile flags of a kernel (or module): each backend passes its own spelling of them. */
+#define JB_COMPILE_FAST_MATH 1u /* cpu -ffast-math; cuda --use_fast_math; rocm -ffast-math */
+#define JB_COMPILE_LINE_INFO 2u /* cpu -g; cuda -lineinfo; rocm -g */
+
+/*
+ * A kernel's description. It can grow: set struct_size to sizeof(jb_kernel_spec), which
+ * JB_KERNEL_SPEC_INIT does, and the library reads only the fields the caller's header had
+ * (the rest count as zero). Start from JB_KERNEL_SPEC_INIT and set what is needed:
+ *     jb_kernel_spec spec = JB_KERNEL_SPEC_INIT;
+ *     spec.name = "scale"; ...
+ */
 typedef struct jb_kernel_spec {
+    size_t struct_size;              /* sizeof(jb_kernel_spec) of the caller's header */
     const char *name;                /* C identifier, not a keyword */
     const char *const *input_names;  /* identifiers, distinct */
     const jb_dtype *input_dtypes;
@@ -239,7 +290,35 @@ typedef struct jb_kernel_spec {
     const char *header;              /* optional: pasted before the kernel (helpers), or NULL */
     jb_configure_hook configure;     /* optional */
     void *configure_user_data;
+    const char *const *scalar_names; /* scalar arguments passed by value, identifiers */
+    const jb_dtype *scalar_dtypes;
+    size_t num_scalars;
+    const jb_kernel_param *params;   /* compile-time parameters */
+    size_t num_params;
+    unsigned compile_flags;          /* JB_COMPILE_* bits */
+    const char *const *defines;      /* "NAME" or "NAME=VALUE": #define lines at the top */
+    size_t num_defines;
 } jb_kernel_spec;
+
+#define JB_KERNEL_SPEC_INIT {.struct_size = sizeof(jb_kernel_spec)}
+
+/* A scalar argument of a launch: the member of `value` that matches `dtype` is set (f16 and
+ * bf16 as their bits, bool as 0 or 1). */
+typedef struct jb_scalar {
+    jb_dtype dtype;
+    union {
+        float f32;
+        double f64;
+        int8_t i8;
+        uint8_t u8;
+        int32_t i32;
+        uint32_t u32;
+        int64_t i64;
+        uint16_t f16_bits;
+        uint16_t bf16_bits;
+        uint8_t boolean;
+    } value;
+} jb_scalar;
 
 /* Validates the spec and generates the source; nothing is compiled until the first launch.
  * Every string is copied. */
@@ -267,12 +346,25 @@ typedef struct jb_launch_shape {
  * outputs[i] receives a new array of output_shapes[i] (output_ndims[i] dimensions) owned by the
  * caller; on failure every outputs[i] is NULL. Arguments are checked before anything is built, so
  * a bad argument leaves the module cache unchanged (a launch that fails later keeps the module
- * it built: that module is valid).
+ * it built: that module is valid). A kernel with scalars needs jb_custom_kernel_launch_on.
  */
 JB_API jb_status jb_custom_kernel_launch(jb_array **outputs, jb_custom_kernel *kernel,
                                          jb_array *const *inputs, size_t num_inputs,
                                          const int64_t *const *output_shapes,
                                          const int *output_ndims, const jb_launch_shape *shape);
+
+/*
+ * jb_custom_kernel_launch with the scalars (in the spec's order, dtypes matching) and on
+ * `stream`, which must belong to the inputs' device; NULL means the calling thread's default
+ * stream. Inputs produced on other streams are waited for on `stream`, and the outputs are
+ * ready once `stream` passes the kernel: any stream or thread may use them after that.
+ */
+JB_API jb_status jb_custom_kernel_launch_on(jb_array **outputs, jb_custom_kernel *kernel,
+                                            jb_stream *stream, jb_array *const *inputs,
+                                            size_t num_inputs, const jb_scalar *scalars,
+                                            size_t num_scalars,
+                                            const int64_t *const *output_shapes,
+                                            const int *output_ndims, const jb_launch_shape *shape);
 
 /* ---------------------------------------------------------------------------------------------
  * The race probe: kernel "mlxcel_jit_race_probe_v<variant>", out[i] = inp[i] * 2 + 1, one block

@@ -18,22 +18,6 @@ struct jb_array {
     jb_event *ready; /* NULL: nothing pending */
 };
 
-const char *jb_dtype_name(int dtype)
-{
-    switch (dtype) {
-    case JB_F32:
-        return "f32";
-    case JB_I32:
-        return "i32";
-    }
-    return NULL;
-}
-
-size_t jb_dtype_size(int dtype)
-{
-    return jb_dtype_name(dtype) ? 4 : 0;
-}
-
 jb_buffer *jb__array_buffer(const jb_array *array)
 {
     return array->buffer;
@@ -124,6 +108,44 @@ done:
     return status;
 }
 
+/* Element i of an arange: the value i in `dtype`, rounded to nearest even for f16 and bf16,
+ * wrapped modulo 2^8 for i8 and u8, i != 0 for bool. */
+static void arange_store(void *host, jb_dtype dtype, int64_t i)
+{
+    switch (dtype) {
+    case JB_F32:
+        ((float *)host)[i] = (float)i;
+        break;
+    case JB_I32:
+        ((int32_t *)host)[i] = (int32_t)i;
+        break;
+    case JB_F16:
+        ((uint16_t *)host)[i] = jb_f32_to_f16_bits((float)i);
+        break;
+    case JB_BF16:
+        ((uint16_t *)host)[i] = jb_f32_to_bf16_bits((float)i);
+        break;
+    case JB_F64:
+        ((double *)host)[i] = (double)i;
+        break;
+    case JB_I8:
+    case JB_U8:
+        ((uint8_t *)host)[i] = (uint8_t)i;
+        break;
+    case JB_U32:
+        ((uint32_t *)host)[i] = (uint32_t)i;
+        break;
+    case JB_I64:
+        ((int64_t *)host)[i] = i;
+        break;
+    case JB_BOOL:
+        ((uint8_t *)host)[i] = i != 0;
+        break;
+    case JB_DTYPE_INVALID:
+        break;
+    }
+}
+
 jb_status jb_array_arange(jb_array **out, jb_device *device, int64_t n, jb_dtype dtype)
 {
     JB_RETURN_IF(!out, JB_ERR_INVALID_ARGUMENT, "jb_array_arange: out is NULL");
@@ -135,12 +157,8 @@ jb_status jb_array_arange(jb_array **out, jb_device *device, int64_t n, jb_dtype
     JB_FORWARD_IF_ERROR(shape_bytes(&n, 1, dtype, &bytes));
     void *host = malloc(bytes ? bytes : 1);
     JB_RETURN_IF(!host, JB_ERR_OUT_OF_MEMORY, "no memory for %lld elements", (long long)n);
-    for (int64_t i = 0; i < n; i++) {
-        if (dtype == JB_F32)
-            ((float *)host)[i] = (float)i;
-        else
-            ((int32_t *)host)[i] = (int32_t)i;
-    }
+    for (int64_t i = 0; i < n; i++)
+        arange_store(host, dtype, i);
     int status = jb_array_from_host(out, device, dtype, &n, 1, host);
     free(host);
     return status;

@@ -131,12 +131,18 @@ typedef struct jb_blob {
     size_t size;
 } jb_blob;
 
-/* Arguments of one launch: each array's device pointer and element count, inputs first. */
+/* Bytes per scalar argument in a launch: each value sits at the start of its own slot. */
+#define JB_SCALAR_SLOT 8
+
+/* Arguments of one launch: each array's device pointer and element count, inputs first, then
+ * the scalars by value, one JB_SCALAR_SLOT each. */
 typedef struct jb_launch_args {
     size_t count;
     void **pointers;
     uint64_t *sizes;
     uint64_t total_threads;
+    size_t num_scalars;
+    const unsigned char *scalars;
 } jb_launch_args;
 
 /* The language a backend compiles; a custom kernel's source is generated once per dialect. */
@@ -146,13 +152,19 @@ typedef enum jb_source_dialect {
     JB_DIALECT_COUNT
 } jb_source_dialect;
 
+/* The declarations every generated kernel source starts with: the dtypes as types and the
+ * f32 <-> f16/bf16 conversions (dtype.c). */
+const char *jb__dtype_prelude(jb_source_dialect dialect);
+
 struct jb_backend {
     const char *name; /* "cpu", "cuda", "rocm" */
     jb_source_dialect dialect;
     /* Names the compiler, its version and its options: part of every disk cache key. */
     int (*compiler_identity)(jb_device *dev, char *out, size_t len);
-    /* Compiles `source` for the device; on failure returns JB_ERR_COMPILE with the log. */
-    int (*compile)(jb_device *dev, const char *module_name, const char *source, jb_blob *out);
+    /* Compiles `source` for the device with the JB_COMPILE_* `flags`; on failure returns
+     * JB_ERR_COMPILE with the log. */
+    int (*compile)(jb_device *dev, const char *module_name, const char *source, unsigned flags,
+                   jb_blob *out);
     int (*module_load)(jb_device *dev, const jb_blob *code, void **out_module);
     int (*module_function)(jb_device *dev, void *module, const char *name, void **out_fn);
     int (*stream_create)(jb_device *dev, void **out_stream);
@@ -350,11 +362,12 @@ int jb__kernel_configured(jb_kernel_entry *kernel, jb_configure_hook hook, void 
 /* Builds a module from `source` (disk cache, else compiler; see module.c); a jb_module_builder
  * calls it under the cache's write lock. `use_disk_cache` false: always compile. */
 int jb__module_build(jb_device *dev, const char *module_name, const char *source,
-                     const char *const *kernel_names, size_t num_kernels, bool use_disk_cache,
-                     jb_module **out, bool *from_disk);
+                     unsigned flags, const char *const *kernel_names, size_t num_kernels,
+                     bool use_disk_cache, jb_module **out, bool *from_disk);
 
 /* ---- custom kernels: spec and launch (kernel.c), names and source (kernel_source.c) ---- */
-#define JB_KERNEL_MAX_ARRAYS 64
+#define JB_KERNEL_MAX_ARRAYS 64 /* inputs and outputs together; also the most scalars */
+#define JB_KERNEL_MAX_PARAMS 64  /* compile-time parameters; also the most defines */
 
 struct jb_custom_kernel {
     char *name;
@@ -363,6 +376,10 @@ struct jb_custom_kernel {
     size_t num_inputs, num_outputs;
     char **input_names, **output_names;
     jb_dtype *input_dtypes, *output_dtypes;
+    size_t num_scalars;
+    char **scalar_names;
+    jb_dtype *scalar_dtypes;
+    unsigned compile_flags;
     char *sources[JB_DIALECT_COUNT];
     jb_configure_hook configure;
     void *configure_user_data;
@@ -371,8 +388,9 @@ struct jb_custom_kernel {
 
 /* Checks every name, count and dtype of a spec; the status and message of the first problem. */
 int jb__kernel_spec_check(const jb_kernel_spec *spec);
-/* Generates the kernel's sources and its module name from its names, `body` and `header`. */
-int jb__kernel_generate(jb_custom_kernel *k, const char *body, const char *header);
+/* Generates the kernel's sources and its module name from its names and the spec's body,
+ * header, parameters and defines. */
+int jb__kernel_generate(jb_custom_kernel *k, const jb_kernel_spec *spec);
 /* The dialect the backend named `backend` ("cpu", "cuda", "rocm") compiles; false if unknown. */
 bool jb__backend_name_dialect(const char *backend, jb_source_dialect *out);
 /* Finds (or builds) the kernel's module on `dev`, runs its configure hook once, and returns its
@@ -383,12 +401,13 @@ int jb__custom_kernel_prepare(jb_custom_kernel *k, jb_device *dev, jb_kernel_con
 /* One launch of a custom kernel, staged: the one launch path (public launch, probe, bench). */
 typedef struct jb_staged_launch {
     jb_device *dev;
-    jb_stream *stream; /* the calling thread's default stream of the inputs' device */
+    jb_stream *stream; /* the caller's, else the calling thread's default of the device */
     void *fn;
     uint32_t grid[3], block[3], shared_bytes;
     jb_launch_args args; /* points into the arrays below */
     void *pointers[JB_KERNEL_MAX_ARRAYS];
     uint64_t sizes[JB_KERNEL_MAX_ARRAYS];
+    _Alignas(8) unsigned char scalars[JB_KERNEL_MAX_ARRAYS * JB_SCALAR_SLOT];
     jb_buffer *buffers[JB_KERNEL_MAX_ARRAYS];
     size_t num_outputs;
     jb_array *outputs[JB_KERNEL_MAX_ARRAYS];
@@ -396,8 +415,9 @@ typedef struct jb_staged_launch {
 } jb_staged_launch;
 /* Checks the arguments, builds and configures the module, makes the outputs and orders the
  * inputs' pending work before the launch. On failure nothing stays staged. */
-int jb__launch_begin(jb_staged_launch *launch, jb_custom_kernel *k, jb_array *const *inputs,
-                     size_t num_inputs, const int64_t *const *output_shapes,
+int jb__launch_begin(jb_staged_launch *launch, jb_custom_kernel *k, jb_stream *stream,
+                     jb_array *const *inputs, size_t num_inputs, const jb_scalar *scalars,
+                     size_t num_scalars, const int64_t *const *output_shapes,
                      const int *output_ndims, const jb_launch_shape *shape);
 /* Queues the staged kernel on its stream; may be called more than once (the bench does). */
 int jb__launch_issue(const jb_staged_launch *launch);

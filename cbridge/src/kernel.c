@@ -6,6 +6,7 @@
 #include "internal.h"
 
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,8 +25,12 @@ void jb_custom_kernel_free(jb_custom_kernel *kernel)
         free(kernel->output_names[i]);
     free(kernel->input_names);
     free(kernel->output_names);
+    for (size_t i = 0; kernel->scalar_names && i < kernel->num_scalars; i++)
+        free(kernel->scalar_names[i]);
+    free(kernel->scalar_names);
     free(kernel->input_dtypes);
     free(kernel->output_dtypes);
+    free(kernel->scalar_dtypes);
     free(kernel->name);
     free(kernel->module_name);
     for (int d = 0; d < JB_DIALECT_COUNT; d++)
@@ -54,30 +59,56 @@ static jb_dtype *copy_dtypes(const jb_dtype *dtypes, size_t count)
     return copy;
 }
 
-jb_status jb_custom_kernel_new(jb_custom_kernel **out, const jb_kernel_spec *spec)
+/* The size of a jb_kernel_spec up to configure_user_data: the first header's struct. */
+#define SPEC_V1_SIZE (offsetof(jb_kernel_spec, configure_user_data) + sizeof(void *))
+
+/* Copies the caller's spec into a full-size one: fields its header lacked read as zero. */
+static int spec_normalize(jb_kernel_spec *full, const jb_kernel_spec *spec)
+{
+    JB_RETURN_IF(!spec, JB_ERR_INVALID_ARGUMENT, "jb_custom_kernel_new: spec is NULL");
+    JB_RETURN_IF(spec->struct_size < SPEC_V1_SIZE, JB_ERR_INVALID_ARGUMENT,
+                 "jb_custom_kernel_new: spec.struct_size is %zu; set it with JB_KERNEL_SPEC_INIT "
+                 "(sizeof(jb_kernel_spec))",
+                 spec->struct_size);
+    JB_RETURN_IF(spec->struct_size > sizeof *full, JB_ERR_UNSUPPORTED,
+                 "jb_custom_kernel_new: spec.struct_size is %zu but this library knows %zu "
+                 "bytes: the caller was built against a newer jitbridge.h",
+                 spec->struct_size, sizeof *full);
+    memset(full, 0, sizeof *full);
+    memcpy(full, spec, spec->struct_size);
+    return JB_OK;
+}
+
+jb_status jb_custom_kernel_new(jb_custom_kernel **out, const jb_kernel_spec *caller_spec)
 {
     JB_RETURN_IF(!out, JB_ERR_INVALID_ARGUMENT, "jb_custom_kernel_new: out is NULL");
     *out = NULL;
+    jb_kernel_spec full, *spec = &full;
+    JB_FORWARD_IF_ERROR(spec_normalize(&full, caller_spec));
     JB_FORWARD_IF_ERROR(jb__kernel_spec_check(spec));
     jb_custom_kernel *k = calloc(1, sizeof *k);
     JB_RETURN_IF(!k, JB_ERR_OUT_OF_MEMORY, "no memory for a kernel");
     k->num_inputs = spec->num_inputs;
     k->num_outputs = spec->num_outputs;
+    k->num_scalars = spec->num_scalars;
+    k->compile_flags = spec->compile_flags;
     k->configure = spec->configure;
     k->configure_user_data = spec->configure_user_data;
     k->disk_cacheable = true;
     k->name = jb__strdup(spec->name);
     k->input_names = copy_names(spec->input_names, spec->num_inputs);
     k->output_names = copy_names(spec->output_names, spec->num_outputs);
+    k->scalar_names = copy_names(spec->scalar_names, spec->num_scalars);
     k->input_dtypes = copy_dtypes(spec->input_dtypes, spec->num_inputs);
     k->output_dtypes = copy_dtypes(spec->output_dtypes, spec->num_outputs);
+    k->scalar_dtypes = copy_dtypes(spec->scalar_dtypes, spec->num_scalars);
     int status;
-    if (!k->name || !k->input_names || !k->output_names || !k->input_dtypes ||
-        !k->output_dtypes) {
+    if (!k->name || !k->input_names || !k->output_names || !k->scalar_names ||
+        !k->input_dtypes || !k->output_dtypes || !k->scalar_dtypes) {
         status = jb__fail(JB_ERR_OUT_OF_MEMORY, "no memory for a kernel");
         goto done;
     }
-    if ((status = jb__kernel_generate(k, spec->body, spec->header)) != JB_OK)
+    if ((status = jb__kernel_generate(k, spec)) != JB_OK)
         goto done;
     *out = k;
     return JB_OK;
@@ -106,7 +137,7 @@ static int build_custom_module(void *ctx, jb_device *dev, const char *module_nam
     jb_custom_kernel *k = ctx;
     const char *names[] = {k->name};
     return jb__module_build(dev, module_name, k->sources[dev->backend->dialect],
-                            names, 1, k->disk_cacheable, out, from_disk);
+                            k->compile_flags, names, 1, k->disk_cacheable, out, from_disk);
 }
 
 static int resolve_launch_shape(const jb_launch_shape *shape, const jb_kernel_config *config,
@@ -141,6 +172,27 @@ static int resolve_launch_shape(const jb_launch_shape *shape, const jb_kernel_co
     JB_RETURN_IF(per_block > MAX_THREADS_PER_BLOCK, JB_ERR_INVALID_ARGUMENT,
                  "%" PRIu64 " threads per block exceed %d", per_block, MAX_THREADS_PER_BLOCK);
     *total = blocks * per_block;
+    return JB_OK;
+}
+
+/* Checks the scalars against the kernel's and stores each value in its slot. */
+static int stage_scalars(const jb_custom_kernel *k, const jb_scalar *scalars, size_t num_scalars,
+                         unsigned char *slots)
+{
+    JB_RETURN_IF(num_scalars != k->num_scalars || (num_scalars && !scalars),
+                 JB_ERR_INVALID_ARGUMENT, "kernel '%s' takes %zu scalars, not %zu%s", k->name,
+                 k->num_scalars, num_scalars, num_scalars && !scalars ? " (scalars is NULL)" : "");
+    for (size_t i = 0; i < num_scalars; i++) {
+        JB_RETURN_IF(scalars[i].dtype != k->scalar_dtypes[i], JB_ERR_SHAPE,
+                     "scalar '%s' of kernel '%s' is %s, expected %s", k->scalar_names[i], k->name,
+                     jb_dtype_name(scalars[i].dtype) ? jb_dtype_name(scalars[i].dtype) : "no dtype",
+                     jb_dtype_name(k->scalar_dtypes[i]));
+        JB_RETURN_IF(scalars[i].dtype == JB_BOOL && scalars[i].value.boolean > 1,
+                     JB_ERR_INVALID_ARGUMENT, "bool scalar '%s' of kernel '%s' is %u, not 0 or 1",
+                     k->scalar_names[i], k->name, scalars[i].value.boolean);
+        memset(slots + i * JB_SCALAR_SLOT, 0, JB_SCALAR_SLOT);
+        memcpy(slots + i * JB_SCALAR_SLOT, &scalars[i].value, jb_dtype_size(scalars[i].dtype));
+    }
     return JB_OK;
 }
 
@@ -213,24 +265,32 @@ jb_status jb_custom_kernel_prepare(jb_custom_kernel *kernel, jb_device *device)
     return jb__custom_kernel_prepare(kernel, device, &config, &fn);
 }
 
-int jb__launch_begin(jb_staged_launch *l, jb_custom_kernel *k, jb_array *const *inputs,
-                     size_t num_inputs, const int64_t *const *output_shapes,
+int jb__launch_begin(jb_staged_launch *l, jb_custom_kernel *k, jb_stream *stream,
+                     jb_array *const *inputs, size_t num_inputs, const jb_scalar *scalars,
+                     size_t num_scalars, const int64_t *const *output_shapes,
                      const int *output_ndims, const jb_launch_shape *shape)
 {
     memset(l, 0, sizeof *l);
     JB_FORWARD_IF_ERROR(validate_launch(k, inputs, num_inputs, output_shapes, output_ndims));
+    JB_FORWARD_IF_ERROR(stage_scalars(k, scalars, num_scalars, l->scalars));
     JB_FORWARD_IF_ERROR(validate_launch_shape(shape));
     jb_device *dev = l->dev = jb_array_device(inputs[0]);
+    JB_RETURN_IF(stream && stream->device != dev, JB_ERR_INVALID_ARGUMENT,
+                 "kernel '%s': the stream is on %s, the inputs on %s", k->name,
+                 stream->device->name, dev->name);
     jb_kernel_config config;
     JB_FORWARD_IF_ERROR(jb__custom_kernel_prepare(k, dev, &config, &l->fn));
     l->shared_bytes = config.shared_memory_bytes;
     JB_FORWARD_IF_ERROR(
         resolve_launch_shape(shape, &config, l->grid, l->block, &l->args.total_threads));
-    JB_FORWARD_IF_ERROR(jb__current_stream(dev, &l->stream));
+    if (stream)
+        l->stream = stream;
+    else
+        JB_FORWARD_IF_ERROR(jb__current_stream(dev, &l->stream));
 
     /* From here on a failure goes through jb__launch_end, which undoes what was staged. */
     l->args = (jb_launch_args){num_inputs + k->num_outputs, l->pointers, l->sizes,
-                               l->args.total_threads};
+                               l->args.total_threads, num_scalars, l->scalars};
     l->num_outputs = k->num_outputs;
     int status = JB_OK;
     for (size_t i = 0; i < num_inputs; i++) {
@@ -292,17 +352,27 @@ int jb__launch_end(jb_staged_launch *l, int status, jb_array **outputs)
     return JB_OK;
 }
 
-jb_status jb_custom_kernel_launch(jb_array **outputs, jb_custom_kernel *k,
-                                  jb_array *const *inputs, size_t num_inputs,
-                                  const int64_t *const *output_shapes, const int *output_ndims,
-                                  const jb_launch_shape *shape)
+jb_status jb_custom_kernel_launch_on(jb_array **outputs, jb_custom_kernel *k, jb_stream *stream,
+                                     jb_array *const *inputs, size_t num_inputs,
+                                     const jb_scalar *scalars, size_t num_scalars,
+                                     const int64_t *const *output_shapes, const int *output_ndims,
+                                     const jb_launch_shape *shape)
 {
     JB_RETURN_IF(!outputs, JB_ERR_INVALID_ARGUMENT, "jb_custom_kernel_launch: outputs is NULL");
     JB_RETURN_IF(!k, JB_ERR_INVALID_ARGUMENT, "jb_custom_kernel_launch: kernel is NULL");
     for (size_t i = 0; i < k->num_outputs; i++)
         outputs[i] = NULL;
     jb_staged_launch launch;
-    JB_FORWARD_IF_ERROR(
-        jb__launch_begin(&launch, k, inputs, num_inputs, output_shapes, output_ndims, shape));
+    JB_FORWARD_IF_ERROR(jb__launch_begin(&launch, k, stream, inputs, num_inputs, scalars,
+                                         num_scalars, output_shapes, output_ndims, shape));
     return jb__launch_end(&launch, jb__launch_issue(&launch), outputs);
+}
+
+jb_status jb_custom_kernel_launch(jb_array **outputs, jb_custom_kernel *k,
+                                  jb_array *const *inputs, size_t num_inputs,
+                                  const int64_t *const *output_shapes, const int *output_ndims,
+                                  const jb_launch_shape *shape)
+{
+    return jb_custom_kernel_launch_on(outputs, k, NULL, inputs, num_inputs, NULL, 0, output_shapes,
+                                      output_ndims, shape);
 }

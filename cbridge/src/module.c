@@ -107,8 +107,8 @@ int jb__kernel_configured(jb_kernel_entry *kernel, jb_configure_hook hook, void 
  * loader refuses is evicted), else with the compiler, whose code is then stored for the next
  * process. Runs under the module cache's write lock; any producer of kernels may use it. */
 int jb__module_build(jb_device *dev, const char *module_name, const char *source,
-                     const char *const *kernel_names, size_t num_kernels, bool use_disk_cache,
-                     jb_module **out, bool *from_disk)
+                     unsigned flags, const char *const *kernel_names, size_t num_kernels,
+                     bool use_disk_cache, jb_module **out, bool *from_disk)
 {
     jb_disk_key key = {0};
     bool use_disk =
@@ -126,7 +126,7 @@ int jb__module_build(jb_device *dev, const char *module_name, const char *source
         }
         jb__disk_reject(&key); /* the loader refused it: evict, then compile afresh */
     }
-    int status = dev->backend->compile(dev, module_name, source, &code);
+    int status = dev->backend->compile(dev, module_name, source, flags, &code);
     if (status == JB_OK)
         status = jb__module_create(dev, &code, kernel_names, num_kernels, out);
     if (status == JB_OK && use_disk)

@@ -56,6 +56,7 @@ static int probe_kernel(int variant, jb_custom_kernel **out)
     const char *input_names[] = {"inp"}, *output_names[] = {"out"};
     const jb_dtype dtypes[] = {JB_F32};
     jb_kernel_spec spec = {
+        .struct_size = sizeof spec,
         .name = name,
         .input_names = input_names,
         .input_dtypes = dtypes,
@@ -92,7 +93,7 @@ static int probe_launch_begin(jb_staged_launch *launch, jb_array *input, int var
     const int ndims[] = {1};
     jb_launch_shape shape = {{1, 1, 1}, {(uint32_t)n, 1, 1}, 0};
     jb_array *inputs[] = {input};
-    return jb__launch_begin(launch, kernel, inputs, 1, shapes, ndims, &shape);
+    return jb__launch_begin(launch, kernel, NULL, inputs, 1, NULL, 0, shapes, ndims, &shape);
 }
 
 jb_status jb_jit_race_probe_array(jb_array **out, jb_array *input, int variant)
@@ -160,7 +161,7 @@ jb_status jb_bench_compile_only(double *out_ns, jb_custom_kernel *kernel, jb_dev
     uint64_t start = jb__now_ns();
     int status = device->backend->compile(device, kernel->module_name,
                                           kernel->sources[device->backend->dialect],
-                                          &code);
+                                          kernel->compile_flags, &code);
     *out_ns = (double)(jb__now_ns() - start);
     free(code.data);
     return status;

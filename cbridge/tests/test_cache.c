@@ -101,9 +101,16 @@ static void test_failed_build_is_retried(void)
     snprintf(header, sizeof header, "#include \"%s\"", header_path);
     const char *in_names[] = {"x"}, *out_names[] = {"y"};
     jb_dtype dtypes[] = {JB_F32};
-    jb_kernel_spec spec = {"retried_kernel", in_names, dtypes, 1, out_names, dtypes, 1,
-                           "y[thread_index()] = x[thread_index()] + JB_TEST_VALUE;", header,
-                           NULL, NULL};
+    jb_kernel_spec spec = {.struct_size = sizeof(jb_kernel_spec),
+                           .name = "retried_kernel",
+                           .input_names = in_names,
+                           .input_dtypes = dtypes,
+                           .num_inputs = 1,
+                           .output_names = out_names,
+                           .output_dtypes = dtypes,
+                           .num_outputs = 1,
+                           .body = "y[thread_index()] = x[thread_index()] + JB_TEST_VALUE;",
+                           .header = header};
     jb_custom_kernel *kernel;
     CHECK_OK(jb_custom_kernel_new(&kernel, &spec));
     jb_array *in, *out = NULL;
@@ -181,9 +188,16 @@ static void test_configure_hook_runs_once(void)
 {
     const char *in_names[] = {"inp"}, *out_names[] = {"out"};
     jb_dtype dtypes[] = {JB_F32};
-    jb_kernel_spec spec = {"configured_kernel", in_names, dtypes, 1, out_names, dtypes, 1,
-                           jb_race_probe_body(), NULL,
-                           slow_configure, NULL};
+    jb_kernel_spec spec = {.struct_size = sizeof(jb_kernel_spec),
+                           .name = "configured_kernel",
+                           .input_names = in_names,
+                           .input_dtypes = dtypes,
+                           .num_inputs = 1,
+                           .output_names = out_names,
+                           .output_dtypes = dtypes,
+                           .num_outputs = 1,
+                           .body = jb_race_probe_body(),
+                           .configure = slow_configure};
     jb_custom_kernel *kernel;
     CHECK_OK(jb_custom_kernel_new(&kernel, &spec));
     enum { CONFIGURE_THREADS = 16 };

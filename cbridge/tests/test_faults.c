@@ -56,7 +56,15 @@ static void fault(const char *what, const char *script, int expected, const char
     snprintf(body, sizeof body, "out[thread_index()] = inp[thread_index()] + %d.0f;", ++serial);
     const char *in[] = {"inp"}, *outn[] = {"out"};
     jb_dtype f32[] = {JB_F32};
-    jb_kernel_spec spec = {"faulty", in, f32, 1, outn, f32, 1, body, NULL, NULL, NULL};
+    jb_kernel_spec spec = {.struct_size = sizeof(jb_kernel_spec),
+                           .name = "faulty",
+                           .input_names = in,
+                           .input_dtypes = f32,
+                           .num_inputs = 1,
+                           .output_names = outn,
+                           .output_dtypes = f32,
+                           .num_outputs = 1,
+                           .body = body};
     jb_custom_kernel *kernel;
     CHECK_OK(jb_custom_kernel_new(&kernel, &spec));
 

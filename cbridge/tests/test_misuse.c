@@ -75,7 +75,7 @@ static void null_pointers(void)
     EXPECT(jb_array_from_host(&array, NULL, JB_F32, shape, 1, data), JB_ERR_INVALID_ARGUMENT);
     EXPECT(jb_array_from_host(&array, cpu, JB_F32, NULL, 1, data), JB_ERR_INVALID_ARGUMENT);
     EXPECT(jb_array_from_host(&array, cpu, JB_F32, shape, 1, NULL), JB_ERR_INVALID_ARGUMENT);
-    EXPECT(jb_array_from_host(&array, cpu, (jb_dtype)9, shape, 1, data), JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_array_from_host(&array, cpu, (jb_dtype)10, shape, 1, data), JB_ERR_INVALID_ARGUMENT);
     EXPECT(jb_array_from_host(&array, cpu, JB_F32, shape, -1, data), JB_ERR_INVALID_ARGUMENT);
     EXPECT(jb_array_from_host(&array, cpu, JB_F32, shape, JB_MAX_NDIM + 1, data),
            JB_ERR_INVALID_ARGUMENT);
@@ -189,9 +189,33 @@ static void bad_names(void)
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         const char *names[] = {bad[i]};
         jb_custom_kernel *k = NULL;
-        jb_kernel_spec as_kernel = {bad[i], good_in, f32, 1, good_out, f32, 1, "", NULL, NULL, NULL};
-        jb_kernel_spec as_input = {"k", names, f32, 1, good_out, f32, 1, "", NULL, NULL, NULL};
-        jb_kernel_spec as_output = {"k", good_in, f32, 1, names, f32, 1, "", NULL, NULL, NULL};
+        jb_kernel_spec as_kernel = {.struct_size = sizeof(jb_kernel_spec),
+                                    .name = bad[i],
+                                    .input_names = good_in,
+                                    .input_dtypes = f32,
+                                    .num_inputs = 1,
+                                    .output_names = good_out,
+                                    .output_dtypes = f32,
+                                    .num_outputs = 1,
+                                    .body = ""};
+        jb_kernel_spec as_input = {.struct_size = sizeof(jb_kernel_spec),
+                                   .name = "k",
+                                   .input_names = names,
+                                   .input_dtypes = f32,
+                                   .num_inputs = 1,
+                                   .output_names = good_out,
+                                   .output_dtypes = f32,
+                                   .num_outputs = 1,
+                                   .body = ""};
+        jb_kernel_spec as_output = {.struct_size = sizeof(jb_kernel_spec),
+                                    .name = "k",
+                                    .input_names = good_in,
+                                    .input_dtypes = f32,
+                                    .num_inputs = 1,
+                                    .output_names = names,
+                                    .output_dtypes = f32,
+                                    .num_outputs = 1,
+                                    .body = ""};
         EXPECT(jb_custom_kernel_new(&k, &as_kernel), JB_ERR_INVALID_ARGUMENT);
         EXPECT(jb_custom_kernel_new(&k, &as_input), JB_ERR_INVALID_ARGUMENT);
         EXPECT(jb_custom_kernel_new(&k, &as_output), JB_ERR_INVALID_ARGUMENT);
@@ -202,20 +226,67 @@ static void bad_names(void)
     jb_custom_kernel *k = NULL;
     const char *same[] = {"x", "x"};
     jb_dtype two[] = {JB_F32, JB_F32};
-    jb_kernel_spec duplicate = {"k", same, two, 2, good_out, f32, 1, "", NULL, NULL, NULL};
+    jb_kernel_spec duplicate = {.struct_size = sizeof(jb_kernel_spec),
+                                .name = "k",
+                                .input_names = same,
+                                .input_dtypes = two,
+                                .num_inputs = 2,
+                                .output_names = good_out,
+                                .output_dtypes = f32,
+                                .num_outputs = 1,
+                                .body = ""};
     EXPECT(jb_custom_kernel_new(&k, &duplicate), JB_ERR_INVALID_ARGUMENT);
     const char *sized[] = {"x", "x_size"};
-    jb_kernel_spec companion = {"k", sized, two, 2, good_out, f32, 1, "", NULL, NULL, NULL};
+    jb_kernel_spec companion = {.struct_size = sizeof(jb_kernel_spec),
+                                .name = "k",
+                                .input_names = sized,
+                                .input_dtypes = two,
+                                .num_inputs = 2,
+                                .output_names = good_out,
+                                .output_dtypes = f32,
+                                .num_outputs = 1,
+                                .body = ""};
     EXPECT(jb_custom_kernel_new(&k, &companion), JB_ERR_INVALID_ARGUMENT);
     jb_dtype wrong[] = {(jb_dtype)42};
-    jb_kernel_spec bad_dtype = {"k", good_in, wrong, 1, good_out, f32, 1, "", NULL, NULL, NULL};
+    jb_kernel_spec bad_dtype = {.struct_size = sizeof(jb_kernel_spec),
+                                .name = "k",
+                                .input_names = good_in,
+                                .input_dtypes = wrong,
+                                .num_inputs = 1,
+                                .output_names = good_out,
+                                .output_dtypes = f32,
+                                .num_outputs = 1,
+                                .body = ""};
     EXPECT(jb_custom_kernel_new(&k, &bad_dtype), JB_ERR_INVALID_ARGUMENT);
-    jb_kernel_spec no_inputs = {"k", good_in, f32, 0, good_out, f32, 1, "", NULL, NULL, NULL};
+    jb_kernel_spec no_inputs = {.struct_size = sizeof(jb_kernel_spec),
+                                .name = "k",
+                                .input_names = good_in,
+                                .input_dtypes = f32,
+                                .num_inputs = 0,
+                                .output_names = good_out,
+                                .output_dtypes = f32,
+                                .num_outputs = 1,
+                                .body = ""};
     EXPECT(jb_custom_kernel_new(&k, &no_inputs), JB_ERR_INVALID_ARGUMENT);
-    jb_kernel_spec no_body = {"k", good_in, f32, 1, good_out, f32, 1, NULL, NULL, NULL, NULL};
+    jb_kernel_spec no_body = {.struct_size = sizeof(jb_kernel_spec),
+                              .name = "k",
+                              .input_names = good_in,
+                              .input_dtypes = f32,
+                              .num_inputs = 1,
+                              .output_names = good_out,
+                              .output_dtypes = f32,
+                              .num_outputs = 1};
     EXPECT(jb_custom_kernel_new(&k, &no_body), JB_ERR_INVALID_ARGUMENT);
     const char *null_name[] = {NULL};
-    jb_kernel_spec null_input = {"k", null_name, f32, 1, good_out, f32, 1, "", NULL, NULL, NULL};
+    jb_kernel_spec null_input = {.struct_size = sizeof(jb_kernel_spec),
+                                 .name = "k",
+                                 .input_names = null_name,
+                                 .input_dtypes = f32,
+                                 .num_inputs = 1,
+                                 .output_names = good_out,
+                                 .output_dtypes = f32,
+                                 .num_outputs = 1,
+                                 .body = ""};
     EXPECT(jb_custom_kernel_new(&k, &null_input), JB_ERR_INVALID_ARGUMENT);
     counters_unchanged("bad names");
 }
@@ -224,8 +295,15 @@ static void bad_launches(void)
 {
     const char *in[] = {"x"}, *outn[] = {"y"};
     jb_dtype f32[] = {JB_F32};
-    jb_kernel_spec spec = {"misuse_kernel", in, f32, 1, outn, f32, 1,
-                           "y[thread_index()] = x[thread_index()];", NULL, NULL, NULL};
+    jb_kernel_spec spec = {.struct_size = sizeof(jb_kernel_spec),
+                           .name = "misuse_kernel",
+                           .input_names = in,
+                           .input_dtypes = f32,
+                           .num_inputs = 1,
+                           .output_names = outn,
+                           .output_dtypes = f32,
+                           .num_outputs = 1,
+                           .body = "y[thread_index()] = x[thread_index()];"};
     jb_custom_kernel *k;
     CHECK_OK(jb_custom_kernel_new(&k, &spec));
     jb_array *x, *ints, *out[1] = {NULL};

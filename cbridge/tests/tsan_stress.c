@@ -162,9 +162,16 @@ int main(void)
 
     const char *in_names[] = {"inp"}, *out_names[] = {"out"};
     jb_dtype dtypes[] = {JB_F32};
-    jb_kernel_spec spec = {"tsan_configured", in_names, dtypes, 1, out_names, dtypes, 1,
-                           "out[thread_index()] = inp[thread_index()];", NULL, slow_configure,
-                           NULL};
+    jb_kernel_spec spec = {.struct_size = sizeof(jb_kernel_spec),
+                           .name = "tsan_configured",
+                           .input_names = in_names,
+                           .input_dtypes = dtypes,
+                           .num_inputs = 1,
+                           .output_names = out_names,
+                           .output_dtypes = dtypes,
+                           .num_outputs = 1,
+                           .body = "out[thread_index()] = inp[thread_index()];",
+                           .configure = slow_configure};
     CHECK_OK(jb_custom_kernel_new(&configured, &spec));
     run_all(configure_launcher);
     jb_custom_kernel_free(configured);

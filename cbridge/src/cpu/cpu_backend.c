@@ -133,15 +133,20 @@ static uint64_t compile_timeout_ms(void)
 /* The options of every compile; also part of the disk cache key. */
 static const char *const compile_flags[] = {"-O2", "-fPIC", "-shared", "-w"};
 
-static int run_compiler(const char *src, const char *obj, const char *log, int *out_wait_status)
+static int run_compiler(const char *src, const char *obj, const char *log, unsigned flags,
+                        int *out_wait_status)
 {
     JB_RETURN_IF(compiler_argc == 0, JB_ERR_COMPILE, "the compiler command ($CC) is empty");
-    char *argv[MAX_COMPILER_WORDS + 12];
+    char *argv[MAX_COMPILER_WORDS + 14];
     int argc = 0;
     for (int i = 0; i < compiler_argc; i++)
         argv[argc++] = compiler_argv[i];
     for (size_t i = 0; i < sizeof compile_flags / sizeof *compile_flags; i++)
         argv[argc++] = (char *)compile_flags[i];
+    if (flags & JB_COMPILE_FAST_MATH)
+        argv[argc++] = "-ffast-math";
+    if (flags & JB_COMPILE_LINE_INFO)
+        argv[argc++] = "-g";
     char *files[] = {"-o", (char *)obj, (char *)src, "-lm"};
     for (size_t i = 0; i < sizeof files / sizeof *files; i++)
         argv[argc++] = files[i];
@@ -192,7 +197,8 @@ static int run_compiler(const char *src, const char *obj, const char *log, int *
     return JB_OK;
 }
 
-static int cpu_compile(jb_device *dev, const char *module_name, const char *source, jb_blob *out)
+static int cpu_compile(jb_device *dev, const char *module_name, const char *source,
+                       unsigned flags, jb_blob *out)
 {
     (void)dev;
     char src[4200], obj[4200], log[4200];
@@ -202,7 +208,7 @@ static int cpu_compile(jb_device *dev, const char *module_name, const char *sour
     int status = write_file(src, source, strlen(source));
     int wait_status = 0;
     if (status == JB_OK)
-        status = run_compiler(src, obj, log, &wait_status);
+        status = run_compiler(src, obj, log, flags, &wait_status);
     if (status == JB_OK) {
         if (WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0) {
             status = read_file(obj, out);
@@ -367,7 +373,8 @@ static int cpu_event_query(jb_device *dev, void *event)
 
 typedef enum task_kind { TASK_LAUNCH, TASK_SIGNAL, TASK_WAIT, TASK_STOP } task_kind;
 
-typedef void (*cpu_kernel_fn)(void *const *pointers, const uint64_t *sizes, uint64_t threads);
+typedef void (*cpu_kernel_fn)(void *const *pointers, const uint64_t *sizes,
+                              const unsigned char *scalars, uint64_t threads);
 
 typedef struct cpu_task {
     struct cpu_task *next;
@@ -383,7 +390,7 @@ typedef struct cpu_task {
             uint64_t target;
         } event;
     } u;
-    /* TASK_LAUNCH only: count pointers, then count sizes, allocated behind the task */
+    /* TASK_LAUNCH only: count pointers, count sizes, then the scalar slots, behind the task */
     void **pointers;
 } cpu_task;
 
@@ -402,6 +409,7 @@ static void run_task(cpu_task *task)
     switch (task->kind) {
     case TASK_LAUNCH:
         task->u.launch.fn(task->pointers, (const uint64_t *)&task->pointers[task->u.launch.count],
+                          (const unsigned char *)&task->pointers[2 * task->u.launch.count],
                           task->u.launch.threads);
         break;
     case TASK_SIGNAL: {
@@ -558,13 +566,17 @@ static int cpu_launch(jb_device *dev, void *stream, void *fn, const uint32_t gri
 {
     (void)dev, (void)grid, (void)block, (void)shared_bytes;
     size_t count = args->count;
-    cpu_task *task = task_new(TASK_LAUNCH, count * (sizeof(void *) + sizeof(uint64_t)));
+    size_t scalar_bytes = args->num_scalars * JB_SCALAR_SLOT;
+    cpu_task *task =
+        task_new(TASK_LAUNCH, count * (sizeof(void *) + sizeof(uint64_t)) + scalar_bytes);
     JB_RETURN_IF(!task, JB_ERR_OUT_OF_MEMORY, "no memory for a launch");
     memcpy(&task->u.launch.fn, &fn, sizeof fn); /* dlsym gave an object pointer (POSIX) */
     task->u.launch.threads = args->total_threads;
     task->u.launch.count = count;
     memcpy(task->pointers, args->pointers, count * sizeof(void *));
     memcpy(&task->pointers[count], args->sizes, count * sizeof(uint64_t));
+    if (scalar_bytes)
+        memcpy(&task->pointers[2 * count], args->scalars, scalar_bytes);
     enqueue(stream, task);
     return JB_OK;
 }

@@ -80,7 +80,8 @@ static int gpu_compiler_identity(jb_device *dev, char *out, size_t len)
     return JB_OK;
 }
 
-static int gpu_compile(jb_device *dev, const char *module_name, const char *source, jb_blob *out)
+static int gpu_compile(jb_device *dev, const char *module_name, const char *source,
+                       unsigned flags, jb_blob *out)
 {
     nvrtcProgram program;
     nvrtcResult r = nvrtcCreateProgram(&program, source, module_name, 0, NULL, NULL);
@@ -88,8 +89,13 @@ static int gpu_compile(jb_device *dev, const char *module_name, const char *sour
                  module_name, nvrtcGetErrorString(r));
     char arch_option[sizeof dev->arch + 32];
     snprintf(arch_option, sizeof arch_option, "%s%s", JB_GPU_ARCH_OPTION, dev->arch);
-    const char *options[] = {arch_option};
-    r = nvrtcCompileProgram(program, 1, options);
+    const char *options[3] = {arch_option};
+    int num_options = 1;
+    if (flags & JB_COMPILE_FAST_MATH)
+        options[num_options++] = JB_GPU_FAST_MATH_OPTION;
+    if (flags & JB_COMPILE_LINE_INFO)
+        options[num_options++] = JB_GPU_LINE_INFO_OPTION;
+    r = nvrtcCompileProgram(program, num_options, options);
     int status = JB_OK;
     if (r != NVRTC_SUCCESS) {
         size_t log_size = 0;
@@ -246,15 +252,20 @@ static int gpu_launch(jb_device *dev, void *stream, void *fn, const uint32_t gri
                       const uint32_t block[3], uint32_t shared_bytes, const jb_launch_args *args)
 {
     JB_FORWARD_IF_ERROR(make_current(dev));
-    /* The generated kernel takes (pointer, element count) per array, then the thread count. */
-    void *params[2 * 64 + 1];
-    JB_RETURN_IF(args->count > 64, JB_ERR_LAUNCH, "too many kernel arguments");
+    /* The generated kernel takes (pointer, element count) per array, the scalars by value, then
+     * the thread count. */
+    void *params[3 * 64 + 1];
+    JB_RETURN_IF(args->count > 64 || args->num_scalars > 64, JB_ERR_LAUNCH,
+                 "too many kernel arguments");
     uint64_t total = args->total_threads;
+    size_t n = 0;
     for (size_t i = 0; i < args->count; i++) {
-        params[2 * i] = &args->pointers[i];
-        params[2 * i + 1] = &args->sizes[i];
+        params[n++] = &args->pointers[i];
+        params[n++] = &args->sizes[i];
     }
-    params[2 * args->count] = &total;
+    for (size_t i = 0; i < args->num_scalars; i++)
+        params[n++] = (void *)(args->scalars + i * JB_SCALAR_SLOT);
+    params[n] = &total;
     CUresult r = cuLaunchKernel((CUfunction)fn, grid[0], grid[1], grid[2], block[0], block[1],
                                 block[2], shared_bytes, (CUstream)stream, params, NULL);
     JB_RETURN_IF(r != CUDA_SUCCESS, JB_ERR_LAUNCH, "launching on %s: %s (%s)", dev->name,

@@ -17,6 +17,8 @@
 
 #define JB_GPU_BACKEND_NAME "cuda"
 #define JB_GPU_ARCH_OPTION "--gpu-architecture="
+#define JB_GPU_FAST_MATH_OPTION "--use_fast_math"
+#define JB_GPU_LINE_INFO_OPTION "-lineinfo"
 /* NVRTC stages a pageable host buffer before an async copy returns. */
 #define JB_GPU_HTOD_SYNC 0
 
@@ -80,6 +82,8 @@ static inline void jb_gpu_compiler_version(char *out, size_t len)
 
 #define JB_GPU_BACKEND_NAME "rocm"
 #define JB_GPU_ARCH_OPTION "--offload-arch="
+#define JB_GPU_FAST_MATH_OPTION "-ffast-math"
+#define JB_GPU_LINE_INFO_OPTION "-g"
 /* Be conservative: HIP does not promise that a pageable source is staged on return. */
 #define JB_GPU_HTOD_SYNC 1
 
