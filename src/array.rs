@@ -280,13 +280,20 @@ impl Array {
         // SAFETY: `bytes` has room for exactly the array's bytes.
         check(unsafe { ffi::jb_array_read(self.raw, bytes.as_mut_ptr().cast(), bytes.len()) })?;
         if T::DTYPE == DType::Bool && bytes.iter().any(|&b| b > 1) {
-            return Err(Error::new(ErrorCode::Shape, "a bool array holds a byte other than 0 or 1"));
+            return Err(Error::new(
+                ErrorCode::Shape,
+                "a bool array holds a byte other than 0 or 1",
+            ));
         }
         let mut out = vec![T::default(); self.size()];
         // SAFETY: every Element is plain data of DTYPE.size() bytes, any bit pattern valid (bool
         // checked above); `out` has room for `bytes.len()` bytes.
         unsafe {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.as_mut_ptr().cast::<u8>(), bytes.len())
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                out.as_mut_ptr().cast::<u8>(),
+                bytes.len(),
+            )
         };
         Ok(out)
     }

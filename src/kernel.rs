@@ -4,8 +4,8 @@ use crate::array::{Array, Bf16, DType, F16};
 use crate::device::Device;
 use crate::error::{Error, ErrorCode, c_str, check};
 use crate::ffi;
-use std::ffi::CString;
 use crate::stream::Stream;
+use std::ffi::CString;
 use std::os::raw::{c_int, c_void};
 use std::sync::Arc;
 

@@ -45,7 +45,8 @@ pub use counters::Counters;
 pub use device::{Device, DeviceKind, cpu_compiler, gpu_backend};
 pub use error::{Error, ErrorCode};
 pub use kernel::{
-    CompileOptions, ConfigureHook, CustomKernel, KernelConfig, KernelSpec, LaunchShape, Param, Scalar,
+    CompileOptions, ConfigureHook, CustomKernel, KernelConfig, KernelSpec, LaunchShape, Param,
+    Scalar,
 };
 pub use logging::{clear_log_callback, set_log_callback};
 pub use probe::jit_race_probe_array;

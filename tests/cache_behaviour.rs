@@ -95,7 +95,11 @@ fn configure_hook_raced_by_many_threads_runs_once() {
 #[cfg(any(feature = "cuda", feature = "rocm"))]
 #[test]
 fn configure_hook_raced_by_many_threads_runs_once_on_gpu() {
-    configure_race(Device::gpu(0).unwrap(), Arc::new(|_| slow_hook(&GPU_HOOK_CALLS)), &GPU_HOOK_CALLS);
+    configure_race(
+        Device::gpu(0).unwrap(),
+        Arc::new(|_| slow_hook(&GPU_HOOK_CALLS)),
+        &GPU_HOOK_CALLS,
+    );
 }
 
 #[test]

@@ -4,7 +4,9 @@
 mod common;
 
 use jitbridge::streams;
-use jitbridge::{Array, Counters, CustomKernel, DType, Device, ErrorCode, KernelSpec, LaunchShape};
+use jitbridge::{
+    Array, Bf16, Counters, CustomKernel, DType, Device, ErrorCode, KernelSpec, LaunchShape,
+};
 use std::sync::{Arc, Barrier};
 
 const THREADS: usize = 16;
@@ -17,6 +19,46 @@ fn spec(body: &str) -> KernelSpec<'_> {
         outputs: &[("out", DType::F32)],
         body,
         ..Default::default()
+    }
+}
+
+/// The seed-004 scenario with bf16 bodies: 16 threads x 100 rounds, one name, each thread's
+/// body adds its own index in bf16; every result exactly the thread's index.
+fn same_name_different_bf16_bodies(device: Device) {
+    let _turn = common::serial();
+    for round in 0..ROUNDS {
+        let barrier = Arc::new(Barrier::new(THREADS));
+        let results: Vec<f32> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..THREADS)
+                .map(|t| {
+                    let barrier = barrier.clone();
+                    s.spawn(move || {
+                        let stream = streams::new_thread_local_generation_stream(device).unwrap();
+                        let _default =
+                            streams::install_thread_local_default_stream(&stream).unwrap();
+                        let body = format!(
+                            "out[thread_index()] = \
+                             f32_to_bf16(bf16_to_f32(inp[thread_index()]) + {t}.0f);"
+                        );
+                        let kernel = CustomKernel::new(&KernelSpec {
+                            inputs: &[("inp", DType::Bf16)],
+                            outputs: &[("out", DType::Bf16)],
+                            ..spec(&body)
+                        })
+                        .unwrap();
+                        let input =
+                            Array::from_slice(device, &[Bf16::from_f32(0.0)], &[1]).unwrap();
+                        barrier.wait();
+                        let out =
+                            kernel.launch(&[&input], &[&[1]], LaunchShape::Threads(1)).unwrap();
+                        out[0].to_vec::<Bf16>().unwrap()[0].to_f32()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let expected: Vec<f32> = (0..THREADS).map(|t| t as f32).collect();
+        assert_eq!(results, expected, "round {round}: a thread ran another thread's bf16 body");
     }
 }
 
@@ -105,6 +147,11 @@ macro_rules! custom_kernel_tests {
             #[test]
             fn same_name_different_bodies_are_different_kernels() {
                 same_name_different_bodies($device);
+            }
+
+            #[test]
+            fn same_name_different_bf16_bodies_are_different_kernels() {
+                same_name_different_bf16_bodies($device);
             }
 
             #[test]

@@ -78,9 +78,23 @@ fn rounding_cases() -> Vec<f32> {
     for bits in (0..=u32::MAX).step_by(65_537) {
         let x = f32::from_bits(bits);
         let mid = f32::from_bits((bits & 0xffff_0000) | 0x8000);
-        cases.extend([x, mid, f32::from_bits(mid.to_bits() + 1), f32::from_bits(mid.to_bits() - 1)]);
+        cases.extend([
+            x,
+            mid,
+            f32::from_bits(mid.to_bits() + 1),
+            f32::from_bits(mid.to_bits() - 1),
+        ]);
     }
-    cases.extend([0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 65504.0, 65519.99, 65520.0]);
+    cases.extend([
+        0.0,
+        -0.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        65504.0,
+        65519.99,
+        65520.0,
+    ]);
     cases.extend([f32::MAX, f32::MIN_POSITIVE, 5.960_464_5e-8, 2.980_232_2e-8, 2.980_233e-8]);
     cases
 }
@@ -92,8 +106,9 @@ fn host_conversions_round_to_nearest_even_and_match_the_library() {
         assert!(is_rne_f16(x, h), "f16 of {x:e} ({:#010x}) is {:#06x}", x.to_bits(), h.to_bits());
         assert!(is_rne_bf16(x, b), "bf16 of {x:e} ({:#010x}) is {:#06x}", x.to_bits(), b.to_bits());
         // SAFETY: plain functions of values.
-        let (ch, cb) =
-            unsafe { (jitbridge::ffi::jb_f32_to_f16_bits(x), jitbridge::ffi::jb_f32_to_bf16_bits(x)) };
+        let (ch, cb) = unsafe {
+            (jitbridge::ffi::jb_f32_to_f16_bits(x), jitbridge::ffi::jb_f32_to_bf16_bits(x))
+        };
         assert_eq!((ch, cb), (h.to_bits(), b.to_bits()), "C and Rust disagree on {x:e}");
     }
     for bits in 0..=u16::MAX {
@@ -237,7 +252,8 @@ fn a_kernel_per_dtype_is_exact(device: Device) {
 
     // The device's own f32 -> f16/bf16 conversions on every rounding case.
     let cases = rounding_cases();
-    let to_f16 = unary("dt_to_f16", DType::F32, DType::F16, &format!("{I} y[i] = f32_to_f16(x[i]);"));
+    let to_f16 =
+        unary("dt_to_f16", DType::F32, DType::F16, &format!("{I} y[i] = f32_to_f16(x[i]);"));
     let to_bf16 =
         unary("dt_to_bf16", DType::F32, DType::Bf16, &format!("{I} y[i] = f32_to_bf16(x[i]);"));
     let h: Vec<F16> = run(&to_f16, device, &cases);

@@ -1,0 +1,131 @@
+/*
+ * The kernel API from C: a spec from an older header (smaller struct_size) still works and the
+ * bytes past it are never read; sizes the library cannot know are refused; every dtype has a
+ * name and size; scalars, a compile-time parameter and an explicit stream in one launch.
+ */
+#include "check.h"
+#include "jitbridge.h"
+
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+static jb_device *cpu;
+
+/* Launches `k` on {0, 1, 2, 3} f32 with `scalars` on `stream`; the output's element 3. */
+static float launch3(jb_custom_kernel *k, jb_stream *stream, const jb_scalar *scalars,
+                     size_t num_scalars)
+{
+    jb_array *in = NULL, *out[1] = {NULL};
+    int64_t n = 4;
+    const int64_t *shapes[] = {&n};
+    int ndims[] = {1};
+    jb_launch_shape shape = {{0, 0, 0}, {0, 0, 0}, 4};
+    float values[4] = {-1, -1, -1, -1};
+    CHECK_OK(jb_array_arange(&in, cpu, 4, JB_F32));
+    CHECK_OK(jb_custom_kernel_launch_on(out, k, stream, &in, 1, scalars, num_scalars, shapes, ndims,
+                                        &shape));
+    if (out[0])
+        CHECK_OK(jb_array_read(out[0], values, sizeof values));
+    jb_array_free(in);
+    jb_array_free(out[0]);
+    return values[3];
+}
+
+static void spec_growth(void)
+{
+    const char *in[] = {"x"}, *outn[] = {"y"};
+    jb_dtype f32[] = {JB_F32};
+    /* An older caller's struct: what the first header had, followed by bytes it never set. */
+    size_t v1_size = offsetof(jb_kernel_spec, scalar_names);
+    jb_kernel_spec *old = malloc(sizeof *old);
+    memset(old, 0xa5, sizeof *old);
+    jb_kernel_spec fields = {.struct_size = v1_size,
+                             .name = "grown_spec",
+                             .input_names = in,
+                             .input_dtypes = f32,
+                             .num_inputs = 1,
+                             .output_names = outn,
+                             .output_dtypes = f32,
+                             .num_outputs = 1,
+                             .body = "y[thread_index()] = x[thread_index()] * 10.0f;"};
+    memcpy(old, &fields, v1_size);
+    jb_custom_kernel *k = NULL;
+    CHECK_OK(jb_custom_kernel_new(&k, old));
+    if (k)
+        CHECK(launch3(k, NULL, NULL, 0) == 30.0f, "the old-size spec's kernel runs");
+    jb_custom_kernel_free(k);
+
+    jb_kernel_spec spec = JB_KERNEL_SPEC_INIT;
+    CHECK(spec.struct_size == sizeof(jb_kernel_spec) && spec.name == NULL, "the init macro");
+    memcpy(&spec, &fields, v1_size);
+    spec.struct_size = 0;
+    k = (jb_custom_kernel *)1;
+    CHECK(jb_custom_kernel_new(&k, &spec) == JB_ERR_INVALID_ARGUMENT && k == NULL,
+          "struct_size 0 (no init macro) is refused");
+    CHECK(strstr(jb_last_error_message(), "JB_KERNEL_SPEC_INIT") != NULL, "%s",
+          jb_last_error_message());
+    spec.struct_size = sizeof spec + 8;
+    CHECK(jb_custom_kernel_new(&k, &spec) == JB_ERR_UNSUPPORTED, "a newer header is refused");
+    CHECK(strstr(jb_last_error_message(), "newer") != NULL, "%s", jb_last_error_message());
+    free(old);
+}
+
+static void dtypes(void)
+{
+    const char *names[] = {"f32", "i32", "f16", "bf16", "f64", "i8", "u8", "u32", "i64", "bool"};
+    const size_t sizes[] = {4, 4, 2, 2, 8, 1, 1, 4, 8, 1};
+    for (int d = 0; d < 10; d++) {
+        CHECK(jb_dtype_name(d) && strcmp(jb_dtype_name(d), names[d]) == 0, "name of %d", d);
+        CHECK(jb_dtype_size(d) == sizes[d], "size of %s", names[d]);
+    }
+    CHECK(jb_dtype_name(10) == NULL && jb_dtype_size(-1) == 0, "out of range dtypes");
+    CHECK(jb_f32_to_bf16_bits(1.0f) == 0x3f80 && jb_f32_to_f16_bits(1.0f) == 0x3c00, "one");
+    /* 1 + 2^-8 is halfway between two bf16 values: ties go to the even one, 1.0. */
+    CHECK(jb_f32_to_bf16_bits(1.00390625f) == 0x3f80, "bf16 tie to even");
+    CHECK(jb_f32_to_bf16_bits(1.01171875f) == 0x3f82, "bf16 tie to even, upwards");
+    CHECK(jb_f16_bits_to_f32(0x0001) == 5.9604644775390625e-8f, "smallest f16 subnormal");
+}
+
+static void scalars_params_stream(void)
+{
+    const char *in[] = {"x"}, *outn[] = {"y"}, *scalar_names[] = {"scale", "shift"};
+    jb_dtype f32[] = {JB_F32}, scalar_dtypes[] = {JB_BF16, JB_I64};
+    jb_kernel_param params[] = {{"WIDTH", JB_PARAM_INT, 100}, {"ACC", JB_PARAM_DTYPE, JB_F64}};
+    jb_kernel_spec spec = JB_KERNEL_SPEC_INIT;
+    spec.name = "c_scalars";
+    spec.input_names = in, spec.input_dtypes = f32, spec.num_inputs = 1;
+    spec.output_names = outn, spec.output_dtypes = f32, spec.num_outputs = 1;
+    spec.scalar_names = scalar_names, spec.scalar_dtypes = scalar_dtypes, spec.num_scalars = 2;
+    spec.params = params, spec.num_params = 2;
+    spec.body = "ACC v = (ACC)x[thread_index()] * bf16_to_f32(scale) + (ACC)shift + WIDTH;\n"
+                "y[thread_index()] = (float)v;";
+    jb_custom_kernel *k = NULL;
+    CHECK_OK(jb_custom_kernel_new(&k, &spec));
+    jb_stream *stream = NULL;
+    CHECK_OK(jb_stream_new(&stream, cpu));
+    jb_scalar scalars[2] = {{.dtype = JB_BF16}, {.dtype = JB_I64}};
+    scalars[0].value.bf16_bits = jb_f32_to_bf16_bits(0.5f);
+    scalars[1].value.i64 = -1000;
+    if (k && stream)
+        CHECK(launch3(k, stream, scalars, 2) == 3 * 0.5f - 1000 + 100, "scalars and params");
+    jb_custom_kernel_free(k);
+    jb_stream_free(stream);
+
+    params[0].kind = JB_PARAM_BOOL; /* 100 is not a bool */
+    CHECK(jb_custom_kernel_new(&k, &spec) == JB_ERR_INVALID_ARGUMENT, "bool parameter of 100");
+    params[0] = (jb_kernel_param){"WIDTH", JB_PARAM_DTYPE, 77};
+    CHECK(jb_custom_kernel_new(&k, &spec) == JB_ERR_INVALID_ARGUMENT, "dtype parameter of 77");
+    params[0] = (jb_kernel_param){"shift", JB_PARAM_INT, 1};
+    CHECK(jb_custom_kernel_new(&k, &spec) == JB_ERR_INVALID_ARGUMENT, "a parameter named as a "
+                                                                      "scalar");
+}
+
+int main(void)
+{
+    CHECK_OK(jb_device_get(&cpu, JB_DEVICE_CPU, 0));
+    spec_growth();
+    dtypes();
+    scalars_params_stream();
+    return check_summary("test_kernels");
+}
