@@ -38,8 +38,7 @@ fn genuine_entry() -> &'static (String, Vec<u8>) {
             inputs: &[("x", DType::F32)],
             outputs: &[("y", DType::F32)],
             body: "y[thread_index()] = x[thread_index()] * 5.0f;",
-            header: None,
-            configure: None,
+            ..Default::default()
         })
         .unwrap();
         let x = Array::arange(Device::cpu().unwrap(), 4, DType::F32).unwrap();

@@ -37,8 +37,7 @@ fn warnings_reach_the_closure_and_versions_agree() {
         inputs: &[("inp", DType::F32)],
         outputs: &[("out", DType::F32)],
         body: "out[thread_index()] = inp[thread_index()];",
-        header: None,
-        configure: None,
+        ..Default::default()
     })
     .unwrap();
     kernel.prepare(Device::cpu().unwrap()).unwrap();

@@ -136,9 +136,15 @@ static void a_refused_cache_folder_reaches_the_callback(void)
     jb_custom_kernel *kernel = NULL;
     const char *in[] = {"inp"}, *out[] = {"out"};
     jb_dtype f32[] = {JB_F32};
-    jb_kernel_spec spec = {.name = "log_test", .input_names = in, .input_dtypes = f32,
-                           .num_inputs = 1, .output_names = out, .output_dtypes = f32,
-                           .num_outputs = 1, .body = "out[thread_index()] = inp[thread_index()];"};
+    jb_kernel_spec spec = {.struct_size = sizeof(jb_kernel_spec),
+                           .name = "log_test",
+                           .input_names = in,
+                           .input_dtypes = f32,
+                           .num_inputs = 1,
+                           .output_names = out,
+                           .output_dtypes = f32,
+                           .num_outputs = 1,
+                           .body = "out[thread_index()] = inp[thread_index()];"};
     CHECK_OK(jb_device_get(&cpu, JB_DEVICE_CPU, 0));
     CHECK_OK(jb_custom_kernel_new(&kernel, &spec));
     CHECK_OK(jb_custom_kernel_prepare(kernel, cpu));

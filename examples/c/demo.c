@@ -20,9 +20,15 @@ static int shows_a_compile_error(jb_device *device)
 {
     const char *in[] = {"x"}, *out[] = {"y"};
     jb_dtype f32[] = {JB_F32};
-    jb_kernel_spec spec = {.name = "broken", .input_names = in, .input_dtypes = f32,
-                           .num_inputs = 1, .output_names = out, .output_dtypes = f32,
-                           .num_outputs = 1, .body = "y[thread_index()] = x[thread_index()] +;"};
+    jb_kernel_spec spec = {.struct_size = sizeof(jb_kernel_spec),
+                           .name = "broken",
+                           .input_names = in,
+                           .input_dtypes = f32,
+                           .num_inputs = 1,
+                           .output_names = out,
+                           .output_dtypes = f32,
+                           .num_outputs = 1,
+                           .body = "y[thread_index()] = x[thread_index()] +;"};
     jb_custom_kernel *kernel = NULL;
     if (jb_custom_kernel_new(&kernel, &spec) != JB_OK)
         return -1;
@@ -71,8 +77,13 @@ int main(void)
 
     const char *in[] = {"x"}, *out[] = {"y"};
     jb_dtype f32[] = {JB_F32};
-    jb_kernel_spec spec = {.name = "saxpy_demo", .input_names = in, .input_dtypes = f32,
-                           .num_inputs = 1, .output_names = out, .output_dtypes = f32,
+    jb_kernel_spec spec = {.struct_size = sizeof(jb_kernel_spec),
+                           .name = "saxpy_demo",
+                           .input_names = in,
+                           .input_dtypes = f32,
+                           .num_inputs = 1,
+                           .output_names = out,
+                           .output_dtypes = f32,
                            .num_outputs = 1,
                            .body = "size_t i = thread_index();\n"
                                    "if (i < x_size) y[i] = 2.5f * x[i] + 1.0f;"};
