@@ -183,16 +183,32 @@ fn main() {
     }
     flags.push(format!("-I{}", cbridge.join("include").display()));
 
-    // Test-only: remove one named lock to show that the concurrency tests catch the race.
-    if let Some(lock) = env_var("JITBRIDGE_REMOVE_LOCK") {
+    // Test-only: remove named locks to show that the concurrency tests catch the race. Only an
+    // explicit `--cfg jitbridge_remove_lock="NAME"` in RUSTFLAGS does it (cargo hands it over as
+    // CARGO_CFG_JITBRIDGE_REMOVE_LOCK), so no stray variable in a user's shell ever can.
+    let mut lock_names: Vec<&str> =
+        mk.keys().filter_map(|k| k.strip_prefix("JB_REMOVE_LOCK_")).collect();
+    lock_names.sort();
+    let quoted: Vec<String> = lock_names.iter().map(|n| format!("\"{n}\"")).collect();
+    println!(
+        "cargo::rustc-check-cfg=cfg(jitbridge_remove_lock, values(none(), {}))",
+        quoted.join(", ")
+    );
+    if env_var("JITBRIDGE_REMOVE_LOCK").is_some() {
+        println!(
+            "cargo:warning=JITBRIDGE_REMOVE_LOCK is ignored: every lock is in this build (a test-only lock removal takes RUSTFLAGS='--cfg jitbridge_remove_lock=\"NAME\"')"
+        );
+    }
+    let removed = env::var("CARGO_CFG_JITBRIDGE_REMOVE_LOCK").unwrap_or_default();
+    for lock in removed.split(',').filter(|l| !l.is_empty()) {
         let Some([define]) = mk.get(&format!("JB_REMOVE_LOCK_{lock}")).map(Vec::as_slice) else {
-            let mut names: Vec<_> =
-                mk.keys().filter_map(|k| k.strip_prefix("JB_REMOVE_LOCK_")).collect();
-            names.sort();
-            panic!("JITBRIDGE_REMOVE_LOCK={lock}: expected one of {}", names.join(", "));
+            panic!(
+                "--cfg jitbridge_remove_lock=\"{lock}\": expected one of {}",
+                lock_names.join(", ")
+            );
         };
         println!(
-            "cargo:warning=JITBRIDGE_REMOVE_LOCK={lock}: this build has NO {lock} lock and races on purpose; never ship it"
+            "cargo:warning=--cfg jitbridge_remove_lock=\"{lock}\": this build has NO {lock} lock and races on purpose; never ship it"
         );
         flags.push(format!("-D{define}"));
     }

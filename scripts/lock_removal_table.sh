@@ -16,10 +16,11 @@ CONFIGS="${CONFIGS:-none jit_cache event_pool configure}"
 build() {
     local features=$1 dir=$2
     for lock in $CONFIGS; do
-        local env_lock=""
-        [ "$lock" = none ] || env_lock=$lock
+        # Only this explicit --cfg removes a lock; no environment variable of its own can.
+        local cfg=""
+        [ "$lock" = none ] || cfg="--cfg jitbridge_remove_lock=\"$lock\""
         mkdir -p "$dir/$lock"
-        JITBRIDGE_REMOVE_LOCK=$env_lock CARGO_TARGET_DIR="target/locks/$features-$lock" \
+        RUSTFLAGS="${RUSTFLAGS:-} $cfg" CARGO_TARGET_DIR="target/locks/$features-$lock" \
             cargo test --release ${features:+--features $features} --no-run \
             --message-format=json 2>/dev/null |
             python3 -c '

@@ -182,3 +182,13 @@ fn progress_is_plain_lines_when_not_on_a_terminal() {
     assert_eq!(lines, ["round 1/4", "round 2/4", "round 3/4", "round 4/4"]);
     assert!(stdout.contains("exact        yes, every output"), "{stdout}");
 }
+
+/// Only `--cfg jitbridge_remove_lock` removes a lock; CI also runs this test built with a stray
+/// JITBRIDGE_REMOVE_LOCK in the environment, which must change nothing.
+#[cfg(not(jitbridge_remove_lock))]
+#[test]
+fn a_normal_build_has_every_lock() {
+    let (code, stdout, stderr) = run(&["info"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!stdout.contains("without locks"), "a normal build lacks a lock:\n{stdout}");
+}
