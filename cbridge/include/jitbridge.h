@@ -320,6 +320,9 @@ typedef struct jb_scalar {
     } value;
 } jb_scalar;
 
+/* A compile error's message names the saved source when $JITBRIDGE_SAVE_SOURCE is a folder: the
+ * library then writes each source it compiles there, as <module name>.c (cpu) or .cu (GPUs). */
+
 /* Validates the spec and generates the source; nothing is compiled until the first launch.
  * Every string is copied. */
 JB_API jb_status jb_custom_kernel_new(jb_custom_kernel **out, const jb_kernel_spec *spec);

@@ -145,7 +145,7 @@ static const char cuda_prelude[] =
     "typedef float f32;\ntypedef double f64;\ntypedef signed char i8;\ntypedef unsigned char u8;\n"
     "typedef int i32;\ntypedef unsigned int u32;\ntypedef long long i64;\n"
     "struct f16 { unsigned short bits; };\nstruct bf16 { unsigned short bits; };\n"
-    JB_EXPAND_STRINGIFY(JB_SOFT_HALF_CODE(static __device__ inline)) "\n"
+    JB_EXPAND_STRINGIFY(JB_SOFT_HALF_CODE(static __device__ inline __attribute__((unused)))) "\n"
     "#if defined(__CUDA_ARCH__) && !defined(__HIP__) && !defined(__HIPCC_RTC__)\n"
     "static __device__ inline f16 f32_to_f16(float x) { f16 r; "
     "asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(r.bits) : \"f\"(x)); return r; }\n"

@@ -87,6 +87,28 @@ int jb__fail_with_log(int status, const char *log, const char *fmt, ...)
     return status;
 }
 
+void jb__error_append(const char *fmt, ...)
+{
+    char extra[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(extra, sizeof extra, fmt, ap);
+    va_end(ap);
+    size_t old_len = strlen(tls_short);
+    snprintf(tls_short + old_len, sizeof tls_short - old_len, "%s", extra);
+    if (tls_long) {
+        /* The long form is the short message, a newline and the log: rebuild it around the log. */
+        const char *log = tls_long + old_len + 1;
+        size_t need = strlen(tls_short) + strlen(log) + 2;
+        char *grown = malloc(need);
+        if (grown) {
+            snprintf(grown, need, "%s\n%s", tls_short, log);
+            free(tls_long);
+            tls_long = grown;
+        }
+    }
+}
+
 const char *jb_version(void)
 {
     return JB_VERSION_STRING;

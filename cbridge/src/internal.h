@@ -24,6 +24,8 @@ int jb__fail_with_log(int status, const char *log, const char *fmt, ...)
 
 /* Every warning the library gives goes through here: to the log callback, else stderr. */
 void jb__warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Adds text to the end of this thread's last error message (before its log, if any). */
+void jb__error_append(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #define JB_RETURN_IF(cond, status, ...)                                                            \
     do {                                                                                           \

@@ -7,8 +7,13 @@
  */
 #include "internal.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 struct jb_kernel_entry {
     jb_module *module;
@@ -103,6 +108,32 @@ int jb__kernel_configured(jb_kernel_entry *kernel, jb_configure_hook hook, void 
     return JB_OK;
 }
 
+/* $JITBRIDGE_SAVE_SOURCE=DIR: every source the library compiles is written to
+ * DIR/<module name>.c (cpu) or .cu (GPUs), for reading and profiling. True with `path` set once
+ * the file is written; a failure is a warning, never an error. */
+static bool save_source(jb_device *dev, const char *module_name, const char *source, char *path,
+                        size_t path_len)
+{
+    const char *dir = getenv("JITBRIDGE_SAVE_SOURCE");
+    if (!dir || !*dir)
+        return false;
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+        jb__warn("JITBRIDGE_SAVE_SOURCE: cannot create %s: %s", dir, strerror(errno));
+        return false;
+    }
+    int n = snprintf(path, path_len, "%s/%s.%s", dir, module_name,
+                     dev->backend->dialect == JB_DIALECT_C ? "c" : "cu");
+    if (n < 0 || (size_t)n >= path_len)
+        return false;
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    bool written = fd >= 0 && jb__write_all(fd, source, strlen(source));
+    if (!written)
+        jb__warn("JITBRIDGE_SAVE_SOURCE: cannot write %s: %s", path, strerror(errno));
+    if (fd >= 0)
+        close(fd);
+    return written;
+}
+
 /* Builds a module from `source`: from the disk cache when a valid entry loads (an entry the
  * loader refuses is evicted), else with the compiler, whose code is then stored for the next
  * process. Runs under the module cache's write lock; any producer of kernels may use it. */
@@ -126,7 +157,15 @@ int jb__module_build(jb_device *dev, const char *module_name, const char *source
         }
         jb__disk_reject(&key); /* the loader refused it: evict, then compile afresh */
     }
+    char saved[4096];
+    bool is_saved = save_source(dev, module_name, source, saved, sizeof saved);
     int status = dev->backend->compile(dev, module_name, source, flags, &code);
+    if (status == JB_ERR_COMPILE) {
+        if (is_saved)
+            jb__error_append(" (source saved at %s)", saved);
+        else
+            jb__error_append(" (set JITBRIDGE_SAVE_SOURCE=DIR to keep the source)");
+    }
     if (status == JB_OK)
         status = jb__module_create(dev, &code, kernel_names, num_kernels, out);
     if (status == JB_OK && use_disk)
