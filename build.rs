@@ -1,5 +1,6 @@
 //! Compiles the C library in cbridge/ with the system C compiler and links it statically.
-//! GPU backends (features `cuda`, `rocm`) add the vendor toolkit; at most one may be enabled.
+//! GPU backends (features `cuda`, `rocm`, together or alone) need the vendor's headers to build;
+//! their libraries are loaded at run time (cbridge/src/gpu/gpu_loader.c), never linked.
 
 use std::collections::HashMap;
 use std::env;
@@ -45,11 +46,6 @@ fn profile_flags() -> Vec<String> {
     flags
 }
 
-/// A `CARGO_CFG_TARGET_*` value: the target being built for, which need not be the host.
-fn target(what: &str) -> String {
-    env::var(format!("CARGO_CFG_TARGET_{what}")).unwrap_or_default()
-}
-
 fn feature(name: &str) -> bool {
     env::var_os(format!("CARGO_FEATURE_{}", name.to_uppercase())).is_some()
 }
@@ -72,11 +68,15 @@ fn run(cmd: &mut Command) {
     assert!(status.success(), "{cmd:?} failed with {status}");
 }
 
+/// One GPU backend to build: cbridge/src/gpu/ is compiled once for each, with its own names.
 struct Gpu {
-    define: &'static str,
+    /// Defined for the whole library: this backend is built in.
+    with: &'static str,
+    /// Defined for this backend's compile of cbridge/src/gpu/ only.
+    vendor: Vec<String>,
+    /// Object file suffix, so the two compiles of one source do not collide.
+    name: &'static str,
     include: PathBuf,
-    lib_dir: PathBuf,
-    libs: Vec<String>,
 }
 
 fn toolkit_root(vars: &[&str], defaults: &[&str], what: &str, probe: &str) -> PathBuf {
@@ -98,7 +98,7 @@ fn toolkit_root(vars: &[&str], defaults: &[&str], what: &str, probe: &str) -> Pa
         }
     }
     panic!(
-        "the {what} toolkit was not found in {} (looked for {probe}); install it or set {}",
+        "the {what} headers were not found in {} (looked for {probe}); install the toolkit or set {}",
         defaults.join(", "),
         vars.join(" or ")
     );
@@ -106,27 +106,12 @@ fn toolkit_root(vars: &[&str], defaults: &[&str], what: &str, probe: &str) -> Pa
 
 fn cuda_toolkit() -> Gpu {
     let root = toolkit_root(&["CUDA_PATH"], &["/usr/local/cuda"], "CUDA", "include/cuda.h");
-    let (arch, os) = (target("ARCH"), target("OS"));
-    // The toolkit's per-target folder; Arm servers are "sbsa", Jetson boards the plain arch.
-    let mut dirs = vec!["lib64".to_string(), "lib".into(), format!("targets/{arch}-{os}/lib")];
-    if arch == "aarch64" {
-        dirs.push(format!("targets/sbsa-{os}/lib"));
-    }
-    let lib_dir = dirs
-        .iter()
-        .map(|d| root.join(d))
-        .find(|d| d.join("libnvrtc.so").exists())
-        .unwrap_or_else(|| panic!("no libnvrtc.so under {}; set CUDA_PATH", root.display()));
-    // libcuda comes with the driver; at link time the toolkit's stub stands in for it.
-    let stub = lib_dir.join("stubs");
-    if stub.join("libcuda.so").exists() {
-        println!("cargo:rustc-link-search=native={}", stub.display());
-    }
     Gpu {
-        define: "JB_WITH_CUDA",
+        with: "JB_WITH_CUDA",
+        // The toolkit's folder is where NVRTC is looked for last at run time.
+        vendor: vec!["-DJB_VENDOR_CUDA".into(), format!("-DJB_CUDA_ROOT=\"{}\"", root.display())],
+        name: "cuda",
         include: root.join("include"),
-        lib_dir,
-        libs: vec!["cuda".into(), "nvrtc".into()],
     }
 }
 
@@ -137,20 +122,20 @@ fn rocm_toolkit() -> Gpu {
         "ROCm (HIP)",
         "include/hip/hip_runtime_api.h",
     );
-    // Debian's multiarch folder, e.g. x86_64-linux-gnu or arm-linux-gnueabihf.
-    let multiarch =
-        format!("{}-{}-{}{}", target("ARCH"), target("OS"), target("ENV"), target("ABI"));
-    let lib_dir = ["lib".to_string(), "lib64".into(), format!("lib/{multiarch}")]
-        .iter()
-        .map(|d| root.join(d))
-        .find(|d| d.join("libamdhip64.so").exists())
-        .unwrap_or_else(|| panic!("no libamdhip64.so under {}; set ROCM_PATH", root.display()));
-    let mut libs = vec!["amdhip64".to_string()];
-    // ROCm 6 and later ship hiprtc on its own; 5.x keeps it inside libamdhip64.
-    if lib_dir.join("libhiprtc.so").exists() {
-        libs.push("hiprtc".into());
+    Gpu {
+        with: "JB_WITH_ROCM",
+        vendor: vec![
+            "-DJB_VENDOR_HIP".into(),
+            "-D__HIP_PLATFORM_AMD__".into(),
+            format!("-DJB_ROCM_ROOT=\"{}\"", root.display()),
+        ],
+        name: "rocm",
+        include: root.join("include"),
     }
-    Gpu { define: "JB_WITH_ROCM", include: root.join("include"), lib_dir, libs }
+}
+
+fn compile(program: &str, args: &[&str], flags: &[String], src: &Path, obj: &Path) {
+    run(Command::new(program).args(args).args(flags).arg("-c").arg(src).arg("-o").arg(obj));
 }
 
 fn main() {
@@ -161,14 +146,13 @@ fn main() {
     println!("cargo:rerun-if-changed=cbridge/src");
     let mk = flags_mk(&cbridge.join("flags.mk"));
 
-    let gpu = match (feature("cuda"), feature("rocm")) {
-        (true, true) => panic!(
-            "features `cuda` and `rocm` are both enabled: jitbridge builds one GPU backend at a time"
-        ),
-        (true, false) => Some(cuda_toolkit()),
-        (false, true) => Some(rocm_toolkit()),
-        (false, false) => None,
-    };
+    let mut gpus = Vec::new();
+    if feature("cuda") {
+        gpus.push(cuda_toolkit());
+    }
+    if feature("rocm") {
+        gpus.push(rocm_toolkit());
+    }
 
     let compiler = env_var("CC").unwrap_or_else(|| "cc".into());
     let mut compiler_words = compiler.split_whitespace();
@@ -213,29 +197,34 @@ fn main() {
         flags.push(format!("-D{define}"));
     }
 
+    for gpu in &gpus {
+        flags.push(format!("-D{}", gpu.with));
+    }
     let mut files = sources(&cbridge.join("src"));
     files.extend(sources(&cbridge.join("src/cpu")));
-    if let Some(gpu) = &gpu {
-        files.extend(sources(&cbridge.join("src/gpu")));
-        flags.push(format!("-D{}", gpu.define));
-        flags.push(format!("-I{}", gpu.include.display()));
-        if gpu.define == "JB_WITH_ROCM" {
-            flags.push("-D__HIP_PLATFORM_AMD__".into());
-        }
-    }
 
+    let object = |src: &Path, suffix: &str| {
+        let rel = src.strip_prefix(&cbridge).unwrap();
+        out.join(format!(
+            "{}{suffix}.o",
+            rel.with_extension("").to_string_lossy().replace('/', "_")
+        ))
+    };
     let mut objects = Vec::new();
     for src in &files {
-        let rel = src.strip_prefix(&cbridge).unwrap();
-        let obj = out.join(rel.to_string_lossy().replace('/', "_")).with_extension("o");
-        run(Command::new(program)
-            .args(&compiler_args)
-            .args(&flags)
-            .arg("-c")
-            .arg(src)
-            .arg("-o")
-            .arg(&obj));
+        let obj = object(src, "");
+        compile(program, &compiler_args, &flags, src, &obj);
         objects.push(obj);
+    }
+    for gpu in &gpus {
+        let mut gpu_flags = flags.clone();
+        gpu_flags.extend(gpu.vendor.iter().cloned());
+        gpu_flags.push(format!("-I{}", gpu.include.display()));
+        for src in sources(&cbridge.join("src/gpu")) {
+            let obj = object(&src, &format!(".{}", gpu.name));
+            compile(program, &compiler_args, &gpu_flags, &src, &obj);
+            objects.push(obj);
+        }
     }
     let archive = out.join("libjitbridge_c.a");
     let _ = std::fs::remove_file(&archive);
@@ -246,17 +235,6 @@ fn main() {
 
     println!("cargo:rustc-link-search=native={}", out.display());
     println!("cargo:rustc-link-lib=static=jitbridge_c");
-    if let Some(gpu) = &gpu {
-        println!("cargo:rustc-link-search=native={}", gpu.lib_dir.display());
-        for lib in &gpu.libs {
-            println!("cargo:rustc-link-lib=dylib={lib}");
-        }
-        // Let the binaries find the toolkit's libraries without LD_LIBRARY_PATH (system
-        // folders are searched anyway).
-        if !gpu.lib_dir.starts_with("/usr/lib") {
-            println!("cargo:rustc-link-arg=-Wl,-rpath,{}", gpu.lib_dir.display());
-        }
-    }
     for word in mk_var(&mk, "JB_LDLIBS") {
         let lib = match word.as_str() {
             "-pthread" => "pthread",

@@ -414,10 +414,10 @@ fn first_launch_in_new_processes(
 ) -> Result<(f64, f64), jitbridge::Error> {
     let failed = |what: String| jitbridge::Error::new_other(what);
     let exe = std::env::current_exe().map_err(|e| failed(e.to_string()))?;
-    let device_arg = if device.kind() == jitbridge::DeviceKind::Cpu { "cpu" } else { "gpu" };
+    let device_arg = device.spec();
     let once = |dir: &std::path::Path| -> Result<(f64, u64), jitbridge::Error> {
         let out = std::process::Command::new(&exe)
-            .args(["__first-launch", device_arg])
+            .args(["__first-launch", &device_arg])
             .env("JITBRIDGE_CACHE_DIR", dir)
             .env_remove("JITBRIDGE_DISK_CACHE")
             .output()

@@ -1,15 +1,17 @@
 //! Devices: process-global, never freed, so a [`Device`] is a plain copyable reference.
 
-use crate::error::{Error, c_str, check, take_drop_error};
+use crate::error::{Error, ErrorCode, c_str, check, take_drop_error};
 use crate::ffi;
+use std::ffi::CString;
 use std::fmt;
+use std::str::FromStr;
 
 /// Whether a device is the host CPU or a GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DeviceKind {
     /// The cpu backend: kernels compiled by the system C compiler.
     Cpu,
-    /// A GPU of the backend this crate was built with (feature `cuda` or `rocm`).
+    /// A GPU of a GPU backend this crate was built with (features `cuda`, `rocm`).
     Gpu,
 }
 
@@ -54,12 +56,32 @@ impl Device {
         Device::get(DeviceKind::Cpu, 0)
     }
 
-    /// GPU `ordinal` of the built GPU backend.
+    /// GPU `ordinal` of the first GPU backend that has devices (cuda, then rocm). Without one,
+    /// the error says what was not found and which variable to set.
     pub fn gpu(ordinal: i32) -> Result<Device, Error> {
         Device::get(DeviceKind::Gpu, ordinal)
     }
 
-    /// GPU 0 when a GPU backend is built and a GPU is present, else the cpu.
+    /// The device called `name`: `cpu`, `gpu`, `cuda` or `rocm`, each with an optional `:N`
+    /// (`gpu:N` is GPU N of the first GPU backend that has devices). Also `name.parse()`.
+    ///
+    /// ```
+    /// let cpu = jitbridge::Device::lookup("cpu:0")?;
+    /// assert_eq!(cpu.spec(), "cpu:0");
+    /// assert!(jitbridge::Device::lookup("tpu:0").is_err());
+    /// # Ok::<(), jitbridge::Error>(())
+    /// ```
+    pub fn lookup(name: &str) -> Result<Device, Error> {
+        let name_c = CString::new(name).map_err(|_| {
+            Error::new(ErrorCode::InvalidArgument, format!("device name {name:?} contains NUL"))
+        })?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: `raw` is a valid out pointer and `name_c` a NUL-terminated string.
+        check(unsafe { ffi::jb_device_lookup(&mut raw, name_c.as_ptr()) })?;
+        Ok(Device { raw })
+    }
+
+    /// GPU 0 of the first GPU backend that has devices, else the cpu.
     pub fn default_device() -> Result<Device, Error> {
         let mut raw = std::ptr::null_mut();
         // SAFETY: `raw` is a valid out pointer.
@@ -75,11 +97,13 @@ impl Device {
         Ok(n as usize)
     }
 
-    /// Every device: GPUs first, then the cpu.
+    /// Every device: the GPUs of each GPU backend (cuda, then rocm), then the cpu.
     pub fn all() -> Result<Vec<Device>, Error> {
         let mut devices = Vec::new();
-        for ordinal in 0..Device::count(DeviceKind::Gpu)? {
-            devices.push(Device::gpu(ordinal as i32)?);
+        for backend in gpu_backends() {
+            for ordinal in 0..backend.devices.unwrap_or(0) {
+                devices.push(Device::lookup(&format!("{}:{ordinal}", backend.name))?);
+            }
         }
         devices.push(Device::cpu()?);
         Ok(devices)
@@ -89,6 +113,17 @@ impl Device {
     pub fn index(&self) -> i32 {
         // SAFETY: `raw` came from the library and is valid for the process.
         unsafe { ffi::jb_device_index(self.raw) }
+    }
+
+    /// The device's number among its backend's devices: the N of `cuda:N`.
+    pub fn ordinal(&self) -> i32 {
+        // SAFETY: as in `index`.
+        unsafe { ffi::jb_device_ordinal(self.raw) }
+    }
+
+    /// The device's name for [`Device::lookup`]: `cpu:0`, `cuda:1`, `rocm:0`.
+    pub fn spec(&self) -> String {
+        format!("{}:{}", self.backend(), self.ordinal())
     }
 
     /// CPU or GPU.
@@ -153,10 +188,64 @@ impl fmt::Debug for Device {
     }
 }
 
-/// The GPU backend this crate was built with: "cuda", "rocm" or "none".
+impl FromStr for Device {
+    type Err = Error;
+
+    fn from_str(name: &str) -> Result<Device, Error> {
+        Device::lookup(name)
+    }
+}
+
+/// The GPU backends this crate was built with, in device order: "cuda", "rocm", "cuda,rocm"
+/// or "none".
 pub fn gpu_backend() -> String {
     // SAFETY: returns a static string.
     c_str(unsafe { ffi::jb_gpu_backend_name() })
+}
+
+/// A GPU backend and what it found on this machine.
+#[derive(Debug, Clone)]
+pub struct GpuBackend {
+    /// "cuda" or "rocm".
+    pub name: &'static str,
+    /// Whether this crate was built with it (feature of the same name).
+    pub built: bool,
+    /// Its device count, or why it has none: what library was not found and which variable
+    /// to set, what the driver said, or that the backend was not built.
+    pub devices: Result<usize, Error>,
+}
+
+impl GpuBackend {
+    /// One line for people: "2 device(s)", or why there are none ("libcuda.so.1 not found (is
+    /// the NVIDIA driver installed?)", "no device: hipInit failed: ...", "not built ...").
+    pub fn state(&self) -> String {
+        match &self.devices {
+            Ok(n) => format!("{n} device(s)"),
+            Err(_) if !self.built => format!("not built (cargo feature '{}')", self.name),
+            // The library's reason reads "no device cuda:0: cuda: <why>"; keep the why.
+            Err(e) => {
+                let marker = format!("{}: ", self.name);
+                let msg = e.message();
+                msg.rfind(&marker).map_or(msg, |at| &msg[at + marker.len()..]).to_string()
+            }
+        }
+    }
+}
+
+/// Every GPU backend jitbridge knows, built or not, with its state (for `jitbridge info`).
+pub fn gpu_backends() -> Vec<GpuBackend> {
+    ["cuda", "rocm"]
+        .into_iter()
+        .map(|name| {
+            let mut n = 0;
+            let name_c = CString::new(name).expect("no NUL");
+            // SAFETY: `n` is a valid out pointer and `name_c` a NUL-terminated string.
+            let devices = check(unsafe { ffi::jb_backend_device_count(&mut n, name_c.as_ptr()) })
+                .map(|()| n as usize);
+            let built = !matches!(&devices, Err(e) if e.code() == ErrorCode::Unsupported);
+            GpuBackend { name, built, devices }
+        })
+        .collect()
 }
 
 /// The command the cpu backend compiles kernels with (`$CC`, else `cc`).

@@ -131,8 +131,11 @@ unsafe extern "C" {
     pub fn jb_gpu_backend_name() -> *const c_char;
     pub fn jb_device_count(out: *mut c_int, kind: c_int) -> c_int;
     pub fn jb_device_get(out: *mut *mut jb_device, kind: c_int, ordinal: c_int) -> c_int;
+    pub fn jb_device_lookup(out: *mut *mut jb_device, name: *const c_char) -> c_int;
+    pub fn jb_backend_device_count(out: *mut c_int, backend: *const c_char) -> c_int;
     pub fn jb_device_default(out: *mut *mut jb_device) -> c_int;
     pub fn jb_device_index(device: *const jb_device) -> c_int;
+    pub fn jb_device_ordinal(device: *const jb_device) -> c_int;
     pub fn jb_device_get_kind(device: *const jb_device) -> c_int;
     pub fn jb_device_name(device: *const jb_device) -> *const c_char;
     pub fn jb_device_arch(device: *const jb_device) -> *const c_char;

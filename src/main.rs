@@ -19,7 +19,7 @@ macro_rules! note {
 
 mod bench;
 
-use jitbridge::{Counters, Device, DeviceKind, race};
+use jitbridge::{Counters, Device, race};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -49,7 +49,7 @@ struct Command {
 
 const RUN: Command = Command {
     name: "run",
-    usage: "jitbridge run [--threads N] [--rounds N] [--device cpu|gpu[:N]]",
+    usage: "jitbridge run [--threads N] [--rounds N] [--device cpu|gpu|cuda|rocm[:N]]",
     about: "first-launch new probe kernels from many threads at once and check every output",
     details: "Each round, N threads each install their own stream, meet at a barrier and launch a
 probe kernel no earlier round built; then the builds, hits, misses and timings are reported.
@@ -58,8 +58,8 @@ probe kernel no earlier round built; then the builds, hits, misses and timings a
 options:
   --threads N   threads per round, 1 to 1024 (default 8)
   --rounds N    rounds, 1 to 100000 (default 16)
-  --device D    cpu, gpu or gpu:N (default: GPU 0 when a GPU backend is built and a GPU is
-                present, else cpu)
+  --device D    cpu, cuda:N, rocm:N, or gpu:N (GPU N of the first GPU backend that has
+                devices); N defaults to 0 (default: gpu:0 when a GPU is present, else cpu)
 
 Progress goes to stderr: one updating line on a terminal, plain lines otherwise.
 exit status: 0 when every output was exact and each round built once, 1 when not, 2 on an error",
@@ -67,7 +67,7 @@ exit status: 0 when every output was exact and each round built once, 1 when not
 
 const BENCH: Command = Command {
     name: "bench",
-    usage: "jitbridge bench [--json] [--quick] [--device cpu|gpu[:N]]",
+    usage: "jitbridge bench [--json] [--quick] [--device cpu|gpu|cuda|rocm[:N]]",
     about: "measure the launch path's costs, each against its baseline",
     details: "Measures, in one run: hit lookups (lookaside vs the plain locked protocol) at 1-16
 threads, hit latency while other threads build, the probe launch path vs a raw launch, a cold
@@ -81,7 +81,7 @@ options:
                 max_value, max_ratio and hardware) and met (true, false, or null without a target)
   --quick       every measure once and small, in seconds: shows the bench works; its numbers
                 are not comparable
-  --device D    cpu, gpu or gpu:N (default: as for run)",
+  --device D    cpu, gpu, cuda or rocm, with an optional :N (default: as for run)",
 };
 
 const CACHE: Command = Command {
@@ -172,7 +172,8 @@ struct Opt {
     value: Option<&'static str>,
 }
 
-const DEVICE_OPT: Opt = Opt { flag: "--device", value: Some("a device: cpu, gpu or gpu:N") };
+const DEVICE_OPT: Opt =
+    Opt { flag: "--device", value: Some("a device: cpu, gpu, cuda or rocm, with an optional :N") };
 
 /// A command's arguments, checked against its options. `None` when help was asked for.
 struct Args {
@@ -270,20 +271,9 @@ fn parse_size(text: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("'{text}' is too large a size (at most 16 EiB - 1 byte)"))
 }
 
+/// `cpu`, `gpu`, `cuda`, `rocm`, each with an optional `:N` (see `Device::lookup`).
 fn parse_device(spec: &str) -> Result<Device, Failure> {
-    let result = match spec {
-        "cpu" => Device::cpu(),
-        "gpu" => Device::gpu(0),
-        other => match other.strip_prefix("gpu:").and_then(|n| n.parse().ok()) {
-            Some(n) => Device::gpu(n),
-            None => {
-                return Err(Failure::Error(format!(
-                    "unknown device '{other}' (cpu, gpu or gpu:N)"
-                )));
-            }
-        },
-    };
-    Ok(result?)
+    Ok(Device::lookup(spec)?)
 }
 
 fn device_or_default(spec: Option<&str>) -> Result<Device, Failure> {
@@ -533,7 +523,7 @@ fn cache_command(args: &[String]) -> Outcome {
 fn first_launch(args: &[String]) -> Outcome {
     const HIDDEN: Command = Command {
         name: "__first-launch",
-        usage: "jitbridge __first-launch [cpu|gpu[:N]]",
+        usage: "jitbridge __first-launch [cpu|gpu|cuda|rocm[:N]]",
         about: "(internal, for bench) time one first launch in this process",
         details: "",
     };
@@ -578,19 +568,14 @@ fn info() -> Result<(), Failure> {
     out!("jitbridge {VERSION}");
     out!("gpu backend  {}", jitbridge::gpu_backend());
     out!("cpu compiler {}", jitbridge::cpu_compiler());
-    match Device::count(DeviceKind::Gpu) {
-        Ok(0) => {
-            let why = Device::gpu(0).err().map(|e| e.to_string()).unwrap_or_default();
-            out!("gpus         none ({why})");
-        }
-        Ok(n) => out!("gpus         {n}"),
-        Err(e) => out!("gpus         unknown ({e})"),
+    for backend in jitbridge::gpu_backends() {
+        out!("{:<12} {}", backend.name, backend.state());
     }
     for device in Device::all()? {
         out!(
-            "device {:<5} {:<5} {} ({}), {:.1} GiB",
+            "device {:<5} {:<7} {} ({}), {:.1} GiB",
             device.index(),
-            device.backend(),
+            device.spec(),
             device.name(),
             device.arch(),
             device.total_memory() as f64 / (1u64 << 30) as f64

@@ -102,8 +102,13 @@ JB_API jb_status jb_set_log_callback(jb_log_fn fn, void *user_data);
 
 /* ---------------------------------------------------------------------------------------------
  * Devices. Process-global and never freed: a jb_device pointer stays valid for the process.
- * Device indices are process-wide: GPU devices (if a GPU backend is built and GPUs are present)
- * take 0..n-1 in the vendor's order, and the cpu device comes after them.
+ * Device indices are process-wide: the GPUs of each GPU backend built (cuda, then rocm; each in
+ * its vendor's order) come first, then the cpu device. A GPU backend's libraries (libcuda and
+ * NVRTC; libamdhip64 and hiprtc) are loaded when devices are first asked for, never linked:
+ * without them the backend has no devices, and asking for one says what was not found.
+ * Devices are named "cpu", "cuda:N", "rocm:N"; "gpu:N" is GPU N of the first GPU backend that
+ * has devices, and that backend is what JB_DEVICE_GPU means below. Every function here may be
+ * called from any thread.
  */
 typedef struct jb_device jb_device;
 
@@ -112,16 +117,28 @@ typedef enum jb_device_kind {
     JB_DEVICE_GPU = 1,
 } jb_device_kind;
 
-/* The backend the library was built with for GPUs: "cuda", "rocm" or "none". */
+/* The GPU backends the library was built with, in device order: "cuda", "rocm", "cuda,rocm"
+ * or "none". A static string. */
 JB_API const char *jb_gpu_backend_name(void);
-/* Number of devices of `kind`. For GPUs this is 0 when no GPU backend is built. */
+/* Number of devices of `kind`. For GPUs: those of the first GPU backend that has devices (0 when
+ * none has). */
 JB_API jb_status jb_device_count(int *out, jb_device_kind kind);
 /* The `ordinal`-th device of `kind`. JB_ERR_NO_DEVICE (with the driver's reason) if absent. */
 JB_API jb_status jb_device_get(jb_device **out, jb_device_kind kind, int ordinal);
-/* The default device: GPU 0 when a GPU backend is built and a GPU is present, else the cpu. */
+/* The device called `name`: "cpu", "gpu", "cuda", "rocm", each optionally ":N" (default 0).
+ * JB_ERR_INVALID_ARGUMENT for a malformed name; JB_ERR_UNSUPPORTED for a backend this library
+ * was built without; JB_ERR_NO_DEVICE when the backend has no such device, with the reason
+ * (what was not found and which variable to set, or what the driver said). */
+JB_API jb_status jb_device_lookup(jb_device **out, const char *name);
+/* How many devices `backend` ("cpu", "gpu", "cuda", "rocm") has: JB_OK with at least 1, or the
+ * status and message jb_device_lookup gives for "<backend>:0" (its state, for tools). */
+JB_API jb_status jb_backend_device_count(int *out, const char *backend);
+/* The default device: GPU 0 of the first GPU backend that has devices, else the cpu. */
 JB_API jb_status jb_device_default(jb_device **out);
 /* The device's process-wide index (the prefix of its module cache keys); -1 for NULL. */
 JB_API int jb_device_index(const jb_device *device);
+/* The device's number among its backend's devices: the N of "cuda:N" (-1 for NULL). */
+JB_API int jb_device_ordinal(const jb_device *device);
 /* Whether the device is the cpu or a GPU; JB_DEVICE_CPU for NULL. */
 JB_API jb_device_kind jb_device_get_kind(const jb_device *device);
 /* Strings owned by the device; valid for the life of the process. */

@@ -1,16 +1,42 @@
-/* The process-global device table: GPUs first (when a GPU backend is built), then the cpu. */
+/* The process-global device table: the GPUs of each GPU backend built (cuda, then rocm), then
+ * the cpu. A GPU backend's libraries are loaded when the table is first asked for. */
 #include "internal.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
+typedef int (*gpu_enumerate_fn)(jb_device *devices, int max, int *out_count, char *why,
+                                size_t why_len);
+
+/* A GPU backend built into the library and what it found. */
+typedef struct gpu_backend {
+    const char *name;
+    gpu_enumerate_fn enumerate;
+    int first, count; /* its devices are devices[first .. first + count) */
+    char why[512];    /* when count is 0: what was not found, or what the driver said */
+} gpu_backend;
+
+static gpu_backend gpu_backends[] = {
+#if defined(JB_WITH_CUDA)
+    {"cuda", jb__cuda_enumerate, 0, 0, ""},
+#endif
+#if defined(JB_WITH_ROCM)
+    {"rocm", jb__rocm_enumerate, 0, 0, ""},
+#endif
+    {NULL, NULL, 0, 0, ""}, /* the end (and keeps the array non-empty without a GPU backend) */
+};
+#define NUM_GPU_BACKENDS ((int)(sizeof gpu_backends / sizeof gpu_backends[0]) - 1)
+/* Every backend a device name may ask for, built or not. */
+static const char *const known_gpu_backends[] = {"cuda", "rocm"};
+
 static jb_device devices[JB_MAX_DEVICES];
 static int num_gpus;
 static int num_devices;
-static char no_gpu_reason[256] = "jitbridge was built without a GPU backend (features cuda, rocm)";
+static char no_gpu_reason[1100] = "jitbridge was built without a GPU backend (features cuda, rocm)";
 static pthread_once_t devices_once = PTHREAD_ONCE_INIT;
 
 static void device_common_init(jb_device *dev, int index)
@@ -24,6 +50,7 @@ static void cpu_device_init(jb_device *dev)
 {
     dev->kind = JB_DEVICE_CPU;
     dev->backend = &jb__cpu_backend;
+    dev->ordinal = 0;
     snprintf(dev->name, sizeof dev->name, "cpu");
     FILE *cpuinfo = fopen("/proc/cpuinfo", "r");
     if (cpuinfo) {
@@ -48,21 +75,42 @@ static void cpu_device_init(jb_device *dev)
 
 static void devices_init(void)
 {
-#if defined(JB_WITH_CUDA) || defined(JB_WITH_ROCM)
-    int found = 0;
-    jb__gpu_enumerate(devices, JB_MAX_DEVICES - 1, &found, no_gpu_reason, sizeof no_gpu_reason);
-    num_gpus = found;
-    for (int i = 0; i < num_gpus; i++)
-        device_common_init(&devices[i], i);
-#endif
+    for (int b = 0; b < NUM_GPU_BACKENDS; b++) {
+        gpu_backend *backend = &gpu_backends[b];
+        int found = 0;
+        backend->enumerate(devices + num_gpus, JB_MAX_DEVICES - 1 - num_gpus, &found,
+                           backend->why, sizeof backend->why);
+        backend->first = num_gpus;
+        backend->count = found;
+        for (int i = 0; i < found; i++)
+            device_common_init(&devices[num_gpus + i], num_gpus + i);
+        num_gpus += found;
+        if (b == 0)
+            no_gpu_reason[0] = '\0';
+        if (found == 0)
+            snprintf(no_gpu_reason + strlen(no_gpu_reason),
+                     sizeof no_gpu_reason - strlen(no_gpu_reason), "%s%s",
+                     no_gpu_reason[0] ? "; " : "", backend->why);
+    }
     device_common_init(&devices[num_gpus], num_gpus);
     cpu_device_init(&devices[num_gpus]);
     num_devices = num_gpus + 1;
 }
 
+/* The backend that "gpu" means: the first GPU backend that has devices; NULL if none has. */
+static const gpu_backend *default_gpu_backend(void)
+{
+    for (int b = 0; b < NUM_GPU_BACKENDS; b++)
+        if (gpu_backends[b].count > 0)
+            return &gpu_backends[b];
+    return NULL;
+}
+
 const char *jb_gpu_backend_name(void)
 {
-#if defined(JB_WITH_CUDA)
+#if defined(JB_WITH_CUDA) && defined(JB_WITH_ROCM)
+    return "cuda,rocm";
+#elif defined(JB_WITH_CUDA)
     return "cuda";
 #elif defined(JB_WITH_ROCM)
     return "rocm";
@@ -71,13 +119,96 @@ const char *jb_gpu_backend_name(void)
 #endif
 }
 
+/* The GPU backend called `name` ("gpu": the default one); sets the error when there is none. */
+static int find_gpu_backend(const gpu_backend **out, const char *name, const char *asked)
+{
+    *out = NULL;
+    if (strcmp(name, "gpu") == 0) {
+        *out = default_gpu_backend();
+        JB_RETURN_IF(!*out, JB_ERR_NO_DEVICE, "no device %s: %s", asked, no_gpu_reason);
+        return JB_OK;
+    }
+    for (int b = 0; b < NUM_GPU_BACKENDS; b++) {
+        if (strcmp(gpu_backends[b].name, name) == 0) {
+            *out = &gpu_backends[b];
+            JB_RETURN_IF(gpu_backends[b].count == 0, JB_ERR_NO_DEVICE, "no device %s: %s",
+                         asked, gpu_backends[b].why);
+            return JB_OK;
+        }
+    }
+    for (size_t k = 0; k < sizeof known_gpu_backends / sizeof known_gpu_backends[0]; k++)
+        JB_RETURN_IF(strcmp(known_gpu_backends[k], name) == 0, JB_ERR_UNSUPPORTED,
+                     "no device %s: jitbridge was built without the %s backend (cargo feature "
+                     "'%s', or make %s=1)",
+                     asked, name, name, strcmp(name, "cuda") == 0 ? "CUDA" : "ROCM");
+    return jb__fail(JB_ERR_INVALID_ARGUMENT,
+                    "unknown device '%s': expected cpu, gpu, cuda or rocm, each with an optional "
+                    ":N",
+                    asked);
+}
+
+jb_status jb_backend_device_count(int *out, const char *backend)
+{
+    JB_RETURN_IF(!out, JB_ERR_INVALID_ARGUMENT, "jb_backend_device_count: out is NULL");
+    *out = 0;
+    JB_RETURN_IF(!backend, JB_ERR_INVALID_ARGUMENT, "jb_backend_device_count: backend is NULL");
+    pthread_once(&devices_once, devices_init);
+    if (strcmp(backend, "cpu") == 0) {
+        *out = 1;
+        return JB_OK;
+    }
+    const gpu_backend *found;
+    JB_FORWARD_IF_ERROR(find_gpu_backend(&found, backend, backend));
+    *out = found->count;
+    return JB_OK;
+}
+
+jb_status jb_device_lookup(jb_device **out, const char *name)
+{
+    JB_RETURN_IF(!out, JB_ERR_INVALID_ARGUMENT, "jb_device_lookup: out is NULL");
+    *out = NULL;
+    JB_RETURN_IF(!name, JB_ERR_INVALID_ARGUMENT, "jb_device_lookup: name is NULL");
+    char backend[16];
+    size_t len = strcspn(name, ":");
+    JB_RETURN_IF(len >= sizeof backend, JB_ERR_INVALID_ARGUMENT,
+                 "unknown device '%s': expected cpu, gpu, cuda or rocm, each with an optional :N",
+                 name);
+    memcpy(backend, name, len);
+    backend[len] = '\0';
+    long ordinal = 0;
+    if (name[len] == ':') {
+        const char *digits = name + len + 1;
+        char *end = NULL;
+        errno = 0;
+        ordinal = strtol(digits, &end, 10);
+        JB_RETURN_IF(digits[0] < '0' || digits[0] > '9' || *end != '\0' || errno == ERANGE ||
+                         ordinal > JB_MAX_DEVICES,
+                     JB_ERR_INVALID_ARGUMENT,
+                     "device '%s': the part after ':' must be a device number (0, 1, ...)", name);
+    }
+    pthread_once(&devices_once, devices_init);
+    if (strcmp(backend, "cpu") == 0) {
+        JB_RETURN_IF(ordinal != 0, JB_ERR_NO_DEVICE, "no device %s: there is one cpu device (0)",
+                     name);
+        *out = &devices[num_gpus];
+        return JB_OK;
+    }
+    const gpu_backend *found;
+    JB_FORWARD_IF_ERROR(find_gpu_backend(&found, backend, name));
+    JB_RETURN_IF(ordinal >= found->count, JB_ERR_NO_DEVICE, "no device %s: %s has %d device(s)",
+                 name, found->name, found->count);
+    *out = &devices[found->first + ordinal];
+    return JB_OK;
+}
+
 jb_status jb_device_count(int *out, jb_device_kind kind)
 {
     JB_RETURN_IF(!out, JB_ERR_INVALID_ARGUMENT, "jb_device_count: out is NULL");
     JB_RETURN_IF(kind != JB_DEVICE_CPU && kind != JB_DEVICE_GPU, JB_ERR_INVALID_ARGUMENT,
                  "jb_device_count: unknown device kind %d", (int)kind);
     pthread_once(&devices_once, devices_init);
-    *out = kind == JB_DEVICE_CPU ? 1 : num_gpus;
+    const gpu_backend *gpu = default_gpu_backend();
+    *out = kind == JB_DEVICE_CPU ? 1 : gpu ? gpu->count : 0;
     return JB_OK;
 }
 
@@ -94,10 +225,11 @@ jb_status jb_device_get(jb_device **out, jb_device_kind kind, int ordinal)
         *out = &devices[num_gpus];
         return JB_OK;
     }
-    JB_RETURN_IF(num_gpus == 0, JB_ERR_NO_DEVICE, "no GPU %d: %s", ordinal, no_gpu_reason);
-    JB_RETURN_IF(ordinal < 0 || ordinal >= num_gpus, JB_ERR_NO_DEVICE,
-                 "no GPU %d: %d GPU(s) present", ordinal, num_gpus);
-    *out = &devices[ordinal];
+    const gpu_backend *gpu = default_gpu_backend();
+    JB_RETURN_IF(!gpu, JB_ERR_NO_DEVICE, "no GPU %d: %s", ordinal, no_gpu_reason);
+    JB_RETURN_IF(ordinal < 0 || ordinal >= gpu->count, JB_ERR_NO_DEVICE,
+                 "no GPU %d: %s has %d GPU(s)", ordinal, gpu->name, gpu->count);
+    *out = &devices[gpu->first + ordinal];
     return JB_OK;
 }
 
@@ -113,6 +245,11 @@ jb_status jb_device_default(jb_device **out)
 int jb_device_index(const jb_device *device)
 {
     return device ? device->index : -1;
+}
+
+int jb_device_ordinal(const jb_device *device)
+{
+    return device ? device->ordinal : -1;
 }
 
 jb_device_kind jb_device_get_kind(const jb_device *device)

@@ -192,10 +192,17 @@ struct jb_backend {
 };
 
 extern const jb_backend jb__cpu_backend;
-#if defined(JB_WITH_CUDA) || defined(JB_WITH_ROCM)
-extern const jb_backend jb__gpu_backend;
-/* Enumerates GPUs into `devices` (at most `max`); returns the count (0 with a reason on none). */
-int jb__gpu_enumerate(jb_device *devices, int max, int *out_count, char *why, size_t why_len);
+/* The GPU backends: gpu/ compiled once per vendor (JB_VENDOR_CUDA, JB_VENDOR_HIP). Each
+ * enumerate loads its vendor's libraries, then lists its GPUs into `devices` (at most `max`):
+ * JB_OK with the count, or JB_ERR_NO_DEVICE with the reason ("cuda: libcuda.so.1 not found
+ * ...") in `why`. */
+#if defined(JB_WITH_CUDA)
+extern const jb_backend jb__cuda_backend;
+int jb__cuda_enumerate(jb_device *devices, int max, int *out_count, char *why, size_t why_len);
+#endif
+#if defined(JB_WITH_ROCM)
+extern const jb_backend jb__rocm_backend;
+int jb__rocm_enumerate(jb_device *devices, int max, int *out_count, char *why, size_t why_len);
 #endif
 
 /* ---- devices (device.c) ---- */
@@ -219,6 +226,7 @@ struct jb_device {
                 * also its ordinal among GPUs */
     jb_device_kind kind;
     const jb_backend *backend;
+    int ordinal; /* among its backend's devices: the N of "cuda:N" */
     char name[256];
     char arch[160];
     uint64_t total_memory;

@@ -108,7 +108,8 @@ jb_status jb_jit_race_probe_array(jb_array **out, jb_array *input, int variant)
 jb_status jb_rocm_jit_race_probe_array(jb_array **out, jb_array *input, int variant)
 {
 #ifdef JB_WITH_ROCM
-    JB_RETURN_IF(input && jb_array_device(input)->kind != JB_DEVICE_GPU, JB_ERR_UNSUPPORTED,
+    JB_RETURN_IF(input && jb_array_device(input)->backend != &jb__rocm_backend,
+                 JB_ERR_UNSUPPORTED,
                  "jb_rocm_jit_race_probe_array runs on a ROCm GPU; the input is on the %s device",
                  jb_array_device(input)->backend->name);
     return jb_jit_race_probe_array(out, input, variant);

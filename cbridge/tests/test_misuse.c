@@ -101,7 +101,11 @@ static void null_pointers(void)
     jb_array *out = NULL;
     EXPECT(jb_jit_race_probe_array(&out, array, 0), JB_ERR_INVALID_ARGUMENT);
     EXPECT(jb_jit_race_probe_array(NULL, array, 0), JB_ERR_INVALID_ARGUMENT);
+#if defined(JB_WITH_ROCM) /* built in: the input is checked like any probe's */
+    EXPECT(jb_rocm_jit_race_probe_array(&out, array, 0), JB_ERR_INVALID_ARGUMENT);
+#else
     EXPECT(jb_rocm_jit_race_probe_array(&out, array, 0), JB_ERR_UNSUPPORTED);
+#endif
     CHECK(out == NULL, "a failed probe left an output");
 
     EXPECT(jb_custom_kernel_new(NULL, NULL), JB_ERR_INVALID_ARGUMENT);

@@ -1,6 +1,7 @@
 /*
  * The GPU backend, written once in the CUDA driver API and NVRTC spelling; vendor.h maps it onto
- * HIP and hiprtc for ROCm. Compiles go straight to a code object for the device's architecture
+ * HIP and hiprtc for ROCm, and every vendor call goes through the table gpu_loader.c fills.
+ * Compiles go straight to a code object for the device's architecture
  * (sm_XY, or gcnArchName with its features). Every entry point first makes the device current on
  * the calling thread: CUDA contexts and HIP devices are current per thread, and stream workers
  * and user threads arrive here with nothing set.
@@ -19,33 +20,41 @@ static int gpu_fail(CUresult result, const char *call)
                     jb_gpu_error_text(result));
 }
 
-#define GPU_CHECK(call)                                                                            \
+/* Calls `fn` through the table; a failure's message names the symbol as built. */
+#define GPU_CHECK(fn, ...)                                                                         \
     do {                                                                                           \
-        CUresult gpu_check_result_ = (call);                                                       \
+        CUresult gpu_check_result_ = JB_GPU(fn)(__VA_ARGS__);                                      \
         if (gpu_check_result_ != CUDA_SUCCESS)                                                     \
-            return gpu_fail(gpu_check_result_, #call);                                             \
+            return gpu_fail(gpu_check_result_, JB_GPU_STR(fn));                                    \
     } while (0)
 
 static int make_current(jb_device *dev)
 {
-    GPU_CHECK(jb_gpu_context_make_current(contexts[dev->index]));
-    return JB_OK;
+    CUresult r = jb_gpu_context_make_current(contexts[dev->ordinal]);
+    return r == CUDA_SUCCESS ? JB_OK : gpu_fail(r, JB_GPU_STR(JB_GPU_MAKE_CURRENT_CALL));
 }
 
-int jb__gpu_enumerate(jb_device *devices, int max, int *out_count, char *why, size_t why_len)
+int JB_GPU_PREFIXED(enumerate)(jb_device *devices, int max, int *out_count, char *why,
+                               size_t why_len)
 {
     *out_count = 0;
-    CUresult r = cuInit(0);
+    JB_FORWARD_IF_ERROR(JB_GPU_PREFIXED(load)(why, why_len));
+    const char *failed = JB_GPU_STR(cuInit);
+    CUresult r = JB_GPU(cuInit)(0);
     int count = 0;
-    if (r == CUDA_SUCCESS)
-        r = cuDeviceGetCount(&count);
+    if (r == CUDA_SUCCESS) {
+        failed = JB_GPU_STR(cuDeviceGetCount);
+        r = JB_GPU(cuDeviceGetCount)(&count);
+    }
     if (r != CUDA_SUCCESS) {
-        snprintf(why, why_len, "%s: %s (%s)", JB_GPU_BACKEND_NAME " initialisation failed",
-                 jb_gpu_error_name(r), jb_gpu_error_text(r));
+        const char *name = jb_gpu_error_name(r), *text = jb_gpu_error_text(r);
+        snprintf(why, why_len, "%s: no device: %s failed: %s%s%s%s", JB_GPU_BACKEND_NAME, failed,
+                 name, strcmp(name, text) ? " (" : "", strcmp(name, text) ? text : "",
+                 strcmp(name, text) ? ")" : "");
         return JB_ERR_NO_DEVICE;
     }
     if (count == 0) {
-        snprintf(why, why_len, "the %s driver reports no GPU", JB_GPU_BACKEND_NAME);
+        snprintf(why, why_len, "%s: no device: the driver reports none", JB_GPU_BACKEND_NAME);
         return JB_ERR_NO_DEVICE;
     }
     if (count > max)
@@ -55,19 +64,21 @@ int jb__gpu_enumerate(jb_device *devices, int max, int *out_count, char *why, si
         jb_device *dev = &devices[found];
         CUdevice handle;
         size_t total = 0;
-        if (cuDeviceGet(&handle, ordinal) != CUDA_SUCCESS ||
+        if (JB_GPU(cuDeviceGet)(&handle, ordinal) != CUDA_SUCCESS ||
             jb_gpu_context_retain(ordinal, &contexts[found]) != CUDA_SUCCESS)
             continue; /* a GPU we cannot open is not offered */
-        cuDeviceGetName(dev->name, (int)sizeof dev->name, handle);
+        JB_GPU(cuDeviceGetName)(dev->name, (int)sizeof dev->name, handle);
         jb_gpu_arch_name(ordinal, dev->arch, sizeof dev->arch);
-        if (cuDeviceTotalMem(&total, handle) == CUDA_SUCCESS)
+        if (JB_GPU(cuDeviceTotalMem)(&total, handle) == CUDA_SUCCESS)
             dev->total_memory = total;
         dev->kind = JB_DEVICE_GPU;
-        dev->backend = &jb__gpu_backend;
+        dev->backend = &JB_GPU_PREFIXED(backend);
+        dev->ordinal = found;
         found++;
     }
     if (found == 0)
-        snprintf(why, why_len, "none of the %d GPU(s) could be opened", count);
+        snprintf(why, why_len, "%s: none of the %d GPU(s) could be opened", JB_GPU_BACKEND_NAME,
+                 count);
     *out_count = found;
     return found ? JB_OK : JB_ERR_NO_DEVICE;
 }
@@ -84,9 +95,9 @@ static int gpu_compile(jb_device *dev, const char *module_name, const char *sour
                        unsigned flags, jb_blob *out)
 {
     nvrtcProgram program;
-    nvrtcResult r = nvrtcCreateProgram(&program, source, module_name, 0, NULL, NULL);
+    nvrtcResult r = JB_GPU(nvrtcCreateProgram)(&program, source, module_name, 0, NULL, NULL);
     JB_RETURN_IF(r != NVRTC_SUCCESS, JB_ERR_COMPILE, "creating the program '%s' failed: %s",
-                 module_name, nvrtcGetErrorString(r));
+                 module_name, JB_GPU(nvrtcGetErrorString)(r));
     char arch_option[sizeof dev->arch + 32];
     snprintf(arch_option, sizeof arch_option, "%s%s", JB_GPU_ARCH_OPTION, dev->arch);
     const char *options[3] = {arch_option};
@@ -95,25 +106,25 @@ static int gpu_compile(jb_device *dev, const char *module_name, const char *sour
         options[num_options++] = JB_GPU_FAST_MATH_OPTION;
     if (flags & JB_COMPILE_LINE_INFO)
         options[num_options++] = JB_GPU_LINE_INFO_OPTION;
-    r = nvrtcCompileProgram(program, num_options, options);
+    r = JB_GPU(nvrtcCompileProgram)(program, num_options, options);
     int status = JB_OK;
     if (r != NVRTC_SUCCESS) {
         size_t log_size = 0;
         char *log = NULL;
-        if (nvrtcGetProgramLogSize(program, &log_size) == NVRTC_SUCCESS && log_size > 0 &&
+        if (JB_GPU(nvrtcGetProgramLogSize)(program, &log_size) == NVRTC_SUCCESS && log_size > 0 &&
             (log = malloc(log_size + 1)) != NULL) {
-            if (nvrtcGetProgramLog(program, log) != NVRTC_SUCCESS)
+            if (JB_GPU(nvrtcGetProgramLog)(program, log) != NVRTC_SUCCESS)
                 log[0] = '\0';
             log[log_size] = '\0';
         }
         status = jb__fail_with_log(JB_ERR_COMPILE, log, "compiling '%s' for %s: %s", module_name,
-                                   dev->arch, nvrtcGetErrorString(r));
+                                   dev->arch, JB_GPU(nvrtcGetErrorString)(r));
         free(log);
     } else {
         size_t size = 0;
-        r = jbGetCodeSize(program, &size);
+        r = JB_GPU(jbGetCodeSize)(program, &size);
         void *code = r == NVRTC_SUCCESS && size > 0 ? malloc(size) : NULL;
-        if (code && jbGetCode(program, code) == NVRTC_SUCCESS) {
+        if (code && JB_GPU(jbGetCode)(program, code) == NVRTC_SUCCESS) {
             out->data = code;
             out->size = size;
         } else {
@@ -121,7 +132,7 @@ static int gpu_compile(jb_device *dev, const char *module_name, const char *sour
             status = jb__fail(JB_ERR_COMPILE, "reading the code of '%s' failed", module_name);
         }
     }
-    nvrtcDestroyProgram(&program);
+    JB_GPU(nvrtcDestroyProgram)(&program);
     return status;
 }
 
@@ -129,9 +140,9 @@ static int gpu_module_load(jb_device *dev, const jb_blob *code, void **out_modul
 {
     JB_FORWARD_IF_ERROR(make_current(dev));
     CUmodule module;
-    CUresult r = cuModuleLoadData(&module, code->data);
-    JB_RETURN_IF(r != CUDA_SUCCESS, JB_ERR_LOAD, "the driver rejected the module: %s (%s)",
-                 jb_gpu_error_name(r), jb_gpu_error_text(r));
+    CUresult r = JB_GPU(cuModuleLoadData)(&module, code->data);
+    JB_RETURN_IF(r != CUDA_SUCCESS, JB_ERR_LOAD, "the driver rejected the module: %s: %s (%s)",
+                 JB_GPU_STR(cuModuleLoadData), jb_gpu_error_name(r), jb_gpu_error_text(r));
     *out_module = (void *)module;
     return JB_OK;
 }
@@ -140,7 +151,7 @@ static int gpu_module_function(jb_device *dev, void *module, const char *name, v
 {
     JB_FORWARD_IF_ERROR(make_current(dev));
     CUfunction fn;
-    CUresult r = cuModuleGetFunction(&fn, (CUmodule)module, name);
+    CUresult r = JB_GPU(cuModuleGetFunction)(&fn, (CUmodule)module, name);
     JB_RETURN_IF(r != CUDA_SUCCESS, JB_ERR_LOAD, "the module has no function '%s': %s", name,
                  jb_gpu_error_name(r));
     *out_fn = (void *)fn;
@@ -152,7 +163,7 @@ static int gpu_stream_create(jb_device *dev, void **out_stream)
     JB_FORWARD_IF_ERROR(make_current(dev));
     CUstream stream;
     /* Non-blocking: per-thread streams must not serialise with the legacy default stream. */
-    GPU_CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    GPU_CHECK(cuStreamCreate, &stream, CU_STREAM_NON_BLOCKING);
     *out_stream = (void *)stream;
     return JB_OK;
 }
@@ -160,20 +171,20 @@ static int gpu_stream_create(jb_device *dev, void **out_stream)
 static void gpu_stream_destroy(jb_device *dev, void *stream)
 {
     if (make_current(dev) == JB_OK)
-        cuStreamDestroy((CUstream)stream);
+        JB_GPU(cuStreamDestroy)((CUstream)stream);
 }
 
 static int gpu_stream_synchronize(jb_device *dev, void *stream)
 {
     JB_FORWARD_IF_ERROR(make_current(dev));
-    GPU_CHECK(cuStreamSynchronize((CUstream)stream));
+    GPU_CHECK(cuStreamSynchronize, (CUstream)stream);
     return JB_OK;
 }
 
 static int gpu_stream_wait_event(jb_device *dev, void *stream, void *event)
 {
     JB_FORWARD_IF_ERROR(make_current(dev));
-    GPU_CHECK(cuStreamWaitEvent((CUstream)stream, (CUevent)event, 0));
+    GPU_CHECK(cuStreamWaitEvent, (CUstream)stream, (CUevent)event, 0);
     return JB_OK;
 }
 
@@ -181,7 +192,7 @@ static int gpu_event_create(jb_device *dev, void **out_event)
 {
     JB_FORWARD_IF_ERROR(make_current(dev));
     CUevent event;
-    GPU_CHECK(cuEventCreate(&event, CU_EVENT_DISABLE_TIMING));
+    GPU_CHECK(cuEventCreate, &event, CU_EVENT_DISABLE_TIMING);
     *out_event = (void *)event;
     return JB_OK;
 }
@@ -189,20 +200,20 @@ static int gpu_event_create(jb_device *dev, void **out_event)
 static void gpu_event_destroy(jb_device *dev, void *event)
 {
     if (make_current(dev) == JB_OK)
-        cuEventDestroy((CUevent)event);
+        JB_GPU(cuEventDestroy)((CUevent)event);
 }
 
 static int gpu_event_record(jb_device *dev, void *event, void *stream)
 {
     JB_FORWARD_IF_ERROR(make_current(dev));
-    GPU_CHECK(cuEventRecord((CUevent)event, (CUstream)stream));
+    GPU_CHECK(cuEventRecord, (CUevent)event, (CUstream)stream);
     return JB_OK;
 }
 
 static int gpu_event_synchronize(jb_device *dev, void *event)
 {
     JB_FORWARD_IF_ERROR(make_current(dev));
-    GPU_CHECK(cuEventSynchronize((CUevent)event));
+    GPU_CHECK(cuEventSynchronize, (CUevent)event);
     return JB_OK;
 }
 
@@ -211,14 +222,14 @@ static int gpu_event_query(jb_device *dev, void *event)
     if (make_current(dev) != JB_OK)
         return 1;
     /* Not ready is the one answer that means "still running"; an error means it never will. */
-    return cuEventQuery((CUevent)event) != CUDA_ERROR_NOT_READY;
+    return JB_GPU(cuEventQuery)((CUevent)event) != CUDA_ERROR_NOT_READY;
 }
 
 static int gpu_mem_alloc(jb_device *dev, size_t bytes, void **out_ptr)
 {
     JB_FORWARD_IF_ERROR(make_current(dev));
     CUdeviceptr ptr;
-    CUresult r = cuMemAlloc(&ptr, bytes);
+    CUresult r = JB_GPU(cuMemAlloc)(&ptr, bytes);
     JB_RETURN_IF(r != CUDA_SUCCESS, JB_ERR_OUT_OF_MEMORY, "allocating %zu bytes on %s: %s", bytes,
                  dev->name, jb_gpu_error_name(r));
     *out_ptr = (void *)(uintptr_t)ptr;
@@ -228,23 +239,25 @@ static int gpu_mem_alloc(jb_device *dev, size_t bytes, void **out_ptr)
 static void gpu_mem_free(jb_device *dev, void *ptr)
 {
     if (make_current(dev) == JB_OK)
-        cuMemFree((CUdeviceptr)(uintptr_t)ptr);
+        JB_GPU(cuMemFree)((CUdeviceptr)(uintptr_t)ptr);
 }
 
 static int gpu_memcpy_htod(jb_device *dev, void *stream, void *dst, const void *src, size_t bytes)
 {
     JB_FORWARD_IF_ERROR(make_current(dev));
-    GPU_CHECK(cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)dst, src, bytes, (CUstream)stream));
+    /* Not const: HIP's prototype takes void *, and it does not write through it. */
+    GPU_CHECK(cuMemcpyHtoDAsync, (CUdeviceptr)(uintptr_t)dst, (void *)src, bytes,
+              (CUstream)stream);
     if (JB_GPU_HTOD_SYNC)
-        GPU_CHECK(cuStreamSynchronize((CUstream)stream));
+        GPU_CHECK(cuStreamSynchronize, (CUstream)stream);
     return JB_OK;
 }
 
 static int gpu_memcpy_dtoh(jb_device *dev, void *stream, void *dst, const void *src, size_t bytes)
 {
     JB_FORWARD_IF_ERROR(make_current(dev));
-    GPU_CHECK(cuMemcpyDtoHAsync(dst, (CUdeviceptr)(uintptr_t)src, bytes, (CUstream)stream));
-    GPU_CHECK(cuStreamSynchronize((CUstream)stream));
+    GPU_CHECK(cuMemcpyDtoHAsync, dst, (CUdeviceptr)(uintptr_t)src, bytes, (CUstream)stream);
+    GPU_CHECK(cuStreamSynchronize, (CUstream)stream);
     return JB_OK;
 }
 
@@ -266,8 +279,9 @@ static int gpu_launch(jb_device *dev, void *stream, void *fn, const uint32_t gri
     for (size_t i = 0; i < args->num_scalars; i++)
         params[n++] = (void *)(args->scalars + i * JB_SCALAR_SLOT);
     params[n] = &total;
-    CUresult r = cuLaunchKernel((CUfunction)fn, grid[0], grid[1], grid[2], block[0], block[1],
-                                block[2], shared_bytes, (CUstream)stream, params, NULL);
+    CUresult r = JB_GPU(cuLaunchKernel)((CUfunction)fn, grid[0], grid[1], grid[2], block[0],
+                                        block[1], block[2], shared_bytes, (CUstream)stream,
+                                        params, NULL);
     JB_RETURN_IF(r != CUDA_SUCCESS, JB_ERR_LAUNCH, "launching on %s: %s (%s)", dev->name,
                  jb_gpu_error_name(r), jb_gpu_error_text(r));
     return JB_OK;
@@ -276,12 +290,12 @@ static int gpu_launch(jb_device *dev, void *stream, void *fn, const uint32_t gri
 static int gpu_kernel_set_shared_limit(jb_device *dev, void *fn, uint32_t bytes)
 {
     JB_FORWARD_IF_ERROR(make_current(dev));
-    GPU_CHECK(cuFuncSetAttribute((CUfunction)fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                 (int)bytes));
+    GPU_CHECK(cuFuncSetAttribute, (CUfunction)fn,
+              CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)bytes);
     return JB_OK;
 }
 
-const jb_backend jb__gpu_backend = {
+const jb_backend JB_GPU_PREFIXED(backend) = {
     .name = JB_GPU_BACKEND_NAME,
     .dialect = JB_DIALECT_CUDA,
     .compiler_identity = gpu_compiler_identity,

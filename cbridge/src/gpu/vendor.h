@@ -1,86 +1,58 @@
 /*
  * One GPU source, two vendors. gpu_backend.c is written against the CUDA driver API and NVRTC;
- * on a ROCm build this header maps each of those names onto HIP and hiprtc, so the H200 runs the
- * very code a ROCm host runs and only this table differs. The few calls whose shapes differ
- * (current device, architecture name, error names) are small inline helpers, one per vendor.
+ * compiled with JB_VENDOR_HIP this header maps each of those names onto HIP and hiprtc, so the
+ * H200 runs the very code a ROCm host runs and only this table differs. With both vendors in one
+ * library the GPU sources are compiled twice; JB_GPU_PREFIXED gives each compile its own names.
+ *
+ * Nothing here is linked: every vendor call goes through a table of function pointers that
+ * gpu_loader.c fills with dlsym, each under the symbol the vendor header maps the call to (the
+ * CUDA header's cuMemAlloc is cuMemAlloc_v2, HIP 6's hipGetDeviceProperties is ...R0600).
  */
 #ifndef JB_GPU_VENDOR_H
 #define JB_GPU_VENDOR_H
 
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
-#if defined(JB_WITH_CUDA)
+#define JB_GPU_STR_(x) #x
+/* The string of `x` after macro expansion: the symbol a call is built as. */
+#define JB_GPU_STR(x) JB_GPU_STR_(x)
+
+#if defined(JB_VENDOR_CUDA)
 
 #include <cuda.h>
 #include <nvrtc.h>
 
 #define JB_GPU_BACKEND_NAME "cuda"
+#define JB_GPU_PREFIXED(name) jb__cuda_##name
 #define JB_GPU_ARCH_OPTION "--gpu-architecture="
 #define JB_GPU_FAST_MATH_OPTION "--use_fast_math"
 #define JB_GPU_LINE_INFO_OPTION "-lineinfo"
 /* NVRTC stages a pageable host buffer before an async copy returns. */
 #define JB_GPU_HTOD_SYNC 0
 
-typedef CUcontext jb_gpu_context;
-
-static inline const char *jb_gpu_error_name(CUresult result)
-{
-    const char *name = NULL;
-    return cuGetErrorName(result, &name) == CUDA_SUCCESS && name ? name : "CUDA_ERROR_UNKNOWN";
-}
-
-static inline const char *jb_gpu_error_text(CUresult result)
-{
-    const char *text = NULL;
-    return cuGetErrorString(result, &text) == CUDA_SUCCESS && text ? text : "unknown error";
-}
-
-static inline CUresult jb_gpu_context_retain(int ordinal, jb_gpu_context *out)
-{
-    CUdevice device;
-    CUresult r = cuDeviceGet(&device, ordinal);
-    return r == CUDA_SUCCESS ? cuDevicePrimaryCtxRetain(out, device) : r;
-}
-
-/* A CUDA context is current per thread: every thread that touches the device sets it first. */
-static inline CUresult jb_gpu_context_make_current(jb_gpu_context context)
-{
-    CUcontext current = NULL;
-    if (cuCtxGetCurrent(&current) == CUDA_SUCCESS && current == context)
-        return CUDA_SUCCESS;
-    return cuCtxSetCurrent(context);
-}
-
-static inline CUresult jb_gpu_arch_name(int ordinal, char *out, size_t len)
-{
-    CUdevice device;
-    int major = 0, minor = 0;
-    CUresult r = cuDeviceGet(&device, ordinal);
-    if (r == CUDA_SUCCESS)
-        r = cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device);
-    if (r == CUDA_SUCCESS)
-        r = cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device);
-    snprintf(out, len, "sm_%d%d", major, minor);
-    return r;
-}
-
-static inline void jb_gpu_compiler_version(char *out, size_t len)
-{
-    int major = 0, minor = 0;
-    nvrtcVersion(&major, &minor);
-    snprintf(out, len, "NVRTC %d.%d", major, minor);
-}
-
+/* The calls only the CUDA spelling makes (the shared ones are listed after the #endif). */
+#define JB_GPU_VENDOR_CALLS(X)                                                                     \
+    X(cuGetErrorName)                                                                              \
+    X(cuGetErrorString)                                                                            \
+    X(cuDevicePrimaryCtxRetain)                                                                    \
+    X(cuCtxGetCurrent)                                                                             \
+    X(cuCtxSetCurrent)                                                                             \
+    X(cuDeviceGetAttribute)
+#define JB_GPU_COMPILER_VENDOR_CALLS(X) X(nvrtcVersion) X(nvrtcGetCUBIN) X(nvrtcGetCUBINSize)
 #define jbGetCode nvrtcGetCUBIN
 #define jbGetCodeSize nvrtcGetCUBINSize
 
-#elif defined(JB_WITH_ROCM)
+typedef CUcontext jb_gpu_context;
+
+#elif defined(JB_VENDOR_HIP)
 
 #include <hip/hip_runtime_api.h>
 #include <hip/hiprtc.h>
 
 #define JB_GPU_BACKEND_NAME "rocm"
+#define JB_GPU_PREFIXED(name) jb__rocm_##name
 #define JB_GPU_ARCH_OPTION "--offload-arch="
 #define JB_GPU_FAST_MATH_OPTION "-ffast-math"
 #define JB_GPU_LINE_INFO_OPTION "-g"
@@ -100,6 +72,7 @@ static inline void jb_gpu_compiler_version(char *out, size_t len)
 #define CUevent hipEvent_t
 #define CU_STREAM_NON_BLOCKING hipStreamNonBlocking
 #define CU_EVENT_DISABLE_TIMING hipEventDisableTiming
+#define CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES hipFuncAttributeMaxDynamicSharedMemorySize
 #define cuInit hipInit
 #define cuDeviceGetCount hipGetDeviceCount
 #define cuDeviceGet hipDeviceGet
@@ -116,15 +89,12 @@ static inline void jb_gpu_compiler_version(char *out, size_t len)
 #define cuEventRecord hipEventRecord
 #define cuEventSynchronize hipEventSynchronize
 #define cuEventQuery hipEventQuery
-#define cuMemAlloc(ptr, bytes) hipMalloc((void **)(ptr), (bytes))
+#define cuMemAlloc hipMalloc /* CUdeviceptr * is hipDeviceptr_t *, that is void ** */
 #define cuMemFree hipFree
-#define cuMemcpyHtoDAsync(dst, src, bytes, stream)                                                 \
-    hipMemcpyHtoDAsync((dst), (void *)(src), (bytes), (stream))
+#define cuMemcpyHtoDAsync hipMemcpyHtoDAsync
 #define cuMemcpyDtoHAsync hipMemcpyDtoHAsync
 #define cuLaunchKernel hipModuleLaunchKernel
-#define cuFuncSetAttribute(fn, attribute, value)                                                   \
-    hipFuncSetAttribute((const void *)(fn), (attribute), (value))
-#define CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES hipFuncAttributeMaxDynamicSharedMemorySize
+#define cuFuncSetAttribute hipFuncSetAttribute
 
 /* runtime compiler */
 #define nvrtcResult hiprtcResult
@@ -136,20 +106,136 @@ static inline void jb_gpu_compiler_version(char *out, size_t len)
 #define nvrtcGetProgramLogSize hiprtcGetProgramLogSize
 #define nvrtcGetProgramLog hiprtcGetProgramLog
 #define nvrtcGetErrorString hiprtcGetErrorString
+#define nvrtcVersion hiprtcVersion
 #define jbGetCode hiprtcGetCode
 #define jbGetCodeSize hiprtcGetCodeSize
+
+#define JB_GPU_VENDOR_CALLS(X)                                                                     \
+    X(hipGetErrorName) X(hipGetErrorString) X(hipGetDevice) X(hipSetDevice) X(hipGetDeviceProperties)
+#define JB_GPU_COMPILER_VENDOR_CALLS(X) X(hiprtcVersion) X(hiprtcGetCode) X(hiprtcGetCodeSize)
 
 /* HIP has no per-thread context object to hold: the device ordinal stands in for it. */
 typedef int jb_gpu_context;
 
+#else
+#error "the GPU sources are compiled with JB_VENDOR_CUDA or JB_VENDOR_HIP"
+#endif /* JB_VENDOR_CUDA, JB_VENDOR_HIP */
+
+/* The driver calls both spellings make, in the CUDA spelling. */
+#define JB_GPU_DRIVER_CALLS(X)                                                                     \
+    X(cuInit)                                                                                      \
+    X(cuDeviceGetCount)                                                                            \
+    X(cuDeviceGet)                                                                                 \
+    X(cuDeviceGetName)                                                                             \
+    X(cuDeviceTotalMem)                                                                            \
+    X(cuModuleLoadData)                                                                            \
+    X(cuModuleGetFunction)                                                                         \
+    X(cuStreamCreate)                                                                              \
+    X(cuStreamDestroy)                                                                             \
+    X(cuStreamSynchronize)                                                                         \
+    X(cuStreamWaitEvent)                                                                           \
+    X(cuEventCreate)                                                                               \
+    X(cuEventDestroy)                                                                              \
+    X(cuEventRecord)                                                                               \
+    X(cuEventSynchronize)                                                                          \
+    X(cuEventQuery)                                                                                \
+    X(cuMemAlloc)                                                                                  \
+    X(cuMemFree)                                                                                   \
+    X(cuMemcpyHtoDAsync)                                                                           \
+    X(cuMemcpyDtoHAsync)                                                                           \
+    X(cuLaunchKernel)                                                                              \
+    X(cuFuncSetAttribute)                                                                          \
+    JB_GPU_VENDOR_CALLS(X)
+
+/* The runtime compiler's calls (NVRTC; hiprtc, inside libamdhip64 before ROCm 6). */
+#define JB_GPU_COMPILER_CALLS(X)                                                                   \
+    X(nvrtcCreateProgram)                                                                          \
+    X(nvrtcCompileProgram)                                                                         \
+    X(nvrtcDestroyProgram)                                                                         \
+    X(nvrtcGetProgramLogSize)                                                                      \
+    X(nvrtcGetProgramLog)                                                                          \
+    X(nvrtcGetErrorString)                                                                         \
+    JB_GPU_COMPILER_VENDOR_CALLS(X)
+
+/* One pointer per call, typed by the vendor's own prototype, named as the call is built. */
+#define JB_GPU_MEMBER(fn) __typeof__(&fn) fn;
+typedef struct jb_gpu_api {
+    JB_GPU_DRIVER_CALLS(JB_GPU_MEMBER)
+    JB_GPU_COMPILER_CALLS(JB_GPU_MEMBER)
+} jb_gpu_api;
+#undef JB_GPU_MEMBER
+
+/* Filled once by JB_GPU_PREFIXED(load) before any device of this vendor exists. */
+extern jb_gpu_api JB_GPU_PREFIXED(api);
+
+/* A vendor call through the table: JB_GPU(cuInit)(0). */
+#define JB_GPU(fn) (JB_GPU_PREFIXED(api).fn)
+
+/* Loads the vendor's driver and runtime compiler and resolves every call of the table. JB_OK,
+ * else JB_ERR_NO_DEVICE with what was not found and which variable to set in `why`. Called
+ * once, from the device table's pthread_once. */
+int JB_GPU_PREFIXED(load)(char *why, size_t why_len);
+
+#if defined(JB_VENDOR_CUDA)
+
+static inline const char *jb_gpu_error_name(CUresult result)
+{
+    const char *name = NULL;
+    return JB_GPU(cuGetErrorName)(result, &name) == CUDA_SUCCESS && name ? name
+                                                                         : "CUDA_ERROR_UNKNOWN";
+}
+
+static inline const char *jb_gpu_error_text(CUresult result)
+{
+    const char *text = NULL;
+    return JB_GPU(cuGetErrorString)(result, &text) == CUDA_SUCCESS && text ? text
+                                                                           : "unknown error";
+}
+
+static inline CUresult jb_gpu_context_retain(int ordinal, jb_gpu_context *out)
+{
+    CUdevice device;
+    CUresult r = JB_GPU(cuDeviceGet)(&device, ordinal);
+    return r == CUDA_SUCCESS ? JB_GPU(cuDevicePrimaryCtxRetain)(out, device) : r;
+}
+
+/* A CUDA context is current per thread: every thread that touches the device sets it first. */
+static inline CUresult jb_gpu_context_make_current(jb_gpu_context context)
+{
+    CUcontext current = NULL;
+    if (JB_GPU(cuCtxGetCurrent)(&current) == CUDA_SUCCESS && current == context)
+        return CUDA_SUCCESS;
+    return JB_GPU(cuCtxSetCurrent)(context);
+}
+#define JB_GPU_MAKE_CURRENT_CALL cuCtxSetCurrent
+
+static inline CUresult jb_gpu_arch_name(int ordinal, char *out, size_t len)
+{
+    CUdevice device;
+    int major = 0, minor = 0;
+    CUresult r = JB_GPU(cuDeviceGet)(&device, ordinal);
+    if (r == CUDA_SUCCESS)
+        r = JB_GPU(cuDeviceGetAttribute)(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                                         device);
+    if (r == CUDA_SUCCESS)
+        r = JB_GPU(cuDeviceGetAttribute)(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+                                         device);
+    snprintf(out, len, "sm_%d%d", major, minor);
+    return r;
+}
+
+#define JB_GPU_COMPILER_NAME "NVRTC"
+
+#else /* JB_VENDOR_HIP */
+
 static inline const char *jb_gpu_error_name(hipError_t result)
 {
-    return hipGetErrorName(result);
+    return JB_GPU(hipGetErrorName)(result);
 }
 
 static inline const char *jb_gpu_error_text(hipError_t result)
 {
-    return hipGetErrorString(result);
+    return JB_GPU(hipGetErrorString)(result);
 }
 
 static inline hipError_t jb_gpu_context_retain(int ordinal, jb_gpu_context *out)
@@ -162,32 +248,30 @@ static inline hipError_t jb_gpu_context_retain(int ordinal, jb_gpu_context *out)
 static inline hipError_t jb_gpu_context_make_current(jb_gpu_context ordinal)
 {
     int current = -1;
-    if (hipGetDevice(&current) == hipSuccess && current == ordinal)
+    if (JB_GPU(hipGetDevice)(&current) == hipSuccess && current == ordinal)
         return hipSuccess;
-    return hipSetDevice(ordinal);
+    return JB_GPU(hipSetDevice)(ordinal);
 }
+#define JB_GPU_MAKE_CURRENT_CALL hipSetDevice
 
 static inline hipError_t jb_gpu_arch_name(int ordinal, char *out, size_t len)
 {
     hipDeviceProp_t prop;
-    hipError_t r = hipGetDeviceProperties(&prop, ordinal);
-    snprintf(out, len, "%s", r == hipSuccess ? prop.gcnArchName : "unknown");
+    hipError_t r = JB_GPU(hipGetDeviceProperties)(&prop, ordinal);
+    /* The precision only says to gcc that truncating a 256-byte name into `out` is meant. */
+    snprintf(out, len, "%.*s", (int)len - 1, r == hipSuccess ? prop.gcnArchName : "unknown");
     return r;
 }
+
+#define JB_GPU_COMPILER_NAME "hiprtc"
+
+#endif /* JB_VENDOR_CUDA */
 
 static inline void jb_gpu_compiler_version(char *out, size_t len)
 {
     int major = 0, minor = 0;
-#if HIP_VERSION_MAJOR >= 6
-    hiprtcVersion(&major, &minor);
-#else  /* HIP_VERSION_MAJOR < 6: hiprtc shares HIP's version */
-    major = HIP_VERSION_MAJOR, minor = HIP_VERSION_MINOR;
-#endif /* HIP_VERSION_MAJOR >= 6 */
-    snprintf(out, len, "hiprtc %d.%d", major, minor);
+    JB_GPU(nvrtcVersion)(&major, &minor);
+    snprintf(out, len, "%s %d.%d", JB_GPU_COMPILER_NAME, major, minor);
 }
-
-#else
-#error "vendor.h needs JB_WITH_CUDA or JB_WITH_ROCM"
-#endif
 
 #endif /* JB_GPU_VENDOR_H */

@@ -1,0 +1,79 @@
+//! Device names on every build: `cpu`, `gpu`, `cuda`, `rocm`, each with an optional `:N`.
+
+use jitbridge::{Device, ErrorCode, gpu_backends};
+
+#[test]
+fn the_cpu_has_names() {
+    for name in ["cpu", "cpu:0"] {
+        let device = Device::lookup(name).unwrap();
+        assert_eq!(device, Device::cpu().unwrap(), "{name}");
+        assert_eq!(device.spec(), "cpu:0");
+    }
+    assert_eq!("cpu".parse::<Device>().unwrap(), Device::cpu().unwrap());
+    let err = Device::lookup("cpu:1").unwrap_err();
+    assert_eq!(err.code(), ErrorCode::NoDevice, "{err}");
+}
+
+#[test]
+fn malformed_names_are_invalid_arguments() {
+    for name in [
+        "",
+        "tpu",
+        "tpu:0",
+        "cuda:",
+        "cuda:x",
+        "cuda:-1",
+        "cuda:0x",
+        "gpu:1:2",
+        "cpu:+0",
+        "a-very-long-backend-name:0",
+        "cuda:99999999999999999999",
+        "cuda\0",
+    ] {
+        let err = Device::lookup(name).unwrap_err();
+        assert_eq!(err.code(), ErrorCode::InvalidArgument, "{name:?}: {err}");
+    }
+}
+
+#[test]
+fn every_device_is_found_again_by_its_name() {
+    for device in Device::all().unwrap() {
+        assert_eq!(Device::lookup(&device.spec()).unwrap(), device, "{}", device.spec());
+    }
+}
+
+#[test]
+fn each_gpu_backend_has_devices_or_says_why() {
+    let backends = gpu_backends();
+    assert_eq!(backends.iter().map(|b| b.name).collect::<Vec<_>>(), ["cuda", "rocm"]);
+    for backend in backends {
+        assert_eq!(
+            backend.built,
+            cfg!(feature = "cuda") && backend.name == "cuda"
+                || cfg!(feature = "rocm") && backend.name == "rocm",
+            "{backend:?}"
+        );
+        let asked = Device::lookup(&format!("{}:0", backend.name));
+        match (&backend.devices, asked) {
+            (Ok(n), Ok(device)) => {
+                assert!(*n > 0);
+                assert_eq!(device.backend(), backend.name);
+                assert_eq!(device.ordinal(), 0);
+            }
+            (Err(why), Err(err)) => {
+                assert_eq!(why.code(), err.code());
+                let expected =
+                    if backend.built { ErrorCode::NoDevice } else { ErrorCode::Unsupported };
+                assert_eq!(err.code(), expected, "{err}");
+                // A backend left out names the feature that builds it.
+                if !backend.built {
+                    assert!(
+                        err.message().contains(&format!("feature '{}'", backend.name)),
+                        "{err}"
+                    );
+                }
+            }
+            (devices, asked) => panic!("{}: state {devices:?} but lookup {asked:?}", backend.name),
+        }
+    }
+}
