@@ -1,8 +1,8 @@
 //! `jitbridge bench`: the launch path's costs, each against its baseline, measured in one run.
 
 use jitbridge::{
-    Array, CustomKernel, DType, Device, KernelSpec, bench_support, jit_race_probe_array, race,
-    set_lookaside_enabled,
+    Array, CustomKernel, DType, Device, KernelSpec, LaunchShape, bench_support,
+    jit_race_probe_array, race, set_lookaside_enabled,
 };
 use std::sync::Barrier;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
@@ -20,6 +20,7 @@ pub struct Scale {
     cold_samples: usize,
     builds_each: usize,
     new_process_rounds: usize,
+    new_threads: usize,
     pub quick: bool,
 }
 
@@ -31,6 +32,7 @@ impl Scale {
         cold_samples: 5,
         builds_each: 4,
         new_process_rounds: 3,
+        new_threads: 200,
         quick: false,
     };
     /// Every measure once and small (seconds): checks the bench works, its numbers are noise.
@@ -40,6 +42,7 @@ impl Scale {
         cold_samples: 1,
         builds_each: 1,
         new_process_rounds: 1,
+        new_threads: 4,
         quick: true,
     };
 }
@@ -176,6 +179,22 @@ impl Histogram {
         }
         self.max = self.max.max(other.max);
     }
+    /// (lower bound, count) per power of two: [0, 1), [1, 2), [2, 4), ...; empty ones left out.
+    fn log2_buckets(&self) -> Vec<(u64, u64)> {
+        let mut powers = [0u64; 65];
+        for (bucket, &count) in self.counts.iter().enumerate().filter(|(_, c)| **c > 0) {
+            powers[(64 - Self::lower_bound(bucket).leading_zeros()) as usize] += count;
+        }
+        powers
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| **c > 0)
+            .map(|(p, c)| (if p == 0 { 0 } else { 1u64 << (p - 1) }, *c))
+            .collect()
+    }
+    fn total(&self) -> u64 {
+        self.counts.iter().sum()
+    }
     fn quantile(&self, q: f64) -> u64 {
         let total: u64 = self.counts.iter().sum();
         let wanted = (total as f64 * q).ceil() as u64;
@@ -190,18 +209,29 @@ impl Histogram {
     }
 }
 
-/// Max and p99 latency (ns) of warm hits from `hitters` threads while `builders` threads
-/// build `builds_each` new probe variants each.
+/// What each timed step of the section 2 loop does.
+#[derive(Clone, Copy, PartialEq)]
+enum HitLoop {
+    /// A warm hit: `prepare` of a built kernel.
+    Hit,
+    /// The control: the same loop and clock reads, touching no jitbridge code, so its tail is
+    /// the host's (scheduler, interrupts, page-table work of the builders).
+    NoCall,
+}
+
+/// Latencies (ns) of warm hits from `hitters` threads while `builders` threads build
+/// `builds_each` new probe variants each.
 fn hit_latency_under_builds(
     device: Device,
     kernels: &[CustomKernel],
+    what: HitLoop,
     hitters: usize,
     builders: usize,
     builds_each: usize,
-) -> (u64, u64, u64) {
+) -> Histogram {
     let building = AtomicBool::new(true);
     let barrier = Barrier::new(hitters + builders);
-    let merged = std::thread::scope(|s| {
+    std::thread::scope(|s| {
         let hitter_handles: Vec<_> = (0..hitters)
             .map(|_| {
                 s.spawn(|| {
@@ -213,7 +243,12 @@ fn hit_latency_under_builds(
                     let mut i = 0;
                     while building.load(Ordering::Acquire) {
                         let start = Instant::now();
-                        kernels[i % kernels.len()].prepare(device).unwrap();
+                        match what {
+                            HitLoop::Hit => kernels[i % kernels.len()].prepare(device).unwrap(),
+                            HitLoop::NoCall => {
+                                std::hint::black_box(&kernels[i % kernels.len()]);
+                            }
+                        }
                         histogram.record(start.elapsed().as_nanos() as u64);
                         i += 1;
                     }
@@ -241,8 +276,73 @@ fn hit_latency_under_builds(
             merged.merge(&h.join().unwrap());
         }
         merged
-    });
-    (merged.max, merged.quantile(0.99), merged.counts.iter().sum())
+    })
+}
+
+/// Latencies (ns) of first launches of a warm kernel, each on a new thread, while `builders`
+/// threads keep building new probe variants. New threads start one after another.
+fn new_thread_first_launch(
+    device: Device,
+    kernel: &CustomKernel,
+    new_threads: usize,
+    builders: usize,
+) -> Result<Histogram, jitbridge::Error> {
+    let input = Array::arange(device, 64, DType::F32)?;
+    let building = AtomicBool::new(true);
+    let barrier = Barrier::new(builders + 1);
+    std::thread::scope(|s| {
+        for _ in 0..builders {
+            s.spawn(|| {
+                let input = Array::arange(device, race::PROBE_ELEMENTS, DType::F32).unwrap();
+                barrier.wait();
+                while building.load(Ordering::Acquire) {
+                    jit_race_probe_array(&input, fresh_variant()).unwrap().eval().unwrap();
+                }
+            });
+        }
+        barrier.wait();
+        let mut histogram = Histogram::new();
+        let mut result = Ok(());
+        for _ in 0..new_threads {
+            let timed = std::thread::scope(|t| {
+                t.spawn(|| {
+                    let start = Instant::now();
+                    let out = kernel.launch(&[&input], &[&[64]], LaunchShape::Threads(64))?;
+                    let ns = start.elapsed().as_nanos() as u64;
+                    out[0].eval()?;
+                    Ok::<u64, jitbridge::Error>(ns)
+                })
+                .join()
+                .unwrap()
+            });
+            match timed {
+                Ok(ns) => histogram.record(ns),
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+            // Spread the new threads over several builds.
+            std::thread::sleep(Duration::from_micros(500));
+        }
+        building.store(false, Ordering::Release);
+        result.map(|()| histogram)
+    })
+}
+
+/// One row per power-of-two latency bucket of `histogram`.
+fn histogram_rows(rows: &mut Vec<Row>, section: &'static str, label: &str, histogram: &Histogram) {
+    for (lower, count) in histogram.log2_buckets() {
+        let upper = if lower == 0 { 1 } else { lower * 2 };
+        rows.push(Row {
+            section,
+            name: format!("{label}: [{}, {})", pretty(lower as f64), pretty(upper as f64)),
+            value: count as f64,
+            unit: "samples",
+            baseline: None,
+            target: None,
+        });
+    }
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -284,18 +384,26 @@ pub fn run(device: Device, scale: &Scale) -> Result<Vec<Row>, jitbridge::Error> 
 
     // 2. Warm hits while other threads build new keys.
     note!("bench: hit latency during builds");
-    for enabled in [false, true] {
+    let mut histograms = Vec::new();
+    for (enabled, what) in [(false, HitLoop::Hit), (true, HitLoop::Hit), (true, HitLoop::NoCall)] {
         set_lookaside_enabled(enabled);
-        let (max, p99, samples) =
-            hit_latency_under_builds(device, &kernels, 2, 2, scale.builds_each);
-        let mode = if enabled { "lookaside" } else { "plain protocol" };
+        let histogram = hit_latency_under_builds(device, &kernels, what, 2, 2, scale.builds_each);
+        let (max, p99, samples) = (histogram.max, histogram.quantile(0.99), histogram.total());
+        let mode = match (enabled, what) {
+            (_, HitLoop::NoCall) => "control, no jitbridge call",
+            (true, _) => "lookaside",
+            (false, _) => "plain protocol",
+        };
+        if enabled {
+            histograms.push((mode, histogram));
+        }
         rows.push(Row {
             section: "2 hit during builds",
             name: format!("max, {mode} ({samples} hits)"),
             value: max as f64,
             unit: "ns",
             baseline: None,
-            target: enabled.then_some(Target {
+            target: (enabled && what == HitLoop::Hit).then_some(Target {
                 max_value: Some(50_000.0),
                 max_ratio: None,
                 text: "max <= 50 us",
@@ -306,6 +414,39 @@ pub fn run(device: Device, scale: &Scale) -> Result<Vec<Row>, jitbridge::Error> 
             section: "2 hit during builds",
             name: format!("p99, {mode}"),
             value: p99 as f64,
+            unit: "ns",
+            baseline: None,
+            target: None,
+        });
+    }
+    for (mode, histogram) in &histograms {
+        histogram_rows(&mut rows, "2 hit histogram", mode, histogram);
+    }
+    set_lookaside_enabled(true);
+
+    // 2b. A new thread's first launch of a warm kernel while other threads build.
+    note!("bench: new threads' first launches during builds");
+    for enabled in [false, true] {
+        set_lookaside_enabled(enabled);
+        let histogram = new_thread_first_launch(device, &kernels[0], scale.new_threads, 2)?;
+        let mode = if enabled { "published index" } else { "plain protocol" };
+        rows.push(Row {
+            section: "2b new thread launch",
+            name: format!("max, {mode} ({} threads)", histogram.total()),
+            value: histogram.max as f64,
+            unit: "ns",
+            baseline: None,
+            target: enabled.then_some(Target {
+                max_value: Some(1_000_000.0),
+                max_ratio: None,
+                text: "max <= 1 ms",
+                hardware: H200,
+            }),
+        });
+        rows.push(Row {
+            section: "2b new thread launch",
+            name: format!("p99, {mode}"),
+            value: histogram.quantile(0.99) as f64,
             unit: "ns",
             baseline: None,
             target: None,
@@ -386,6 +527,35 @@ pub fn run(device: Device, scale: &Scale) -> Result<Vec<Row>, jitbridge::Error> 
         baseline: Some(compile),
         target: None,
     });
+    // The same first launch, timed step by step inside the library.
+    let steps: Vec<bench_support::ColdSteps> = (0..scale.cold_samples)
+        .map(|_| bench_support::cold_probe_steps(&input, fresh_variant()))
+        .collect::<Result<_, _>>()?;
+    let step = |f: fn(&bench_support::ColdSteps) -> f64| median(steps.iter().map(f).collect());
+    type Step = fn(&bench_support::ColdSteps) -> f64;
+    let step_rows: [(&str, Step); 11] = [
+        ("step: first launch as a whole", |s| s.total_ns),
+        ("step: staging (lookup, build, outputs)", |s| s.stage_ns),
+        ("step: compile", |s| s.compile_ns),
+        ("step: module load", |s| s.load_ns),
+        ("step: get function", |s| s.get_function_ns),
+        ("step: configure", |s| s.configure_ns),
+        ("step: disk-cache store (probes skip it)", |s| s.disk_store_ns),
+        ("step: first launch call", |s| s.launch_ns),
+        ("step: event record + holds", |s| s.record_ns),
+        ("step: wait for the kernel", |s| s.sync_ns),
+        ("baseline check: same source compiled again", |s| s.compile_again_ns),
+    ];
+    for (name, f) in step_rows {
+        rows.push(Row {
+            section: "4 cold first launch",
+            name: name.into(),
+            value: step(f),
+            unit: "ns",
+            baseline: Some(compile),
+            target: None,
+        });
+    }
 
     // 5. First launch in a new process: compiled (empty disk cache) against loaded from disk.
     note!("bench: first launch in a new process");
@@ -481,6 +651,11 @@ pub fn print_table(device: Device, scale: &Scale, rows: &[Row]) {
         "met"
     );
     for row in rows {
+        let value = if row.unit == "ns" {
+            pretty(row.value)
+        } else {
+            format!("{} {}", row.value, row.unit)
+        };
         let baseline = row.baseline.map(pretty).unwrap_or_default();
         let ratio = row.ratio().map(|r| format!("{r:.2}x")).unwrap_or_default();
         let (met, target) = match (row.met(), row.target) {
@@ -493,7 +668,7 @@ pub fn print_table(device: Device, scale: &Scale, rows: &[Row]) {
             "{:<20} {:<48} {:>11} {:>11} {:>9}  {:<6}  {}",
             row.section,
             row.name,
-            pretty(row.value),
+            value,
             baseline,
             ratio,
             met,

@@ -22,3 +22,30 @@ pub fn compile_only(kernel: &CustomKernel, device: Device) -> Result<f64, Error>
     check(unsafe { ffi::jb_bench_compile_only(&mut ns, kernel.raw(), device.raw()) })?;
     Ok(ns)
 }
+
+/// Where one cold first launch of the probe spent its time, in nanoseconds; laid out exactly as
+/// `jb_bench_cold_steps`.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ColdSteps {
+    pub compile_ns: f64,
+    pub load_ns: f64,
+    pub get_function_ns: f64,
+    pub disk_store_ns: f64,
+    pub configure_ns: f64,
+    pub stage_ns: f64,
+    pub launch_ns: f64,
+    pub record_ns: f64,
+    pub sync_ns: f64,
+    pub total_ns: f64,
+    /// The compiler alone, right after, on the very same source and options.
+    pub compile_again_ns: f64,
+}
+
+/// One first launch of the probe `variant` (not built yet), timed step by step.
+pub fn cold_probe_steps(input: &Array, variant: i32) -> Result<ColdSteps, Error> {
+    let mut steps = ColdSteps::default();
+    // SAFETY: valid out pointer of the C layout, live input.
+    check(unsafe { ffi::jb_bench_cold_probe_steps(&mut steps, input.raw(), variant) })?;
+    Ok(steps)
+}

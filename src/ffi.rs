@@ -245,6 +245,11 @@ unsafe extern "C" {
         kernel: *mut jb_custom_kernel,
         device: *mut jb_device,
     ) -> c_int;
+    pub fn jb_bench_cold_probe_steps(
+        out: *mut crate::bench_support::ColdSteps,
+        input: *mut jb_array,
+        variant: c_int,
+    ) -> c_int;
 
     pub fn jb_disk_cache_dir(out: *mut *const c_char) -> c_int;
     pub fn jb_disk_cache_state() -> *const c_char;

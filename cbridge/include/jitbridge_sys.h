@@ -40,6 +40,26 @@ JB_API jb_status jb_bench_raw_probe_launches(double *out_ns_per_launch, jb_array
 JB_API jb_status jb_bench_compile_only(double *out_ns, jb_custom_kernel *kernel,
                                        jb_device *device);
 
+/* Where one cold first launch of the probe spends its time, step by step, in nanoseconds. */
+typedef struct jb_bench_cold_steps {
+    double compile_ns;       /* the compiler, inside the build */
+    double load_ns;          /* loading the code object (cuModuleLoadData, dlopen) */
+    double get_function_ns;  /* finding the kernel in it (cuModuleGetFunction, dlsym) */
+    double disk_store_ns;    /* storing the code for later processes (0: probes skip the disk) */
+    double configure_ns;     /* the kernel's one-time configure step */
+    double stage_ns;         /* all of the staging: lookup, build, configure, output, event */
+    double launch_ns;        /* the first launch call */
+    double record_ns;        /* the output's event record and the buffer holds */
+    double sync_ns;          /* waiting for the kernel to finish */
+    double total_ns;         /* the first launch as a caller sees it: staging to finished */
+    double compile_again_ns; /* the compiler alone, right after, on the very same source and
+                              * options: the baseline, measured on what was built */
+} jb_bench_cold_steps;
+/* One first launch of the probe `variant` (which must not be built yet) on the thread's default
+ * stream, timed per step; the stream is drained. */
+JB_API jb_status jb_bench_cold_probe_steps(jb_bench_cold_steps *out, jb_array *input,
+                                           int variant);
+
 #ifdef __cplusplus
 }
 #endif

@@ -123,6 +123,21 @@ bool jb__table_reserve(jb_table *t);
 /* Adds `value` (not NULL) under a key known to be missing, after a successful reserve. */
 void jb__table_add(jb_table *t, uint64_t hash, const void *key, void *value);
 
+/* An insert-only table readers search without a lock (table.c). One writer at a time (the
+ * caller's lock) fills empty slots and publishes each with a release store; a grow publishes a
+ * new slot array and keeps the old one until exit, since a reader may still be searching it. */
+typedef struct jb_published_slots jb_published_slots;
+typedef struct jb_published_table {
+    _Atomic(jb_published_slots *) current;
+    size_t count; /* the writer's only */
+} jb_published_table;
+/* The value under `key`, or NULL (also when it is being added right now); from any thread. */
+void *jb__published_find(const jb_published_table *t, uint64_t hash, const void *key,
+                         jb_table_equal equal);
+/* Adds `value` (not NULL) under a key known to be missing; under the caller's writer lock.
+ * False when out of memory (the table is unchanged). */
+bool jb__published_add(jb_published_table *t, uint64_t hash, const void *key, void *value);
+
 /* ---- backends ---- */
 typedef struct jb_backend jb_backend;
 typedef struct jb_event jb_event;
@@ -361,6 +376,12 @@ int jb__get_jit_module(jb_device *dev, const char *name, uint64_t name_hash,
                        jb_module_builder builder, void *ctx, jb_module **out);
 void jb__counters_add_configure(void);
 
+/* Where the calling thread's latest module build and configure spent their time (module.c);
+ * read by the bench. A few clock reads per build, none per launch. */
+typedef struct jb_build_steps {
+    uint64_t compile_ns, load_ns, get_function_ns, disk_store_ns, configure_ns;
+} jb_build_steps;
+extern _Thread_local jb_build_steps jb__build_steps;
 /* Loads `code` and fills the kernel table with `kernel_names`; the table never changes after. */
 int jb__module_create(jb_device *dev, const jb_blob *code, const char *const *kernel_names,
                       size_t num_kernels, jb_module **out);

@@ -13,6 +13,11 @@
  * later lookups of that key take no lock, build no string, allocate nothing and write no shared
  * cache line. That is sound because modules are never freed. It can be switched off at run time
  * (jb_set_lookaside_enabled) to measure the plain protocol.
+ *
+ * Behind the lookaside, a process-global published index answers a thread's first lookup of a
+ * built key without the lock, so a new thread never queues behind a build in progress (the lock
+ * prefers writers). It is filled under the write lock, right after the insert, and never shrinks:
+ * modules are never freed. The map and its lock stay the authority: a miss there decides a build.
  */
 #include "internal.h"
 
@@ -63,6 +68,10 @@ static thread_state *registry;
 static uint64_t retired_hits, retired_misses;   /* of threads that exited; under the mutex */
 static uint64_t baseline_hits, baseline_misses; /* subtracted by reads since the last reset */
 static atomic_bool lookaside_enabled = true;
+
+/* Built keys, searched without a lock; written under the write lock only. Key: a lookaside_key
+ * and its name in one allocation, kept for the life of the process like the module. */
+static jb_published_table the_index;
 
 static thread_state *thread_state_create(void)
 {
@@ -118,19 +127,37 @@ static bool lookaside_equal(const void *stored, const void *key)
     return a->device == b->device && strcmp(a->name, b->name) == 0;
 }
 
+/* A lookaside key with its own copy of the name, in one allocation; NULL on no memory. */
+static lookaside_key *lookaside_key_new(int device, const char *name)
+{
+    size_t name_bytes = strlen(name) + 1;
+    lookaside_key *key = malloc(sizeof *key + name_bytes);
+    if (key) {
+        key->device = device;
+        key->name = memcpy(key + 1, name, name_bytes);
+    }
+    return key;
+}
+
 /* Remembers a found module for this thread; on no memory it simply is not remembered. */
 static void lookaside_remember(thread_state *ts, int device, const char *name, uint64_t hash,
                                jb_module *module)
 {
-    size_t name_bytes = strlen(name) + 1;
-    lookaside_key *key = malloc(sizeof *key + name_bytes);
+    lookaside_key *key = lookaside_key_new(device, name);
     if (!key || !jb__table_reserve(&ts->lookaside)) {
         free(key);
         return;
     }
-    key->device = device;
-    key->name = memcpy(key + 1, name, name_bytes);
     jb__table_add(&ts->lookaside, hash, key, module);
+}
+
+/* Publishes a module just inserted (under the write lock). On no memory it is not published:
+ * later first lookups of the key take the read lock, as before. */
+static void index_publish(int device, const char *name, uint64_t hash, jb_module *module)
+{
+    lookaside_key *key = lookaside_key_new(device, name);
+    if (key && !jb__published_add(&the_index, hash, key, module))
+        free(key);
 }
 
 jb_status jb_set_lookaside_enabled(int enabled)
@@ -196,7 +223,8 @@ static int cache_insert(module_cache *cache, const char *key, uint64_t hash, jb_
 
 /* The locked protocol: read lock and lookup; on a miss, write lock, lookup again, build. */
 static int cache_lookup_or_build(thread_state *ts, jb_device *dev, const char *name,
-                                 jb_module_builder builder, void *ctx, jb_module **out)
+                                 uint64_t index_hash, jb_module_builder builder, void *ctx,
+                                 jb_module **out)
 {
     pthread_once(&the_cache_once, cache_create);
     module_cache *cache = the_cache;
@@ -237,6 +265,8 @@ static int cache_lookup_or_build(thread_state *ts, jb_device *dev, const char *n
             /* On an insert failure the built module is kept alive but unreachable: modules are
              * never unloaded. The next caller builds again. */
             status = cache_insert(cache, key, hash, module);
+            if (status == JB_OK)
+                index_publish(dev->index, name, index_hash, module);
         } else {
             atomic_fetch_add_explicit(&counter_build_failures, 1, memory_order_relaxed);
         }
@@ -255,9 +285,8 @@ int jb__get_jit_module(jb_device *dev, const char *name, uint64_t name_hash,
     thread_state *ts = this_thread_state();
     JB_RETURN_IF(!ts, JB_ERR_OUT_OF_MEMORY, "no memory for the thread's cache state");
     bool use_lookaside = atomic_load_explicit(&lookaside_enabled, memory_order_relaxed);
-    uint64_t hash = 0;
+    uint64_t hash = lookaside_hash(dev->index, name_hash);
     if (use_lookaside) {
-        hash = lookaside_hash(dev->index, name_hash);
         lookaside_key key = {dev->index, name};
         jb_module *module = jb__table_find(&ts->lookaside, hash, &key, lookaside_equal);
         if (module) {
@@ -265,8 +294,15 @@ int jb__get_jit_module(jb_device *dev, const char *name, uint64_t name_hash,
             *out = module;
             return JB_OK;
         }
+        /* This thread's first lookup of the key: a built one is found without the lock. */
+        if ((module = jb__published_find(&the_index, hash, &key, lookaside_equal))) {
+            count(&ts->hits);
+            *out = module;
+            lookaside_remember(ts, dev->index, name, hash, module);
+            return JB_OK;
+        }
     }
-    JB_FORWARD_IF_ERROR(cache_lookup_or_build(ts, dev, name, builder, ctx, out));
+    JB_FORWARD_IF_ERROR(cache_lookup_or_build(ts, dev, name, hash, builder, ctx, out));
     if (use_lookaside)
         lookaside_remember(ts, dev->index, name, hash, *out);
     return JB_OK;

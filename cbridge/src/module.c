@@ -31,6 +31,8 @@ struct jb_module {
     jb_kernel_entry kernels[];
 };
 
+_Thread_local jb_build_steps jb__build_steps;
+
 int jb__module_create(jb_device *dev, const jb_blob *code, const char *const *kernel_names,
                       size_t num_kernels, jb_module **out)
 {
@@ -39,7 +41,9 @@ int jb__module_create(jb_device *dev, const jb_blob *code, const char *const *ke
     module->device = dev;
     module->num_kernels = num_kernels;
     pthread_mutex_init(&module->kernel_mutex, NULL);
+    uint64_t start = jb__now_ns();
     int status = dev->backend->module_load(dev, code, &module->native);
+    uint64_t loaded = jb__now_ns();
     for (size_t i = 0; status == JB_OK && i < num_kernels; i++) {
         jb_kernel_entry *kernel = &module->kernels[i];
         kernel->module = module;
@@ -49,6 +53,8 @@ int jb__module_create(jb_device *dev, const jb_blob *code, const char *const *ke
         else
             status = dev->backend->module_function(dev, module->native, kernel->name, &kernel->fn);
     }
+    jb__build_steps.load_ns = loaded - start;
+    jb__build_steps.get_function_ns = jb__now_ns() - loaded;
     if (status != JB_OK) {
         /* A module that failed to load leaves nothing behind; a loaded native module whose
          * kernel is missing stays loaded (never unloaded, by the cache's rule). */
@@ -86,6 +92,7 @@ int jb__kernel_configured(jb_kernel_entry *kernel, jb_configure_hook hook, void 
         int status = JB_OK;
         KERNEL_LOCK(module);
         if (!atomic_load_explicit(&kernel->configured, memory_order_relaxed)) {
+            uint64_t start = jb__now_ns();
             jb_kernel_config config = {0, 0};
             if (hook && hook(user_data, module->device, &config) != 0)
                 status = jb__fail(JB_ERR_LAUNCH, "the configure hook of kernel '%s' failed",
@@ -97,6 +104,7 @@ int jb__kernel_configured(jb_kernel_entry *kernel, jb_configure_hook hook, void 
             if (status == JB_OK) {
                 kernel->config = config;
                 jb__counters_add_configure();
+                jb__build_steps.configure_ns = jb__now_ns() - start;
                 atomic_store_explicit(&kernel->configured, true, memory_order_release);
             }
         }
@@ -159,7 +167,9 @@ int jb__module_build(jb_device *dev, const char *module_name, const char *source
     }
     char saved[4096];
     bool is_saved = save_source(dev, module_name, source, saved, sizeof saved);
+    uint64_t start = jb__now_ns();
     int status = dev->backend->compile(dev, module_name, source, flags, &code);
+    jb__build_steps.compile_ns = jb__now_ns() - start;
     if (status == JB_ERR_COMPILE) {
         if (is_saved)
             jb__error_append(" (source saved at %s)", saved);
@@ -168,8 +178,10 @@ int jb__module_build(jb_device *dev, const char *module_name, const char *source
     }
     if (status == JB_OK)
         status = jb__module_create(dev, &code, kernel_names, num_kernels, out);
+    start = jb__now_ns();
     if (status == JB_OK && use_disk)
         jb__disk_store(&key, &code);
+    jb__build_steps.disk_store_ns = jb__now_ns() - start;
     free(code.data);
     jb__disk_key_free(&key);
     return status;

@@ -167,3 +167,43 @@ jb_status jb_bench_compile_only(double *out_ns, jb_custom_kernel *kernel, jb_dev
     free(code.data);
     return status;
 }
+
+jb_status jb_bench_cold_probe_steps(jb_bench_cold_steps *out, jb_array *input, int variant)
+{
+    JB_RETURN_IF(!out || !input, JB_ERR_INVALID_ARGUMENT,
+                 "jb_bench_cold_probe_steps: bad arguments");
+    memset(out, 0, sizeof *out);
+    jb__build_steps = (jb_build_steps){0};
+    uint64_t t0 = jb__now_ns();
+    jb_staged_launch launch;
+    JB_FORWARD_IF_ERROR(probe_launch_begin(&launch, input, variant));
+    uint64_t t1 = jb__now_ns();
+    int status = jb__launch_issue(&launch);
+    uint64_t t2 = jb__now_ns();
+    jb_array *result = NULL;
+    status = jb__launch_end(&launch, status, &result);
+    uint64_t t3 = jb__now_ns();
+    if (status == JB_OK)
+        status = launch.dev->backend->stream_synchronize(launch.dev, launch.stream->native);
+    uint64_t t4 = jb__now_ns();
+    jb_array_free(result);
+    JB_FORWARD_IF_ERROR(status);
+    jb_build_steps steps = jb__build_steps;
+    JB_RETURN_IF(!steps.compile_ns, JB_ERR_INVALID_ARGUMENT,
+                 "jb_bench_cold_probe_steps: variant %d was built already", variant);
+    *out = (jb_bench_cold_steps){
+        .compile_ns = (double)steps.compile_ns,
+        .load_ns = (double)steps.load_ns,
+        .get_function_ns = (double)steps.get_function_ns,
+        .disk_store_ns = (double)steps.disk_store_ns,
+        .configure_ns = (double)steps.configure_ns,
+        .stage_ns = (double)(t1 - t0),
+        .launch_ns = (double)(t2 - t1),
+        .record_ns = (double)(t3 - t2),
+        .sync_ns = (double)(t4 - t3),
+        .total_ns = (double)(t4 - t0),
+    };
+    jb_custom_kernel *kernel;
+    JB_FORWARD_IF_ERROR(probe_kernel(variant, &kernel));
+    return jb_bench_compile_only(&out->compile_again_ns, kernel, launch.dev);
+}

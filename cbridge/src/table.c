@@ -39,3 +39,68 @@ void jb__table_add(jb_table *t, uint64_t hash, const void *key, void *value)
     place(t->slots, t->capacity, (jb_table_slot){hash, key, value});
     t->count++;
 }
+
+/* ---- the published table: readers take no lock ---- */
+
+typedef struct published_slot {
+    uint64_t hash;
+    const void *key;
+    _Atomic(void *) value; /* NULL while empty; stored last, with release */
+} published_slot;
+
+struct jb_published_slots {
+    size_t capacity;
+    jb_published_slots *older; /* kept until exit: a reader may still be searching it */
+    published_slot slots[];
+};
+
+void *jb__published_find(const jb_published_table *t, uint64_t hash, const void *key,
+                         jb_table_equal equal)
+{
+    const jb_published_slots *s = atomic_load_explicit(&t->current, memory_order_acquire);
+    if (!s)
+        return NULL;
+    size_t mask = s->capacity - 1;
+    for (size_t i = hash & mask;; i = (i + 1) & mask) {
+        const published_slot *slot = &s->slots[i];
+        void *value = atomic_load_explicit(&slot->value, memory_order_acquire);
+        if (!value)
+            return NULL; /* slots fill in probe order, so an empty one ends the search */
+        if (slot->hash == hash && equal(slot->key, key))
+            return value;
+    }
+}
+
+static void publish(jb_published_slots *s, uint64_t hash, const void *key, void *value)
+{
+    size_t mask = s->capacity - 1, i = hash & mask;
+    while (atomic_load_explicit(&s->slots[i].value, memory_order_relaxed))
+        i = (i + 1) & mask;
+    s->slots[i].hash = hash;
+    s->slots[i].key = key;
+    atomic_store_explicit(&s->slots[i].value, value, memory_order_release);
+}
+
+bool jb__published_add(jb_published_table *t, uint64_t hash, const void *key, void *value)
+{
+    jb_published_slots *s = atomic_load_explicit(&t->current, memory_order_relaxed);
+    if (!s || (t->count + 1) * 2 > s->capacity) {
+        size_t capacity = s ? s->capacity * 2 : TABLE_FIRST_CAPACITY;
+        jb_published_slots *grown = calloc(1, sizeof *grown + capacity * sizeof(published_slot));
+        if (!grown)
+            return false;
+        grown->capacity = capacity;
+        grown->older = s;
+        for (size_t i = 0; s && i < s->capacity; i++) {
+            void *old = atomic_load_explicit(&s->slots[i].value, memory_order_relaxed);
+            if (old)
+                publish(grown, s->slots[i].hash, s->slots[i].key, old);
+        }
+        /* Every copied slot is visible to whoever sees the new array. */
+        atomic_store_explicit(&t->current, grown, memory_order_release);
+        s = grown;
+    }
+    publish(s, hash, key, value);
+    t->count++;
+    return true;
+}

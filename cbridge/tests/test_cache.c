@@ -2,11 +2,13 @@
 #include "check.h"
 #include "jitbridge_sys.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -219,6 +221,81 @@ static void test_configure_hook_runs_once(void)
     jb_custom_kernel_free(kernel);
 }
 
+typedef struct prepare_arg {
+    jb_custom_kernel *kernel;
+    atomic_bool done;
+    int status;
+} prepare_arg;
+
+static void *prepare_on_new_thread(void *p)
+{
+    prepare_arg *arg = p;
+    arg->status = jb_custom_kernel_prepare(arg->kernel, cpu);
+    atomic_store(&arg->done, true);
+    return NULL;
+}
+
+/* A new thread's first lookup of a built kernel does not wait behind another key's build: the
+ * build is held inside the compiler (its header is a FIFO nobody writes yet) while a fresh
+ * thread looks the built kernel up. */
+static void test_new_thread_hits_during_build(void)
+{
+    char dir[] = "/tmp/jb-test-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    char gate[128], header[200];
+    snprintf(gate, sizeof gate, "%s/gate.h", dir);
+    snprintf(header, sizeof header, "#include \"%s\"", gate);
+    CHECK(mkfifo(gate, 0600) == 0, "mkfifo %s", gate);
+    const char *in_names[] = {"inp"}, *out_names[] = {"out"};
+    jb_dtype dtypes[] = {JB_F32};
+    jb_kernel_spec warm_spec = {"warm_kernel", in_names, dtypes, 1, out_names, dtypes, 1,
+                                jb_race_probe_body(), NULL, NULL, NULL};
+    jb_kernel_spec held_spec = warm_spec;
+    held_spec.name = "held_kernel";
+    held_spec.header = header;
+    jb_custom_kernel *warm, *held;
+    CHECK_OK(jb_custom_kernel_new(&warm, &warm_spec));
+    CHECK_OK(jb_custom_kernel_new(&held, &held_spec));
+    CHECK_OK(jb_custom_kernel_prepare(warm, cpu));
+
+    prepare_arg building = {held, false, -1}, fresh = {warm, false, -1};
+    pthread_t builder, newcomer;
+    pthread_create(&builder, NULL, prepare_on_new_thread, &building);
+    /* The FIFO opens for writing once the compiler has it open for reading: the build (and
+     * the write lock) is in progress from then until the gate is written. */
+    int fd = -1;
+    for (int i = 0; fd < 0 && i < 3000; i++) {
+        fd = open(gate, O_WRONLY | O_NONBLOCK);
+        if (fd < 0)
+            nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    }
+    CHECK(fd >= 0, "the compiler never opened the gate");
+    jb_counters before, after;
+    jb_counters_get(&before, sizeof before);
+    pthread_create(&newcomer, NULL, prepare_on_new_thread, &fresh);
+    for (int i = 0; !atomic_load(&fresh.done) && i < 500; i++)
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    CHECK(atomic_load(&fresh.done), "a new thread's hit waited behind another key's build");
+    CHECK(!atomic_load(&building.done), "the held build finished early");
+    jb_counters_get(&after, sizeof after);
+    CHECK(after.hits - before.hits == 1 && after.misses == before.misses,
+          "the new thread's lookup counted %llu hits, %llu misses",
+          (unsigned long long)(after.hits - before.hits),
+          (unsigned long long)(after.misses - before.misses));
+    if (fd >= 0) {
+        CHECK(write(fd, "\n", 1) == 1, "writing the gate");
+        close(fd);
+    }
+    pthread_join(builder, NULL);
+    pthread_join(newcomer, NULL);
+    CHECK(building.status == JB_OK && fresh.status == JB_OK, "prepare failed: %d, %d",
+          building.status, fresh.status);
+    unlink(gate);
+    rmdir(dir);
+    jb_custom_kernel_free(warm);
+    jb_custom_kernel_free(held);
+}
+
 static void test_bad_probe_inputs_change_nothing(void)
 {
     jb_counters before, after;
@@ -293,6 +370,7 @@ int main(void)
     test_distinct_kernels_first_launch();
     test_failed_build_is_retried();
     test_configure_hook_runs_once();
+    test_new_thread_hits_during_build();
     test_streams_and_early_free();
     return check_summary("test_cache");
 }
