@@ -2,10 +2,46 @@
  * The event pool: process-global, one per device, reusable events. Acquire and release may come
  * from any thread, so both run under the pool's mutex (the unlocked pool on the ROCm backend
  * handed one event to two threads: invalid resource handle, SIGABRT, SIGSEGV).
+ *
+ * In front of it, each thread keeps a few released events per device and takes those first, so
+ * a warm launch takes no lock for its event. A thread's events go back to the pool when it exits.
+ * Builds without the pool's lock skip the thread's events: the race they show is the pool's.
  */
 #include "internal.h"
 
 #include <stdlib.h>
+
+/* More than a stream releases at once (its holds go in batches of 16), so a launching thread's
+ * events come back to it. */
+#define THREAD_EVENTS 32
+
+/* Events only this thread holds, any device's; the newest is taken first. */
+typedef struct thread_events {
+    size_t count;
+    jb_event *events[THREAD_EVENTS];
+} thread_events;
+
+static void pool_put(jb_event *event);
+
+static thread_events *thread_events_create(void)
+{
+    return calloc(1, sizeof(thread_events));
+}
+
+static void thread_events_destroy(thread_events *te)
+{
+    for (size_t i = 0; i < te->count; i++)
+        pool_put(te->events[i]);
+    free(te);
+}
+
+JB_THREAD_LOCAL(thread_events, this_thread_events, thread_events_create, thread_events_destroy)
+
+#ifdef JB_REMOVE_LOCK_EVENT_POOL
+#define THREAD_EVENTS_ENABLED 0
+#else
+#define THREAD_EVENTS_ENABLED 1
+#endif
 
 #ifdef JB_REMOVE_LOCK_EVENT_POOL
 #define POOL_LOCK(p) ((void)0)
@@ -24,6 +60,14 @@ void jb__event_pool_init(jb_event_pool *pool)
 
 int jb__event_acquire(jb_device *dev, jb_event **out)
 {
+    thread_events *te = THREAD_EVENTS_ENABLED ? this_thread_events() : NULL;
+    if (te && te->count && te->events[te->count - 1]->device == dev) {
+        jb_event *event = te->events[--te->count];
+        atomic_store_explicit(&event->in_use, true, memory_order_relaxed);
+        atomic_store_explicit(&event->refs, 1, memory_order_relaxed);
+        *out = event;
+        return JB_OK;
+    }
     jb_event_pool *pool = &dev->event_pool;
     jb_event *event = NULL;
     POOL_LOCK(pool);
@@ -62,9 +106,22 @@ void jb__event_release(jb_event *event)
 {
     if (!event || atomic_fetch_sub_explicit(&event->refs, 1, memory_order_acq_rel) != 1)
         return;
+    atomic_store(&event->in_use, false);
+    /* Kept by this thread when it acquires events itself and has room: no lock. A thread that
+     * only frees arrays (or is exiting) gives them back to the pool. */
+    thread_events *te = THREAD_EVENTS_ENABLED ? this_thread_events_tls : NULL;
+    if (te && te->count < THREAD_EVENTS) {
+        te->events[te->count++] = event;
+        return;
+    }
+    pool_put(event);
+}
+
+/* Gives a released event back to its device's pool (destroys it when no memory is left). */
+static void pool_put(jb_event *event)
+{
     jb_event_pool *pool = &event->device->event_pool;
     bool pooled = false;
-    atomic_store(&event->in_use, false);
     POOL_LOCK(pool);
     if (pool->count == pool->capacity) {
         size_t capacity = pool->capacity ? pool->capacity * 2 : 32;
