@@ -248,8 +248,15 @@ static void test_new_thread_hits_during_build(void)
     CHECK(mkfifo(gate, 0600) == 0, "mkfifo %s", gate);
     const char *in_names[] = {"inp"}, *out_names[] = {"out"};
     jb_dtype dtypes[] = {JB_F32};
-    jb_kernel_spec warm_spec = {"warm_kernel", in_names, dtypes, 1, out_names, dtypes, 1,
-                                jb_race_probe_body(), NULL, NULL, NULL};
+    jb_kernel_spec warm_spec = {.struct_size = sizeof(jb_kernel_spec),
+                                .name = "warm_kernel",
+                                .input_names = in_names,
+                                .input_dtypes = dtypes,
+                                .num_inputs = 1,
+                                .output_names = out_names,
+                                .output_dtypes = dtypes,
+                                .num_outputs = 1,
+                                .body = jb_race_probe_body()};
     jb_kernel_spec held_spec = warm_spec;
     held_spec.name = "held_kernel";
     held_spec.header = header;
