@@ -459,15 +459,21 @@ pub fn run(device: Device, scale: &Scale) -> Result<Vec<Row>, jitbridge::Error> 
     let input = Array::arange(device, race::PROBE_ELEMENTS, DType::F32)?;
     let variant = fresh_variant();
     let raw_ns = bench_support::raw_probe_launches(&input, variant, scale.probe_launches)?;
-    let start = Instant::now();
-    let mut last = None;
-    for _ in 0..scale.probe_launches {
-        last = Some(jit_race_probe_array(&input, variant)?);
-    }
-    if let Some(last) = last {
-        last.eval()?;
-    }
-    let full_ns = start.elapsed().as_nanos() as f64 / f64::from(scale.probe_launches);
+    let full_launches = |launches: i32| -> Result<f64, jitbridge::Error> {
+        let start = Instant::now();
+        let mut last = None;
+        for _ in 0..launches {
+            last = Some(jit_race_probe_array(&input, variant)?);
+        }
+        if let Some(last) = last {
+            last.eval()?;
+        }
+        Ok(start.elapsed().as_nanos() as f64 / f64::from(launches))
+    };
+    // Warm: the buffer cache and event pool first fill up to the depth the loop keeps in
+    // flight (a driver allocation each), as the raw path's one output is allocated untimed.
+    let cold_pools_ns = full_launches(scale.probe_launches)?;
+    let full_ns = full_launches(scale.probe_launches)?;
     rows.push(Row {
         section: "3 probe launch",
         name: "per call, full path vs raw launch + event".into(),
@@ -476,10 +482,18 @@ pub fn run(device: Device, scale: &Scale) -> Result<Vec<Row>, jitbridge::Error> 
         baseline: Some(raw_ns),
         target: Some(Target {
             max_value: None,
-            max_ratio: Some(1.1),
-            text: "<= 1.1x raw",
+            max_ratio: Some(1.05),
+            text: "<= 1.05x raw",
             hardware: H200,
         }),
+    });
+    rows.push(Row {
+        section: "3 probe launch",
+        name: "per call, the first loop (pools filling up)".into(),
+        value: cold_pools_ns,
+        unit: "ns",
+        baseline: Some(raw_ns),
+        target: None,
     });
 
     // 4. Cold first launch against the bare compiler on the same source.
