@@ -20,6 +20,32 @@ pub struct jb_array {
 pub struct jb_custom_kernel {
     _private: [u8; 0],
 }
+#[repr(C)]
+pub struct jb_source_module {
+    _private: [u8; 0],
+}
+
+#[repr(C)]
+pub struct jb_source_module_spec {
+    pub struct_size: usize,
+    pub name: *const c_char,
+    pub cpu_source: *const c_char,
+    pub gpu_source: *const c_char,
+    pub entry_names: *const *const c_char,
+    pub num_entries: usize,
+    pub compile_flags: u32,
+    pub defines: *const *const c_char,
+    pub num_defines: usize,
+    pub dtypes: c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct jb_arg {
+    pub array: *mut jb_array,
+    pub written: c_int,
+    pub scalar: jb_scalar,
+}
 
 pub const JB_OK: c_int = 0;
 pub const JB_DEVICE_CPU: c_int = 0;
@@ -211,6 +237,20 @@ unsafe extern "C" {
         num_scalars: usize,
         output_shapes: *const *const i64,
         output_ndims: *const c_int,
+        shape: *const jb_launch_shape,
+    ) -> c_int;
+    pub fn jb_source_module_new(
+        out: *mut *mut jb_source_module,
+        spec: *const jb_source_module_spec,
+    ) -> c_int;
+    pub fn jb_source_module_free(module: *mut jb_source_module);
+    pub fn jb_source_module_name(module: *const jb_source_module) -> *const c_char;
+    pub fn jb_source_module_launch(
+        module: *mut jb_source_module,
+        stream: *mut jb_stream,
+        entry: *const c_char,
+        args: *const jb_arg,
+        num_args: usize,
         shape: *const jb_launch_shape,
     ) -> c_int;
     pub fn jb_f32_to_f16_bits(value: f32) -> u16;

@@ -46,6 +46,26 @@ pub struct CompileOptions<'a> {
     pub defines: &'a [&'a str],
 }
 
+impl CompileOptions<'_> {
+    pub(crate) fn flags(&self) -> u32 {
+        (if self.fast_math { ffi::JB_COMPILE_FAST_MATH } else { 0 })
+            | if self.line_info { ffi::JB_COMPILE_LINE_INFO } else { 0 }
+    }
+}
+
+impl LaunchShape {
+    pub(crate) fn raw(self) -> ffi::jb_launch_shape {
+        match self {
+            LaunchShape::Threads(n) => {
+                ffi::jb_launch_shape { total_threads: n, ..Default::default() }
+            }
+            LaunchShape::Grid { grid, block } => {
+                ffi::jb_launch_shape { grid, block, total_threads: 0 }
+            }
+        }
+    }
+}
+
 /// Describes a custom kernel; start from `Default` and set what is needed. In the body,
 /// `thread_index()` is the thread's global index, each input `x` is a const pointer of its
 /// dtype with `x_size` elements, each output `y` a writable pointer with `y_size`, and each
@@ -144,7 +164,7 @@ impl Scalar {
         }
     }
 
-    fn raw(&self) -> ffi::jb_scalar {
+    pub(crate) fn raw(&self) -> ffi::jb_scalar {
         use ffi::jb_scalar_value as V;
         let value = match *self {
             Scalar::F32(v) => V { f32: v },
@@ -290,8 +310,7 @@ impl CustomKernel {
             })
             .collect();
         let hook: Option<Box<ConfigureHook>> = spec.configure.clone().map(Box::new);
-        let compile_flags = if spec.options.fast_math { ffi::JB_COMPILE_FAST_MATH } else { 0 }
-            | if spec.options.line_info { ffi::JB_COMPILE_LINE_INFO } else { 0 };
+        let compile_flags = spec.options.flags();
         let raw_spec = ffi::jb_kernel_spec {
             struct_size: std::mem::size_of::<ffi::jb_kernel_spec>(),
             name: name.as_ptr(),
@@ -405,14 +424,7 @@ impl CustomKernel {
         let raw_scalars: Vec<_> = scalars.iter().map(Scalar::raw).collect();
         let shape_ptrs: Vec<_> = output_shapes.iter().map(|s| s.as_ptr()).collect();
         let ndims: Vec<c_int> = output_shapes.iter().map(|s| s.len() as c_int).collect();
-        let raw_shape = match shape {
-            LaunchShape::Threads(n) => {
-                ffi::jb_launch_shape { total_threads: n, ..Default::default() }
-            }
-            LaunchShape::Grid { grid, block } => {
-                ffi::jb_launch_shape { grid, block, total_threads: 0 }
-            }
-        };
+        let raw_shape = shape.raw();
         let mut outputs = vec![std::ptr::null_mut(); self.num_outputs];
         // SAFETY: every pointer is valid for the call (a null stream means the default); the
         // library writes `num_outputs` arrays.

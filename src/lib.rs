@@ -25,6 +25,7 @@ mod error;
 mod kernel;
 mod logging;
 mod probe;
+mod source_module;
 mod stream;
 
 pub mod disk_cache;
@@ -50,6 +51,7 @@ pub use kernel::{
 };
 pub use logging::{clear_log_callback, set_log_callback};
 pub use probe::jit_race_probe_array;
+pub use source_module::{Arg, SourceModule, SourceModuleSpec};
 pub use stream::{DefaultStreamGuard, Stream, streams};
 
 #[cfg(test)]

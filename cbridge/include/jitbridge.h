@@ -387,6 +387,62 @@ JB_API jb_status jb_custom_kernel_launch_on(jb_array **outputs, jb_custom_kernel
                                             const int *output_ndims, const jb_launch_shape *shape);
 
 /* ---------------------------------------------------------------------------------------------
+ * Whole-source modules (CuPy's RawModule): the caller's complete source, with several entry
+ * points launched by name. Its module is named after `name` plus a hash of the sources, flags
+ * and defines, and goes through the same module cache and disk cache as custom kernels.
+ *
+ * GPU source is CUDA C++: each entry is `extern "C" __global__ void name(...)`, its parameters
+ * the launch's arguments in order (an array as its device pointer, a scalar by value). cpu
+ * source is C11: each entry is `void name(void **args, uint64_t threads)`, where args[i] points
+ * at argument i's value, as in cuLaunchKernel (an array: `*(float **)args[0]`), and the entry
+ * runs every thread itself (threads = the launch's total). With `dtypes` set, the source starts
+ * with the dtype declarations custom kernels get (f16, bf16, f32_to_bf16, ...).
+ */
+typedef struct jb_source_module jb_source_module;
+
+typedef struct jb_source_module_spec {
+    size_t struct_size;             /* sizeof(jb_source_module_spec): JB_SOURCE_MODULE_SPEC_INIT */
+    const char *name;               /* identifier */
+    const char *cpu_source;         /* C for the cpu device, or NULL */
+    const char *gpu_source;         /* CUDA C++ for cuda and rocm devices, or NULL */
+    const char *const *entry_names; /* identifiers, distinct, at least one */
+    size_t num_entries;
+    unsigned compile_flags;         /* JB_COMPILE_* */
+    const char *const *defines;     /* "NAME" or "NAME=VALUE" */
+    size_t num_defines;
+    int dtypes;                     /* non-zero: the dtype declarations come first */
+} jb_source_module_spec;
+
+#define JB_SOURCE_MODULE_SPEC_INIT {.struct_size = sizeof(jb_source_module_spec)}
+
+/* One argument of a whole-source launch: `array` when not NULL, else `scalar`. An array the
+ * entry writes must say so (`written`): its contents are then ready once the entry has run. */
+typedef struct jb_arg {
+    jb_array *array;
+    int written;
+    jb_scalar scalar;
+} jb_arg;
+
+/* Validates the spec and copies it; nothing is compiled until the first launch. */
+JB_API jb_status jb_source_module_new(jb_source_module **out, const jb_source_module_spec *spec);
+JB_API void jb_source_module_free(jb_source_module *module);
+/* "<name>_<16 hex digits of the hash>"; owned by the module. */
+JB_API const char *jb_source_module_name(const jb_source_module *module);
+
+/*
+ * Launches entry point `entry` with `args` on `stream` (NULL: the calling thread's default
+ * stream of the arrays' device), building the module on first use. At least one array, or a
+ * stream, says the device; every array must be on it. Arrays are used in place: the launch
+ * waits for the work that produces each array, and each array marked `written` is ready once
+ * the entry has run. Work on other streams that still reads a written array is not waited for:
+ * order it first. Several threads may launch one module at once; an array written by a launch
+ * must not be used by another thread during that call.
+ */
+JB_API jb_status jb_source_module_launch(jb_source_module *module, jb_stream *stream,
+                                         const char *entry, const jb_arg *args, size_t num_args,
+                                         const jb_launch_shape *shape);
+
+/* ---------------------------------------------------------------------------------------------
  * The race probe: kernel "mlxcel_jit_race_probe_v<variant>", out[i] = inp[i] * 2 + 1, one block
  * of n threads where n is the element count of the f32 input (1 <= n <= 1024), variant >= 0.
  * Output: a new f32 array of shape {n} owned by the caller. Probe modules never use a disk cache.

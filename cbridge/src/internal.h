@@ -160,6 +160,9 @@ typedef struct jb_launch_args {
     uint64_t total_threads;
     size_t num_scalars;
     const unsigned char *scalars;
+    /* A whole-source entry point: no arrays, every argument (a device pointer or a scalar) is a
+     * slot, in order, and no thread count follows. */
+    bool raw;
 } jb_launch_args;
 
 /* The language a backend compiles; a custom kernel's source is generated once per dialect. */
@@ -422,12 +425,24 @@ int jb__kernel_spec_check(const jb_kernel_spec *spec);
 /* Generates the kernel's sources and its module name from its names and the spec's body,
  * header, parameters and defines. */
 int jb__kernel_generate(jb_custom_kernel *k, const jb_kernel_spec *spec);
+/* Checks compile flags and defines ("NAME" or "NAME=VALUE"); `owner` names the kernel or
+ * module in the message. */
+int jb__compile_options_check(const char *owner, unsigned flags, const char *const *defines,
+                              size_t num_defines);
+/* Appends one #define line per define (checked before). */
+void jb__append_defines(jb_strbuf *sb, const char *const *defines, size_t num_defines);
+/* True when `s` may be pasted into source as a name; else false with a static reason. */
+bool jb__identifier_ok(const char *s, const char **problem);
 /* The dialect the backend named `backend` ("cpu", "cuda", "rocm") compiles; false if unknown. */
 bool jb__backend_name_dialect(const char *backend, jb_source_dialect *out);
 /* Finds (or builds) the kernel's module on `dev`, runs its configure hook once, and returns its
  * config and function handle. */
 int jb__custom_kernel_prepare(jb_custom_kernel *k, jb_device *dev, jb_kernel_config *config,
                               void **fn);
+
+/* Turns a launch shape into grid and block (thread counts use the config's block size). */
+int jb__resolve_launch_shape(const jb_launch_shape *shape, const jb_kernel_config *config,
+                             uint32_t grid[3], uint32_t block[3], uint64_t *total);
 
 /* One launch of a custom kernel, staged: the one launch path (public launch, probe, bench). */
 typedef struct jb_staged_launch {

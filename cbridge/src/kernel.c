@@ -140,8 +140,8 @@ static int build_custom_module(void *ctx, jb_device *dev, const char *module_nam
                             k->compile_flags, names, 1, k->disk_cacheable, out, from_disk);
 }
 
-static int resolve_launch_shape(const jb_launch_shape *shape, const jb_kernel_config *config,
-                                uint32_t grid[3], uint32_t block[3], uint64_t *total)
+int jb__resolve_launch_shape(const jb_launch_shape *shape, const jb_kernel_config *config,
+                             uint32_t grid[3], uint32_t block[3], uint64_t *total)
 {
     JB_RETURN_IF(!shape, JB_ERR_INVALID_ARGUMENT, "the launch shape is NULL");
     if (shape->grid[0] == 0 && shape->grid[1] == 0 && shape->grid[2] == 0) {
@@ -241,7 +241,7 @@ static int validate_launch_shape(const jb_launch_shape *shape)
     jb_kernel_config defaults = {0, 0};
     uint32_t grid[3], block[3];
     uint64_t total;
-    return resolve_launch_shape(shape, &defaults, grid, block, &total);
+    return jb__resolve_launch_shape(shape, &defaults, grid, block, &total);
 }
 
 /* Finds (or builds) the kernel's module on `dev` and runs its configure hook once. */
@@ -283,7 +283,7 @@ int jb__launch_begin(jb_staged_launch *l, jb_custom_kernel *k, jb_stream *stream
     JB_FORWARD_IF_ERROR(jb__custom_kernel_prepare(k, dev, &config, &l->fn));
     l->shared_bytes = config.shared_memory_bytes;
     JB_FORWARD_IF_ERROR(
-        resolve_launch_shape(shape, &config, l->grid, l->block, &l->args.total_threads));
+        jb__resolve_launch_shape(shape, &config, l->grid, l->block, &l->args.total_threads));
     if (stream)
         l->stream = stream;
     else
@@ -291,7 +291,7 @@ int jb__launch_begin(jb_staged_launch *l, jb_custom_kernel *k, jb_stream *stream
 
     /* From here on a failure goes through jb__launch_end, which undoes what was staged. */
     l->args = (jb_launch_args){num_inputs + k->num_outputs, l->pointers, l->sizes,
-                               l->args.total_threads, num_scalars, l->scalars};
+                               l->args.total_threads, num_scalars, l->scalars, false};
     l->num_outputs = k->num_outputs;
     for (size_t i = 0; i < k->num_outputs; i++)
         l->outputs[i] = NULL, l->ready[i] = NULL;

@@ -375,6 +375,8 @@ typedef enum task_kind { TASK_LAUNCH, TASK_SIGNAL, TASK_WAIT, TASK_STOP } task_k
 
 typedef void (*cpu_kernel_fn)(void *const *pointers, const uint64_t *sizes,
                               const unsigned char *scalars, uint64_t threads);
+/* A whole-source module's entry point: args[i] points at argument i's value (jitbridge.h). */
+typedef void (*cpu_entry_fn)(void **args, uint64_t threads);
 
 typedef struct cpu_task {
     struct cpu_task *next;
@@ -384,6 +386,7 @@ typedef struct cpu_task {
             cpu_kernel_fn fn;
             uint64_t threads;
             size_t count;
+            bool raw; /* a cpu_entry_fn with `count` argument pointers */
         } launch;
         struct {
             cpu_event *event;
@@ -408,6 +411,12 @@ static void run_task(cpu_task *task)
 {
     switch (task->kind) {
     case TASK_LAUNCH:
+        if (task->u.launch.raw) {
+            cpu_entry_fn entry;
+            memcpy(&entry, &task->u.launch.fn, sizeof entry);
+            entry(task->pointers, task->u.launch.threads);
+            break;
+        }
         task->u.launch.fn(task->pointers, (const uint64_t *)&task->pointers[task->u.launch.count],
                           (const unsigned char *)&task->pointers[2 * task->u.launch.count],
                           task->u.launch.threads);
@@ -565,6 +574,22 @@ static int cpu_launch(jb_device *dev, void *stream, void *fn, const uint32_t gri
                       const uint32_t block[3], uint32_t shared_bytes, const jb_launch_args *args)
 {
     (void)dev, (void)grid, (void)block, (void)shared_bytes;
+    if (args->raw) {
+        /* Argument pointers, then the slots they point at, behind the task. */
+        size_t n = args->num_scalars;
+        cpu_task *task = task_new(TASK_LAUNCH, n * (sizeof(void *) + JB_SCALAR_SLOT));
+        JB_RETURN_IF(!task, JB_ERR_OUT_OF_MEMORY, "no memory for a launch");
+        memcpy(&task->u.launch.fn, &fn, sizeof fn);
+        task->u.launch.threads = args->total_threads;
+        task->u.launch.count = n;
+        task->u.launch.raw = true;
+        unsigned char *slots = (unsigned char *)&task->pointers[n];
+        memcpy(slots, args->scalars, n * JB_SCALAR_SLOT);
+        for (size_t i = 0; i < n; i++)
+            task->pointers[i] = slots + i * JB_SCALAR_SLOT;
+        enqueue(stream, task);
+        return JB_OK;
+    }
     size_t count = args->count;
     size_t scalar_bytes = args->num_scalars * JB_SCALAR_SLOT;
     cpu_task *task =

@@ -278,7 +278,8 @@ static int gpu_launch(jb_device *dev, void *stream, void *fn, const uint32_t gri
     }
     for (size_t i = 0; i < args->num_scalars; i++)
         params[n++] = (void *)(args->scalars + i * JB_SCALAR_SLOT);
-    params[n] = &total;
+    if (!args->raw) /* a whole-source entry takes exactly its own arguments */
+        params[n] = &total;
     CUresult r = JB_GPU(cuLaunchKernel)((CUfunction)fn, grid[0], grid[1], grid[2], block[0],
                                         block[1], block[2], shared_bytes, (CUstream)stream,
                                         params, NULL);

@@ -1,0 +1,199 @@
+//! Whole-source modules (CuPy's RawModule): one source, two entry points launched by name with
+//! arrays in place and scalars by value; options in the key; one module however many entries.
+//! Runs on the cpu, and on GPU 0 in a GPU build.
+
+mod common;
+
+use jitbridge::{
+    Arg, Array, Bf16, CompileOptions, Counters, DType, Device, ErrorCode, LaunchShape, Scalar,
+    SourceModule, SourceModuleSpec, Stream,
+};
+
+const CPU_SOURCE: &str = r#"
+/* y[i] = a * x[i] in bf16, for i < n */
+void scale(void **args, uint64_t threads) {
+    const bf16 *x = *(const bf16 **)args[0];
+    bf16 *y = *(bf16 **)args[1];
+    float a = *(float *)args[2];
+    int64_t n = *(int64_t *)args[3];
+    for (uint64_t i = 0; i < threads && (int64_t)i < n; i++)
+        y[i] = f32_to_bf16(a * bf16_to_f32(x[i]));
+}
+/* z[i] += x[i] * WEIGHT */
+void accumulate(void **args, uint64_t threads) {
+    const bf16 *x = *(const bf16 **)args[0];
+    float *z = *(float **)args[1];
+    for (uint64_t i = 0; i < threads; i++)
+        z[i] += bf16_to_f32(x[i]) * WEIGHT;
+}
+/* z[i] = v, slowly: a later reader on another stream must wait for it */
+void slow_fill(void **args, uint64_t threads) {
+    float *z = *(float **)args[0];
+    float v = *(float *)args[1];
+    int64_t spins = *(int64_t *)args[2];
+    for (uint64_t i = 0; i < threads; i++) {
+        volatile float acc = 0.0f;
+        for (int64_t s = 0; s < spins; s++)
+            acc = acc + 1.0f;
+        z[i] = v + (acc - (float)spins);
+    }
+}
+"#;
+
+const GPU_SOURCE: &str = r#"
+extern "C" __global__ void scale(const bf16 *x, bf16 *y, float a, long long n) {
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i < n)
+        y[i] = f32_to_bf16(a * bf16_to_f32(x[i]));
+}
+extern "C" __global__ void accumulate(const bf16 *x, float *z) {
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    z[i] += bf16_to_f32(x[i]) * WEIGHT;
+}
+extern "C" __global__ void slow_fill(float *z, float v, long long spins) {
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    volatile float acc = 0.0f;
+    for (long long s = 0; s < spins; s++)
+        acc = acc + 1.0f;
+    z[i] = v + (acc - (float)spins);
+}
+"#;
+
+fn module(weight: &str) -> SourceModule {
+    let define = format!("WEIGHT={weight}");
+    SourceModule::new(&SourceModuleSpec {
+        name: "raw_pair",
+        cpu_source: Some(CPU_SOURCE),
+        gpu_source: Some(GPU_SOURCE),
+        entries: &["scale", "accumulate", "slow_fill"],
+        options: CompileOptions { defines: &[&define], ..Default::default() },
+        dtypes: true,
+    })
+    .unwrap()
+}
+
+fn two_entry_points(device: Device) {
+    let _turn = common::serial();
+    let m = module("2.0f");
+    let n = 1000usize;
+    let xs: Vec<Bf16> = (0..n).map(|i| Bf16::from_f32(i as f32 * 0.5 - 100.0)).collect();
+    let x = Array::from_slice(device, &xs, &[n as i64]).unwrap();
+    let mut y = Array::from_slice(device, &vec![Bf16::from_f32(-1.0); n], &[n as i64]).unwrap();
+    let mut z = Array::from_slice(device, &vec![1.0f32; n], &[n as i64]).unwrap();
+    Counters::reset();
+    let live = 900i64; // elements past it stay untouched
+    m.launch(
+        "scale",
+        &mut [Arg::In(&x), Arg::Out(&mut y), 3.0f32.into(), Scalar::I64(live).into()],
+        LaunchShape::Threads(n as u64),
+    )
+    .unwrap();
+    // The second entry reads `y`, written by the first, on the same stream; then on another
+    // stream, which must wait for the first write of `z`.
+    m.launch("accumulate", &mut [Arg::In(&y), Arg::Out(&mut z)], LaunchShape::Threads(n as u64))
+        .unwrap();
+    let side = Stream::new(device).unwrap();
+    m.launch_on(
+        &side,
+        "accumulate",
+        &mut [Arg::In(&y), Arg::Out(&mut z)],
+        LaunchShape::Threads(n as u64),
+    )
+    .unwrap();
+    let c = Counters::read();
+    assert_eq!(c.builds + c.disk_hits, 1, "several entries, one module");
+    let ys = y.to_vec::<Bf16>().unwrap();
+    let zs = z.to_vec::<f32>().unwrap();
+    for i in 0..n {
+        let want_y = if (i as i64) < live {
+            Bf16::from_f32(3.0 * xs[i].to_f32())
+        } else {
+            Bf16::from_f32(-1.0)
+        };
+        assert_eq!(ys[i], want_y, "y[{i}]");
+        assert_eq!(zs[i], 1.0 + 2.0 * (2.0 * want_y.to_f32()), "z[{i}]");
+    }
+
+    // A slow write on the default stream, then a read-modify-write on the side stream: the side
+    // stream waits for the write.
+    let spins =
+        Scalar::I64(if device.kind() == jitbridge::DeviceKind::Cpu { 20_000 } else { 1_000_000 });
+    for round in 0..3 {
+        let v = 5.0f32 + round as f32;
+        m.launch(
+            "slow_fill",
+            &mut [Arg::Out(&mut z), v.into(), spins.into()],
+            LaunchShape::Threads(n as u64),
+        )
+        .unwrap();
+        m.launch_on(
+            &side,
+            "accumulate",
+            &mut [Arg::In(&y), Arg::Out(&mut z)],
+            LaunchShape::Threads(n as u64),
+        )
+        .unwrap();
+        let zs = z.to_vec::<f32>().unwrap();
+        for i in 0..n {
+            assert_eq!(
+                zs[i],
+                v + 2.0 * ys[i].to_f32(),
+                "round {round}: z[{i}] read before written"
+            );
+        }
+    }
+
+    // Options are part of the key; the same source and options are the same module.
+    assert_ne!(module("2.0f").module_name(), module("3.0f").module_name());
+    assert_eq!(module("2.0f").module_name(), m.module_name());
+
+    // Mistakes are refused before anything is built.
+    let before = Counters::read();
+    let err = m.launch("missing", &mut [Arg::In(&x)], LaunchShape::Threads(1)).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::InvalidArgument, "{err}");
+    let err = m.launch("scale", &mut [3.0f32.into()], LaunchShape::Threads(1)).unwrap_err();
+    assert!(err.message().contains("no device"), "{err}");
+    let after = Counters::read();
+    assert_eq!((after.builds, after.misses), (before.builds, before.misses));
+}
+
+fn cpu_only_module_is_refused_on_gpu_and_vice_versa() {
+    let gpu_only = SourceModule::new(&SourceModuleSpec {
+        name: "raw_gpu_only",
+        gpu_source: Some(GPU_SOURCE),
+        entries: &["scale"],
+        ..Default::default()
+    })
+    .unwrap();
+    let x = Array::arange(Device::cpu().unwrap(), 4, DType::F32).unwrap();
+    let err = gpu_only.launch("scale", &mut [Arg::In(&x)], LaunchShape::Threads(4)).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::Unsupported, "{err}");
+    assert!(err.message().contains("no source for the cpu backend"), "{err}");
+    for (name, entries) in [("1bad", &["scale"][..]), ("ok", &["dup", "dup"][..]), ("ok", &[][..])]
+    {
+        let err = SourceModule::new(&SourceModuleSpec {
+            name,
+            cpu_source: Some(CPU_SOURCE),
+            entries,
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert_eq!(err.code(), ErrorCode::InvalidArgument, "{err}");
+    }
+}
+
+#[test]
+fn cpu_two_entry_points() {
+    two_entry_points(Device::cpu().unwrap());
+}
+
+#[test]
+fn a_module_without_the_devices_source_is_refused() {
+    cpu_only_module_is_refused_on_gpu_and_vice_versa();
+}
+
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+#[test]
+fn gpu_two_entry_points() {
+    two_entry_points(Device::gpu(0).unwrap());
+}
