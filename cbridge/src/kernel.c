@@ -234,16 +234,6 @@ static int validate_launch(const jb_custom_kernel *k, jb_array *const *inputs, s
     return JB_OK;
 }
 
-/* The checks of a launch shape that need no kernel configuration, made before any build. */
-static int validate_launch_shape(const jb_launch_shape *shape)
-{
-    JB_RETURN_IF(!shape, JB_ERR_INVALID_ARGUMENT, "the launch shape is NULL");
-    jb_kernel_config defaults = {0, 0};
-    uint32_t grid[3], block[3];
-    uint64_t total;
-    return jb__resolve_launch_shape(shape, &defaults, grid, block, &total);
-}
-
 /* Finds (or builds) the kernel's module on `dev` and runs its configure hook once. */
 int jb__custom_kernel_prepare(jb_custom_kernel *k, jb_device *dev, jb_kernel_config *config,
                               void **fn)
@@ -274,7 +264,10 @@ int jb__launch_begin(jb_staged_launch *l, jb_custom_kernel *k, jb_stream *stream
     l->num_outputs = 0;
     JB_FORWARD_IF_ERROR(validate_launch(k, inputs, num_inputs, output_shapes, output_ndims));
     JB_FORWARD_IF_ERROR(stage_scalars(k, scalars, num_scalars, l->scalars));
-    JB_FORWARD_IF_ERROR(validate_launch_shape(shape));
+    /* Resolved with the default block size before any build, so a bad shape builds nothing. */
+    const jb_kernel_config defaults = {0, 0};
+    JB_FORWARD_IF_ERROR(
+        jb__resolve_launch_shape(shape, &defaults, l->grid, l->block, &l->args.total_threads));
     jb_device *dev = l->dev = jb_array_device(inputs[0]);
     JB_RETURN_IF(stream && stream->device != dev, JB_ERR_INVALID_ARGUMENT,
                  "kernel '%s': the stream is on %s, the inputs on %s", k->name,
@@ -282,8 +275,9 @@ int jb__launch_begin(jb_staged_launch *l, jb_custom_kernel *k, jb_stream *stream
     jb_kernel_config config;
     JB_FORWARD_IF_ERROR(jb__custom_kernel_prepare(k, dev, &config, &l->fn));
     l->shared_bytes = config.shared_memory_bytes;
-    JB_FORWARD_IF_ERROR(
-        jb__resolve_launch_shape(shape, &config, l->grid, l->block, &l->args.total_threads));
+    if (config.threads_per_block) /* the hook chose a block size: resolve again with it */
+        JB_FORWARD_IF_ERROR(
+            jb__resolve_launch_shape(shape, &config, l->grid, l->block, &l->args.total_threads));
     if (stream)
         l->stream = stream;
     else
