@@ -280,7 +280,8 @@ fn hit_latency_under_builds(
 }
 
 /// Latencies (ns) of first launches of a warm kernel, each on a new thread, while `builders`
-/// threads keep building new probe variants. New threads start one after another.
+/// threads keep building new probe variants. New threads start one after another, for at most
+/// about 20 s.
 fn new_thread_first_launch(
     device: Device,
     kernel: &CustomKernel,
@@ -303,7 +304,12 @@ fn new_thread_first_launch(
         barrier.wait();
         let mut histogram = Histogram::new();
         let mut result = Ok(());
+        // The plain protocol can keep a reader waiting for seconds: the run stays bounded.
+        let deadline = Instant::now() + Duration::from_secs(20);
         for _ in 0..new_threads {
+            if Instant::now() > deadline {
+                break;
+            }
             let timed = std::thread::scope(|t| {
                 t.spawn(|| {
                     let start = Instant::now();
