@@ -54,6 +54,35 @@ static void null_pointers(void)
     EXPECT(jb_device_get(&device, JB_DEVICE_GPU, INT_MAX), JB_ERR_NO_DEVICE);
     EXPECT(jb_device_default(NULL), JB_ERR_INVALID_ARGUMENT);
     CHECK(jb_device_index(NULL) == -1, "index of NULL");
+    CHECK(jb_device_ordinal(NULL) == -1, "ordinal of NULL");
+
+    /* Device names: malformed ones are invalid arguments and leave NULL behind. */
+    EXPECT(jb_device_lookup(NULL, "cpu"), JB_ERR_INVALID_ARGUMENT);
+    device = (jb_device *)&device;
+    EXPECT(jb_device_lookup(&device, NULL), JB_ERR_INVALID_ARGUMENT);
+    CHECK(device == NULL, "a failed jb_device_lookup left a device");
+    const char *malformed[] = {"", "tpu", "cpu:", "cpu:-0", "cuda:-1", "rocm:+1", "gpu:1x",
+                               "gpu:99999999999999999999", "a-name-longer-than-any-backend:0"};
+    for (size_t i = 0; i < sizeof malformed / sizeof malformed[0]; i++)
+        EXPECT(jb_device_lookup(&device, malformed[i]), JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_device_lookup(&device, "cpu:1"), JB_ERR_NO_DEVICE);
+    jb_device *cpu_by_name = NULL, *cpu_by_kind = NULL;
+    EXPECT(jb_device_lookup(&cpu_by_name, "cpu"), JB_OK);
+    EXPECT(jb_device_get(&cpu_by_kind, JB_DEVICE_CPU, 0), JB_OK);
+    CHECK(cpu_by_name == cpu_by_kind && jb_device_ordinal(cpu_by_name) == 0, "cpu by name");
+    count = -1;
+    EXPECT(jb_backend_device_count(NULL, "cpu"), JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_backend_device_count(&count, NULL), JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_backend_device_count(&count, "tpu"), JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_backend_device_count(&count, "cpu"), JB_OK);
+    CHECK(count == 1, "one cpu device, not %d", count);
+#if !defined(JB_WITH_CUDA)
+    EXPECT(jb_device_lookup(&device, "cuda:0"), JB_ERR_UNSUPPORTED);
+#endif
+#if !defined(JB_WITH_ROCM)
+    EXPECT(jb_backend_device_count(&count, "rocm"), JB_ERR_UNSUPPORTED);
+    CHECK(count == 0, "a backend left out has no devices");
+#endif
     CHECK(jb_device_name(NULL) != NULL && jb_device_arch(NULL) != NULL, "strings of NULL");
     CHECK(jb_device_backend_name(NULL) != NULL && jb_device_total_memory(NULL) == 0, "NULL dev");
 
