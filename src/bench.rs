@@ -4,8 +4,8 @@ use jitbridge::{
     Array, CustomKernel, DType, Device, KernelSpec, LaunchShape, bench_support,
     jit_race_probe_array, race, set_lookaside_enabled,
 };
-use std::sync::Barrier;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use race::Body;
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// Keys the lookup benchmark cycles through.
@@ -112,29 +112,48 @@ fn warm_kernels(device: Device, salt: &str) -> Result<Vec<CustomKernel>, jitbrid
         .collect()
 }
 
+/// Every thread's result, or the first error (a thread that could not start, or failed).
+fn all_ok<T>(results: Vec<Result<T, jitbridge::Error>>) -> Result<Vec<T>, jitbridge::Error> {
+    results.into_iter().collect()
+}
+
+/// Lowers a counter when dropped, however the thread holding it ends: the others stop
+/// waiting on it.
+struct CountDown<'a>(&'a AtomicUsize);
+
+impl Drop for CountDown<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// Nanoseconds per hit lookup, seen by each of `threads` threads hitting at once.
-fn lookup_ns(device: Device, kernels: &[CustomKernel], threads: usize, lookups: usize) -> f64 {
-    let barrier = Barrier::new(threads);
-    let per_thread: Vec<Duration> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|_| {
-                s.spawn(|| {
-                    for k in kernels {
-                        k.prepare(device).unwrap(); // this thread's first lookups
-                    }
-                    barrier.wait();
-                    let start = Instant::now();
-                    for i in 0..lookups {
-                        kernels[i % kernels.len()].prepare(device).unwrap();
-                    }
-                    start.elapsed()
-                })
+fn lookup_ns(
+    device: Device,
+    kernels: &[CustomKernel],
+    threads: usize,
+    lookups: usize,
+) -> Result<f64, jitbridge::Error> {
+    let bodies: Vec<Body<'_, Duration>> = (0..threads)
+        .map(|_| -> Body<'_, Duration> {
+            Box::new(move |pass: race::Pass<'_>| {
+                for k in kernels {
+                    k.prepare(device)?; // this thread's first lookups
+                }
+                if !pass.wait() {
+                    return Err(race::cancelled());
+                }
+                let start = Instant::now();
+                for i in 0..lookups {
+                    kernels[i % kernels.len()].prepare(device)?;
+                }
+                Ok(start.elapsed())
             })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    });
+        })
+        .collect();
+    let per_thread = all_ok(race::together(bodies)?)?;
     let mean = per_thread.iter().map(Duration::as_secs_f64).sum::<f64>() / threads as f64;
-    mean * 1e9 / lookups as f64
+    Ok(mean * 1e9 / lookups as f64)
 }
 
 /// Latencies in nanoseconds: exact below 4096 ns, then 16 buckets per power of two.
@@ -228,55 +247,51 @@ fn hit_latency_under_builds(
     hitters: usize,
     builders: usize,
     builds_each: usize,
-) -> Histogram {
-    let building = AtomicBool::new(true);
-    let barrier = Barrier::new(hitters + builders);
-    std::thread::scope(|s| {
-        let hitter_handles: Vec<_> = (0..hitters)
-            .map(|_| {
-                s.spawn(|| {
-                    let mut histogram = Histogram::new();
-                    for k in kernels {
-                        k.prepare(device).unwrap();
+) -> Result<Histogram, jitbridge::Error> {
+    let builders_left = &AtomicUsize::new(builders);
+    let mut bodies: Vec<Body<'_, Option<Histogram>>> = Vec::new();
+    for _ in 0..hitters {
+        bodies.push(Box::new(move |pass: race::Pass<'_>| {
+            let mut histogram = Histogram::new();
+            for k in kernels {
+                k.prepare(device)?;
+            }
+            if !pass.wait() {
+                return Err(race::cancelled());
+            }
+            let mut i = 0;
+            while builders_left.load(Ordering::Acquire) > 0 {
+                let start = Instant::now();
+                match what {
+                    HitLoop::Hit => kernels[i % kernels.len()].prepare(device)?,
+                    HitLoop::NoCall => {
+                        std::hint::black_box(&kernels[i % kernels.len()]);
                     }
-                    barrier.wait();
-                    let mut i = 0;
-                    while building.load(Ordering::Acquire) {
-                        let start = Instant::now();
-                        match what {
-                            HitLoop::Hit => kernels[i % kernels.len()].prepare(device).unwrap(),
-                            HitLoop::NoCall => {
-                                std::hint::black_box(&kernels[i % kernels.len()]);
-                            }
-                        }
-                        histogram.record(start.elapsed().as_nanos() as u64);
-                        i += 1;
-                    }
-                    histogram
-                })
-            })
-            .collect();
-        let builder_handles: Vec<_> = (0..builders)
-            .map(|_| {
-                s.spawn(|| {
-                    let input = Array::arange(device, race::PROBE_ELEMENTS, DType::F32).unwrap();
-                    barrier.wait();
-                    for _ in 0..builds_each {
-                        jit_race_probe_array(&input, fresh_variant()).unwrap().eval().unwrap();
-                    }
-                })
-            })
-            .collect();
-        for b in builder_handles {
-            b.join().unwrap();
-        }
-        building.store(false, Ordering::Release);
-        let mut merged = Histogram::new();
-        for h in hitter_handles {
-            merged.merge(&h.join().unwrap());
-        }
-        merged
-    })
+                }
+                histogram.record(start.elapsed().as_nanos() as u64);
+                i += 1;
+            }
+            Ok(Some(histogram))
+        }));
+    }
+    for _ in 0..builders {
+        bodies.push(Box::new(move |pass: race::Pass<'_>| {
+            let _done = CountDown(builders_left);
+            let input = Array::arange(device, race::PROBE_ELEMENTS, DType::F32)?;
+            if !pass.wait() {
+                return Err(race::cancelled());
+            }
+            for _ in 0..builds_each {
+                jit_race_probe_array(&input, fresh_variant())?.eval()?;
+            }
+            Ok(None)
+        }));
+    }
+    let mut merged = Histogram::new();
+    for histogram in all_ok(race::together(bodies)?)?.iter().flatten() {
+        merged.merge(histogram);
+    }
+    Ok(merged)
 }
 
 /// Latencies (ns) of first launches of a warm kernel, each on a new thread, while `builders`
@@ -288,52 +303,56 @@ fn new_thread_first_launch(
     new_threads: usize,
     builders: usize,
 ) -> Result<Histogram, jitbridge::Error> {
-    let input = Array::arange(device, 64, DType::F32)?;
-    let building = AtomicBool::new(true);
-    let barrier = Barrier::new(builders + 1);
-    std::thread::scope(|s| {
-        for _ in 0..builders {
-            s.spawn(|| {
-                let input = Array::arange(device, race::PROBE_ELEMENTS, DType::F32).unwrap();
-                barrier.wait();
-                while building.load(Ordering::Acquire) {
-                    jit_race_probe_array(&input, fresh_variant()).unwrap().eval().unwrap();
-                }
-            });
+    let input = &Array::arange(device, 64, DType::F32)?;
+    let timing = &AtomicUsize::new(1);
+    let mut bodies: Vec<Body<'_, Option<Histogram>>> = Vec::new();
+    for _ in 0..builders {
+        bodies.push(Box::new(move |pass: race::Pass<'_>| {
+            let input = Array::arange(device, race::PROBE_ELEMENTS, DType::F32)?;
+            if !pass.wait() {
+                return Err(race::cancelled());
+            }
+            while timing.load(Ordering::Acquire) > 0 {
+                jit_race_probe_array(&input, fresh_variant())?.eval()?;
+            }
+            Ok(None)
+        }));
+    }
+    bodies.push(Box::new(move |pass: race::Pass<'_>| {
+        let _done = CountDown(timing);
+        if !pass.wait() {
+            return Err(race::cancelled());
         }
-        barrier.wait();
         let mut histogram = Histogram::new();
-        let mut result = Ok(());
         // The plain protocol can keep a reader waiting for seconds: the run stays bounded.
         let deadline = Instant::now() + Duration::from_secs(20);
         for _ in 0..new_threads {
             if Instant::now() > deadline {
                 break;
             }
-            let timed = std::thread::scope(|t| {
-                t.spawn(|| {
+            let ns = std::thread::scope(|t| {
+                let first = std::thread::Builder::new().spawn_scoped(t, || {
                     let start = Instant::now();
-                    let out = kernel.launch(&[&input], &[&[64]], LaunchShape::Threads(64))?;
+                    let out = kernel.launch(&[input], &[&[64]], LaunchShape::Threads(64))?;
                     let ns = start.elapsed().as_nanos() as u64;
                     out[0].eval()?;
                     Ok::<u64, jitbridge::Error>(ns)
+                });
+                let first = first.map_err(|e| {
+                    jitbridge::Error::new_other(format!("cannot start a new thread: {e}"))
+                })?;
+                first.join().unwrap_or_else(|_| {
+                    Err(jitbridge::Error::new_other("a first-launch thread panicked"))
                 })
-                .join()
-                .unwrap()
-            });
-            match timed {
-                Ok(ns) => histogram.record(ns),
-                Err(e) => {
-                    result = Err(e);
-                    break;
-                }
-            }
+            })?;
+            histogram.record(ns);
             // Spread the new threads over several builds.
             std::thread::sleep(Duration::from_micros(500));
         }
-        building.store(false, Ordering::Release);
-        result.map(|()| histogram)
-    })
+        Ok(Some(histogram))
+    }));
+    let mut results = all_ok(race::together(bodies)?)?;
+    Ok(results.pop().flatten().unwrap_or_else(Histogram::new))
 }
 
 /// One row per power-of-two latency bucket of `histogram`.
@@ -370,9 +389,9 @@ pub fn run(device: Device, scale: &Scale) -> Result<Vec<Row>, jitbridge::Error> 
     let kernels = warm_kernels(device, "lookup")?;
     for &threads in &thread_counts {
         set_lookaside_enabled(false);
-        let plain = lookup_ns(device, &kernels, threads, scale.lookups_per_thread);
+        let plain = lookup_ns(device, &kernels, threads, scale.lookups_per_thread)?;
         set_lookaside_enabled(true);
-        let lookaside = lookup_ns(device, &kernels, threads, scale.lookups_per_thread);
+        let lookaside = lookup_ns(device, &kernels, threads, scale.lookups_per_thread)?;
         rows.push(Row {
             section: "1 hit lookup",
             name: format!("{threads} threads"),
@@ -393,7 +412,7 @@ pub fn run(device: Device, scale: &Scale) -> Result<Vec<Row>, jitbridge::Error> 
     let mut histograms = Vec::new();
     for (enabled, what) in [(false, HitLoop::Hit), (true, HitLoop::Hit), (true, HitLoop::NoCall)] {
         set_lookaside_enabled(enabled);
-        let histogram = hit_latency_under_builds(device, &kernels, what, 2, 2, scale.builds_each);
+        let histogram = hit_latency_under_builds(device, &kernels, what, 2, 2, scale.builds_each)?;
         let (max, p99, samples) = (histogram.max, histogram.quantile(0.99), histogram.total());
         let mode = match (enabled, what) {
             (_, HitLoop::NoCall) => "control, no jitbridge call",

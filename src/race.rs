@@ -55,7 +55,7 @@ fn probe_once(probe: Probe, variant: i32, input: &Array) -> Result<bool, Error> 
 
 /// A one-shot barrier that can be cancelled: `std::sync::Barrier` waits forever for a thread
 /// that was never started.
-struct Gate {
+pub struct Gate {
     state: Mutex<GateState>,
     changed: Condvar,
 }
@@ -68,7 +68,8 @@ struct GateState {
 }
 
 impl Gate {
-    fn new(expected: usize) -> Self {
+    /// A gate that opens once `expected` threads arrived.
+    pub fn new(expected: usize) -> Self {
         let state = GateState { arrived: 0, expected, open: expected == 0, cancelled: false };
         Gate { state: Mutex::new(state), changed: Condvar::new() }
     }
@@ -80,7 +81,7 @@ impl Gate {
 
     /// A pass for one thread: `wait` with it, or drop it (on an early failure) to arrive
     /// without waiting.
-    fn pass(&self) -> Pass<'_> {
+    pub fn pass(&self) -> Pass<'_> {
         Pass { gate: self, used: false }
     }
 
@@ -95,7 +96,7 @@ impl Gate {
     }
 
     /// Opens the gate for everyone waiting, as failed: some thread will never arrive.
-    fn cancel(&self) {
+    pub fn cancel(&self) {
         let mut state = self.lock();
         if !state.open {
             state.cancelled = true;
@@ -104,14 +105,15 @@ impl Gate {
     }
 }
 
-struct Pass<'g> {
+/// One thread's place at a [`Gate`]: dropped unused, it counts as arrived.
+pub struct Pass<'g> {
     gate: &'g Gate,
     used: bool,
 }
 
 impl Pass<'_> {
     /// Waits until every thread arrived (true) or the round was cancelled (false).
-    fn wait(mut self) -> bool {
+    pub fn wait(mut self) -> bool {
         self.used = true;
         let mut state = self.gate.arrive();
         while !state.open && !state.cancelled {
@@ -130,7 +132,46 @@ impl Drop for Pass<'_> {
     }
 }
 
-fn cancelled() -> Error {
+/// A thread's work for [`together`]: given its pass to the shared gate.
+pub type Body<'env, T> = Box<dyn FnOnce(Pass<'_>) -> Result<T, Error> + Send + 'env>;
+
+/// Runs each body on a thread of its own, all sharing one [`Gate`] (each body gets its
+/// [`Pass`]), and returns their results in order. Err when a thread could not be started: the
+/// started ones were released (their `wait` returned false) and joined, never left hanging.
+pub fn together<T: Send>(bodies: Vec<Body<'_, T>>) -> Result<Vec<Result<T, Error>>, Error> {
+    let total = bodies.len();
+    let gate = &Gate::new(total);
+    std::thread::scope(|scope| {
+        let mut handles = Vec::with_capacity(total);
+        for (index, body) in bodies.into_iter().enumerate() {
+            let spawned = std::thread::Builder::new()
+                .name(format!("jb-together-{index}"))
+                .spawn_scoped(scope, move || body(gate.pass()));
+            match spawned {
+                Ok(handle) => handles.push(handle),
+                Err(e) => {
+                    gate.cancel();
+                    return Err(not_started(index, total, e));
+                }
+            }
+        }
+        Ok(handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(panicked()))).collect())
+    })
+}
+
+fn not_started(index: usize, total: usize, e: std::io::Error) -> Error {
+    Error::new(
+        ErrorCode::System,
+        format!(
+            "cannot start thread {} of {total}: {e} (lower the thread count, or raise the limit \
+             on threads: ulimit -u, ulimit -v)",
+            index + 1
+        ),
+    )
+}
+
+/// What a thread released by a cancelled [`Gate`] returns.
+pub fn cancelled() -> Error {
     Error::new(ErrorCode::Other(-1), "round cancelled: another probe thread could not be started")
 }
 
@@ -164,14 +205,7 @@ pub fn round_with_hitter(
     let (gate, done) = (&gate, &done);
     let not_started = |index: usize, e: std::io::Error| {
         gate.cancel();
-        Error::new(
-            ErrorCode::System,
-            format!(
-                "cannot start probe thread {} of {total}: {e} (lower the thread count, or raise \
-                 the limit on threads: ulimit -u, ulimit -v)",
-                index + 1
-            ),
-        )
+        not_started(index, total, e)
     };
     std::thread::scope(|scope| {
         let hitter = match warm_variant {

@@ -137,24 +137,27 @@ fn thread_and_round_counts_have_stated_bounds() {
     assert_usage_error(&["--rounds", "x"], "--rounds takes a whole number");
 }
 
-/// Threads that cannot be started end the run with a clear error, not a panic or a hang: the
-/// address space is capped and every thread asks for a 128 MiB stack, so a few start and then
-/// starting one fails while the first ones wait at the barrier.
+/// Threads that cannot be started end `run` and `bench` with a clear error, not a panic or a
+/// hang: the address space is capped and every thread asks for a 128 MiB stack, so a few start
+/// and then starting one fails while the first ones wait at the barrier.
 #[test]
 fn a_thread_that_cannot_start_is_an_error_not_a_hang() {
-    let mut command = Command::new("sh");
-    command
-        .args(["-c", "ulimit -v 2000000 && exec \"$0\" \"$@\""])
-        .arg(env!("CARGO_BIN_EXE_jitbridge"))
-        .args(["run", "--device", "cpu", "--threads", "64", "--rounds", "1"])
-        .env("RUST_MIN_STACK", (128u64 << 20).to_string())
-        .env("JITBRIDGE_DISK_CACHE", "0");
-    let output = finish(command, Duration::from_secs(120));
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "stderr: {stderr}");
-    assert!(stderr.contains("cannot start probe thread"), "stderr: {stderr}");
-    assert!(stderr.contains("of 64"), "stderr: {stderr}");
-    assert!(!stderr.contains("panicked"), "stderr: {stderr}");
+    let run = ["run", "--device", "cpu", "--threads", "64", "--rounds", "1"];
+    let bench = ["bench", "--quick", "--device", "cpu"];
+    for args in [&run[..], &bench[..]] {
+        let mut command = Command::new("sh");
+        command
+            .args(["-c", "ulimit -v 2000000 && exec \"$0\" \"$@\""])
+            .arg(env!("CARGO_BIN_EXE_jitbridge"))
+            .args(args)
+            .env("RUST_MIN_STACK", (128u64 << 20).to_string())
+            .env("JITBRIDGE_DISK_CACHE", "0");
+        let output = finish(command, Duration::from_secs(120));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains("jitbridge: cannot start thread"), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
 }
 
 /// `jitbridge info | head -1`: the reader is gone before the first line is written.
