@@ -26,10 +26,28 @@ pub struct Counters {
     pub disk_misses: u64,
     /// Entries found invalid, or refused by the loader, and replaced.
     pub disk_rejected: u64,
+    /// Device memory, summed over devices: bytes asked for by buffers in use (arrays, and work
+    /// queued on them).
+    pub mem_live_bytes: u64,
+    /// Each device's most live bytes since the last reset, summed.
+    pub mem_peak_live_bytes: u64,
+    /// Bytes taken from the drivers: buffers in use and idle.
+    pub mem_reserved_bytes: u64,
+    /// Of those, idle buffers kept for reuse.
+    pub mem_idle_bytes: u64,
+    /// Driver allocations.
+    pub mem_allocations: u64,
+    /// Driver frees.
+    pub mem_frees: u64,
+    /// Requests served by an idle buffer, without a driver call.
+    pub mem_reuses: u64,
+    /// Driver allocations that failed, freed the idle buffers and tried again.
+    pub mem_retries: u64,
 }
 
 impl Counters {
-    /// The change from `earlier` to `self` (the peak is kept as it is now: it is no sum).
+    /// The change from `earlier` to `self`. Peaks and the memory byte counts are states, kept
+    /// as they are now.
     pub fn since(&self, earlier: &Counters) -> Counters {
         Counters {
             builds: self.builds - earlier.builds,
@@ -42,6 +60,14 @@ impl Counters {
             disk_hits: self.disk_hits - earlier.disk_hits,
             disk_misses: self.disk_misses - earlier.disk_misses,
             disk_rejected: self.disk_rejected - earlier.disk_rejected,
+            mem_live_bytes: self.mem_live_bytes,
+            mem_peak_live_bytes: self.mem_peak_live_bytes,
+            mem_reserved_bytes: self.mem_reserved_bytes,
+            mem_idle_bytes: self.mem_idle_bytes,
+            mem_allocations: self.mem_allocations - earlier.mem_allocations,
+            mem_frees: self.mem_frees - earlier.mem_frees,
+            mem_reuses: self.mem_reuses - earlier.mem_reuses,
+            mem_retries: self.mem_retries - earlier.mem_retries,
         }
     }
 }

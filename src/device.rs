@@ -159,6 +159,31 @@ impl Device {
         unsafe { ffi::jb_device_total_memory(self.raw) }
     }
 
+    /// Frees every idle buffer of the device (memory of freed arrays, kept for reuse) and
+    /// returns the bytes given back to the driver. Buffers that queued work still uses are not
+    /// idle until that work is done and its stream let go of them
+    /// ([`Stream::synchronize`](crate::Stream::synchronize) does).
+    pub fn trim(&self) -> Result<u64, Error> {
+        let mut freed = 0;
+        // SAFETY: `freed` is a valid out pointer; `raw` is valid for the process.
+        check(unsafe { ffi::jb_device_trim(&mut freed, self.raw) })?;
+        Ok(freed)
+    }
+
+    /// Sets how many idle bytes the device keeps for reuse at most; idle buffers past it (the
+    /// oldest first) are freed at once. The default is 1/16 of the device's memory, or
+    /// `JITBRIDGE_IDLE_CAP` (bytes, optionally with K, M, G or T: "512M", "2GiB").
+    pub fn set_idle_cap(&self, bytes: u64) -> Result<(), Error> {
+        // SAFETY: as in `index`.
+        check(unsafe { ffi::jb_device_set_idle_cap(self.raw, bytes) })
+    }
+
+    /// The device's idle cap in bytes.
+    pub fn idle_cap(&self) -> u64 {
+        // SAFETY: as in `index`.
+        unsafe { ffi::jb_device_idle_cap(self.raw) }
+    }
+
     /// The first error a handle on this device met while being dropped, since the last call:
     /// `Drop` cannot return it, so it is kept here (cudarc's way) and taken by this call.
     ///

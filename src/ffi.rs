@@ -167,6 +167,9 @@ unsafe extern "C" {
     pub fn jb_device_arch(device: *const jb_device) -> *const c_char;
     pub fn jb_device_backend_name(device: *const jb_device) -> *const c_char;
     pub fn jb_device_total_memory(device: *const jb_device) -> u64;
+    pub fn jb_device_trim(out_freed: *mut u64, device: *mut jb_device) -> c_int;
+    pub fn jb_device_set_idle_cap(device: *mut jb_device, bytes: u64) -> c_int;
+    pub fn jb_device_idle_cap(device: *const jb_device) -> u64;
     pub fn jb_cpu_compiler() -> *const c_char;
 
     pub fn jb_stream_new(out: *mut *mut jb_stream, device: *mut jb_device) -> c_int;

@@ -592,6 +592,24 @@ fn info() -> Result<(), Failure> {
         c.configures,
         c.build_ns as f64 / 1e6
     );
+    let mib = |bytes: u64| bytes as f64 / (1u64 << 20) as f64;
+    let caps: Vec<String> = Device::all()?
+        .iter()
+        .map(|d| format!("{} {:.1} MiB", d.index(), mib(d.idle_cap())))
+        .collect();
+    out!(
+        "memory       live {:.1} MiB (peak {:.1}) reserved {:.1} idle {:.1} (cap per device {}) \
+         allocations {} frees {} reuses {} retries {}",
+        mib(c.mem_live_bytes),
+        mib(c.mem_peak_live_bytes),
+        mib(c.mem_reserved_bytes),
+        mib(c.mem_idle_bytes),
+        caps.join(", "),
+        c.mem_allocations,
+        c.mem_frees,
+        c.mem_reuses,
+        c.mem_retries
+    );
     if race::removed_locks() != 0 {
         out!("WARNING      test-only build without locks (mask {})", race::removed_locks());
     }

@@ -147,6 +147,22 @@ JB_API const char *jb_device_arch(const jb_device *device);
 JB_API const char *jb_device_backend_name(const jb_device *device);
 /* Device memory in bytes (0 where unknown). */
 JB_API uint64_t jb_device_total_memory(const jb_device *device);
+/*
+ * Device memory. A freed array's buffer stays idle on its device for reuse by a request of
+ * close size (at most 1/8 larger); a device keeps at most its idle cap of idle bytes, oldest
+ * freed first, and keeps its reserved memory within 5/4 of the most ever live where idle
+ * buffers allow. An allocation the driver refuses for lack of memory frees the device's idle
+ * buffers and tries once more. A buffer that queued work still uses is not idle before that
+ * work is done and its stream has let go of it (jb_stream_synchronize does). The idle cap
+ * defaults to 1/16 of the device's memory (1 GiB where unknown); JITBRIDGE_IDLE_CAP (bytes,
+ * optionally with K, M, G or T, binary: "512M", "2GiB") sets every device's at start.
+ */
+/* Frees every idle buffer of `device`; *out_freed (if not NULL) gets the bytes given back. */
+JB_API jb_status jb_device_trim(uint64_t *out_freed, jb_device *device);
+/* Sets the device's idle cap; idle buffers past the new cap are freed at once. */
+JB_API jb_status jb_device_set_idle_cap(jb_device *device, uint64_t bytes);
+/* The device's idle cap in bytes; 0 for NULL. */
+JB_API uint64_t jb_device_idle_cap(const jb_device *device);
 /* The command the cpu backend compiles with ($CC, else "cc"); owned by the library. */
 JB_API const char *jb_cpu_compiler(void);
 
@@ -466,11 +482,23 @@ typedef struct jb_counters {
     uint64_t disk_hits;      /* builds served from the disk cache, compiler skipped */
     uint64_t disk_misses;    /* disk lookups that found no entry */
     uint64_t disk_rejected;  /* entries found invalid, or refused by the loader, and replaced */
+    /* Device memory, summed over the devices (see jb_device_trim). Bytes: */
+    uint64_t mem_live_bytes;      /* asked for by buffers in use (arrays, and work queued on them) */
+    uint64_t mem_peak_live_bytes; /* each device's most live bytes since the last reset, summed */
+    uint64_t mem_reserved_bytes;  /* taken from the drivers: buffers in use and idle */
+    uint64_t mem_idle_bytes;      /* of those, idle buffers kept for reuse */
+    /* Events: */
+    uint64_t mem_allocations;     /* driver allocations */
+    uint64_t mem_frees;           /* driver frees */
+    uint64_t mem_reuses;          /* requests served by an idle buffer, no driver call */
+    uint64_t mem_retries;         /* driver allocations that failed, freed the idle buffers and
+                                   * tried again */
 } jb_counters;
 
 /* Pass sizeof(jb_counters): a caller built against an older header gets the fields it knows. */
 JB_API jb_status jb_counters_get(jb_counters *out, size_t out_size);
-/* Sets every counter to zero; for tests. */
+/* Sets every counter to zero (the live, reserved and idle bytes stay: they are states; the
+ * peak becomes the live bytes now); for tests. */
 JB_API void jb_counters_reset(void);
 
 /*

@@ -1,52 +1,251 @@
 /*
- * Reference-counted device buffers and their per-device cache by size class. A buffer whose last
- * reference drops goes idle in its device's cache and is reused by a later allocation; memory in
- * the cache is never handed back to the driver.
+ * Reference-counted device buffers and each device's caching allocator, in the manner of
+ * PyTorch's CUDA caching allocator. A buffer whose last reference drops goes idle in its
+ * device's cache and a later request of a close size reuses it without a driver call.
+ *
+ * - Sizes: at least 512 bytes (PyTorch's kMinBlockSize); above that, rounded up to one of 16
+ *   steps per doubling (PyTorch's roundup_power2_divisions), so a new buffer wastes under 1/16.
+ *   An idle buffer serves a request only if it wastes at most 1/8 of it: best fit, by bucket.
+ * - Idle memory is bounded twice: by the device's idle cap (oldest idle buffers are freed past
+ *   it), and by keeping reserved memory within 5/4 of the most ever live: a request the cache
+ *   cannot serve first frees the oldest idle buffers until the new one fits that bound.
+ * - A driver allocation that fails for lack of memory frees every idle buffer and tries once
+ *   more (PyTorch's release_cached_blocks then retry).
+ * - One lock per device, held for list and counter updates only: driver calls happen outside.
+ *
+ * Releases may call the driver's free (past the idle cap), so they must not run inside a driver
+ * callback; the library releases on user threads and on the cpu backend's own workers only.
  */
 #include "internal.h"
 
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
-#define SMALLEST_CLASS_BYTES 256
+#define MIN_BUFFER_BYTES 512
+#define MIN_BUFFER_LOG2 9
+/* Requests above this are refused at once: more than any device has, and rounding stays exact. */
+#define MAX_BUFFER_BYTES ((size_t)1 << JB_BUFFER_MAX_LOG2)
+/* Below this much reserved memory the 5/4 bound never forces an idle buffer out. */
+#define ALWAYS_ALLOWED_BYTES ((uint64_t)1 << 20)
 
-/* The size class holding `bytes`, or -1 when it is too large to keep idle. */
-static int size_class(size_t bytes)
+static int floor_log2(size_t x)
 {
-    int c = 0;
-    while (((size_t)SMALLEST_CLASS_BYTES << c) < bytes)
-        if (++c >= JB_BUFFER_CLASSES)
-            return -1;
-    return c;
+    return 63 - __builtin_clzll((unsigned long long)x);
+}
+
+/* The capacity a new buffer for `bytes` gets (bytes <= MAX_BUFFER_BYTES). */
+static size_t round_size(size_t bytes)
+{
+    if (bytes <= MIN_BUFFER_BYTES)
+        return MIN_BUFFER_BYTES;
+    size_t step = (size_t)1 << (floor_log2(bytes) - 4);
+    return (bytes + step - 1) & ~(step - 1);
+}
+
+/* Capacities are m << (k - 4) with 16 <= m < 32: one bucket per (k, m). */
+static int bucket_of(size_t capacity)
+{
+    int k = floor_log2(capacity);
+    return (k - MIN_BUFFER_LOG2) * 16 + (int)((capacity >> (k - 4)) - 16);
+}
+
+static size_t bucket_capacity(int bucket)
+{
+    return (size_t)(16 + bucket % 16) << (bucket / 16 + MIN_BUFFER_LOG2 - 4);
+}
+
+/* The most an idle buffer may hold and still serve `bytes`: 1/8 more (or the smallest size). */
+static size_t reuse_limit(size_t bytes)
+{
+    return bytes <= MIN_BUFFER_BYTES ? MIN_BUFFER_BYTES : bytes + bytes / 8;
+}
+
+/* ---- the idle lists, under the cache's mutex ---- */
+
+static void link_idle(jb_buffer_cache *c, jb_buffer *buf)
+{
+    int b = buf->bucket;
+    buf->bucket_prev = NULL;
+    buf->bucket_next = c->buckets[b];
+    if (buf->bucket_next)
+        buf->bucket_next->bucket_prev = buf;
+    c->buckets[b] = buf; /* newest first: the most recently used memory is reused first */
+    buf->older = c->newest;
+    buf->newer = NULL;
+    if (c->newest)
+        c->newest->newer = buf;
+    else
+        c->oldest = buf;
+    c->newest = buf;
+    c->idle_bytes += buf->capacity;
+}
+
+static void unlink_idle(jb_buffer_cache *c, jb_buffer *buf)
+{
+    if (buf->bucket_prev)
+        buf->bucket_prev->bucket_next = buf->bucket_next;
+    else
+        c->buckets[buf->bucket] = buf->bucket_next;
+    if (buf->bucket_next)
+        buf->bucket_next->bucket_prev = buf->bucket_prev;
+    if (buf->older)
+        buf->older->newer = buf->newer;
+    else
+        c->oldest = buf->newer;
+    if (buf->newer)
+        buf->newer->older = buf->older;
+    else
+        c->newest = buf->older;
+    c->idle_bytes -= buf->capacity;
+}
+
+/* Takes buffers out of the cache for freeing: the count and reservation change now, the driver
+ * call comes after the unlock. `victims` chains them through bucket_next. */
+static void doom(jb_buffer_cache *c, jb_buffer *buf, jb_buffer **victims)
+{
+    c->reserved_bytes -= buf->capacity;
+    c->frees++;
+    buf->bucket_next = *victims;
+    *victims = buf;
+}
+
+/* Dooms the oldest idle buffers until at most `keep` idle bytes remain. */
+static void evict_to(jb_buffer_cache *c, uint64_t keep, jb_buffer **victims)
+{
+    while (c->oldest && c->idle_bytes > keep) {
+        jb_buffer *buf = c->oldest;
+        unlink_idle(c, buf);
+        doom(c, buf, victims);
+    }
+}
+
+/* Returns the doomed buffers' memory to the driver; outside the cache's mutex. */
+static uint64_t free_victims(jb_device *dev, jb_buffer *victims)
+{
+    uint64_t freed = 0;
+    while (victims) {
+        jb_buffer *next = victims->bucket_next;
+        freed += victims->capacity;
+        dev->backend->mem_free(dev, victims->ptr);
+        free(victims);
+        victims = next;
+    }
+    return freed;
+}
+
+static void count_live(jb_buffer_cache *c, size_t bytes)
+{
+    c->live_bytes += bytes;
+    if (c->live_bytes > c->peak_live_bytes)
+        c->peak_live_bytes = c->live_bytes;
+}
+
+/* The best idle buffer for `bytes`, unlinked, or NULL: the smallest capacity that fits within
+ * the reuse limit, the newest of that capacity. */
+static jb_buffer *take_idle(jb_buffer_cache *c, size_t bytes)
+{
+    size_t limit = reuse_limit(bytes);
+    for (int b = bucket_of(round_size(bytes));
+         b < JB_BUFFER_BUCKETS && bucket_capacity(b) <= limit; b++) {
+        jb_buffer *buf = c->buckets[b];
+        if (buf) {
+            unlink_idle(c, buf);
+            return buf;
+        }
+    }
+    return NULL;
+}
+
+/* A new driver allocation of `capacity` for `bytes`, already counted in reserved_bytes. */
+static int allocate(jb_device *dev, size_t bytes, size_t capacity, jb_buffer *buf)
+{
+    jb_buffer_cache *c = &dev->buffers;
+    int status = dev->backend->mem_alloc(dev, capacity, &buf->ptr);
+    if (status == JB_ERR_OUT_OF_MEMORY) {
+        jb_buffer *victims = NULL;
+        pthread_mutex_lock(&c->mutex);
+        evict_to(c, 0, &victims);
+        c->retries += victims != NULL;
+        pthread_mutex_unlock(&c->mutex);
+        if (victims) {
+            free_victims(dev, victims);
+            status = dev->backend->mem_alloc(dev, capacity, &buf->ptr);
+        }
+    }
+    pthread_mutex_lock(&c->mutex);
+    if (status == JB_OK) {
+        c->allocations++;
+        count_live(c, bytes);
+    } else {
+        c->reserved_bytes -= capacity;
+    }
+    uint64_t live = c->live_bytes, reserved = c->reserved_bytes;
+    pthread_mutex_unlock(&c->mutex);
+    if (status == JB_ERR_OUT_OF_MEMORY) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", jb_last_error_message());
+        return jb__fail(status,
+                        "%s (a buffer of %zu bytes for %zu asked; no idle buffer left to free; "
+                        "%" PRIu64 " bytes live, %" PRIu64 " reserved on %s)",
+                        why, capacity, bytes, live, reserved, dev->name);
+    }
+    return status;
 }
 
 int jb__buffer_new(jb_device *dev, size_t bytes, jb_buffer **out)
 {
-    int c = bytes ? size_class(bytes) : -1;
+    *out = NULL;
+    JB_RETURN_IF(bytes > MAX_BUFFER_BYTES, JB_ERR_OUT_OF_MEMORY,
+                 "%zu bytes is more than any device holds (at most 2^%d per buffer)", bytes,
+                 JB_BUFFER_MAX_LOG2);
     jb_buffer *buf = NULL;
-    if (c >= 0) {
-        jb_buffer_cache *cache = &dev->buffers;
-        pthread_mutex_lock(&cache->mutex);
-        buf = cache->idle[c];
-        if (buf)
-            cache->idle[c] = buf->next_idle;
-        pthread_mutex_unlock(&cache->mutex);
+    size_t capacity = bytes ? round_size(bytes) : 0;
+    jb_buffer_cache *c = &dev->buffers;
+    jb_buffer *victims = NULL;
+    if (bytes) {
+        pthread_mutex_lock(&c->mutex);
+        buf = take_idle(c, bytes);
+        if (buf) {
+            c->reuses++;
+            count_live(c, bytes);
+        } else {
+            /* A miss: keep reserved memory within 5/4 of the most ever live, oldest idle first;
+             * the new buffer is reserved now, so that concurrent misses see it. */
+            uint64_t peak = c->live_bytes + bytes;
+            peak = peak > c->peak_live_bytes ? peak : c->peak_live_bytes;
+            uint64_t allowed = peak + peak / 4;
+            allowed = allowed > ALWAYS_ALLOWED_BYTES ? allowed : ALWAYS_ALLOWED_BYTES;
+            while (c->oldest && c->reserved_bytes + capacity > allowed) {
+                jb_buffer *old = c->oldest;
+                unlink_idle(c, old);
+                doom(c, old, &victims);
+            }
+            c->reserved_bytes += capacity;
+        }
+        pthread_mutex_unlock(&c->mutex);
+        free_victims(dev, victims);
     }
     if (!buf) {
         buf = calloc(1, sizeof *buf);
-        JB_RETURN_IF(!buf, JB_ERR_OUT_OF_MEMORY, "no memory for a buffer");
-        buf->device = dev;
-        buf->size_class = c;
-        if (bytes > 0) {
-            size_t capacity = c >= 0 ? (size_t)SMALLEST_CLASS_BYTES << c : bytes;
-            int status = dev->backend->mem_alloc(dev, capacity, &buf->ptr);
-            if (status != JB_OK) {
-                free(buf);
-                return status;
+        int status = buf ? JB_OK : jb__fail(JB_ERR_OUT_OF_MEMORY, "no memory for a buffer");
+        if (status == JB_OK && capacity)
+            status = allocate(dev, bytes, capacity, buf);
+        if (status != JB_OK) {
+            if (!buf && capacity) {
+                pthread_mutex_lock(&c->mutex);
+                c->reserved_bytes -= capacity;
+                pthread_mutex_unlock(&c->mutex);
             }
+            free(buf);
+            return status;
         }
+        buf->device = dev;
+        buf->capacity = capacity;
+        buf->bucket = capacity ? bucket_of(capacity) : -1;
     }
     buf->bytes = bytes;
-    buf->next_idle = NULL;
     atomic_init(&buf->refs, 1);
     *out = buf;
     return JB_OK;
@@ -62,19 +261,145 @@ void jb__buffer_release(jb_buffer *buf)
     if (atomic_fetch_sub_explicit(&buf->refs, 1, memory_order_acq_rel) != 1)
         return;
     jb_device *dev = buf->device;
-    if (buf->size_class >= 0) {
-        /* No work uses it any more (every launch held a reference): idle, ready for reuse. */
-        jb_buffer_cache *cache = &dev->buffers;
-        pthread_mutex_lock(&cache->mutex);
-        buf->next_idle = cache->idle[buf->size_class];
-        cache->idle[buf->size_class] = buf;
-        pthread_mutex_unlock(&cache->mutex);
+    if (!buf->capacity) {
+        free(buf); /* zero bytes: no device memory */
         return;
     }
-    /* Uncached sizes are never released from a callback: only holds run there, and the array
-     * that owns the buffer is freed on a user thread after its own reference. Zero-byte
-     * buffers own no device memory. */
-    if (buf->ptr)
-        dev->backend->mem_free(dev, buf->ptr);
-    free(buf);
+    /* No work uses it any more (every launch held a reference): idle, ready for reuse. */
+    jb_buffer_cache *c = &dev->buffers;
+    jb_buffer *victims = NULL;
+    pthread_mutex_lock(&c->mutex);
+    c->live_bytes -= buf->bytes;
+    if (buf->capacity <= c->idle_cap) {
+        link_idle(c, buf);
+        evict_to(c, c->idle_cap, &victims);
+    } else {
+        doom(c, buf, &victims);
+    }
+    pthread_mutex_unlock(&c->mutex);
+    free_victims(dev, victims);
+}
+
+/* ---- the idle cap, trim and statistics ---- */
+
+/* Parses a byte count strictly: digits, then nothing or one of K, M, G, T (binary), each
+ * optionally followed by "iB". False on anything else, or on overflow. */
+static bool parse_bytes(const char *text, uint64_t *out)
+{
+    static const char units[] = "KMGT";
+    uint64_t value = 0;
+    const char *p = text;
+    if (*p < '0' || *p > '9')
+        return false;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        if (value > (UINT64_MAX - (uint64_t)(*p - '0')) / 10)
+            return false;
+        value = value * 10 + (uint64_t)(*p - '0');
+    }
+    if (*p) {
+        const char *unit = strchr(units, *p);
+        if (!unit)
+            return false;
+        int shift = 10 * (int)(unit - units + 1);
+        p++;
+        if (*p && strcmp(p, "iB") != 0)
+            return false;
+        if (value > UINT64_MAX >> shift)
+            return false;
+        value <<= shift;
+    }
+    *out = value;
+    return true;
+}
+
+static uint64_t env_idle_cap;
+static bool env_idle_cap_set;
+
+static void read_idle_cap_env(void)
+{
+    const char *text = getenv("JITBRIDGE_IDLE_CAP");
+    if (!text)
+        return;
+    env_idle_cap_set = parse_bytes(text, &env_idle_cap);
+    if (!env_idle_cap_set)
+        jb__warn("JITBRIDGE_IDLE_CAP=\"%s\" is not a byte count (digits, then optionally K, M, G "
+                 "or T, binary, with or without iB): each device keeps its default idle cap",
+                 text);
+}
+
+void jb__buffer_cache_init(jb_device *dev)
+{
+    static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+    pthread_once(&env_once, read_idle_cap_env);
+    jb_buffer_cache *c = &dev->buffers;
+    pthread_mutex_init(&c->mutex, NULL);
+    /* Default: 1/16 of the device's memory (1 GiB where unknown): enough to keep a server's
+     * churning activations warm, never a large share of the device. */
+    c->idle_cap = dev->total_memory ? dev->total_memory / 16 : (uint64_t)1 << 30;
+    if (env_idle_cap_set)
+        c->idle_cap = env_idle_cap;
+}
+
+jb_status jb_device_set_idle_cap(jb_device *device, uint64_t bytes)
+{
+    JB_RETURN_IF(!device, JB_ERR_INVALID_ARGUMENT, "jb_device_set_idle_cap: device is NULL");
+    jb_buffer_cache *c = &device->buffers;
+    jb_buffer *victims = NULL;
+    pthread_mutex_lock(&c->mutex);
+    c->idle_cap = bytes;
+    evict_to(c, bytes, &victims);
+    pthread_mutex_unlock(&c->mutex);
+    free_victims(device, victims);
+    return JB_OK;
+}
+
+uint64_t jb_device_idle_cap(const jb_device *device)
+{
+    if (!device)
+        return 0;
+    jb_buffer_cache *c = (jb_buffer_cache *)&device->buffers;
+    pthread_mutex_lock(&c->mutex);
+    uint64_t cap = c->idle_cap;
+    pthread_mutex_unlock(&c->mutex);
+    return cap;
+}
+
+jb_status jb_device_trim(uint64_t *out_freed, jb_device *device)
+{
+    if (out_freed)
+        *out_freed = 0;
+    JB_RETURN_IF(!device, JB_ERR_INVALID_ARGUMENT, "jb_device_trim: device is NULL");
+    jb_buffer_cache *c = &device->buffers;
+    jb_buffer *victims = NULL;
+    pthread_mutex_lock(&c->mutex);
+    evict_to(c, 0, &victims);
+    pthread_mutex_unlock(&c->mutex);
+    uint64_t freed = free_victims(device, victims);
+    if (out_freed)
+        *out_freed = freed;
+    return JB_OK;
+}
+
+void jb__buffer_counters_add(jb_device *dev, jb_counters *out)
+{
+    jb_buffer_cache *c = &dev->buffers;
+    pthread_mutex_lock(&c->mutex);
+    out->mem_live_bytes += c->live_bytes;
+    out->mem_peak_live_bytes += c->peak_live_bytes;
+    out->mem_reserved_bytes += c->reserved_bytes;
+    out->mem_idle_bytes += c->idle_bytes;
+    out->mem_allocations += c->allocations;
+    out->mem_frees += c->frees;
+    out->mem_reuses += c->reuses;
+    out->mem_retries += c->retries;
+    pthread_mutex_unlock(&c->mutex);
+}
+
+void jb__buffer_counters_reset(jb_device *dev)
+{
+    jb_buffer_cache *c = &dev->buffers;
+    pthread_mutex_lock(&c->mutex);
+    c->peak_live_bytes = c->live_bytes;
+    c->allocations = c->frees = c->reuses = c->retries = 0;
+    pthread_mutex_unlock(&c->mutex);
 }

@@ -38,12 +38,14 @@ static int num_gpus;
 static int num_devices;
 static char no_gpu_reason[1100] = "jitbridge was built without a GPU backend (features cuda, rocm)";
 static pthread_once_t devices_once = PTHREAD_ONCE_INIT;
+/* Devices set up so far: the counters read this without setting devices up. */
+static atomic_int ready_devices;
 
 static void device_common_init(jb_device *dev, int index)
 {
     dev->index = index;
     jb__event_pool_init(&dev->event_pool);
-    pthread_mutex_init(&dev->buffers.mutex, NULL);
+    jb__buffer_cache_init(dev); /* after total_memory: the default idle cap depends on it */
 }
 
 static void cpu_device_init(jb_device *dev)
@@ -92,9 +94,24 @@ static void devices_init(void)
                      sizeof no_gpu_reason - strlen(no_gpu_reason), "%s%s",
                      no_gpu_reason[0] ? "; " : "", backend->why);
     }
-    device_common_init(&devices[num_gpus], num_gpus);
     cpu_device_init(&devices[num_gpus]);
+    device_common_init(&devices[num_gpus], num_gpus);
     num_devices = num_gpus + 1;
+    atomic_store_explicit(&ready_devices, num_devices, memory_order_release);
+}
+
+void jb__memory_counters_add(jb_counters *out)
+{
+    int n = atomic_load_explicit(&ready_devices, memory_order_acquire);
+    for (int i = 0; i < n; i++)
+        jb__buffer_counters_add(&devices[i], out);
+}
+
+void jb__memory_counters_reset(void)
+{
+    int n = atomic_load_explicit(&ready_devices, memory_order_acquire);
+    for (int i = 0; i < n; i++)
+        jb__buffer_counters_reset(&devices[i]);
 }
 
 /* The backend that "gpu" means: the first GPU backend that has devices; NULL if none has. */

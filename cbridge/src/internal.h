@@ -230,13 +230,21 @@ typedef struct jb_event_pool {
     size_t count, capacity;
 } jb_event_pool;
 
-/* Idle device buffers by size class, reused instead of going back to the driver: a launch
- * allocates nothing from the driver once warm, and a release needs no driver call (so it may
- * happen inside a stream callback). */
-#define JB_BUFFER_CLASSES 40
+/* A device's caching allocator (buffer.c): idle buffers by capacity bucket, 16 per doubling
+ * from 512 bytes to 2^JB_BUFFER_MAX_LOG2, and the device's memory statistics. A warm launch
+ * allocates nothing from the driver; every field is under `mutex`. */
+#define JB_BUFFER_MAX_LOG2 47
+#define JB_BUFFER_BUCKETS ((JB_BUFFER_MAX_LOG2 - 9) * 16 + 1)
 typedef struct jb_buffer_cache {
     pthread_mutex_t mutex;
-    struct jb_buffer *idle[JB_BUFFER_CLASSES];
+    struct jb_buffer *buckets[JB_BUFFER_BUCKETS]; /* idle buffers of one capacity, newest first */
+    struct jb_buffer *oldest, *newest;            /* every idle buffer, in the order it went idle */
+    uint64_t idle_cap;        /* idle bytes kept at most; the oldest go first */
+    uint64_t live_bytes;      /* asked for by buffers in use */
+    uint64_t peak_live_bytes; /* the most live bytes since the last counters reset */
+    uint64_t reserved_bytes;  /* capacity taken from the driver: in use and idle */
+    uint64_t idle_bytes;
+    uint64_t allocations, frees, reuses, retries;
 } jb_buffer_cache;
 
 struct jb_device {
@@ -288,15 +296,25 @@ typedef struct jb_buffer {
     jb_device *device;
     void *ptr;
     size_t bytes;    /* asked for */
-    int size_class;  /* capacity 256 << size_class bytes, or -1: not cached */
+    size_t capacity; /* allocated; 0 for a zero-byte buffer, which owns no device memory */
+    int bucket;      /* of its capacity in the device's cache */
     atomic_uint refs;
-    struct jb_buffer *next_idle;
+    struct jb_buffer *bucket_prev, *bucket_next; /* while idle: its bucket */
+    struct jb_buffer *older, *newer;             /* while idle: the device's idle list */
 } jb_buffer;
 int jb__buffer_new(jb_device *dev, size_t bytes, jb_buffer **out);
 void jb__buffer_retain(jb_buffer *buf);
-/* Drops a reference; the last one returns the buffer to its device's cache. May be called
- * from a stream callback: it makes no driver call for cached sizes. */
+/* Drops a reference; the last one returns the buffer to its device's cache, and frees idle
+ * buffers past the idle cap. Any thread, but not inside a driver callback (it may free). */
 void jb__buffer_release(jb_buffer *buf);
+/* Sets up a device's cache (after its total_memory is known); reads JITBRIDGE_IDLE_CAP once. */
+void jb__buffer_cache_init(jb_device *dev);
+/* Adds the device's memory statistics to the mem_ fields of `out`; resets them. */
+void jb__buffer_counters_add(jb_device *dev, jb_counters *out);
+void jb__buffer_counters_reset(jb_device *dev);
+/* The same over every device set up so far (device.c); sets up none. */
+void jb__memory_counters_add(jb_counters *out);
+void jb__memory_counters_reset(void);
 
 /* ---- holds on buffers (stream.c) ---- */
 /* Keeps `count` buffers alive until `done` (just recorded on `stream`) fires. Also releases the

@@ -345,6 +345,8 @@ jb_status jb_counters_get(jb_counters *caller_out, size_t caller_size)
     out->configures = atomic_load(&counter_configures);
     out->peak_concurrent_builds = atomic_load(&counter_peak_concurrent_builds);
     jb__disk_counters(&out->disk_hits, &out->disk_misses, &out->disk_rejected);
+    memset(&out->mem_live_bytes, 0, sizeof all - offsetof(jb_counters, mem_live_bytes));
+    jb__memory_counters_add(out);
     memcpy(caller_out, &all, caller_size);
     return JB_OK;
 }
@@ -362,6 +364,7 @@ void jb_counters_reset(void)
     atomic_store(&counter_configures, 0);
     atomic_store(&counter_peak_concurrent_builds, 0);
     jb__disk_counters_reset();
+    jb__memory_counters_reset();
 }
 
 int jb_removed_locks(void)

@@ -230,7 +230,11 @@ static int gpu_mem_alloc(jb_device *dev, size_t bytes, void **out_ptr)
     JB_FORWARD_IF_ERROR(make_current(dev));
     CUdeviceptr ptr;
     CUresult r = JB_GPU(cuMemAlloc)(&ptr, bytes);
-    JB_RETURN_IF(r != CUDA_SUCCESS, JB_ERR_OUT_OF_MEMORY, "allocating %zu bytes on %s: %s", bytes,
+    /* Only the vendor's out-of-memory is JB_ERR_OUT_OF_MEMORY: the cache frees idle buffers and
+     * retries on it, never on a fault. */
+    JB_RETURN_IF(r != CUDA_SUCCESS,
+                 r == CUDA_ERROR_OUT_OF_MEMORY ? JB_ERR_OUT_OF_MEMORY : JB_ERR_BACKEND,
+                 "allocating %zu bytes on %s: %s", bytes,
                  dev->name, jb_gpu_error_name(r));
     *out_ptr = (void *)(uintptr_t)ptr;
     return JB_OK;

@@ -64,6 +64,7 @@ typedef CUcontext jb_gpu_context;
 #define CUDA_SUCCESS hipSuccess
 #define CUDA_ERROR_NO_DEVICE hipErrorNoDevice
 #define CUDA_ERROR_NOT_READY hipErrorNotReady
+#define CUDA_ERROR_OUT_OF_MEMORY hipErrorOutOfMemory
 #define CUdevice hipDevice_t
 #define CUdeviceptr hipDeviceptr_t
 #define CUmodule hipModule_t
