@@ -21,8 +21,7 @@ fn sized_output_kernel() -> CustomKernel {
         inputs: &[("x", DType::F32)],
         outputs: &[("y", DType::F32)],
         body: "if (thread_index() == 0) y[0] = x[0] + 1.0f;",
-        header: None,
-        configure: None,
+        ..Default::default()
     })
     .unwrap()
 }
@@ -75,11 +74,8 @@ fn run_in_child(name: &str, env: &[(&str, &str)]) -> Option<String> {
         .envs(env.iter().copied())
         .output()
         .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text =
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "the child running {name} ({env:?}) failed:\n{text}");
     assert!(text.contains("1 passed"), "the child ran no test {name}:\n{text}");
     Some(text)
@@ -196,7 +192,7 @@ fn varying_sizes_keep_reserved_within_five_quarters_of_peak_live() {
     let mut live: Vec<(Array, u64)> = Vec::new();
     let (mut peak, mut requests, mut worst) = (base, 0u64, 0f64);
     for step in 0..600 {
-        if live.is_empty() || (live.len() < 8 && rng.next() % 3 != 0) {
+        if live.is_empty() || (live.len() < 8 && !rng.next().is_multiple_of(3)) {
             let bytes = if step == 0 { 96 * MIB } else { rng.activation() };
             live.push((output_of(&warm.kernel, &warm.x, bytes).unwrap(), bytes));
             requests += 1;
@@ -349,7 +345,10 @@ fn buffers_freed_on_other_threads_keep_the_books_straight() {
     });
     let c = Counters::read();
     assert_eq!(c.mem_live_bytes, base.mem_live_bytes, "every buffer was let go: {c:?}");
-    assert_eq!(c.mem_reserved_bytes - c.mem_idle_bytes, base.mem_reserved_bytes - base.mem_idle_bytes);
+    assert_eq!(
+        c.mem_reserved_bytes - c.mem_idle_bytes,
+        base.mem_reserved_bytes - base.mem_idle_bytes
+    );
     let d = c.since(&base);
     assert_eq!(d.mem_allocations + d.mem_reuses, 800, "{d:?}");
     assert!(d.mem_reuses > 0, "{d:?}");
