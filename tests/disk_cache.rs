@@ -57,6 +57,9 @@ fn child_entry() {
     }
     let device = Device::cpu().unwrap();
     let input = Array::arange(device, 64, DType::F32).unwrap();
+    if let Some(salt) = job.strip_prefix("try:") {
+        return try_launch(&input, salt);
+    }
     let mut exact = launch_salts(&input, &std::env::var(FIRST).unwrap_or_default());
     if let Ok(dir) = std::env::var(CHDIR) {
         std::env::set_current_dir(dir).unwrap();
@@ -80,6 +83,23 @@ fn child_entry() {
          exact={exact}",
         c.builds, c.disk_hits, c.disk_misses, c.disk_rejected
     );
+}
+
+/// In the child: launch FIRST, wait for GO, launch `salt`; print "TRY ok" or the first error.
+fn try_launch(input: &Array, salt: &str) {
+    let launch = |salt: &str| {
+        let kernel = salted_kernel(salt.parse().unwrap());
+        kernel.launch(&[input], &[&[64]], LaunchShape::Threads(64)).map(|_| ())
+    };
+    let mut outcome = launch(&std::env::var(FIRST).unwrap());
+    let go = std::env::var(GO).unwrap();
+    std::fs::write(format!("{go}.ready"), b"").unwrap();
+    wait_for(Path::new(&go));
+    outcome = outcome.and_then(|()| launch(salt));
+    match outcome {
+        Ok(()) => println!("TRY ok"),
+        Err(e) => println!("TRY err {e}"),
+    }
 }
 
 /// In the child: one maintenance call, its outcome printed as ADMIN and PROBLEM lines.
@@ -846,4 +866,73 @@ fn clear_removes_fifos_links_and_directories_at_entry_names() {
     assert!(entries(&dir).is_empty(), "{:?}", entries(&dir));
     assert!(Path::new("/etc/passwd").exists());
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The cpu backend compiles and dlopens in a private folder under TMPDIR, by path. When TMPDIR
+/// sits in a folder another user controls (`sudo -E` keeps it), that user swaps the private
+/// folder for one of their own and rewrites each kernel source before the compiler reads it:
+/// their constructor ran as root. Such a TMPDIR is refused now, naming the folder and the fix.
+#[test]
+fn private_folder_under_another_users_tmpdir_runs_nothing_planted() {
+    use std::os::unix::fs::PermissionsExt;
+    if !is_root() {
+        eprintln!("skipped: a folder of another user needs root to make");
+        return;
+    }
+    let base = fresh_dir("tmpdir-swap");
+    let tmpdir = base.join("tmp");
+    std::fs::create_dir_all(&tmpdir).unwrap();
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::chown(&tmpdir, Some(65534), Some(65534)).unwrap();
+    let marker = base.join("marker");
+    let evil = format!(
+        "#include <stdio.h>\n__attribute__((constructor)) static void planted(void) {{\n\
+         FILE *f = fopen(\"{}\", \"w\"); if (f) {{ fputs(\"ran\", f); fclose(f); }} }}\n",
+        marker.display()
+    );
+    let go = base.join("go");
+    let mut cmd = child_command(&base.join("cache"), "try:81");
+    let child = cmd.env(FIRST, "80").env(GO, &go).env("TMPDIR", &tmpdir).spawn().unwrap();
+    let ready = base.join("go.ready");
+    let start = Instant::now();
+    while !ready.exists() && start.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // The attacker (owner of TMPDIR) swaps the private folder for one of their own.
+    let private = std::fs::read_dir(&tmpdir).unwrap().filter_map(|e| e.ok()).map(|e| e.path());
+    let private: Vec<PathBuf> =
+        private.filter(|p| p.to_string_lossy().contains("jitbridge-")).collect();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut rewriter = None;
+    if let [private] = &private[..] {
+        std::fs::rename(private, tmpdir.join("moved-away")).unwrap();
+        std::fs::create_dir(private).unwrap();
+        std::fs::set_permissions(private, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let (private, stop, evil) = (private.clone(), stop.clone(), evil.clone());
+        rewriter = Some(std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for entry in std::fs::read_dir(&private).into_iter().flatten().flatten() {
+                    let path = entry.path();
+                    let name = path.file_name().unwrap().to_string_lossy().into_owned();
+                    if name.starts_with("kernel-") && name.ends_with(".c") {
+                        let staged = private.join("staged");
+                        std::fs::write(&staged, &evil).unwrap();
+                        let _ = std::fs::rename(&staged, &path);
+                    }
+                }
+            }
+        }));
+    }
+    std::fs::write(&go, b"").unwrap();
+    let output = child.wait_with_output().unwrap();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    if let Some(rewriter) = rewriter {
+        rewriter.join().unwrap();
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!marker.exists(), "the attacker's code ran in the root process\n{stdout}\n{stderr}");
+    assert!(stdout.contains(tmpdir.to_str().unwrap()), "{stdout}\n{stderr}");
+    assert!(stdout.contains("owned by another user") && stdout.contains("TMPDIR"), "{stdout}");
+    std::fs::remove_dir_all(&base).unwrap();
 }

@@ -224,6 +224,42 @@ static int open_trusted(const char *path, bool create, bool *missing, char *why,
     return -1;
 }
 
+bool jb__trusted_folder_path(const char *path, char *resolved, size_t len, char *why,
+                             size_t why_len)
+{
+    char walked[PATH_MAX] = "/", rest_buf[PATH_MAX], fix[PATH_MAX + 96];
+    if (!resolve(path, resolved, len) || snprintf(rest_buf, sizeof rest_buf, "%s", resolved) < 0) {
+        say(why, why_len, "cannot resolve %s (%s)", path, strerror(errno));
+        return false;
+    }
+    int fd = open("/", DIR_OPEN_FLAGS);
+    char *rest = rest_buf, *component;
+    for (;;) {
+        struct stat st;
+        const char *bad = NULL;
+        if (fd < 0 || fstat(fd, &st) != 0) {
+            say(why, why_len, "cannot open %s (%s)", walked, strerror(errno));
+            break;
+        }
+        if ((bad = untrusted_parent(&st, fix, sizeof fix, walked))) {
+            say(why, why_len, "%s %s; fix: %s", walked, bad, fix);
+            break;
+        }
+        if (!(component = strtok_r(rest, "/", &rest))) {
+            close(fd);
+            return true;
+        }
+        size_t at = strlen(walked);
+        snprintf(walked + at, sizeof walked - at, "%s%s", at > 1 ? "/" : "", component);
+        int next = openat(fd, component, DIR_OPEN_FLAGS);
+        close(fd);
+        fd = next;
+    }
+    if (fd >= 0)
+        close(fd);
+    return false;
+}
+
 /* One warning per process, then memory-only. */
 void jb__disk_turn_off(const char *fmt, const char *detail)
 {

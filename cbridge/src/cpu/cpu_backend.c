@@ -53,7 +53,17 @@ static void cpu_setup(void)
     const char *tmp = getenv("TMPDIR");
     if (!tmp || !*tmp)
         tmp = "/tmp";
-    snprintf(private_dir, sizeof private_dir, "%s/jitbridge-%ld-XXXXXX", tmp, (long)getpid());
+    /* Compiles and dlopen go by path: a TMPDIR someone else controls lets them swap our folder. */
+    char trusted[sizeof private_dir - 64], why[sizeof private_dir_error - 128];
+    if (!jb__trusted_folder_path(tmp, trusted, sizeof trusted, why, sizeof why)) {
+        snprintf(private_dir_error, sizeof private_dir_error,
+                 "refusing TMPDIR=%s for the compiler's private folder: %s (or set TMPDIR to a "
+                 "folder of your own)",
+                 tmp, why);
+        private_dir[0] = '\0';
+        return;
+    }
+    snprintf(private_dir, sizeof private_dir, "%s/jitbridge-%ld-XXXXXX", trusted, (long)getpid());
     if (!mkdtemp(private_dir)) {
         snprintf(private_dir_error, sizeof private_dir_error,
                  "cannot create a private directory under %s: %s (set TMPDIR)", tmp,
