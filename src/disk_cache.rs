@@ -27,7 +27,8 @@ pub fn dir() -> String {
     }
 }
 
-/// "on", or why the cache is off (or would be: before the first compile, nothing is created).
+/// "on", "on, read-only: <why>" (entries served, none stored), or why the cache is off (or would
+/// be: before the first compile, nothing is created).
 pub fn state() -> String {
     // SAFETY: returns a library-owned string, copied at once.
     c_str(unsafe { ffi::jb_disk_cache_state() })

@@ -936,3 +936,36 @@ fn private_folder_under_another_users_tmpdir_runs_nothing_planted() {
     assert!(stdout.contains("owned by another user") && stdout.contains("TMPDIR"), "{stdout}");
     std::fs::remove_dir_all(&base).unwrap();
 }
+
+/// A cache folder that can no longer be written (a read-only mount, a full disk, a warmed cache
+/// shipped read-only) still serves the entries it has. A failed store used to turn the whole
+/// cache off, so every later kernel of a months-long process compiled again.
+#[test]
+fn read_only_folder_still_serves_its_entries() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    if !is_root() {
+        eprintln!("skipped: running a child as another user needs root");
+        return;
+    }
+    let base = fresh_dir("readonly-hits");
+    let dir = base.join("cache");
+    for without_tmp in [false, true] {
+        run_child(&dir, "92");
+        std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
+        if without_tmp {
+            std::fs::remove_dir(dir.join("tmp")).unwrap();
+        }
+        for path in entries(&dir).into_iter().chain([dir.join("tmp"), dir.clone()]) {
+            let _ = std::os::unix::fs::chown(&path, Some(65534), Some(65534));
+        }
+        let _ = std::fs::set_permissions(dir.join("tmp"), std::fs::Permissions::from_mode(0o500));
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o500)).unwrap();
+        let mut cmd = child_command(&dir, "93,92");
+        let report = parse(cmd.uid(65534).gid(65534).env("TMPDIR", "/tmp").output().unwrap());
+        assert_eq!(report.disk_hits, 1, "without tmp/: {without_tmp}\n{}", report.stderr);
+        assert_eq!(report.builds, 1, "without tmp/: {without_tmp}");
+        assert_eq!(report.stderr.matches("warning").count(), 1, "{}", report.stderr);
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+}

@@ -509,15 +509,16 @@ JB_API void jb_counters_reset(void);
  * entry is read through that handle, each checked first (a regular file, ours, not writable by
  * others, one link, at most 64 MiB). A folder owned by another user or writable by group or
  * others, or under a parent others can write (without the sticky bit) or another user owns, is
- * refused; a read-only or full disk turns the cache off: each with one warning (see
- * jb_set_log_callback), never an error.
+ * refused (the cache is off); a read-only or full disk stops new entries while those there are
+ * still served: each with one warning (see jb_set_log_callback), never an error.
  * Probe kernels never use it. None of these functions creates the folder; each applies the
  * same trust rules and fails (naming the folder and the fix) on a folder the library refuses.
  */
 /* The folder (owned by the library, valid for the process; "" when none could be chosen). */
 JB_API jb_status jb_disk_cache_dir(const char **out);
-/* "on", or why the cache is off (or would be, before the first compile). Owned by the library;
- * valid until the next call on this thread. */
+/* "on", "on, read-only: <why>" (entries are served, none stored), or why the cache is off (or
+ * would be, before the first compile). Owned by the library; valid until the next call on this
+ * thread. */
 JB_API const char *jb_disk_cache_state(void);
 /* Entries (regular files at entry names) and their total bytes; 0 and 0 with no folder yet. */
 JB_API jb_status jb_disk_cache_stats(uint64_t *entries, uint64_t *bytes);

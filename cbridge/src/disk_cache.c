@@ -1,7 +1,8 @@
 /*
  * The disk cache of compiled code (shared objects, cubins, code objects), so that a new process
  * skips the compiler. It is an optimisation only: every failure is a miss, and a folder that
- * cannot be trusted or written turns it off with one warning, never an error.
+ * cannot be trusted turns it off, one that cannot be written stops new entries (those it has
+ * are still served): each with one warning, never an error.
  *
  * - An entry's file name is a hash of the inputs only (format version, backend, full target,
  *   compiler identity and options, source), never of compiler output. The whole key is also
@@ -266,7 +267,7 @@ void jb__disk_store(const jb_disk_key *key, const jb_blob *code)
     char name[64];
     int fd = create_temporary(tmp, name, sizeof name);
     if (fd < 0) {
-        jb__disk_turn_off("cannot write to the cache folder (%s)", strerror(errno));
+        jb__disk_stop_storing("cannot write to the cache folder (%s)", strerror(errno));
         return;
     }
     entry_header h;
@@ -285,7 +286,7 @@ void jb__disk_store(const jb_disk_key *key, const jb_blob *code)
     }
     if (!ok) {
         unlinkat(tmp, name, 0);
-        jb__disk_turn_off("writing a cache entry failed (%s)", strerror(err));
+        jb__disk_stop_storing("writing a cache entry failed (%s)", strerror(err));
     }
 }
 

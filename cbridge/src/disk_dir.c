@@ -38,7 +38,7 @@ static pthread_once_t choose_once = PTHREAD_ONCE_INIT;
 
 static char state_text[PATH_MAX + 512] = "not yet used";
 static int dir_fd = -1, tmp_fd = -1;
-static atomic_bool usable, warned, set_up;
+static atomic_bool usable, storing, warned, set_up;
 static pthread_once_t setup_once = PTHREAD_ONCE_INIT;
 
 /* A relative JITBRIDGE_CACHE_DIR means the directory the process started in, not wherever the
@@ -264,9 +264,21 @@ bool jb__trusted_folder_path(const char *path, char *resolved, size_t len, char 
 void jb__disk_turn_off(const char *fmt, const char *detail)
 {
     atomic_store(&usable, false);
+    atomic_store(&storing, false);
     say(state_text, sizeof state_text, fmt, detail);
     if (!atomic_exchange(&warned, true))
         jb__warn("%s; compiled code is kept in memory only", state_text);
+}
+
+/* A disk that cannot take more (read-only, full) still serves the entries it has. */
+void jb__disk_stop_storing(const char *fmt, const char *detail)
+{
+    atomic_store(&storing, false);
+    char why[sizeof state_text];
+    say(why, sizeof why, fmt, detail);
+    say(state_text, sizeof state_text, "on, read-only: %s", why);
+    if (!atomic_exchange(&warned, true))
+        jb__warn("%s; new compiled code is not stored on disk", why);
 }
 
 /* The folder's tmp/, made 0700 if missing; whatever else sits at that name is removed first. */
@@ -322,13 +334,16 @@ static void setup(void)
         dir_fd = open_trusted(cache_dir, true, &missing, refused, sizeof refused);
         if (dir_fd < 0) {
             jb__disk_turn_off("%s", refused);
-        } else if ((tmp_fd = open_tmp(dir_fd)) < 0) {
-            say(refused, sizeof refused, "%s/tmp (%s)", cache_dir, strerror(errno));
-            jb__disk_turn_off("cannot use %s", refused);
         } else {
-            sweep_stale_temporaries();
             say(state_text, sizeof state_text, "on");
             atomic_store(&usable, true);
+            atomic_store(&storing, true);
+            if ((tmp_fd = open_tmp(dir_fd)) < 0) {
+                say(refused, sizeof refused, "%s/tmp (%s)", cache_dir, strerror(errno));
+                jb__disk_stop_storing("cannot write to %s", refused);
+            } else {
+                sweep_stale_temporaries();
+            }
         }
     }
     atomic_store(&set_up, true);
@@ -347,7 +362,7 @@ int jb__disk_dir_fd(void)
 
 int jb__disk_tmp_fd(void)
 {
-    return jb__disk_cache_usable() ? tmp_fd : -1;
+    return jb__disk_cache_usable() && atomic_load(&storing) ? tmp_fd : -1;
 }
 
 int jb__disk_open_for_maintenance(int *out)

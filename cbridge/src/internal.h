@@ -342,11 +342,14 @@ const char *jb__disk_folder(const char **why);
 /* Sets the folder up on first use (creating it 0700, checking it on its handle); then whether
  * the cache is on. */
 bool jb__disk_cache_usable(void);
-/* The folder's and its tmp/'s handles, held for the process; -1 while the cache is off. */
+/* The folder's and its tmp/'s handles, held for the process; -1 while the cache is off (tmp/:
+ * also while storing is stopped). */
 int jb__disk_dir_fd(void);
 int jb__disk_tmp_fd(void);
 /* Turns the cache off for this process with one warning (fmt has one %s for detail). */
 void jb__disk_turn_off(const char *fmt, const char *detail);
+/* Stops storing new entries, loads go on, with one warning (fmt has one %s for detail). */
+void jb__disk_stop_storing(const char *fmt, const char *detail);
 /* A handle on the folder for `jitbridge cache`, under the same trust rules, creating nothing:
  * *out is -1 when the folder does not exist yet. The caller closes it. */
 int jb__disk_open_for_maintenance(int *out);
