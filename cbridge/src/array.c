@@ -95,12 +95,10 @@ jb_status jb_array_from_host(jb_array **out, jb_device *device, jb_dtype dtype,
     if (bytes > 0 && (status = device->backend->memcpy_htod(device, stream->native, buf->ptr,
                                                             data, bytes)) != JB_OK)
         goto done;
-    if ((status = jb__event_acquire(device, &ready)) != JB_OK ||
-        (status = jb__event_record(ready, stream)) != JB_OK)
-        goto done;
     /* The copy may still write into the buffer: it must not go idle before the copy is done. */
-    if (bytes > 0)
-        jb__stream_hold(stream, &buf, 1, ready);
+    if ((status = jb__event_acquire(device, &ready)) != JB_OK ||
+        (status = jb__stream_record_hold(stream, &ready, 1, &buf, bytes > 0)) != JB_OK)
+        goto done;
     return jb__array_wrap(out, buf, dtype, shape, ndim, ready);
 done:
     jb__event_release(ready);

@@ -317,12 +317,30 @@ void jb__memory_counters_add(jb_counters *out);
 void jb__memory_counters_reset(void);
 
 /* ---- holds on buffers (stream.c) ---- */
-/* Keeps `count` buffers alive until `done` (just recorded on `stream`) fires. Also releases the
- * stream's earlier holds whose events have fired. */
-int jb__stream_hold(jb_stream *stream, jb_buffer *const *buffers, size_t count, jb_event *done);
+/* Records `events` on `stream` and keeps `count` buffers (none: no hold) alive until the last of
+ * them fires, in one step under the stream's lock, so that holds sit in the ring in the stream's
+ * order whatever other threads launch on it. Also releases earlier holds that fired. A failed
+ * record is returned with nothing held. */
+int jb__stream_record_hold(jb_stream *stream, jb_event *const *events, size_t num_events,
+                           jb_buffer *const *buffers, size_t count);
 /* Releases the stream's holds whose events have fired; all of them when `all` (the stream has
  * been synchronized). */
 void jb__stream_release_holds(jb_stream *stream, bool all);
+
+/* ---- test hooks (stream.c): compiled only with JB_TEST_HOOKS, never into a normal build ---- */
+#ifdef JB_TEST_HOOKS
+/* Called by each launch between recording its events and registering its hold, on `stream`. */
+typedef void (*jb_test_pause_fn)(void *ctx, jb_stream *stream);
+void jb__test_set_pause(jb_test_pause_fn fn, void *ctx);
+void jb__test_pause(jb_stream *stream);
+/* While set, a query of a hold's event fails the way a faulted device's does. */
+void jb__test_set_query_fault(bool fail);
+/* How many holds the stream keeps. */
+size_t jb__test_hold_count(jb_stream *stream);
+#define JB_TEST_PAUSE(stream) jb__test_pause(stream)
+#else
+#define JB_TEST_PAUSE(stream) ((void)0)
+#endif
 
 /* ---- arrays (array.c) ---- */
 jb_buffer *jb__array_buffer(const jb_array *array);

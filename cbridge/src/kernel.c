@@ -329,8 +329,11 @@ int jb__launch_issue(const jb_staged_launch *l)
 
 int jb__launch_end(jb_staged_launch *l, int status, jb_array **outputs)
 {
-    for (size_t i = 0; status == JB_OK && i < l->num_outputs; i++)
-        status = jb__event_record(l->ready[i], l->stream);
+    /* The last output's event marks the kernel's end: until it fires, every buffer the kernel
+     * uses stays held, whoever frees its array. */
+    if (status == JB_OK)
+        status = jb__stream_record_hold(l->stream, l->ready, l->num_outputs, l->buffers,
+                                        l->args.count);
     if (status != JB_OK) {
         /* Queued or not, nothing may reuse these buffers before the stream is past them. */
         l->dev->backend->stream_synchronize(l->dev, l->stream->native);
@@ -340,9 +343,6 @@ int jb__launch_end(jb_staged_launch *l, int status, jb_array **outputs)
         }
         return status;
     }
-    /* The last output's event marks the kernel's end: until it fires, every buffer the kernel
-     * uses stays held, whoever frees its array. */
-    jb__stream_hold(l->stream, l->buffers, l->args.count, l->ready[l->num_outputs - 1]);
     for (size_t i = 0; i < l->num_outputs; i++)
         jb__array_set_ready(l->outputs[i], l->ready[i]);
     memcpy(outputs, l->outputs, l->num_outputs * sizeof *outputs);

@@ -53,6 +53,38 @@ static bool remove_installed(thread_streams *ts, jb_stream *stream)
     return false;
 }
 
+#ifdef JB_TEST_HOOKS
+static _Atomic(jb_test_pause_fn) test_pause;
+static void *_Atomic test_pause_ctx;
+static atomic_bool test_query_fault;
+
+void jb__test_set_pause(jb_test_pause_fn fn, void *ctx)
+{
+    atomic_store(&test_pause_ctx, ctx);
+    atomic_store(&test_pause, fn);
+}
+
+void jb__test_pause(jb_stream *stream)
+{
+    jb_test_pause_fn fn = atomic_load(&test_pause);
+    if (fn)
+        fn(atomic_load(&test_pause_ctx), stream);
+}
+
+void jb__test_set_query_fault(bool fail)
+{
+    atomic_store(&test_query_fault, fail);
+}
+
+size_t jb__test_hold_count(jb_stream *stream)
+{
+    pthread_mutex_lock(&stream->holds_mutex);
+    size_t count = stream->holds_count;
+    pthread_mutex_unlock(&stream->holds_mutex);
+    return count;
+}
+#endif
+
 #define HOLDS_PER_RELEASE 16
 
 struct jb_hold {
@@ -74,6 +106,15 @@ static jb_hold *hold_at(const jb_stream *stream, size_t i)
     return stream->holds[(stream->holds_first + i) % stream->holds_capacity];
 }
 
+static int hold_fired(jb_device *dev, const jb_hold *hold)
+{
+#ifdef JB_TEST_HOOKS
+    if (atomic_load(&test_query_fault))
+        return -JB_ERR_BACKEND;
+#endif
+    return dev->backend->event_query(dev, hold->done->native);
+}
+
 void jb__stream_release_holds(jb_stream *stream, bool all)
 {
     jb_device *dev = stream->device;
@@ -82,19 +123,19 @@ void jb__stream_release_holds(jb_stream *stream, bool all)
     if (!all && count) {
         /* Work on one stream finishes in order, so "fired" holds for every hold older than one
          * that fired: ask the newest, else search for the newest that fired. */
-        if (!dev->backend->event_query(dev, hold_at(stream, count - 1)->done->native)) {
+        if (!hold_fired(dev, hold_at(stream, count - 1))) {
             size_t fired = 0, running = count - 1; /* holds [0, fired) fired; `running` did not */
             /* The newest hold of the previous batch has most likely fired: try it first. */
             if (count > HOLDS_PER_RELEASE) {
                 size_t guess = count - 1 - HOLDS_PER_RELEASE;
-                if (dev->backend->event_query(dev, hold_at(stream, guess)->done->native))
+                if (hold_fired(dev, hold_at(stream, guess)))
                     fired = guess + 1;
                 else
                     running = guess;
             }
             while (fired < running) {
                 size_t mid = fired + (running - fired) / 2;
-                if (dev->backend->event_query(dev, hold_at(stream, mid)->done->native))
+                if (hold_fired(dev, hold_at(stream, mid)))
                     fired = mid + 1;
                 else
                     running = mid;
@@ -136,14 +177,21 @@ static bool holds_reserve(jb_stream *stream)
     return true;
 }
 
-int jb__stream_hold(jb_stream *stream, jb_buffer *const *buffers, size_t count, jb_event *done)
+int jb__stream_record_hold(jb_stream *stream, jb_event *const *events, size_t num_events,
+                           jb_buffer *const *buffers, size_t count)
 {
-    jb_hold *hold = malloc(sizeof *hold + count * sizeof(jb_buffer *));
+    jb_hold *hold = count ? malloc(sizeof *hold + count * sizeof(jb_buffer *)) : NULL;
+    /* Record and hold in one step: another thread's record between them would put its hold
+     * ahead of ours in the ring while its work runs after ours on the stream. */
     pthread_mutex_lock(&stream->holds_mutex);
-    bool room = hold && holds_reserve(stream);
+    int status = JB_OK;
+    for (size_t i = 0; status == JB_OK && i < num_events; i++)
+        status = jb__event_record(events[i], stream);
+    JB_TEST_PAUSE(stream);
+    bool room = status == JB_OK && hold && holds_reserve(stream);
     if (room) {
-        hold->done = done;
-        jb__event_retain(done);
+        hold->done = events[num_events - 1];
+        jb__event_retain(hold->done);
         hold->count = count;
         for (size_t i = 0; i < count; i++) {
             hold->buffers[i] = buffers[i];
@@ -152,10 +200,14 @@ int jb__stream_hold(jb_stream *stream, jb_buffer *const *buffers, size_t count, 
         stream->holds[(stream->holds_first + stream->holds_count) % stream->holds_capacity] = hold;
         stream->holds_count++;
     }
-    bool release_now = ++stream->holds_since_release >= HOLDS_PER_RELEASE;
+    bool release_now = room && ++stream->holds_since_release >= HOLDS_PER_RELEASE;
     if (release_now)
         stream->holds_since_release = 0;
     pthread_mutex_unlock(&stream->holds_mutex);
+    if (status != JB_OK || !count) {
+        free(hold);
+        return status;
+    }
     if (!room) {
         /* No memory to remember the hold: wait, then nothing needs holding. */
         free(hold);

@@ -1,0 +1,215 @@
+/*
+ * What a server does that the other tests do not (issue 12): several threads sharing one
+ * installed stream, a stream freed on one thread while another still has it installed, an event
+ * query that fails, and two kernels with one source and different configure hooks. Built with
+ * JB_TEST_HOOKS (a test-only pause point between a launch's event record and its hold, and a
+ * faulting event query); runs on the cpu, or on GPU 0 with JITBRIDGE_TEST_DEVICE=gpu.
+ */
+#include "../src/internal.h"
+#include "check.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifndef JB_TEST_HOOKS
+#error "test_server needs a JB_TEST_HOOKS build of the library"
+#endif
+
+#define N 1024          /* elements of the slow kernel's output */
+#define FAST_N 16       /* elements of the fast kernel's arrays: another buffer size class */
+#define PAUSE_MS 500    /* how long the first launch waits, paused, for the second */
+
+static jb_device *dev;
+static jb_custom_kernel *fast, *slow;
+
+static jb_custom_kernel *make_kernel(const char *name, const char *body, jb_configure_hook hook,
+                                     void *user_data)
+{
+    const char *in[] = {"inp"}, *out[] = {"out"};
+    jb_dtype f32[] = {JB_F32};
+    jb_kernel_spec spec = {name, in, f32, 1, out, f32, 1, body, NULL, hook, user_data};
+    jb_custom_kernel *k = NULL;
+    CHECK_OK(jb_custom_kernel_new(&k, &spec));
+    return k;
+}
+
+static jb_array *from_host(int64_t n, float value)
+{
+    float *host = malloc((size_t)n * sizeof *host);
+    for (int64_t i = 0; i < n; i++)
+        host[i] = value;
+    jb_array *a = NULL;
+    CHECK_OK(jb_array_from_host(&a, dev, JB_F32, &n, 1, host));
+    free(host);
+    return a;
+}
+
+static int launch(jb_custom_kernel *k, jb_array *in, int64_t n, jb_array **out)
+{
+    const int64_t *shapes[] = {&n};
+    int ndims[] = {1};
+    jb_launch_shape shape = {{0, 0, 0}, {0, 0, 0}, (uint64_t)n};
+    return jb_custom_kernel_launch(out, k, &in, 1, shapes, ndims, &shape);
+}
+
+/* ---- 1. one stream, two threads: the first launch pauses between record and hold ---- */
+
+typedef struct share {
+    pthread_mutex_t mutex;
+    pthread_cond_t cond;
+    jb_stream *stream;
+    jb_array *fast_in, *slow_in;
+    int first_paused, second_done;
+    jb_array *fast_out;
+} share;
+
+/* The first launch to get here waits (at most PAUSE_MS) for the second thread's whole launch. */
+static void pause_first(void *ctx, jb_stream *stream)
+{
+    share *sh = ctx;
+    if (stream != sh->stream)
+        return;
+    pthread_mutex_lock(&sh->mutex);
+    if (!sh->first_paused) {
+        sh->first_paused = 1;
+        pthread_cond_broadcast(&sh->cond);
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += PAUSE_MS * 1000000L;
+        until.tv_sec += until.tv_nsec / 1000000000L;
+        until.tv_nsec %= 1000000000L;
+        /* A fixed library keeps the second launch out while this one is between its record and
+         * its hold: the wait then times out, and that is the point. */
+        while (!sh->second_done &&
+               pthread_cond_timedwait(&sh->cond, &sh->mutex, &until) != ETIMEDOUT)
+            ;
+    }
+    pthread_mutex_unlock(&sh->mutex);
+}
+
+static void *first_thread(void *arg)
+{
+    share *sh = arg;
+    CHECK_OK(jb_install_thread_local_default_stream(sh->stream));
+    jb_array *out[1] = {NULL};
+    CHECK_OK(launch(fast, sh->fast_in, FAST_N, out));
+    sh->fast_out = out[0];
+    CHECK_OK(jb_uninstall_thread_local_default_stream(sh->stream));
+    return NULL;
+}
+
+static void *second_thread(void *arg)
+{
+    share *sh = arg;
+    pthread_mutex_lock(&sh->mutex);
+    while (!sh->first_paused)
+        pthread_cond_wait(&sh->cond, &sh->mutex);
+    pthread_mutex_unlock(&sh->mutex);
+    CHECK_OK(jb_install_thread_local_default_stream(sh->stream));
+    jb_array *out[1] = {NULL};
+    CHECK_OK(launch(slow, sh->slow_in, N, out));
+    jb_array_free(out[0]); /* fire and forget: only the launch's hold keeps its buffer now */
+    CHECK_OK(jb_uninstall_thread_local_default_stream(sh->stream));
+    pthread_mutex_lock(&sh->mutex);
+    sh->second_done = 1;
+    pthread_cond_broadcast(&sh->cond);
+    pthread_mutex_unlock(&sh->mutex);
+    return NULL;
+}
+
+/* Arrays made on a thread of their own, on its own stream: they run beside the shared one. */
+typedef struct fresh {
+    jb_array *arrays[4];
+} fresh;
+
+static void *make_fresh(void *arg)
+{
+    fresh *f = arg;
+    for (int i = 0; i < 4; i++) {
+        f->arrays[i] = from_host(N, 1.0f);
+        CHECK_OK(jb_array_eval(f->arrays[i]));
+    }
+    return NULL;
+}
+
+static void test_shared_stream(int slow_iterations)
+{
+    share sh = {.first_paused = 0};
+    pthread_mutex_init(&sh.mutex, NULL);
+    pthread_cond_init(&sh.cond, NULL);
+    CHECK_OK(jb_stream_new(&sh.stream, dev));
+    sh.fast_in = from_host(FAST_N, 3.0f);
+    sh.slow_in = from_host(1, (float)slow_iterations);
+    CHECK_OK(jb_array_eval(sh.fast_in));
+    CHECK_OK(jb_array_eval(sh.slow_in));
+
+    jb__test_set_pause(pause_first, &sh);
+    pthread_t t1, t2;
+    pthread_create(&t1, NULL, first_thread, &sh);
+    pthread_create(&t2, NULL, second_thread, &sh);
+    pthread_join(t1, NULL);
+    pthread_join(t2, NULL);
+    jb__test_set_pause(NULL, NULL);
+
+    /* The fast kernel is done; the slow one, queued after it, still runs. Its output buffer must
+     * still be held, so arrays made now cannot be given that buffer. */
+    CHECK_OK(jb_array_eval(sh.fast_out));
+    jb__stream_release_holds(sh.stream, false);
+    fresh f;
+    pthread_t maker;
+    pthread_create(&maker, NULL, make_fresh, &f);
+    pthread_join(maker, NULL);
+    CHECK_OK(jb_stream_synchronize(sh.stream)); /* the slow kernel has written its output */
+    int changed = 0;
+    for (int i = 0; i < 4; i++) {
+        float values[N];
+        CHECK_OK(jb_array_read(f.arrays[i], values, sizeof values));
+        for (int j = 0; j < N; j++)
+            changed += values[j] != 1.0f;
+        jb_array_free(f.arrays[i]);
+    }
+    CHECK(changed == 0, "%d elements of arrays made from host data (all 1.0) were overwritten "
+                        "by a kernel whose buffer was released while it ran", changed);
+    float fast_values[FAST_N];
+    CHECK_OK(jb_array_read(sh.fast_out, fast_values, sizeof fast_values));
+    CHECK(fast_values[0] == 7.0f, "fast kernel: %g, expected 7", fast_values[0]);
+
+    jb_array_free(sh.fast_out);
+    jb_array_free(sh.fast_in);
+    jb_array_free(sh.slow_in);
+    jb_stream_free(sh.stream);
+    pthread_mutex_destroy(&sh.mutex);
+    pthread_cond_destroy(&sh.cond);
+}
+
+int main(void)
+{
+    const char *which = getenv("JITBRIDGE_TEST_DEVICE");
+    if (which && strcmp(which, "gpu") == 0)
+        CHECK_OK(jb_device_get(&dev, JB_DEVICE_GPU, 0));
+    else
+        CHECK_OK(jb_device_get(&dev, JB_DEVICE_CPU, 0));
+    if (!dev)
+        return check_summary("test_server");
+    bool cpu = jb_device_get_kind(dev) == JB_DEVICE_CPU;
+    fast = make_kernel("server_fast", "out[thread_index()] = inp[thread_index()] * 2.0f + 1.0f;",
+                       NULL, NULL);
+    /* Long enough (tens of milliseconds) to still run while the test looks at its buffer. */
+    slow = make_kernel("server_slow",
+                       "float acc = 0.0f;\n"
+                       "for (int j = 0; j < (int)inp[0]; j++) acc += 1.0f;\n"
+                       "out[thread_index()] = acc;",
+                       NULL, NULL);
+    CHECK_OK(jb_custom_kernel_prepare(fast, dev));
+    CHECK_OK(jb_custom_kernel_prepare(slow, dev));
+
+    for (int round = 0; round < 2; round++)
+        test_shared_stream(cpu ? 40000 : 4000000);
+
+    jb_custom_kernel_free(fast);
+    jb_custom_kernel_free(slow);
+    return check_summary("test_server");
+}
