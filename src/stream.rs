@@ -6,8 +6,10 @@ use crate::ffi;
 use std::marker::PhantomData;
 
 /// An ordered queue of asynchronous work on one device. Owned: freed (after its work is done)
-/// when dropped. Never `Clone`, since two owners would free it twice. A wait that fails in the
-/// drop is kept for [`Device::check_drop_errors`].
+/// when dropped, unless some thread still has it installed as its default (a leaked guard): that
+/// installation holds a reference of its own and keeps it alive until the thread exits. Never
+/// `Clone`, since two owners would free it twice. A wait that fails in the drop is kept for
+/// [`Device::check_drop_errors`].
 pub struct Stream {
     raw: *mut ffi::jb_stream,
 }
@@ -46,7 +48,8 @@ impl Stream {
 impl Drop for Stream {
     fn drop(&mut self) {
         // jb_stream_free waits too but returns nothing: wait here to keep the status.
-        // SAFETY: we own the stream; a guard borrowing it has been dropped before us.
+        // SAFETY: we own the stream; a guard borrowing it has been dropped (or forgotten: the
+        // installation it leaked holds its own reference in C) before us.
         let status = unsafe { ffi::jb_stream_synchronize(self.raw) };
         record_drop_status(self.device().index(), status);
         // SAFETY: as above.
@@ -63,7 +66,9 @@ impl std::fmt::Debug for Stream {
 /// Uninstalls its stream when dropped, which restores the default from before the install.
 /// Tied to the installing thread (not `Send`) and to the installed stream's lifetime. Guards may
 /// be dropped in any order: each removes only its own installation. An uninstall that fails is
-/// kept for [`Device::check_drop_errors`].
+/// kept for [`Device::check_drop_errors`]. A guard that is never dropped (`mem::forget`) leaks
+/// the installation's reference: the stream stays this thread's default, alive, until the thread
+/// exits.
 #[must_use = "dropping the guard at once uninstalls the stream"]
 pub struct DefaultStreamGuard<'a> {
     stream: &'a Stream,

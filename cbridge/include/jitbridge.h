@@ -175,8 +175,10 @@ typedef struct jb_stream jb_stream;
 
 /* A new stream on `device`, owned by the caller (jb_stream_free). */
 JB_API jb_status jb_stream_new(jb_stream **out, jb_device *device);
-/* Waits for the stream's work, then destroys it; if the calling thread has it installed, it is
- * uninstalled first. It must not be installed on any other thread. Accepts NULL. */
+/* Lets go of the caller's stream; if the calling thread has it installed, it is uninstalled
+ * first. A thread that still has it installed keeps it alive, and its launches keep working,
+ * until it uninstalls it or exits. The last one to let go waits for the stream's work, then
+ * destroys it. Accepts NULL. */
 JB_API void jb_stream_free(jb_stream *stream);
 /* Blocks until the work queued on the stream so far is done, then lets go of the buffers that
  * work held. A backend's failure to wait is returned. */
@@ -189,8 +191,9 @@ JB_API jb_status jb_new_thread_local_generation_stream(jb_stream **out, jb_devic
 /*
  * Makes `stream` the calling thread's default stream for its device, until it is uninstalled.
  * Installs nest: the latest installed stream that is still installed is the default, and with
- * none the thread's own stream is. The stream stays owned by the caller and must be uninstalled
- * before it is freed. Affects the calling thread only.
+ * none the thread's own stream is. Each installation holds a reference to the stream until it
+ * is uninstalled or the thread exits, so jb_stream_free by its owner, on any thread, never leaves
+ * a thread with a freed default. Affects the calling thread only.
  */
 JB_API jb_status jb_install_thread_local_default_stream(jb_stream *stream);
 /* Removes the latest installation of `stream` on this thread, wherever it is in the nesting

@@ -281,6 +281,7 @@ struct jb_stream {
     jb_device *device;
     void *native;
     uint64_t id; /* unique for the process, never reused (unlike the address) */
+    atomic_uint refs; /* the creator's, and one per installation on any thread */
     /* Buffers that queued work still uses: a ring, oldest first, each released once its event
      * fires. Looked at every few holds, not at each one. */
     pthread_mutex_t holds_mutex;

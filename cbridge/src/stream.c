@@ -1,18 +1,23 @@
 /*
  * Streams and the thread-local default stream of each device. A thread's own default is created
- * on first use and destroyed when the thread exits; a stream the thread installs stays owned by
- * whoever created it. Installed streams form a stack per device: the top one is the default, and
- * uninstalling removes a stream wherever it is, so guards dropped out of order never bring back a
- * stream that was uninstalled (and perhaps freed) already. Each stream also keeps the holds on
- * the buffers its queued work uses, released in the stream's order as that work finishes.
+ * on first use and destroyed when the thread exits. Streams are reference-counted: the creator
+ * owns one reference (jb_stream_free drops it) and each installation owns another, so a stream
+ * freed by its owner while some thread still has it installed lives on until that thread lets go
+ * (a leaked guard leaks a reference, never leaves a dangling default). Installed streams form a
+ * stack per device: the top one is the default, and uninstalling removes a stream wherever it is,
+ * so guards dropped out of order never bring back a stream that was uninstalled already. Each
+ * stream also keeps the holds on the buffers its queued work uses, released in the stream's
+ * order as that work finishes.
  */
 #include "internal.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+static void stream_release(jb_stream *stream);
+
 typedef struct installed_stack {
-    jb_stream **streams; /* borrowed; the last one overrides `own` */
+    jb_stream **streams; /* one reference each; the last one overrides `own` */
     size_t depth, capacity;
 } installed_stack;
 
@@ -29,16 +34,18 @@ static thread_streams *thread_streams_create(void)
 static void thread_streams_destroy(thread_streams *ts)
 {
     for (int i = 0; i < JB_MAX_DEVICES; i++) {
-        jb_stream_free(ts->own[i]);
+        while (ts->installed[i].depth)
+            stream_release(ts->installed[i].streams[--ts->installed[i].depth]);
         free(ts->installed[i].streams);
+        stream_release(ts->own[i]);
     }
     free(ts);
 }
 
 JB_THREAD_LOCAL(thread_streams, this_thread_streams, thread_streams_create, thread_streams_destroy)
 
-/* Removes the latest installation of `stream` from the thread's stack; false if there is none.
- * Sets no error: jb_stream_free uses it too. */
+/* Removes the latest installation of `stream` from the thread's stack and drops its reference;
+ * false if there is none. Sets no error: jb_stream_free uses it too. */
 static bool remove_installed(thread_streams *ts, jb_stream *stream)
 {
     installed_stack *stack = &ts->installed[stream->device->index];
@@ -48,6 +55,7 @@ static bool remove_installed(thread_streams *ts, jb_stream *stream)
         memmove(&stack->streams[i], &stack->streams[i + 1],
                 (stack->depth - i - 1) * sizeof *stack->streams);
         stack->depth--;
+        stream_release(stream);
         return true;
     }
     return false;
@@ -230,6 +238,7 @@ jb_status jb_stream_new(jb_stream **out, jb_device *device)
     static atomic_uint_fast64_t next_id = 1;
     stream->device = device;
     stream->id = atomic_fetch_add(&next_id, 1);
+    atomic_init(&stream->refs, 1);
     pthread_mutex_init(&stream->holds_mutex, NULL);
     int status = device->backend->stream_create(device, &stream->native);
     if (status != JB_OK) {
@@ -245,13 +254,11 @@ jb_status jb_new_thread_local_generation_stream(jb_stream **out, jb_device *devi
     return jb_stream_new(out, device);
 }
 
-void jb_stream_free(jb_stream *stream)
+/* Drops a reference; the last one waits for the stream's work and destroys it. */
+static void stream_release(jb_stream *stream)
 {
-    if (!stream)
+    if (!stream || atomic_fetch_sub_explicit(&stream->refs, 1, memory_order_acq_rel) != 1)
         return;
-    /* A stream freed while installed on this thread must not stay its default. */
-    while (this_thread_streams_tls && remove_installed(this_thread_streams_tls, stream))
-        ;
     jb_device *dev = stream->device;
     dev->backend->stream_synchronize(dev, stream->native);
     jb__stream_release_holds(stream, true);
@@ -259,6 +266,16 @@ void jb_stream_free(jb_stream *stream)
     pthread_mutex_destroy(&stream->holds_mutex);
     free(stream->holds);
     free(stream);
+}
+
+void jb_stream_free(jb_stream *stream)
+{
+    if (!stream)
+        return;
+    /* A stream freed while installed on this thread must not stay its default. */
+    while (this_thread_streams_tls && remove_installed(this_thread_streams_tls, stream))
+        ;
+    stream_release(stream);
 }
 
 jb_status jb_stream_synchronize(jb_stream *stream)
@@ -313,6 +330,7 @@ jb_status jb_install_thread_local_default_stream(jb_stream *stream)
         stack->streams = grown;
         stack->capacity = capacity;
     }
+    atomic_fetch_add_explicit(&stream->refs, 1, memory_order_relaxed);
     stack->streams[stack->depth++] = stream;
     return JB_OK;
 }

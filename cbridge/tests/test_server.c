@@ -185,6 +185,66 @@ static void test_shared_stream(int slow_iterations)
     pthread_cond_destroy(&sh.cond);
 }
 
+/* ---- 2. a stream freed by its owner while another thread has it installed ---- */
+
+typedef struct installed {
+    pthread_mutex_t mutex;
+    pthread_cond_t cond;
+    jb_stream *stream;
+    jb_array *in;
+    int ready, freed, uninstall;
+} installed;
+
+static void *launch_on_installed(void *arg)
+{
+    installed *st = arg;
+    CHECK_OK(jb_install_thread_local_default_stream(st->stream));
+    pthread_mutex_lock(&st->mutex);
+    st->ready = 1;
+    pthread_cond_broadcast(&st->cond);
+    while (!st->freed)
+        pthread_cond_wait(&st->cond, &st->mutex);
+    pthread_mutex_unlock(&st->mutex);
+    /* The owner has freed the stream; it is still this thread's default, and must still work. */
+    for (int i = 0; i < 40; i++) {
+        jb_array *out[1] = {NULL};
+        CHECK_OK(launch(fast, st->in, FAST_N, out));
+        float values[FAST_N] = {0};
+        CHECK_OK(jb_array_read(out[0], values, sizeof values));
+        CHECK(values[FAST_N - 1] == 7.0f, "launch %d on a stream freed elsewhere: %g", i,
+              values[FAST_N - 1]);
+        jb_array_free(out[0]);
+    }
+    if (st->uninstall) /* else the thread's exit lets go of it */
+        CHECK_OK(jb_uninstall_thread_local_default_stream(st->stream));
+    return NULL;
+}
+
+static void test_free_while_installed_elsewhere(int uninstall)
+{
+    installed st = {.uninstall = uninstall};
+    pthread_mutex_init(&st.mutex, NULL);
+    pthread_cond_init(&st.cond, NULL);
+    st.in = from_host(FAST_N, 3.0f);
+    CHECK_OK(jb_array_eval(st.in));
+    CHECK_OK(jb_stream_new(&st.stream, dev));
+    pthread_t t;
+    pthread_create(&t, NULL, launch_on_installed, &st);
+    pthread_mutex_lock(&st.mutex);
+    while (!st.ready)
+        pthread_cond_wait(&st.cond, &st.mutex);
+    pthread_mutex_unlock(&st.mutex);
+    jb_stream_free(st.stream); /* the owner is done with it (a Rust Stream dropped) */
+    pthread_mutex_lock(&st.mutex);
+    st.freed = 1;
+    pthread_cond_broadcast(&st.cond);
+    pthread_mutex_unlock(&st.mutex);
+    pthread_join(t, NULL);
+    jb_array_free(st.in);
+    pthread_mutex_destroy(&st.mutex);
+    pthread_cond_destroy(&st.cond);
+}
+
 int main(void)
 {
     const char *which = getenv("JITBRIDGE_TEST_DEVICE");
@@ -208,6 +268,8 @@ int main(void)
 
     for (int round = 0; round < 2; round++)
         test_shared_stream(cpu ? 40000 : 4000000);
+    test_free_while_installed_elsewhere(1);
+    test_free_while_installed_elsewhere(0);
 
     jb_custom_kernel_free(fast);
     jb_custom_kernel_free(slow);
