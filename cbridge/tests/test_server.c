@@ -30,7 +30,12 @@ static jb_custom_kernel *make_kernel(const char *name, const char *body, jb_conf
 {
     const char *in[] = {"inp"}, *out[] = {"out"};
     jb_dtype f32[] = {JB_F32};
-    jb_kernel_spec spec = {name, in, f32, 1, out, f32, 1, body, NULL, hook, user_data};
+    jb_kernel_spec spec = JB_KERNEL_SPEC_INIT;
+    spec.name = name;
+    spec.input_names = in, spec.input_dtypes = f32, spec.num_inputs = 1;
+    spec.output_names = out, spec.output_dtypes = f32, spec.num_outputs = 1;
+    spec.body = body;
+    spec.configure = hook, spec.configure_user_data = user_data;
     jb_custom_kernel *k = NULL;
     CHECK_OK(jb_custom_kernel_new(&k, &spec));
     return k;
