@@ -230,16 +230,15 @@ jb_status jb_source_module_launch(jb_source_module *m, jb_stream *stream, const 
     jb_launch_args launch = {0, NULL, NULL, total, num_args, slots, true};
     jb_event *done = NULL;
     int status = dev->backend->launch(dev, stream->native, fn, grid, block, 0, &launch);
+    /* Written arrays are ready when the entry has run; all stay held until then. */
     if (status == JB_OK && (status = jb__event_acquire(dev, &done)) == JB_OK)
-        status = jb__event_record(done, stream);
+        status = jb__stream_record_hold(stream, &done, 1, buffers, num_buffers);
     if (status != JB_OK) {
         /* Queued or not, nothing may reuse these buffers before the stream is past them. */
         dev->backend->stream_synchronize(dev, stream->native);
         jb__event_release(done);
         return status;
     }
-    /* Written arrays are ready when the entry has run; all stay held until then. */
-    jb__stream_hold(stream, buffers, num_buffers, done);
     for (size_t i = 0; i < num_args; i++)
         if (args[i].array && args[i].written) {
             jb__event_retain(done);
