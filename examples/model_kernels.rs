@@ -12,7 +12,7 @@
 
 use jitbridge::{Array, Bf16, CustomKernel, DType, Device, KernelSpec, LaunchShape, Param, Scalar};
 
-const RMSNORM: &str = "\
+pub const RMSNORM: &str = "\
 const uint64_t row = thread_index();
 if (row * HEAD_DIM >= x_size) return;
 const bf16 *in = x + row * HEAD_DIM;
@@ -23,7 +23,7 @@ for (int i = 0; i < HEAD_DIM; i++)
     y[row * HEAD_DIM + i] = f32_to_bf16(bf16_to_f32(in[i]) * scale * bf16_to_f32(weight[i]));";
 
 /// One thread per (token, head, i < HEAD_DIM / 2): rotates the pair (i, i + HEAD_DIM / 2).
-const ROTARY: &str = "\
+pub const ROTARY: &str = "\
 const uint64_t t = thread_index();
 const uint64_t half = HEAD_DIM / 2, pair = t % half, vec = t / half;
 if (vec * HEAD_DIM >= x_size) return;
@@ -36,7 +36,7 @@ const float a = bf16_to_f32(in[pair]), b = bf16_to_f32(in[pair + half]);
 y[vec * HEAD_DIM + pair] = f32_to_bf16(a * c - b * s);
 y[vec * HEAD_DIM + pair + half] = f32_to_bf16(b * c + a * s);";
 
-fn kernel(
+pub fn kernel(
     name: &str,
     body: &str,
     head_dim: i64,

@@ -141,31 +141,42 @@ static const char c_prelude[] =
 
 /* CUDA C++ (and HIP through it): no vendor fp16 header is needed, so NVRTC and hiprtc compile it
  * without a toolkit include path; NVIDIA GPUs convert with cvt.rn (round to nearest even). */
+/* Helpers a kernel may not use: unused ones must not fill a compile error's log with warnings. */
+#define JB_CUDA_HELPER static __device__ inline __attribute__((unused))
+#define JB_CUDA_HELPER_TEXT JB_EXPAND_STRINGIFY(JB_CUDA_HELPER)
+
 static const char cuda_prelude[] =
-    "typedef float f32;\ntypedef double f64;\ntypedef signed char i8;\ntypedef unsigned char u8;\n"
-    "typedef int i32;\ntypedef unsigned int u32;\ntypedef long long i64;\n"
+    /* NVRTC has no <stdint.h> without a toolkit path (hiprtc declares these itself); the types
+     * are glibc's LP64 ones, so a source that gets <cstdint> some other way still agrees. */
+    "#if !defined(__HIPCC_RTC__) && !defined(__HIP__)\n"
+    "typedef signed char int8_t;\ntypedef unsigned char uint8_t;\ntypedef short int16_t;\n"
+    "typedef unsigned short uint16_t;\ntypedef int int32_t;\ntypedef unsigned int uint32_t;\n"
+    "typedef long int64_t;\ntypedef unsigned long uint64_t;\n"
+    "#endif\n"
+    "typedef float f32;\ntypedef double f64;\ntypedef int8_t i8;\ntypedef uint8_t u8;\n"
+    "typedef int32_t i32;\ntypedef uint32_t u32;\ntypedef int64_t i64;\n"
     "struct f16 { unsigned short bits; };\nstruct bf16 { unsigned short bits; };\n"
-    JB_EXPAND_STRINGIFY(JB_SOFT_HALF_CODE(static __device__ inline __attribute__((unused)))) "\n"
+    JB_EXPAND_STRINGIFY(JB_SOFT_HALF_CODE(JB_CUDA_HELPER)) "\n"
     "#if defined(__CUDA_ARCH__) && !defined(__HIP__) && !defined(__HIPCC_RTC__)\n"
-    "static __device__ inline f16 f32_to_f16(float x) { f16 r; "
+    JB_CUDA_HELPER_TEXT " f16 f32_to_f16(float x) { f16 r; "
     "asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(r.bits) : \"f\"(x)); return r; }\n"
-    "static __device__ inline float f16_to_f32(f16 x) { float f; "
+    JB_CUDA_HELPER_TEXT " float f16_to_f32(f16 x) { float f; "
     "asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(x.bits)); return f; }\n"
     "#else\n"
-    "static __device__ inline f16 f32_to_f16(float x) { "
+    JB_CUDA_HELPER_TEXT " f16 f32_to_f16(float x) { "
     "f16 r = {jb_f32bits_to_f16bits(__float_as_uint(x))}; return r; }\n"
-    "static __device__ inline float f16_to_f32(f16 x) { "
+    JB_CUDA_HELPER_TEXT " float f16_to_f32(f16 x) { "
     "return __uint_as_float(jb_f16bits_to_f32bits(x.bits)); }\n"
     "#endif\n"
     "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(__HIP__) && "
     "!defined(__HIPCC_RTC__)\n"
-    "static __device__ inline bf16 f32_to_bf16(float x) { bf16 r; "
+    JB_CUDA_HELPER_TEXT " bf16 f32_to_bf16(float x) { bf16 r; "
     "asm(\"cvt.rn.bf16.f32 %0, %1;\" : \"=h\"(r.bits) : \"f\"(x)); return r; }\n"
     "#else\n"
-    "static __device__ inline bf16 f32_to_bf16(float x) { "
+    JB_CUDA_HELPER_TEXT " bf16 f32_to_bf16(float x) { "
     "bf16 r = {jb_f32bits_to_bf16bits(__float_as_uint(x))}; return r; }\n"
     "#endif\n"
-    "static __device__ inline float bf16_to_f32(bf16 x) { "
+    JB_CUDA_HELPER_TEXT " float bf16_to_f32(bf16 x) { "
     "return __uint_as_float((unsigned int)x.bits << 16); }\n";
 
 const char *jb__dtype_prelude(jb_source_dialect dialect)
