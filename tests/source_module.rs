@@ -6,7 +6,7 @@ mod common;
 
 use jitbridge::{
     Arg, Array, Bf16, CompileOptions, Counters, DType, Device, ErrorCode, LaunchShape, Scalar,
-    SourceModule, SourceModuleSpec, Stream,
+    SourceModule, SourceModuleSpec, Stream, streams,
 };
 
 const CPU_SOURCE: &str = r#"
@@ -180,6 +180,47 @@ fn cpu_only_module_is_refused_on_gpu_and_vice_versa() {
         .unwrap_err();
         assert_eq!(err.code(), ErrorCode::InvalidArgument, "{err}");
     }
+}
+
+/// 16 threads, each on its own stream, first-launch one module behind a barrier: one build,
+/// every result right.
+fn first_launch_from_many_threads(device: Device) {
+    let _turn = common::serial();
+    let m = module("4.0f");
+    Counters::reset();
+    let barrier = std::sync::Barrier::new(16);
+    std::thread::scope(|s| {
+        for t in 0..16 {
+            let (m, barrier) = (&m, &barrier);
+            s.spawn(move || {
+                let stream = streams::new_thread_local_generation_stream(device).unwrap();
+                let _default = streams::install_thread_local_default_stream(&stream).unwrap();
+                let x = Array::from_slice(device, &[Bf16::from_f32(t as f32); 32], &[32]).unwrap();
+                let mut z = Array::from_slice(device, &[1.0f32; 32], &[32]).unwrap();
+                barrier.wait();
+                m.launch(
+                    "accumulate",
+                    &mut [Arg::In(&x), Arg::Out(&mut z)],
+                    LaunchShape::Threads(32),
+                )
+                .unwrap();
+                assert_eq!(z.to_vec::<f32>().unwrap(), [1.0 + 4.0 * t as f32; 32], "thread {t}");
+            });
+        }
+    });
+    let c = Counters::read();
+    assert_eq!(c.builds + c.disk_hits, 1, "16 first launches, {} modules", c.builds + c.disk_hits);
+}
+
+#[test]
+fn cpu_first_launch_from_many_threads() {
+    first_launch_from_many_threads(Device::cpu().unwrap());
+}
+
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+#[test]
+fn gpu_first_launch_from_many_threads() {
+    first_launch_from_many_threads(Device::gpu(0).unwrap());
 }
 
 #[test]

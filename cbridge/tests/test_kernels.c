@@ -1,7 +1,8 @@
 /*
  * The kernel API from C: a spec from an older header (smaller struct_size) still works and the
  * bytes past it are never read; sizes the library cannot know are refused; every dtype has a
- * name and size; scalars, a compile-time parameter and an explicit stream in one launch.
+ * name and size; scalars, a compile-time parameter and an explicit stream in one launch; a
+ * whole-source module with two entry points.
  */
 #include "check.h"
 #include "jitbridge.h"
@@ -121,11 +122,64 @@ static void scalars_params_stream(void)
                                                                       "scalar");
 }
 
+static const char raw_source[] =
+    "void fill(void **args, uint64_t threads) {\n"
+    "    float *y = *(float **)args[0]; float v = *(float *)args[1];\n"
+    "    for (uint64_t i = 0; i < threads; i++) y[i] = v + (float)i;\n"
+    "}\n"
+    "void twice(void **args, uint64_t threads) {\n"
+    "    const float *x = *(const float **)args[0]; float *y = *(float **)args[1];\n"
+    "    for (uint64_t i = 0; i < threads; i++) y[i] = 2.0f * x[i] + BIAS;\n"
+    "}\n";
+
+static void source_modules(void)
+{
+    const char *entries[] = {"fill", "twice"}, *defines[] = {"BIAS=0.5f"};
+    jb_source_module_spec spec = JB_SOURCE_MODULE_SPEC_INIT;
+    spec.name = "c_raw", spec.cpu_source = raw_source;
+    spec.entry_names = entries, spec.num_entries = 2;
+    spec.defines = defines, spec.num_defines = 1;
+    jb_source_module *m = NULL;
+    CHECK_OK(jb_source_module_new(&m, &spec));
+    jb_array *x = NULL, *y = NULL;
+    CHECK_OK(jb_array_arange(&x, cpu, 4, JB_F32));
+    CHECK_OK(jb_array_arange(&y, cpu, 4, JB_F32));
+    jb_launch_shape shape = {{0, 0, 0}, {0, 0, 0}, 4};
+    jb_arg fill[] = {{.array = x, .written = 1}, {.scalar = {.dtype = JB_F32, .value.f32 = 10}}};
+    jb_arg twice[] = {{.array = x}, {.array = y, .written = 1}};
+    CHECK_OK(jb_source_module_launch(m, NULL, "fill", fill, 2, &shape));
+    CHECK_OK(jb_source_module_launch(m, NULL, "twice", twice, 2, &shape));
+    float got[4] = {0};
+    CHECK_OK(jb_array_read(y, got, sizeof got));
+    CHECK(got[0] == 20.5f && got[3] == 26.5f, "two entries: %g %g", got[0], got[3]);
+
+    jb_counters before, after;
+    jb_counters_get(&before, sizeof before);
+    CHECK(jb_source_module_launch(m, NULL, "thrice", twice, 2, &shape) == JB_ERR_INVALID_ARGUMENT,
+          "an unknown entry");
+    CHECK(jb_source_module_launch(m, NULL, "fill", fill + 1, 1, &shape) == JB_ERR_INVALID_ARGUMENT,
+          "no array and no stream: no device");
+    jb_counters_get(&after, sizeof after);
+    CHECK(after.builds == before.builds && after.misses == before.misses, "nothing built");
+    jb_source_module_free(m);
+
+    spec.cpu_source = NULL, spec.gpu_source = "extern \"C\" __global__ void fill() {}";
+    CHECK_OK(jb_source_module_new(&m, &spec));
+    CHECK(jb_source_module_launch(m, NULL, "fill", fill, 2, &shape) == JB_ERR_UNSUPPORTED,
+          "no cpu source: %s", jb_last_error_message());
+    jb_source_module_free(m);
+    spec.struct_size = 8;
+    CHECK(jb_source_module_new(&m, &spec) == JB_ERR_INVALID_ARGUMENT, "struct_size too small");
+    jb_array_free(x);
+    jb_array_free(y);
+}
+
 int main(void)
 {
     CHECK_OK(jb_device_get(&cpu, JB_DEVICE_CPU, 0));
     spec_growth();
     dtypes();
     scalars_params_stream();
+    source_modules();
     return check_summary("test_kernels");
 }
