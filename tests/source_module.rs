@@ -238,3 +238,57 @@ fn a_module_without_the_devices_source_is_refused() {
 fn gpu_two_entry_points() {
     two_entry_points(Device::gpu(0).unwrap());
 }
+
+const CHILD: &str = "JB_SOURCE_MODULE_CHILD";
+
+/// In a child process: builds a source module and a kernel with a parameter and options, runs
+/// both, prints the counters.
+#[test]
+fn child_entry() {
+    if std::env::var(CHILD).is_err() {
+        return;
+    }
+    let device = Device::cpu().unwrap();
+    let m = module("5.0f");
+    let x = Array::from_slice(device, &[Bf16::from_f32(1.0); 8], &[8]).unwrap();
+    let mut z = Array::from_slice(device, &[0.0f32; 8], &[8]).unwrap();
+    m.launch("accumulate", &mut [Arg::In(&x), Arg::Out(&mut z)], LaunchShape::Threads(8)).unwrap();
+    let k = jitbridge::CustomKernel::new(&jitbridge::KernelSpec {
+        name: "disk_param",
+        inputs: &[("x", DType::Bf16)],
+        outputs: &[("y", DType::F32)],
+        params: &[("N", jitbridge::Param::Int(3))],
+        options: CompileOptions { fast_math: true, ..Default::default() },
+        body: "y[thread_index()] = bf16_to_f32(x[thread_index()]) * N;",
+        ..Default::default()
+    })
+    .unwrap();
+    let y = k.launch(&[&x], &[&[8]], LaunchShape::Threads(8)).unwrap();
+    let exact = z.to_vec::<f32>().unwrap() == [5.0; 8] && y[0].to_vec::<f32>().unwrap() == [3.0; 8];
+    let c = Counters::read();
+    println!("RESULT builds={} disk_hits={} exact={exact}", c.builds, c.disk_hits);
+}
+
+/// Source modules and kernels with parameters and options go through the disk cache: a second
+/// process compiles nothing.
+#[test]
+fn a_second_process_loads_source_modules_from_disk() {
+    let dir = std::env::temp_dir().join(format!("jb-source-module-disk-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let run = || {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
+            .env(CHILD, "1")
+            .env("JITBRIDGE_CACHE_DIR", &dir)
+            .env_remove("JITBRIDGE_DISK_CACHE")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+        let line = stdout.lines().find_map(|l| l.find("RESULT ").map(|at| l[at..].to_string()));
+        line.unwrap_or_else(|| panic!("no RESULT in {stdout}"))
+    };
+    assert_eq!(run(), "RESULT builds=2 disk_hits=0 exact=true");
+    assert_eq!(run(), "RESULT builds=0 disk_hits=2 exact=true", "the compiler ran again");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
