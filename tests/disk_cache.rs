@@ -156,7 +156,12 @@ struct Report {
 }
 
 fn child_command(dir: &Path, job: &str) -> Command {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    child_command_of(&std::env::current_exe().unwrap(), dir, job)
+}
+
+/// A child running `program` (this test binary or a copy of it).
+fn child_command_of(program: &Path, dir: &Path, job: &str) -> Command {
+    let mut cmd = Command::new(program);
     cmd.args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
         .env(CHILD, job)
         .env("JITBRIDGE_CACHE_DIR", dir)
@@ -968,4 +973,31 @@ fn read_only_folder_still_serves_its_entries() {
         assert_eq!(report.stderr.matches("warning").count(), 1, "{}", report.stderr);
         std::fs::remove_dir_all(&base).unwrap();
     }
+}
+
+/// A setuid host must not take file locations from its caller: JITBRIDGE_SAVE_SOURCE used to be
+/// read with getenv, so the caller had the elevated process write (O_TRUNC) into any folder.
+/// As root, a setuid-nobody copy of this test is the elevated host (AT_SECURE is set).
+#[test]
+fn setuid_host_takes_no_save_folder_from_its_caller() {
+    use std::os::unix::fs::PermissionsExt;
+    if !is_root() {
+        eprintln!("skipped: a setuid copy needs root to make");
+        return;
+    }
+    let base = fresh_dir("setuid");
+    let (host, saved) = (base.join("host"), base.join("saved"));
+    std::fs::create_dir_all(&saved).unwrap();
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&saved, std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::fs::copy(std::env::current_exe().unwrap(), &host).unwrap();
+    std::os::unix::fs::chown(&host, Some(65534), Some(65534)).unwrap();
+    std::fs::set_permissions(&host, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    let mut cmd = child_command_of(&host, &base.join("cache"), "94");
+    let output = cmd.env("JITBRIDGE_SAVE_SOURCE", &saved).output().unwrap();
+    let report = parse(output);
+    assert_eq!(report.builds, 1, "the kernel ran");
+    let written: Vec<_> = std::fs::read_dir(&saved).unwrap().flatten().map(|e| e.path()).collect();
+    assert!(written.is_empty(), "the setuid host wrote where its caller said: {written:?}");
+    std::fs::remove_dir_all(&base).unwrap();
 }

@@ -122,7 +122,7 @@ int jb__kernel_configured(jb_kernel_entry *kernel, jb_configure_hook hook, void 
 static bool save_source(jb_device *dev, const char *module_name, const char *source, char *path,
                         size_t path_len)
 {
-    const char *dir = getenv("JITBRIDGE_SAVE_SOURCE");
+    const char *dir = secure_getenv("JITBRIDGE_SAVE_SOURCE"); /* never a setuid caller's */
     if (!dir || !*dir)
         return false;
     if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
