@@ -70,7 +70,9 @@ fn child_entry() {
     }
     // Timed from here: the launches that meet the disk, not process start or device set-up.
     let launched = Instant::now();
-    if job == "probe" {
+    if job == "gpu" {
+        eprintln!("GPU {:?}", Device::gpu(0).err()); // only loading the library matters
+    } else if job == "probe" {
         let out = jitbridge::jit_race_probe_array(&input, 7).unwrap();
         exact &= jitbridge::race::probe_output_exact(&out.to_vec::<f32>().unwrap());
     } else {
@@ -999,5 +1001,46 @@ fn setuid_host_takes_no_save_folder_from_its_caller() {
     assert_eq!(report.builds, 1, "the kernel ran");
     let written: Vec<_> = std::fs::read_dir(&saved).unwrap().flatten().map(|e| e.path()).collect();
     assert!(written.is_empty(), "the setuid host wrote where its caller said: {written:?}");
+    std::fs::remove_dir_all(&base).unwrap();
+}
+
+/// The same for the GPU backends' toolkit folder: CUDA_PATH (ROCM_PATH, HIP_PATH) used to be
+/// read with getenv, so a setuid host dlopened its caller's libcuda.so.1: the caller's code.
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+#[test]
+fn setuid_host_loads_no_gpu_library_from_its_caller() {
+    use std::os::unix::fs::PermissionsExt;
+    if !is_root() {
+        eprintln!("skipped: a setuid copy needs root to make");
+        return;
+    }
+    let base = fresh_dir("setuid-gpu");
+    let host = base.join("host");
+    std::fs::create_dir_all(&base).unwrap();
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::copy(std::env::current_exe().unwrap(), &host).unwrap();
+    std::os::unix::fs::chown(&host, Some(65534), Some(65534)).unwrap();
+    std::fs::set_permissions(&host, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    let open = base.join("open"); // the elevated host runs as nobody: let it write the marker
+    std::fs::create_dir_all(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let marker = open.join("marker");
+    let planted = planted_shared_object(&base, &marker);
+    let mut cmd = child_command_of(&host, &base.join("cache"), "gpu");
+    for (var, names) in [
+        ("CUDA_PATH", &["libcuda.so.1"][..]),
+        ("ROCM_PATH", &["libamdhip64.so", "libamdhip64.so.5", "libamdhip64.so.6"][..]),
+        ("HIP_PATH", &["libamdhip64.so.7"][..]),
+    ] {
+        let lib = base.join(var).join("lib64");
+        std::fs::create_dir_all(&lib).unwrap();
+        for name in names {
+            std::fs::write(lib.join(name), &planted).unwrap();
+        }
+        std::os::unix::fs::symlink(&lib, base.join(var).join("lib")).unwrap();
+        cmd.env(var, base.join(var));
+    }
+    parse(cmd.output().unwrap());
+    assert!(!marker.exists(), "the setuid host loaded its caller's library");
     std::fs::remove_dir_all(&base).unwrap();
 }

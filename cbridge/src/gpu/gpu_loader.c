@@ -83,7 +83,7 @@ static void *open_library(const char *name, char *why, size_t why_len)
     const char *roots[COUNT(root_vars) + 1];
     size_t num_roots = 0;
     for (size_t i = 0; i < COUNT(root_vars); i++) {
-        const char *root = getenv(root_vars[i]);
+        const char *root = secure_getenv(root_vars[i]); /* a setuid host: never its caller's */
         if (root && root[0])
             roots[num_roots++] = root;
     }
