@@ -83,6 +83,8 @@ static void fault(const char *what, const char *script, int expected, const char
     CHECK(after.builds == before.builds && after.build_failures == before.build_failures + 1,
           "%s: a failure must count once and build nothing", what);
 
+    /* The recovery compile runs with the real compiler: a loaded machine may need seconds. */
+    setenv("JITBRIDGE_COMPILE_TIMEOUT_MS", "60000", 1);
     write_compiler(good_compiler);
     status = launch(kernel, &value);
     CHECK(status == JB_OK, "%s: the next call after the fault failed: %s", what,
@@ -95,10 +97,11 @@ int main(void)
 {
     CHECK(mkdtemp(dir) != NULL, "mkdtemp");
     snprintf(fake_cc, sizeof fake_cc, "%s/cc", dir);
-    /* Before the library reads them: the compiler, no disk cache, a short timeout. */
+    /* Before the library reads them: the compiler, no disk cache, a timeout only a hang meets
+     * (the hang's case shortens it). */
     setenv("CC", fake_cc, 1);
     setenv("JITBRIDGE_DISK_CACHE", "0", 1);
-    setenv("JITBRIDGE_COMPILE_TIMEOUT_MS", "500", 1);
+    setenv("JITBRIDGE_COMPILE_TIMEOUT_MS", "60000", 1);
     CHECK_OK(jb_device_get(&cpu, JB_DEVICE_CPU, 0));
     write_compiler(good_compiler); /* the first use asks it for its version */
 
@@ -106,6 +109,7 @@ int main(void)
     fault("exit status", "#!/bin/sh\necho 'fake compiler refuses' >&2\nexit 3\n", JB_ERR_COMPILE,
           "fake compiler refuses");
     fault("killed by a signal", "#!/bin/sh\nkill -9 $$\n", JB_ERR_COMPILE, "signal 9");
+    setenv("JITBRIDGE_COMPILE_TIMEOUT_MS", "500", 1);
     fault("hangs", "#!/bin/sh\nsleep 30\n", JB_ERR_COMPILE, "did not finish within 500 ms");
     fault("dlopen rejects its output",
           "#!/bin/sh\nwhile [ $# -gt 0 ]; do\n  if [ \"$1\" = -o ]; then echo garbage > \"$2\"; "
