@@ -195,7 +195,8 @@ struct jb_backend {
     void (*event_destroy)(jb_device *dev, void *event);
     int (*event_record)(jb_device *dev, void *event, void *stream);
     int (*event_synchronize)(jb_device *dev, void *event);
-    /* 1 once the work before the event's last record is done (or can never be), else 0. */
+    /* 1 once the work before the event's last record is done, 0 while it runs; a negative
+     * status (the error set) when the query fails (a faulted device): the end is unknown. */
     int (*event_query)(jb_device *dev, void *event);
     int (*mem_alloc)(jb_device *dev, size_t bytes, void **out_ptr);
     void (*mem_free)(jb_device *dev, void *ptr);
@@ -321,12 +322,13 @@ void jb__memory_counters_reset(void);
 /* Records `events` on `stream` and keeps `count` buffers (none: no hold) alive until the last of
  * them fires, in one step under the stream's lock, so that holds sit in the ring in the stream's
  * order whatever other threads launch on it. Also releases earlier holds that fired. A failed
- * record is returned with nothing held. */
+ * record is returned with nothing held; a failed event query (after the hold is in) is returned
+ * with every hold kept. */
 int jb__stream_record_hold(jb_stream *stream, jb_event *const *events, size_t num_events,
                            jb_buffer *const *buffers, size_t count);
 /* Releases the stream's holds whose events have fired; all of them when `all` (the stream has
- * been synchronized). */
-void jb__stream_release_holds(jb_stream *stream, bool all);
+ * been synchronized). A failed event query keeps every hold and is returned. */
+int jb__stream_release_holds(jb_stream *stream, bool all);
 
 /* ---- test hooks (stream.c): compiled only with JB_TEST_HOOKS, never into a normal build ---- */
 #ifdef JB_TEST_HOOKS

@@ -118,39 +118,56 @@ static int hold_fired(jb_device *dev, const jb_hold *hold)
 {
 #ifdef JB_TEST_HOOKS
     if (atomic_load(&test_query_fault))
-        return -JB_ERR_BACKEND;
+        return -jb__fail(JB_ERR_BACKEND, "test hook: the event query failed (a faulted device)");
 #endif
     return dev->backend->event_query(dev, hold->done->native);
 }
 
-void jb__stream_release_holds(jb_stream *stream, bool all)
+/* Counts the oldest holds whose events have fired (under the stream's mutex, count > 0). Work on
+ * one stream finishes in order, so "fired" holds for every hold older than one that fired: ask
+ * the newest, else search for the newest that fired. A failed query (a faulted device) counts
+ * nothing as fired: its status is returned, the work's end being unknown. */
+static int holds_fired(jb_stream *stream, size_t *out)
 {
     jb_device *dev = stream->device;
-    pthread_mutex_lock(&stream->holds_mutex);
-    size_t count = stream->holds_count, releasable = count;
-    if (!all && count) {
-        /* Work on one stream finishes in order, so "fired" holds for every hold older than one
-         * that fired: ask the newest, else search for the newest that fired. */
-        if (!hold_fired(dev, hold_at(stream, count - 1))) {
-            size_t fired = 0, running = count - 1; /* holds [0, fired) fired; `running` did not */
-            /* The newest hold of the previous batch has most likely fired: try it first. */
-            if (count > HOLDS_PER_RELEASE) {
-                size_t guess = count - 1 - HOLDS_PER_RELEASE;
-                if (hold_fired(dev, hold_at(stream, guess)))
-                    fired = guess + 1;
-                else
-                    running = guess;
-            }
-            while (fired < running) {
-                size_t mid = fired + (running - fired) / 2;
-                if (hold_fired(dev, hold_at(stream, mid)))
-                    fired = mid + 1;
-                else
-                    running = mid;
-            }
-            releasable = fired;
-        }
+    size_t count = stream->holds_count;
+    *out = 0;
+    int fired_now = hold_fired(dev, hold_at(stream, count - 1));
+    if (fired_now < 0)
+        return -fired_now;
+    if (fired_now) {
+        *out = count;
+        return JB_OK;
     }
+    size_t fired = 0, running = count - 1; /* holds [0, fired) fired; `running` did not */
+    /* The newest hold of the previous batch has most likely fired: try it first. */
+    if (count > HOLDS_PER_RELEASE) {
+        size_t guess = count - 1 - HOLDS_PER_RELEASE;
+        if ((fired_now = hold_fired(dev, hold_at(stream, guess))) < 0)
+            return -fired_now;
+        if (fired_now)
+            fired = guess + 1;
+        else
+            running = guess;
+    }
+    while (fired < running) {
+        size_t mid = fired + (running - fired) / 2;
+        if ((fired_now = hold_fired(dev, hold_at(stream, mid))) < 0)
+            return -fired_now;
+        if (fired_now)
+            fired = mid + 1;
+        else
+            running = mid;
+    }
+    *out = fired;
+    return JB_OK;
+}
+
+int jb__stream_release_holds(jb_stream *stream, bool all)
+{
+    pthread_mutex_lock(&stream->holds_mutex);
+    size_t releasable = stream->holds_count;
+    int status = !all && releasable ? holds_fired(stream, &releasable) : JB_OK;
     jb_hold *stack_batch[64];
     jb_hold **batch = releasable <= 64 ? stack_batch : malloc(releasable * sizeof *batch);
     if (!batch)
@@ -165,6 +182,7 @@ void jb__stream_release_holds(jb_stream *stream, bool all)
         hold_free(batch[i]);
     if (batch != stack_batch)
         free(batch);
+    return status;
 }
 
 /* Makes room for one more hold in the stream's ring (under its mutex). */
@@ -223,9 +241,7 @@ int jb__stream_record_hold(jb_stream *stream, jb_event *const *events, size_t nu
         jb__stream_release_holds(stream, true);
         return JB_OK;
     }
-    if (release_now)
-        jb__stream_release_holds(stream, false);
-    return JB_OK;
+    return release_now ? jb__stream_release_holds(stream, false) : JB_OK;
 }
 
 jb_status jb_stream_new(jb_stream **out, jb_device *device)

@@ -250,6 +250,43 @@ static void test_free_while_installed_elsewhere(int uninstall)
     pthread_cond_destroy(&st.cond);
 }
 
+/* ---- 3. an event query that fails (a faulted device) is not "done" ---- */
+
+static void test_failed_event_query(void)
+{
+    jb_stream *stream;
+    CHECK_OK(jb_stream_new(&stream, dev));
+    jb_array *in = from_host(FAST_N, 3.0f);
+    CHECK_OK(jb_array_eval(in));
+    CHECK_OK(jb_install_thread_local_default_stream(stream));
+    jb__test_set_query_fault(true);
+    int launched = 40, errors = 0;
+    for (int i = 0; i < launched; i++) {
+        jb_array *out[1] = {NULL};
+        int status = launch(fast, in, FAST_N, out);
+        if (status != JB_OK) {
+            errors++;
+            CHECK(status == JB_ERR_BACKEND && strstr(jb_last_error_message(), "event query"),
+                  "launch %d: status %d, message: %s", i, status, jb_last_error_message());
+            CHECK(out[0] == NULL, "a failed launch handed out an array");
+        }
+        jb_array_free(out[0]); /* only the launch's hold keeps its buffers now */
+    }
+    /* Holds are looked at every 16 launches: each look met the fault and said so. */
+    CHECK(errors == launched / 16, "%d launches reported the failed event query, expected %d",
+          errors, launched / 16);
+    CHECK(jb__test_hold_count(stream) == (size_t)launched,
+          "%zu of %d holds kept after failed event queries", jb__test_hold_count(stream),
+          launched);
+    jb__test_set_query_fault(false);
+    CHECK_OK(jb_stream_synchronize(stream)); /* a real wait, then they may go */
+    CHECK(jb__test_hold_count(stream) == 0, "%zu holds after a synchronize",
+          jb__test_hold_count(stream));
+    CHECK_OK(jb_uninstall_thread_local_default_stream(stream));
+    jb_stream_free(stream);
+    jb_array_free(in);
+}
+
 int main(void)
 {
     const char *which = getenv("JITBRIDGE_TEST_DEVICE");
@@ -275,6 +312,7 @@ int main(void)
         test_shared_stream(cpu ? 40000 : 4000000);
     test_free_while_installed_elsewhere(1);
     test_free_while_installed_elsewhere(0);
+    test_failed_event_query();
 
     jb_custom_kernel_free(fast);
     jb_custom_kernel_free(slow);

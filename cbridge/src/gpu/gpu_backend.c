@@ -219,10 +219,14 @@ static int gpu_event_synchronize(jb_device *dev, void *event)
 
 static int gpu_event_query(jb_device *dev, void *event)
 {
-    if (make_current(dev) != JB_OK)
-        return 1;
-    /* Not ready is the one answer that means "still running"; an error means it never will. */
-    return JB_GPU(cuEventQuery)((CUevent)event) != CUDA_ERROR_NOT_READY;
+    int status = make_current(dev);
+    if (status != JB_OK)
+        return -status;
+    /* An error is not "done": the work may still use its buffers (the caller keeps them). */
+    CUresult r = JB_GPU(cuEventQuery)((CUevent)event);
+    if (r == CUDA_ERROR_NOT_READY)
+        return 0;
+    return r == CUDA_SUCCESS ? 1 : -gpu_fail(r, JB_GPU_STR(cuEventQuery));
 }
 
 static int gpu_mem_alloc(jb_device *dev, size_t bytes, void **out_ptr)
