@@ -281,8 +281,9 @@ typedef struct jb_kernel_config {
 } jb_kernel_config;
 
 /*
- * Runs once per kernel per device, under that kernel's configure mutex, before the first
- * launch; `config` holds the defaults on entry. Non-zero return fails the launch, and the next
+ * Runs once per kernel object per device (two kernels with one source share a module, yet each
+ * runs its own hook and launches with its own result), under a configure mutex, before the
+ * first launch; `config` holds the defaults on entry. Non-zero return fails the launch, and the next
  * launch calls the hook again. May be called from any thread.
  */
 typedef int (*jb_configure_hook)(void *user_data, const jb_device *device,

@@ -436,7 +436,18 @@ int jb__module_create(jb_device *dev, const jb_blob *code, const char *const *ke
                       size_t num_kernels, jb_module **out);
 /* The kernel named `name` in the module, looked up without a lock. */
 jb_kernel_entry *jb__module_kernel(jb_module *module, const char *name);
-/* Runs the kernel's configure hook once for its device; then returns its config and handle. */
+/* One kernel object's configured state on one device: the hook's result, stored before
+ * `configured` is published. Starts zeroed. */
+typedef struct jb_kernel_state {
+    jb_kernel_config config; /* valid once `configured` reads true */
+    atomic_bool configured;
+} jb_kernel_state;
+/* Runs `hook` once for `state` (under the module's kernel mutex); then returns the config and
+ * the kernel's handle. */
+int jb__kernel_configured_for(jb_kernel_entry *kernel, jb_kernel_state *state,
+                              jb_configure_hook hook, void *user_data,
+                              jb_kernel_config *out_config, void **out_fn);
+/* The same with the module entry's own state, for callers without a kernel object (no hook). */
 int jb__kernel_configured(jb_kernel_entry *kernel, jb_configure_hook hook, void *user_data,
                           jb_kernel_config *out_config, void **out_fn);
 /* Builds a module from `source` (disk cache, else compiler; see module.c); a jb_module_builder
@@ -463,6 +474,7 @@ struct jb_custom_kernel {
     char *sources[JB_DIALECT_COUNT];
     jb_configure_hook configure;
     void *configure_user_data;
+    jb_kernel_state configured[JB_MAX_DEVICES]; /* by device index: this hook's own result */
     bool disk_cacheable; /* false for probes: each process must compile them */
 };
 

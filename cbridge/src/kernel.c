@@ -243,7 +243,8 @@ int jb__custom_kernel_prepare(jb_custom_kernel *k, jb_device *dev, jb_kernel_con
                                            build_custom_module, k, &module));
     jb_kernel_entry *entry = jb__module_kernel(module, k->name);
     JB_RETURN_IF(!entry, JB_ERR_LOAD, "module '%s' has no kernel '%s'", k->module_name, k->name);
-    return jb__kernel_configured(entry, k->configure, k->configure_user_data, config, fn);
+    return jb__kernel_configured_for(entry, &k->configured[dev->index], k->configure,
+                                     k->configure_user_data, config, fn);
 }
 
 jb_status jb_custom_kernel_prepare(jb_custom_kernel *kernel, jb_device *device)

@@ -2,7 +2,9 @@
  * Modules: a loaded code object and its kernel table. The table is filled when the module is
  * built and never changes, so looking a kernel up takes no lock. Each kernel's one-time
  * configure hook runs under the module's kernel mutex, and its results are stored before the
- * "configured" flag is published (the other order lets a thread read an unset block size).
+ * "configured" flag is published (the other order lets a thread read an unset block size). The
+ * configured state belongs to the kernel object on a device, not to the module: two kernel
+ * objects with one source share a module but each runs its own hook.
  * Modules are never freed: the cache keeps them for the life of the process.
  */
 #include "internal.h"
@@ -19,8 +21,8 @@ struct jb_kernel_entry {
     jb_module *module;
     char *name;
     void *fn;
-    jb_kernel_config config; /* valid once `configured` reads true */
-    atomic_bool configured;
+    jb_kernel_state state;  /* for callers without a kernel object of their own */
+    uint32_t shared_limit; /* the largest any kernel on it asked for (under the kernel mutex) */
 };
 
 struct jb_module {
@@ -84,36 +86,46 @@ jb_kernel_entry *jb__module_kernel(jb_module *module, const char *name)
 #define KERNEL_UNLOCK(m) pthread_mutex_unlock(&(m)->kernel_mutex)
 #endif
 
-int jb__kernel_configured(jb_kernel_entry *kernel, jb_configure_hook hook, void *user_data,
-                          jb_kernel_config *out_config, void **out_fn)
+int jb__kernel_configured_for(jb_kernel_entry *kernel, jb_kernel_state *state,
+                              jb_configure_hook hook, void *user_data,
+                              jb_kernel_config *out_config, void **out_fn)
 {
-    if (!atomic_load_explicit(&kernel->configured, memory_order_acquire)) {
+    if (!atomic_load_explicit(&state->configured, memory_order_acquire)) {
         jb_module *module = kernel->module;
         int status = JB_OK;
         KERNEL_LOCK(module);
-        if (!atomic_load_explicit(&kernel->configured, memory_order_relaxed)) {
+        if (!atomic_load_explicit(&state->configured, memory_order_relaxed)) {
             uint64_t start = jb__now_ns();
             jb_kernel_config config = {0, 0};
             if (hook && hook(user_data, module->device, &config) != 0)
                 status = jb__fail(JB_ERR_LAUNCH, "the configure hook of kernel '%s' failed",
                                   kernel->name);
-            if (status == JB_OK && config.shared_memory_bytes &&
-                module->device->backend->kernel_set_shared_limit)
-                status = module->device->backend->kernel_set_shared_limit(
-                    module->device, kernel->fn, config.shared_memory_bytes);
+            /* The limit is the function's, shared by every kernel object on it: only raise it. */
+            if (status == JB_OK && config.shared_memory_bytes > kernel->shared_limit &&
+                module->device->backend->kernel_set_shared_limit &&
+                (status = module->device->backend->kernel_set_shared_limit(
+                     module->device, kernel->fn, config.shared_memory_bytes)) == JB_OK)
+                kernel->shared_limit = config.shared_memory_bytes;
             if (status == JB_OK) {
-                kernel->config = config;
+                state->config = config;
                 jb__counters_add_configure();
                 jb__build_steps.configure_ns = jb__now_ns() - start;
-                atomic_store_explicit(&kernel->configured, true, memory_order_release);
+                atomic_store_explicit(&state->configured, true, memory_order_release);
             }
         }
         KERNEL_UNLOCK(module);
         JB_FORWARD_IF_ERROR(status);
     }
-    *out_config = kernel->config;
+    *out_config = state->config;
     *out_fn = kernel->fn;
     return JB_OK;
+}
+
+int jb__kernel_configured(jb_kernel_entry *kernel, jb_configure_hook hook, void *user_data,
+                          jb_kernel_config *out_config, void **out_fn)
+{
+    return jb__kernel_configured_for(kernel, &kernel->state, hook, user_data, out_config,
+                                     out_fn);
 }
 
 /* $JITBRIDGE_SAVE_SOURCE=DIR: every source the library compiles is written to

@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -287,6 +288,55 @@ static void test_failed_event_query(void)
     jb_array_free(in);
 }
 
+/* ---- 4. one source, two kernels, two configure hooks: each hook runs, each result is used ---- */
+
+typedef struct hook_record {
+    atomic_int calls;
+    unsigned threads_per_block;
+} hook_record;
+
+static int record_hook(void *user_data, const jb_device *device, jb_kernel_config *config)
+{
+    (void)device;
+    hook_record *r = user_data;
+    atomic_fetch_add(&r->calls, 1);
+    config->threads_per_block = r->threads_per_block;
+    return 0;
+}
+
+static void test_configure_per_kernel(void)
+{
+    /* 64 threads a block fits a launch; 2048 does not, which the launch must then say. */
+    hook_record small = {0, 64}, large = {0, 2048};
+    const char *body = "out[thread_index()] = inp[thread_index()] + 5.0f;";
+    jb_custom_kernel *a = make_kernel("server_configured", body, record_hook, &small);
+    jb_custom_kernel *b = make_kernel("server_configured", body, record_hook, &large);
+    CHECK(strcmp(jb_custom_kernel_module_name(a), jb_custom_kernel_module_name(b)) == 0,
+          "one source should be one module: %s, %s", jb_custom_kernel_module_name(a),
+          jb_custom_kernel_module_name(b));
+    jb_array *in = from_host(4096, 1.0f);
+    for (int round = 0; round < 2; round++) {
+        jb_array *out[1] = {NULL};
+        CHECK_OK(launch(a, in, 4096, out));
+        float values[4096];
+        CHECK_OK(jb_array_read(out[0], values, sizeof values));
+        CHECK(values[4095] == 6.0f, "kernel a: %g", values[4095]);
+        jb_array_free(out[0]);
+        out[0] = NULL;
+        int status = launch(b, in, 4096, out);
+        CHECK(status == JB_ERR_INVALID_ARGUMENT && strstr(jb_last_error_message(), "fit"),
+              "kernel b ran with 2048 threads a block from its own hook? status %d: %s", status,
+              jb_last_error_message());
+        jb_array_free(out[0]);
+    }
+    CHECK(atomic_load(&small.calls) == 1, "hook a ran %d times", atomic_load(&small.calls));
+    CHECK(atomic_load(&large.calls) == 1, "hook b ran %d times (the module's other kernel "
+          "configured it?)", atomic_load(&large.calls));
+    jb_array_free(in);
+    jb_custom_kernel_free(a);
+    jb_custom_kernel_free(b);
+}
+
 int main(void)
 {
     const char *which = getenv("JITBRIDGE_TEST_DEVICE");
@@ -313,6 +363,7 @@ int main(void)
     test_free_while_installed_elsewhere(1);
     test_free_while_installed_elsewhere(0);
     test_failed_event_query();
+    test_configure_per_kernel();
 
     jb_custom_kernel_free(fast);
     jb_custom_kernel_free(slow);
