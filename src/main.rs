@@ -636,10 +636,22 @@ fn help_command(args: &[String]) -> Outcome {
     Ok(true)
 }
 
-fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+/// The arguments as text; one that is not UTF-8 (no option, device or size is) is a usage error,
+/// never a panic.
+fn text_args() -> Result<Vec<String>, Failure> {
+    std::env::args_os()
+        .skip(1)
+        .map(|arg| {
+            arg.into_string().map_err(|arg| {
+                Failure::Usage(format!("argument {arg:?} is not valid UTF-8"), &HELP)
+            })
+        })
+        .collect()
+}
+
+fn dispatch(args: &[String]) -> Outcome {
     let rest = args.get(1..).unwrap_or(&[]);
-    let result = match args.first().map(String::as_str) {
+    match args.first().map(String::as_str) {
         Some("--version" | "-V") if rest.is_empty() => {
             out!("jitbridge {VERSION}");
             Ok(true)
@@ -655,14 +667,17 @@ fn main() -> ExitCode {
         Some("info") => info_command(rest),
         Some("__first-launch") => first_launch(rest),
         // `jitbridge` alone, or with run's options only, runs.
-        None => run_command(&args),
-        Some(first) if first.starts_with('-') => run_command(&args),
+        None => run_command(args),
+        Some(first) if first.starts_with('-') => run_command(args),
         Some(other) => Err(Failure::Usage(
             format!("no command '{other}' (run, bench, cache, info, help)"),
             &HELP,
         )),
-    };
-    match result {
+    }
+}
+
+fn main() -> ExitCode {
+    match text_args().and_then(|args| dispatch(&args)) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(Failure::Usage(message, c)) => {

@@ -106,6 +106,23 @@ fn unknown_arguments_are_errors_everywhere() {
 }
 
 #[test]
+fn an_argument_that_is_not_utf8_is_a_usage_error() {
+    use std::os::unix::ffi::OsStrExt;
+    for args in
+        [&[&b"\xff"[..]][..], &[b"run", b"--device", b"cpu\xff"], &[b"cache", b"prune", b"1\xffM"]]
+    {
+        let mut command = jitbridge();
+        command.args(args.iter().map(|a| std::ffi::OsStr::from_bytes(a)));
+        let output = finish(command, Duration::from_secs(60));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?} exits 2; stderr: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?} panicked: {stderr}");
+        assert!(stderr.contains("is not valid UTF-8"), "{args:?}: {stderr}");
+        assert!(output.stdout.is_empty(), "{args:?} printed on stdout");
+    }
+}
+
+#[test]
 fn a_missing_value_says_what_is_missing() {
     assert_usage_error(&["run", "--threads"], "--threads needs a value: the number of threads");
     assert_usage_error(&["run", "--rounds"], "--rounds needs a value: the number of rounds");
