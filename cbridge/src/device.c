@@ -100,6 +100,15 @@ static void devices_init(void)
     atomic_store_explicit(&ready_devices, num_devices, memory_order_release);
 }
 
+/* Sets the devices up once; warnings raised meanwhile reach the callback after, so that it may
+ * call the library. */
+static void devices_ready(void)
+{
+    jb__warn_hold();
+    pthread_once(&devices_once, devices_init);
+    jb__warn_release();
+}
+
 void jb__memory_counters_add(jb_counters *out)
 {
     int n = atomic_load_explicit(&ready_devices, memory_order_acquire);
@@ -169,7 +178,7 @@ jb_status jb_backend_device_count(int *out, const char *backend)
     JB_RETURN_IF(!out, JB_ERR_INVALID_ARGUMENT, "jb_backend_device_count: out is NULL");
     *out = 0;
     JB_RETURN_IF(!backend, JB_ERR_INVALID_ARGUMENT, "jb_backend_device_count: backend is NULL");
-    pthread_once(&devices_once, devices_init);
+    devices_ready();
     if (strcmp(backend, "cpu") == 0) {
         *out = 1;
         return JB_OK;
@@ -203,7 +212,7 @@ jb_status jb_device_lookup(jb_device **out, const char *name)
                      JB_ERR_INVALID_ARGUMENT,
                      "device '%s': the part after ':' must be a device number (0, 1, ...)", name);
     }
-    pthread_once(&devices_once, devices_init);
+    devices_ready();
     if (strcmp(backend, "cpu") == 0) {
         JB_RETURN_IF(ordinal != 0, JB_ERR_NO_DEVICE, "no device %s: there is one cpu device (0)",
                      name);
@@ -223,7 +232,7 @@ jb_status jb_device_count(int *out, jb_device_kind kind)
     JB_RETURN_IF(!out, JB_ERR_INVALID_ARGUMENT, "jb_device_count: out is NULL");
     JB_RETURN_IF(kind != JB_DEVICE_CPU && kind != JB_DEVICE_GPU, JB_ERR_INVALID_ARGUMENT,
                  "jb_device_count: unknown device kind %d", (int)kind);
-    pthread_once(&devices_once, devices_init);
+    devices_ready();
     const gpu_backend *gpu = default_gpu_backend();
     *out = kind == JB_DEVICE_CPU ? 1 : gpu ? gpu->count : 0;
     return JB_OK;
@@ -235,7 +244,7 @@ jb_status jb_device_get(jb_device **out, jb_device_kind kind, int ordinal)
     *out = NULL;
     JB_RETURN_IF(kind != JB_DEVICE_CPU && kind != JB_DEVICE_GPU, JB_ERR_INVALID_ARGUMENT,
                  "jb_device_get: unknown device kind %d", (int)kind);
-    pthread_once(&devices_once, devices_init);
+    devices_ready();
     if (kind == JB_DEVICE_CPU) {
         JB_RETURN_IF(ordinal != 0, JB_ERR_NO_DEVICE, "there is one cpu device (0), not %d",
                      ordinal);
@@ -254,7 +263,7 @@ jb_status jb_device_default(jb_device **out)
 {
     JB_RETURN_IF(!out, JB_ERR_INVALID_ARGUMENT, "jb_device_default: out is NULL");
     *out = NULL;
-    pthread_once(&devices_once, devices_init);
+    devices_ready();
     *out = &devices[0];
     return JB_OK;
 }

@@ -351,7 +351,9 @@ static void setup(void)
 
 bool jb__disk_cache_usable(void)
 {
+    jb__warn_hold(); /* setup's warning reaches the callback after the once */
     pthread_once(&setup_once, setup);
+    jb__warn_release();
     return atomic_load(&usable);
 }
 

@@ -134,6 +134,59 @@ jb_status jb_set_log_callback(jb_log_fn fn, void *user_data)
     return JB_OK;
 }
 
+/* Calls the callback (else prints). The callback may call the library: the thread's last error,
+ * which the caller may be about to read, is put back afterwards. */
+static void deliver(const char *text)
+{
+    if (!tls_in_log_callback && pthread_rwlock_rdlock(&log_lock) == 0) {
+        if (log_fn) {
+            int status = tls_status;
+            char *long_message = tls_long;
+            char short_message[JB_SHORT_MESSAGE];
+            memcpy(short_message, tls_short, sizeof short_message);
+            tls_long = NULL;
+            tls_in_log_callback = true;
+            log_fn(log_user_data, JB_LOG_WARNING, text);
+            tls_in_log_callback = false;
+            pthread_rwlock_unlock(&log_lock);
+            free(tls_long);
+            tls_long = long_message;
+            memcpy(tls_short, short_message, sizeof short_message);
+            tls_status = status;
+            return;
+        }
+        pthread_rwlock_unlock(&log_lock);
+    }
+    fprintf(stderr, "jitbridge: warning: %s\n", text);
+}
+
+/* Warnings held back on this thread, oldest first. */
+typedef struct held_warning {
+    struct held_warning *next;
+    char text[];
+} held_warning;
+static _Thread_local int tls_hold_depth;
+static _Thread_local held_warning *tls_held, *tls_held_last;
+
+void jb__warn_hold(void)
+{
+    tls_hold_depth++;
+}
+
+void jb__warn_release(void)
+{
+    if (--tls_hold_depth > 0)
+        return;
+    while (tls_held) {
+        held_warning *w = tls_held;
+        tls_held = w->next;
+        if (!tls_held)
+            tls_held_last = NULL;
+        deliver(w->text);
+        free(w);
+    }
+}
+
 void jb__warn(const char *fmt, ...)
 {
     char text[1024];
@@ -141,15 +194,20 @@ void jb__warn(const char *fmt, ...)
     va_start(args, fmt);
     vsnprintf(text, sizeof text, fmt, args);
     va_end(args);
-    if (!tls_in_log_callback && pthread_rwlock_rdlock(&log_lock) == 0) {
-        if (log_fn) {
-            tls_in_log_callback = true;
-            log_fn(log_user_data, JB_LOG_WARNING, text);
-            tls_in_log_callback = false;
-            pthread_rwlock_unlock(&log_lock);
-            return;
-        }
-        pthread_rwlock_unlock(&log_lock);
+    if (tls_hold_depth == 0 || tls_in_log_callback) {
+        deliver(text);
+        return;
     }
-    fprintf(stderr, "jitbridge: warning: %s\n", text);
+    held_warning *w = malloc(sizeof *w + strlen(text) + 1);
+    if (!w) { /* no memory to hold it: stderr, never the callback under a lock */
+        fprintf(stderr, "jitbridge: warning: %s\n", text);
+        return;
+    }
+    w->next = NULL;
+    memcpy(w->text, text, strlen(text) + 1);
+    if (tls_held_last)
+        tls_held_last->next = w;
+    else
+        tls_held = w;
+    tls_held_last = w;
 }

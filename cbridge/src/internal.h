@@ -24,6 +24,10 @@ int jb__fail_with_log(int status, const char *log, const char *fmt, ...)
 
 /* Every warning the library gives goes through here: to the log callback, else stderr. */
 void jb__warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Between hold and release (nested), this thread's warnings wait and are delivered at the
+ * outermost release: a callback never runs under a library lock or inside a pthread_once. */
+void jb__warn_hold(void);
+void jb__warn_release(void);
 /* Adds text to the end of this thread's last error message (before its log, if any). */
 void jb__error_append(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -250,6 +250,7 @@ static int cache_lookup_or_build(thread_state *ts, jb_device *dev, const char *n
     count(&ts->misses);
 
     int status = JB_OK;
+    jb__warn_hold(); /* a build's warnings reach the callback once the lock is let go */
     CACHE_WRITE_LOCK(cache);
     module = cache_find(cache, key, hash);
     if (!module) {
@@ -272,6 +273,7 @@ static int cache_lookup_or_build(thread_state *ts, jb_device *dev, const char *n
         }
     }
     CACHE_UNLOCK(cache);
+    jb__warn_release();
     if (key != stack_key)
         free(key);
     if (status == JB_OK)

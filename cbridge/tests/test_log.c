@@ -1,8 +1,9 @@
 /*
  * Versions and the log callback: every warning reaches the callback installed at the time,
  * from many threads at once; replacing the callback waits for the calls in progress, so a
- * replaced user_data is never used again; the callback cannot replace itself or recurse; a real
- * warning (a refused cache folder) arrives with the folder named.
+ * replaced user_data is never used again; the callback cannot replace itself or recurse; real
+ * warnings (a refused cache folder, a bad JITBRIDGE_IDLE_CAP) arrive with the folder named, and
+ * the callback may call the library.
  */
 #include "check.h"
 #include "jitbridge_sys.h"
@@ -114,51 +115,104 @@ static void callback_cannot_replace_itself_or_recurse(void)
     CHECK_OK(jb_set_log_callback(NULL, NULL));
 }
 
-static char received[2048];
+/* A callback that uses the library: looks a device up, fails a lookup (setting its thread's
+ * error), and builds a kernel; records each message it gets. */
+static char reentrant_seen[4096];
+static atomic_int reentrant_lookups;
 
-static void keep_message(void *user_data, jb_log_level level, const char *message)
+static void prepare_copy_kernel(const char *name, const char *body, jb_status *status,
+                                char *error, size_t error_len)
 {
-    (void)user_data, (void)level;
-    snprintf(received, sizeof received, "%s", message);
-}
-
-/* Must run before anything else uses the disk cache: its folder is chosen once. */
-static void a_refused_cache_folder_reaches_the_callback(void)
-{
-    char dir[] = "/tmp/jb-test-log-XXXXXX";
-    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
-    chmod(dir, 0777); /* writable by others: the cache must refuse it */
-    setenv("JITBRIDGE_CACHE_DIR", dir, 1);
-    unsetenv("JITBRIDGE_DISK_CACHE");
-    CHECK_OK(jb_set_log_callback(keep_message, NULL));
-
-    jb_device *cpu = NULL;
-    jb_custom_kernel *kernel = NULL;
     const char *in[] = {"inp"}, *out[] = {"out"};
     jb_dtype f32[] = {JB_F32};
     jb_kernel_spec spec = {.struct_size = sizeof(jb_kernel_spec),
-                           .name = "log_test",
+                           .name = name,
                            .input_names = in,
                            .input_dtypes = f32,
                            .num_inputs = 1,
                            .output_names = out,
                            .output_dtypes = f32,
                            .num_outputs = 1,
-                           .body = "out[thread_index()] = inp[thread_index()];"};
-    CHECK_OK(jb_device_get(&cpu, JB_DEVICE_CPU, 0));
-    CHECK_OK(jb_custom_kernel_new(&kernel, &spec));
-    CHECK_OK(jb_custom_kernel_prepare(kernel, cpu));
+                           .body = body};
+    jb_device *cpu = NULL;
+    jb_custom_kernel *kernel = NULL;
+    *status = jb_device_get(&cpu, JB_DEVICE_CPU, 0);
+    if (*status == JB_OK)
+        *status = jb_custom_kernel_new(&kernel, &spec);
+    if (*status == JB_OK)
+        *status = jb_custom_kernel_prepare(kernel, cpu);
+    snprintf(error, error_len, "%s", *status == JB_OK ? "" : jb_last_error_message());
     jb_custom_kernel_free(kernel);
-    CHECK_OK(jb_set_log_callback(NULL, NULL));
+}
 
-    CHECK(strstr(received, dir) != NULL, "the warning %s does not name %s", received, dir);
-    CHECK(strstr(received, "writable by group or others") != NULL, "the warning: %s", received);
+typedef struct inner_build {
+    jb_status status;
+    char error[512];
+} inner_build;
+
+static void *build_inner(void *arg)
+{
+    inner_build *b = arg;
+    prepare_copy_kernel("log_test_inner", "out[thread_index()] = inp[thread_index()];",
+                        &b->status, b->error, sizeof b->error);
+    return NULL;
+}
+
+static void reentrant(void *user_data, jb_log_level level, const char *message)
+{
+    (void)user_data, (void)level;
+    size_t at = strlen(reentrant_seen);
+    snprintf(reentrant_seen + at, sizeof reentrant_seen - at, "%s\n", message);
+    jb_device *device = NULL;
+    if (jb_device_default(&device) == JB_OK && device)
+        atomic_fetch_add(&reentrant_lookups, 1);
+    CHECK(jb_device_lookup(&device, "bogus:0") == JB_ERR_INVALID_ARGUMENT, "bogus device");
+    if (strstr(message, "JITBRIDGE_IDLE_CAP"))
+        return; /* a build now would set the disk cache up, its warning going to stderr */
+    /* Built on another thread, waited for: a callback run under the cache's lock would hang. */
+    inner_build inner = {.status = JB_ERR_SYSTEM};
+    pthread_t thread;
+    CHECK(pthread_create(&thread, NULL, build_inner, &inner) == 0, "pthread_create");
+    pthread_join(thread, NULL);
+    CHECK(inner.status == JB_OK, "a build from inside the callback: %s", inner.error);
+}
+
+/* Warnings raised while the library sets devices up or builds under its cache lock reach a
+ * callback that calls the library: no deadlock (an alarm ends a hang), and the error the
+ * outer call returns is its own. Must run first: devices and the cache folder are set up once. */
+static void a_callback_may_call_the_library(void)
+{
+    char dir[] = "/tmp/jb-test-log-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    chmod(dir, 0777); /* writable by others: the cache refuses it, with a warning */
+    setenv("JITBRIDGE_CACHE_DIR", dir, 1);
+    unsetenv("JITBRIDGE_DISK_CACHE");
+    setenv("JITBRIDGE_IDLE_CAP", "lots", 1); /* warned about while the devices are set up */
+    CHECK_OK(jb_set_log_callback(reentrant, NULL));
+    alarm(20);
+
+    jb_device *cpu = NULL;
+    CHECK_OK(jb_device_get(&cpu, JB_DEVICE_CPU, 0));
+    CHECK(strstr(reentrant_seen, "JITBRIDGE_IDLE_CAP") != NULL, "seen: %s", reentrant_seen);
+    jb_status status;
+    char error[512];
+    prepare_copy_kernel("log_test_outer", "this does not compile;", &status, error, sizeof error);
+    CHECK(status == JB_ERR_COMPILE, "a bad body: status %d: %s", (int)status, error);
+    CHECK(strstr(error, "log_test_outer") != NULL, "the outer error is its own: %s", error);
+    CHECK(strstr(reentrant_seen, dir) != NULL, "seen: %s", reentrant_seen);
+    CHECK(strstr(reentrant_seen, "writable by group or others") != NULL, "seen: %s",
+          reentrant_seen);
+    CHECK(atomic_load(&reentrant_lookups) == 2, "the callback looked up %d devices",
+          atomic_load(&reentrant_lookups));
+    alarm(0);
+    CHECK_OK(jb_set_log_callback(NULL, NULL));
+    unsetenv("JITBRIDGE_IDLE_CAP");
     rmdir(dir);
 }
 
 int main(void)
 {
-    a_refused_cache_folder_reaches_the_callback();
+    a_callback_may_call_the_library();
     versions();
     concurrent_warnings_while_replacing();
     callback_cannot_replace_itself_or_recurse();
