@@ -1044,3 +1044,27 @@ fn setuid_host_loads_no_gpu_library_from_its_caller() {
     assert!(!marker.exists(), "the setuid host loaded its caller's library");
     std::fs::remove_dir_all(&base).unwrap();
 }
+
+/// A process that runs for months sees its folder cleaned under it (`rm -rf ~/.cache/jitbridge`,
+/// a cache cleaner): its held handles then point at removed folders, and every later store used
+/// to fail with one warning, the cache useless until a restart. It sets up again and stores on.
+#[test]
+fn a_long_running_process_stores_on_after_its_folder_is_removed() {
+    for whole_folder in [false, true] {
+        let dir = fresh_dir(if whole_folder { "removed-dir" } else { "removed-tmp" });
+        let go =
+            std::env::temp_dir().join(format!("jb-disk-go-{}-{whole_folder}", std::process::id()));
+        let _ = std::fs::remove_file(&go);
+        let child = child_command(&dir, "96").env(FIRST, "95").env(GO, &go).spawn().unwrap();
+        wait_for(&PathBuf::from(format!("{}.ready", go.display())));
+        std::fs::remove_dir_all(if whole_folder { dir.clone() } else { dir.join("tmp") }).unwrap();
+        std::fs::write(&go, b"").unwrap();
+        let report = parse(child.wait_with_output().unwrap());
+        assert!(!report.stderr.contains("warning"), "{}", report.stderr);
+        assert_eq!(entries(&dir).len(), if whole_folder { 1 } else { 2 }, "not stored");
+        assert_eq!(run_child(&dir, "96").disk_hits, 1);
+        std::fs::remove_dir_all(&dir).unwrap();
+        let _ = std::fs::remove_file(&go);
+        let _ = std::fs::remove_file(format!("{}.ready", go.display()));
+    }
+}

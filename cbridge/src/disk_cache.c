@@ -266,8 +266,15 @@ void jb__disk_store(const jb_disk_key *key, const jb_blob *code)
         return;
     char name[64];
     int fd = create_temporary(tmp, name, sizeof name);
+    int err = errno;
+    if (fd < 0 && err == ENOENT && jb__disk_reattach()) {
+        dir = jb__disk_dir_fd();
+        tmp = jb__disk_tmp_fd();
+        fd = create_temporary(tmp, name, sizeof name);
+        err = errno;
+    }
     if (fd < 0) {
-        jb__disk_stop_storing("cannot write to the cache folder (%s)", strerror(errno));
+        jb__disk_stop_storing("cannot write to the cache folder (%s)", strerror(err));
         return;
     }
     entry_header h;
@@ -278,7 +285,7 @@ void jb__disk_store(const jb_disk_key *key, const jb_blob *code)
     h.checksum = entry_checksum(key->text, key->bytes, code->data, code->size);
     bool ok = write_all(fd, &h, sizeof h) && write_all(fd, key->text, key->bytes) &&
               write_all(fd, code->data, code->size) && fsync(fd) == 0;
-    int err = errno;
+    err = errno;
     ok = close(fd) == 0 && ok;
     if (ok && !publish(tmp, name, dir, key->file)) {
         ok = false;

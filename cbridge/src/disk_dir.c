@@ -37,7 +37,8 @@ static char choose_error[256];
 static pthread_once_t choose_once = PTHREAD_ONCE_INIT;
 
 static char state_text[PATH_MAX + 512] = "not yet used";
-static int dir_fd = -1, tmp_fd = -1;
+static atomic_int dir_fd = -1, tmp_fd = -1;
+static pthread_mutex_t reattach_mutex = PTHREAD_MUTEX_INITIALIZER;
 static atomic_bool usable, storing, warned, set_up;
 static pthread_once_t setup_once = PTHREAD_ONCE_INIT;
 
@@ -273,7 +274,8 @@ void jb__disk_turn_off(const char *fmt, const char *detail)
 /* A disk that cannot take more (read-only, full) still serves the entries it has. */
 void jb__disk_stop_storing(const char *fmt, const char *detail)
 {
-    atomic_store(&storing, false);
+    if (!atomic_exchange(&storing, false) || !atomic_load(&usable))
+        return; /* said already, or the cache is off */
     char why[sizeof state_text];
     say(why, sizeof why, fmt, detail);
     say(state_text, sizeof state_text, "on, read-only: %s", why);
@@ -365,6 +367,28 @@ int jb__disk_dir_fd(void)
 int jb__disk_tmp_fd(void)
 {
     return jb__disk_cache_usable() && atomic_load(&storing) ? tmp_fd : -1;
+}
+
+/* The folder or its tmp/ was removed under a long-running process (a cache cleaner): set up
+ * again. The old handles stay open, as another thread may be using them: one per removal. */
+bool jb__disk_reattach(void)
+{
+    pthread_mutex_lock(&reattach_mutex);
+    struct stat st;
+    int dir = jb__disk_dir_fd(), tmp = -1;
+    if (dir >= 0 && fstat(dir, &st) == 0 && st.st_nlink == 0) {
+        char refused[sizeof state_text];
+        bool missing;
+        dir = open_trusted(cache_dir, true, &missing, refused, sizeof refused);
+        if (dir < 0)
+            jb__disk_turn_off("%s", refused);
+        else
+            atomic_store(&dir_fd, dir);
+    }
+    if (dir >= 0 && (tmp = open_tmp(dir)) >= 0)
+        atomic_store(&tmp_fd, tmp);
+    pthread_mutex_unlock(&reattach_mutex);
+    return tmp >= 0;
 }
 
 int jb__disk_open_for_maintenance(int *out)

@@ -373,6 +373,8 @@ int jb__disk_dir_fd(void);
 int jb__disk_tmp_fd(void);
 /* Turns the cache off for this process with one warning (fmt has one %s for detail). */
 void jb__disk_turn_off(const char *fmt, const char *detail);
+/* Sets up again after the folder or its tmp/ was removed; whether storing can go on. */
+bool jb__disk_reattach(void);
 /* Stops storing new entries, loads go on, with one warning (fmt has one %s for detail). */
 void jb__disk_stop_storing(const char *fmt, const char *detail);
 /* A handle on the folder for `jitbridge cache`, under the same trust rules, creating nothing:
