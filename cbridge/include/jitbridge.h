@@ -152,8 +152,8 @@ JB_API uint64_t jb_device_total_memory(const jb_device *device);
 /*
  * Device memory. A freed array's buffer stays idle on its device for reuse by a request of
  * close size (at most 1/8 larger); a device keeps at most its idle cap of idle bytes, oldest
- * freed first, and keeps its reserved memory within 5/4 of the most ever live where idle
- * buffers allow. An allocation the driver refuses for lack of memory frees the device's idle
+ * freed first, and keeps its reserved memory within 5/4 of the most live bytes (since the last
+ * jb_counters_reset) where idle buffers allow. An allocation the driver refuses for lack of memory frees the device's idle
  * buffers and tries once more. A buffer that queued work still uses is not idle before that
  * work is done and its stream has let go of it (jb_stream_synchronize does). The idle cap
  * defaults to 1/16 of the device's memory (1 GiB where unknown); JITBRIDGE_IDLE_CAP (bytes,

@@ -55,6 +55,14 @@ static void null_pointers(void)
     EXPECT(jb_device_default(NULL), JB_ERR_INVALID_ARGUMENT);
     CHECK(jb_device_index(NULL) == -1, "index of NULL");
     CHECK(jb_device_ordinal(NULL) == -1, "ordinal of NULL");
+    /* Device memory: a NULL device is refused and changes no cap. */
+    uint64_t cap = jb_device_idle_cap(cpu), freed = 1;
+    EXPECT(jb_device_trim(&freed, NULL), JB_ERR_INVALID_ARGUMENT);
+    CHECK(freed == 0, "a failed trim reported %llu bytes freed", (unsigned long long)freed);
+    EXPECT(jb_device_set_idle_cap(NULL, 1), JB_ERR_INVALID_ARGUMENT);
+    CHECK(jb_device_idle_cap(NULL) == 0, "idle cap of NULL");
+    CHECK(jb_device_idle_cap(cpu) == cap, "a refused call changed the cpu's idle cap");
+    EXPECT(jb_device_trim(NULL, cpu), JB_OK);
 
     /* Device names: malformed ones are invalid arguments and leave NULL behind. */
     EXPECT(jb_device_lookup(NULL, "cpu"), JB_ERR_INVALID_ARGUMENT);
