@@ -940,7 +940,8 @@ fn private_folder_under_another_users_tmpdir_runs_nothing_planted() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!marker.exists(), "the attacker's code ran in the root process\n{stdout}\n{stderr}");
     assert!(stdout.contains(tmpdir.to_str().unwrap()), "{stdout}\n{stderr}");
-    assert!(stdout.contains("owned by another user") && stdout.contains("TMPDIR"), "{stdout}");
+    assert!(stdout.contains("owned by another user"), "{stdout}");
+    assert!(stdout.contains("fix: choose a folder of your own with TMPDIR"), "{stdout}");
     std::fs::remove_dir_all(&base).unwrap();
 }
 

@@ -137,10 +137,10 @@ __attribute__((format(printf, 3, 4))) static void say(char *out, size_t len, con
 
 /* Why a folder on the way to the cache lets someone else swap what lies below it, or NULL. */
 static const char *untrusted_parent(const struct stat *st, char *fix, size_t fix_len,
-                                    const char *path)
+                                    const char *path, const char *variable)
 {
     if (st->st_uid != 0 && st->st_uid != geteuid()) {
-        say(fix, fix_len, "choose a folder of your own with JITBRIDGE_CACHE_DIR");
+        say(fix, fix_len, "choose a folder of your own with %s", variable);
         return "is owned by another user";
     }
     if ((st->st_mode & S_ISVTX) == 0 && (st->st_mode & S_IWOTH)) {
@@ -187,7 +187,8 @@ static int open_trusted(const char *path, bool create, bool *missing, char *why,
     const char *bad = NULL;
     char *rest = resolved, *component;
     while (fd >= 0 && (component = strtok_r(rest, "/", &rest))) {
-        if (fstat(fd, &st) != 0 || (bad = untrusted_parent(&st, fix, sizeof fix, walked)))
+        if (fstat(fd, &st) != 0 || (bad = untrusted_parent(&st, fix, sizeof fix, walked,
+                                                              "JITBRIDGE_CACHE_DIR")))
             break;
         size_t at = strlen(walked);
         snprintf(walked + at, sizeof walked - at, "%s%s", at > 1 ? "/" : "", component);
@@ -225,8 +226,8 @@ static int open_trusted(const char *path, bool create, bool *missing, char *why,
     return -1;
 }
 
-bool jb__trusted_folder_path(const char *path, char *resolved, size_t len, char *why,
-                             size_t why_len)
+bool jb__trusted_folder_path(const char *path, const char *variable, char *resolved, size_t len,
+                             char *why, size_t why_len)
 {
     char walked[PATH_MAX] = "/", rest_buf[PATH_MAX], fix[PATH_MAX + 96];
     if (!resolve(path, resolved, len) || snprintf(rest_buf, sizeof rest_buf, "%s", resolved) < 0) {
@@ -242,7 +243,7 @@ bool jb__trusted_folder_path(const char *path, char *resolved, size_t len, char 
             say(why, why_len, "cannot open %s (%s)", walked, strerror(errno));
             break;
         }
-        if ((bad = untrusted_parent(&st, fix, sizeof fix, walked))) {
+        if ((bad = untrusted_parent(&st, fix, sizeof fix, walked, variable))) {
             say(why, why_len, "%s %s; fix: %s", walked, bad, fix);
             break;
         }

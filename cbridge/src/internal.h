@@ -381,9 +381,10 @@ void jb__disk_stop_storing(const char *fmt, const char *detail);
  * *out is -1 when the folder does not exist yet. The caller closes it. */
 int jb__disk_open_for_maintenance(int *out);
 /* Whether no one but root and us can rename or replace anything at or under `path` (each folder
- * from "/" on, checked on its handle); `resolved` gets the path with its links resolved. */
-bool jb__trusted_folder_path(const char *path, char *resolved, size_t len, char *why,
-                             size_t why_len);
+ * from "/" on, checked on its handle); `resolved` gets the path with its links resolved; `why`
+ * names the fix, with the environment `variable` that chose the path. */
+bool jb__trusted_folder_path(const char *path, const char *variable, char *resolved, size_t len,
+                             char *why, size_t why_len);
 
 /* ---- the disk cache's entries (disk_cache.c) ---- */
 #define JB_DISK_ENTRY_SUFFIX ".jbc"

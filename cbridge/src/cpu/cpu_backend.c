@@ -55,11 +55,9 @@ static void cpu_setup(void)
         tmp = "/tmp";
     /* Compiles and dlopen go by path: a TMPDIR someone else controls lets them swap our folder. */
     char trusted[sizeof private_dir - 64], why[sizeof private_dir_error - 128];
-    if (!jb__trusted_folder_path(tmp, trusted, sizeof trusted, why, sizeof why)) {
+    if (!jb__trusted_folder_path(tmp, "TMPDIR", trusted, sizeof trusted, why, sizeof why)) {
         snprintf(private_dir_error, sizeof private_dir_error,
-                 "refusing TMPDIR=%s for the compiler's private folder: %s (or set TMPDIR to a "
-                 "folder of your own)",
-                 tmp, why);
+                 "refusing TMPDIR=%s for the compiler's private folder: %s", tmp, why);
         private_dir[0] = '\0';
         return;
     }
