@@ -37,6 +37,8 @@ static char choose_error[256];
 static pthread_once_t choose_once = PTHREAD_ONCE_INIT;
 
 static char state_text[PATH_MAX + 512] = "not yet used";
+/* Taken by changes to state_text after setup and by the copy each caller gets. */
+static pthread_mutex_t state_mutex = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int dir_fd = -1, tmp_fd = -1;
 static pthread_mutex_t reattach_mutex = PTHREAD_MUTEX_INITIALIZER;
 static atomic_bool usable, storing, warned, set_up;
@@ -267,9 +269,13 @@ void jb__disk_turn_off(const char *fmt, const char *detail)
 {
     atomic_store(&usable, false);
     atomic_store(&storing, false);
-    say(state_text, sizeof state_text, fmt, detail);
+    char text[sizeof state_text];
+    say(text, sizeof text, fmt, detail);
+    pthread_mutex_lock(&state_mutex);
+    memcpy(state_text, text, sizeof text);
+    pthread_mutex_unlock(&state_mutex);
     if (!atomic_exchange(&warned, true))
-        jb__warn("%s; compiled code is kept in memory only", state_text);
+        jb__warn("%s; compiled code is kept in memory only", text);
 }
 
 /* A disk that cannot take more (read-only, full) still serves the entries it has. */
@@ -279,7 +285,9 @@ void jb__disk_stop_storing(const char *fmt, const char *detail)
         return; /* said already, or the cache is off */
     char why[sizeof state_text];
     say(why, sizeof why, fmt, detail);
+    pthread_mutex_lock(&state_mutex);
     say(state_text, sizeof state_text, "on, read-only: %s", why);
+    pthread_mutex_unlock(&state_mutex);
     if (!atomic_exchange(&warned, true))
         jb__warn("%s; new compiled code is not stored on disk", why);
 }
@@ -423,8 +431,13 @@ jb_status jb_disk_cache_dir(const char **out)
 const char *jb_disk_cache_state(void)
 {
     static _Thread_local char preview[sizeof state_text];
-    if (atomic_load(&set_up))
-        return state_text;
+    if (atomic_load(&set_up)) {
+        /* A copy of this thread's: another thread may turn the cache off meanwhile. */
+        pthread_mutex_lock(&state_mutex);
+        memcpy(preview, state_text, sizeof preview);
+        pthread_mutex_unlock(&state_mutex);
+        return preview;
+    }
     /* Not used yet in this process: say what would happen, creating nothing. */
     const char *value, *why;
     const char *folder = jb__disk_folder(&why);

@@ -9,6 +9,7 @@
 #include "check.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -337,6 +338,30 @@ static void test_configure_per_kernel(void)
     jb_custom_kernel_free(b);
 }
 
+/* ---- 5. the disk cache's state string stays this thread's while another thread changes it ---- */
+
+static void *turn_disk_cache_off(void *arg)
+{
+    (void)arg;
+    jb__disk_turn_off("off: %s", "turned off by test_server's other thread");
+    return NULL;
+}
+
+static void test_disk_state_is_the_callers(void)
+{
+    const char *state = jb_disk_cache_state();
+    char before[512];
+    snprintf(before, sizeof before, "%s", state);
+    pthread_t t;
+    pthread_create(&t, NULL, turn_disk_cache_off, NULL);
+    pthread_join(t, NULL);
+    CHECK(strcmp(state, before) == 0,
+          "the string jb_disk_cache_state returned changed under this thread: \"%s\" became "
+          "\"%s\"", before, state);
+    CHECK(strstr(jb_disk_cache_state(), "test_server's other thread"),
+          "a new call sees the new state: %s", jb_disk_cache_state());
+}
+
 int main(void)
 {
     const char *which = getenv("JITBRIDGE_TEST_DEVICE");
@@ -364,6 +389,7 @@ int main(void)
     test_free_while_installed_elsewhere(0);
     test_failed_event_query();
     test_configure_per_kernel();
+    test_disk_state_is_the_callers(); /* last: it turns the disk cache off */
 
     jb_custom_kernel_free(fast);
     jb_custom_kernel_free(slow);
