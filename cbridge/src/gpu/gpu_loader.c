@@ -84,8 +84,11 @@ static void *open_library(const char *name, char *why, size_t why_len)
     size_t num_roots = 0;
     for (size_t i = 0; i < COUNT(root_vars); i++) {
         const char *root = secure_getenv(root_vars[i]); /* a setuid host: never its caller's */
-        if (root && root[0])
+        if (root && root[0] == '/')
             roots[num_roots++] = root;
+        else if (root && root[0] && !why[0]) /* relative: would load from the current folder */
+            snprintf(why, why_len, "%s: %s not found: %s=%s was not searched (not an absolute path)",
+                     JB_GPU_BACKEND_NAME, name, root_vars[i], root);
     }
     roots[num_roots++] = BUILD_ROOT;
     for (size_t r = 0; r < num_roots; r++) {
