@@ -1069,3 +1069,31 @@ fn a_long_running_process_stores_on_after_its_folder_is_removed() {
         let _ = std::fs::remove_file(format!("{}.ready", go.display()));
     }
 }
+
+/// The same for the compiler: CC used to be read with getenv, so a setuid host ran its caller's
+/// program (at `--version` and at every compile) with its own privileges.
+#[test]
+fn setuid_host_runs_no_compiler_of_its_caller() {
+    use std::os::unix::fs::PermissionsExt;
+    if !is_root() {
+        eprintln!("skipped: a setuid copy needs root to make");
+        return;
+    }
+    let base = fresh_dir("setuid-cc");
+    let (host, open, cc) = (base.join("host"), base.join("open"), base.join("cc"));
+    std::fs::create_dir_all(&open).unwrap();
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let marker = open.join("marker");
+    std::fs::write(&cc, format!("#!/bin/sh\necho ran > {}\nexec cc \"$@\"\n", marker.display()))
+        .unwrap();
+    std::fs::set_permissions(&cc, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::copy(std::env::current_exe().unwrap(), &host).unwrap();
+    std::os::unix::fs::chown(&host, Some(65534), Some(65534)).unwrap();
+    std::fs::set_permissions(&host, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    let mut cmd = child_command_of(&host, &base.join("cache"), "97");
+    let report = parse(cmd.env("CC", &cc).output().unwrap());
+    assert_eq!(report.builds, 1, "the kernel ran");
+    assert!(!marker.exists(), "the setuid host ran its caller's compiler");
+    std::fs::remove_dir_all(&base).unwrap();
+}

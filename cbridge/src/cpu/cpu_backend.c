@@ -40,7 +40,7 @@ static void remove_private_dir(void)
 
 static void cpu_setup(void)
 {
-    const char *cc = getenv("CC");
+    const char *cc = secure_getenv("CC"); /* a setuid host must not run its caller's compiler */
     if (cc && *cc)
         snprintf(compiler_line, sizeof compiler_line, "%s", cc);
     /* $CC may carry words ("ccache gcc", "gcc -m64"); split on blanks, no shell involved. */
