@@ -38,7 +38,8 @@ pub struct ColdSteps {
     pub record_ns: f64,
     pub sync_ns: f64,
     pub total_ns: f64,
-    /// The compiler alone, right after, on the very same source and options.
+    /// The compiler alone, right after, on the very same source and options: NVRTC answers it
+    /// from its compute cache, so it is no baseline for a first compile.
     pub compile_again_ns: f64,
 }
 

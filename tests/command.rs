@@ -212,3 +212,31 @@ fn a_normal_build_has_every_lock() {
     assert_eq!(code, 0, "{stderr}");
     assert!(!stdout.contains("without locks"), "a normal build lacks a lock:\n{stdout}");
 }
+
+/// bench's section 5 salts its child's source so NVRTC's compute cache (CUDA) holds nothing for
+/// it: the same salt finds the entry the first child stored, another salt is a new source.
+#[test]
+fn first_launch_child_salt_makes_a_new_source() {
+    let dir = std::env::temp_dir().join(format!("jitbridge-salt-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let child = |args: &[&str]| {
+        let mut command = jitbridge();
+        command.env_remove("JITBRIDGE_DISK_CACHE").env("JITBRIDGE_CACHE_DIR", &dir);
+        command.arg("__first-launch").args(args);
+        finish(command, Duration::from_secs(120))
+    };
+    let hits = |out: &Output| {
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(text.contains("exact=true"), "{text}");
+        text.split_whitespace()
+            .find_map(|kv| kv.strip_prefix("disk_hits=")?.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no disk_hits in {text}"))
+    };
+    assert_eq!(hits(&child(&["cpu", "salt 1"])), 0);
+    assert_eq!(hits(&child(&["cpu", "salt 1"])), 1, "the same salt is the same source");
+    assert_eq!(hits(&child(&["cpu", "salt 2"])), 0, "another salt is another source");
+    let extra = child(&["cpu", "salt 1", "more"]);
+    assert_eq!(extra.status.code(), Some(2), "a third argument is a usage error");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -53,7 +53,7 @@ typedef struct jb_bench_cold_steps {
     double sync_ns;          /* waiting for the kernel to finish */
     double total_ns;         /* the first launch as a caller sees it: staging to finished */
     double compile_again_ns; /* the compiler alone, right after, on the very same source and
-                              * options: the baseline, measured on what was built */
+                              * options: NVRTC's compute-cache hit, not a fair baseline */
 } jb_bench_cold_steps;
 /* One first launch of the probe `variant` (which must not be built yet) on the thread's default
  * stream, timed per step; the stream is drained. */

@@ -124,31 +124,35 @@ static int hold_fired(jb_device *dev, const jb_hold *hold)
 }
 
 /* Counts the oldest holds whose events have fired (under the stream's mutex, count > 0). Work on
- * one stream finishes in order, so "fired" holds for every hold older than one that fired: ask
- * the newest, else search for the newest that fired. A failed query (a faulted device) counts
- * nothing as fired: its status is returned, the work's end being unknown. */
+ * one stream finishes in order, so "fired" holds for every hold older than one that fired. A
+ * query is a driver call on the launch path (1.3-1.6 us on an H200), so the newest hold of the
+ * previous batch, most likely fired, is asked first and when it fired releases its batch alone:
+ * one query per batch, the newer holds going with the next batch. Otherwise (or with one batch
+ * held) ask the newest, else search for the newest that fired. A failed query (a faulted
+ * device) counts nothing as fired: its status is returned, the work's end being unknown. */
 static int holds_fired(jb_stream *stream, size_t *out)
 {
     jb_device *dev = stream->device;
     size_t count = stream->holds_count;
     *out = 0;
-    int fired_now = hold_fired(dev, hold_at(stream, count - 1));
-    if (fired_now < 0)
-        return -fired_now;
-    if (fired_now) {
-        *out = count;
-        return JB_OK;
-    }
     size_t fired = 0, running = count - 1; /* holds [0, fired) fired; `running` did not */
-    /* The newest hold of the previous batch has most likely fired: try it first. */
+    int fired_now;
     if (count > HOLDS_PER_RELEASE) {
         size_t guess = count - 1 - HOLDS_PER_RELEASE;
         if ((fired_now = hold_fired(dev, hold_at(stream, guess))) < 0)
             return -fired_now;
-        if (fired_now)
-            fired = guess + 1;
-        else
-            running = guess;
+        if (fired_now) {
+            *out = guess + 1;
+            return JB_OK;
+        }
+        running = guess;
+    } else {
+        if ((fired_now = hold_fired(dev, hold_at(stream, count - 1))) < 0)
+            return -fired_now;
+        if (fired_now) {
+            *out = count;
+            return JB_OK;
+        }
     }
     while (fired < running) {
         size_t mid = fired + (running - fired) / 2;
