@@ -21,6 +21,7 @@ pub struct Scale {
     builds_each: usize,
     new_process_rounds: usize,
     new_threads: usize,
+    soak_seconds: f64,
     pub quick: bool,
 }
 
@@ -33,6 +34,7 @@ impl Scale {
         builds_each: 4,
         new_process_rounds: 3,
         new_threads: 200,
+        soak_seconds: 20.0,
         quick: false,
     };
     /// Every measure once and small (seconds): checks the bench works, its numbers are noise.
@@ -43,6 +45,7 @@ impl Scale {
         builds_each: 1,
         new_process_rounds: 1,
         new_threads: 4,
+        soak_seconds: 2.0,
         quick: true,
     };
 }
@@ -169,13 +172,13 @@ fn lookup_ns(
 }
 
 /// Latencies in nanoseconds: exact below 4096 ns, then 16 buckets per power of two.
-struct Histogram {
+pub(crate) struct Histogram {
     counts: Vec<u64>,
-    max: u64,
+    pub(crate) max: u64,
 }
 
 impl Histogram {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let mut counts = vec![0; 4096 + 64 * 16];
         // Touch every page now, not on the first record (a page fault would be measured).
         for page in counts.chunks_mut(512) {
@@ -200,7 +203,7 @@ impl Histogram {
         let sub = ((bucket - 4096) % 16) as u64;
         (1u64 << power) + (sub << (power - 4))
     }
-    fn record(&mut self, ns: u64) {
+    pub(crate) fn record(&mut self, ns: u64) {
         self.counts[Self::bucket(ns)] += 1;
         self.max = self.max.max(ns);
     }
@@ -223,10 +226,10 @@ impl Histogram {
             .map(|(p, c)| (if p == 0 { 0 } else { 1u64 << (p - 1) }, *c))
             .collect()
     }
-    fn total(&self) -> u64 {
+    pub(crate) fn total(&self) -> u64 {
         self.counts.iter().sum()
     }
-    fn quantile(&self, q: f64) -> u64 {
+    pub(crate) fn quantile(&self, q: f64) -> u64 {
         let total: u64 = self.counts.iter().sum();
         let wanted = (total as f64 * q).ceil() as u64;
         let mut seen = 0;
@@ -634,6 +637,46 @@ pub fn run(device: Device, scale: &Scale) -> Result<Vec<Row>, jitbridge::Error> 
             hardware: H200_CUDA,
         }),
     });
+
+    // 6. The soak's decode step alone and while other workers first-launch new kernels.
+    note!("bench: decode steps during first launches (a short soak)");
+    let soak = crate::soak::run(device, scale.soak_seconds, false)?;
+    if !soak.exact() {
+        let first = soak.first_errors.first().cloned().unwrap_or_default();
+        return Err(jitbridge::Error::new_other(format!(
+            "the soak's outputs were not exact: {first}"
+        )));
+    }
+    if soak.decode_alone.steps == 0 || soak.decode_together.steps == 0 {
+        return Err(jitbridge::Error::new_other("the soak measured no decode step in a phase"));
+    }
+    for (name, alone, together) in [
+        (
+            "decode step p50, with first launches vs alone",
+            soak.decode_alone.p50_ns,
+            soak.decode_together.p50_ns,
+        ),
+        (
+            "decode step p99, with first launches vs alone",
+            soak.decode_alone.p99_ns,
+            soak.decode_together.p99_ns,
+        ),
+    ] {
+        let p99 = name.contains("p99");
+        rows.push(Row {
+            section: "6 decode under load",
+            name: format!("{name} ({} s soak)", scale.soak_seconds),
+            value: together as f64,
+            unit: "ns",
+            baseline: Some(alone as f64),
+            target: p99.then_some(Target {
+                max_value: None,
+                max_ratio: Some(crate::soak::MAX_P99_RATIO),
+                text: "<= 1.1x",
+                hardware: H200,
+            }),
+        });
+    }
     Ok(rows)
 }
 

@@ -18,6 +18,7 @@ macro_rules! note {
 }
 
 mod bench;
+mod soak;
 
 use jitbridge::{Counters, Device, race};
 use std::process::ExitCode;
@@ -84,6 +85,35 @@ options:
   --device D    cpu, gpu, cuda or rocm, with an optional :N (default: as for run)",
 };
 
+const SOAK: Command = Command {
+    name: "soak",
+    usage: "jitbridge soak [--seconds N] [--json] [--device cpu|gpu|cuda|rocm[:N]]",
+    about: "live like a server for a while: checks every output, memory and decode latency",
+    details: "A decode loop launches a warm kernel on its own stream; embedding and rerank workers
+first-launch a new kernel (a new shape or variant) every 250 ms and launch their recent ones on
+batches of varying sizes; two threads share one stream; a batch worker keeps arrays of 4 KiB to
+4 MiB alive and frees them; midway a forked child compiles a kernel on the cpu and exits.
+Every output is read back and checked exactly. Phases: decode alone (warm-up, then measured),
+with the others (warm-up, then measured), decode alone again (measured).
+
+Printed: decode-step p50/p99 alone and with the others, reserved vs peak live device bytes over
+time, RSS growth after warm-up (/proc/self/statm), builds and hits, and whether each target was
+met: every output exact; decode p99 with the others at most 1.1x alone; reserved at most 1.25x
+peak live; RSS growth after warm-up under 1%.
+
+The workers' kernels are the same in every run (a second run may load them from the disk
+cache); the child's is new in each run.
+
+options:
+  --seconds N   how long, 1 to 86400 (default 30)
+  --json        one JSON object on stdout instead of the table
+  --device D    cpu, gpu, cuda or rocm, with an optional :N (default: as for run)
+
+exit status: 0 when every output was exact and the memory targets (reserved, RSS) were met,
+1 when not (the latency target is printed, never judged here: it depends on the host's load),
+2 on an error",
+};
+
 const CACHE: Command = Command {
     name: "cache",
     usage: "jitbridge cache [show | clear | prune SIZE | verify [--fix]]",
@@ -118,7 +148,7 @@ const HELP: Command = Command {
     details: "",
 };
 
-const COMMANDS: [&Command; 5] = [&RUN, &BENCH, &CACHE, &INFO, &HELP];
+const COMMANDS: [&Command; 6] = [&RUN, &BENCH, &SOAK, &CACHE, &INFO, &HELP];
 
 fn command(name: &str) -> Option<&'static Command> {
     COMMANDS.iter().copied().find(|c| c.name == name)
@@ -437,6 +467,35 @@ fn bench_command(args: &[String]) -> Outcome {
     Ok(true)
 }
 
+/// Most seconds `soak --seconds` takes: a day.
+const MAX_SOAK_SECONDS: u64 = 86_400;
+
+fn soak_command(args: &[String]) -> Outcome {
+    let opts = [
+        Opt { flag: "--seconds", value: Some("how long to run, 1 to 86400 seconds") },
+        Opt { flag: "--json", value: None },
+        DEVICE_OPT,
+    ];
+    let Some(args) = parse_args(&SOAK, args, &opts)? else {
+        print_help(&SOAK);
+        return Ok(true);
+    };
+    no_positional(&SOAK, &args)?;
+    let usage = |message| Failure::Usage(message, &SOAK);
+    let seconds = match args.get("--seconds") {
+        Some(text) => parse_count("--seconds", text, MAX_SOAK_SECONDS).map_err(usage)?,
+        None => 30,
+    };
+    let device = device_or_default(args.get("--device"))?;
+    let report = soak::run(device, seconds as f64, true)?;
+    if args.has("--json") {
+        soak::print_json(device, &report);
+    } else {
+        soak::print_table(device, &report);
+    }
+    Ok(report.passed())
+}
+
 /// Bytes as a person reads them, exact in parentheses: "512 bytes", "15.6 KiB (16000 bytes)".
 fn readable_bytes(bytes: u64) -> String {
     const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
@@ -629,7 +688,7 @@ fn help_command(args: &[String]) -> Outcome {
             Some(c) => print_help(c),
             None => {
                 return Err(Failure::Usage(
-                    format!("no command '{name}' (run, bench, cache, info, help)"),
+                    format!("no command '{name}' (run, bench, soak, cache, info, help)"),
                     &HELP,
                 ));
             }
@@ -668,6 +727,7 @@ fn dispatch(args: &[String]) -> Outcome {
         Some("help") => help_command(rest),
         Some("run") => run_command(rest),
         Some("bench") => bench_command(rest),
+        Some("soak") => soak_command(rest),
         Some("cache") => cache_command(rest),
         Some("info") => info_command(rest),
         Some("__first-launch") => first_launch(rest),
@@ -675,7 +735,7 @@ fn dispatch(args: &[String]) -> Outcome {
         None => run_command(args),
         Some(first) if first.starts_with('-') => run_command(args),
         Some(other) => Err(Failure::Usage(
-            format!("no command '{other}' (run, bench, cache, info, help)"),
+            format!("no command '{other}' (run, bench, soak, cache, info, help)"),
             &HELP,
         )),
     }
