@@ -118,6 +118,33 @@ fn a_freed_600_mib_output_makes_room_for_400_mib_under_a_limit() {
     after.eval().unwrap();
 }
 
+/// A server reads its output back and drops it without synchronizing the stream: the launch's
+/// finished hold must not keep the 600 MiB from the next request (the retry and trim let go of
+/// fired holds first), nor from a trim.
+#[test]
+fn a_read_and_dropped_output_is_given_back_without_a_stream_synchronize() {
+    let name = "a_read_and_dropped_output_is_given_back_without_a_stream_synchronize";
+    if run_in_child(name, &[]).is_some() {
+        return;
+    }
+    let cpu = Device::cpu().unwrap();
+    let stream = streams::new_thread_local_generation_stream(cpu).unwrap();
+    let _guard = streams::install_thread_local_default_stream(&stream).unwrap();
+    let warm = warm_up(cpu, &stream);
+    let big = output_of(&warm.kernel, &warm.x, 64 * MIB).unwrap();
+    big.eval().unwrap();
+    drop(big);
+    let freed = cpu.trim().unwrap();
+    assert!(freed >= 64 * MIB, "trim freed {freed} bytes: a finished launch still held 64 MiB");
+    limit_address_space(1100 * MIB);
+    let big = output_of(&warm.kernel, &warm.x, 600 * MIB).expect("600 MiB fits the limit");
+    big.eval().unwrap();
+    drop(big);
+    let after = output_of(&warm.kernel, &warm.x, 400 * MIB)
+        .expect("400 MiB after the 600 MiB output was read and freed, no synchronize");
+    after.eval().unwrap();
+}
+
 /// Under a limit that the 5/4 bound does not foresee, a refused allocation frees the idle
 /// buffers and succeeds on its one retry, and the retry is counted.
 #[test]

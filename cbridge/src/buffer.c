@@ -194,7 +194,7 @@ static int allocate(jb_device *dev, size_t bytes, size_t capacity, jb_buffer *bu
     return status;
 }
 
-int jb__buffer_new(jb_device *dev, size_t bytes, jb_buffer **out)
+int jb__buffer_alloc(jb_device *dev, size_t bytes, jb_buffer **out)
 {
     *out = NULL;
     JB_RETURN_IF(bytes > MAX_BUFFER_BYTES, JB_ERR_OUT_OF_MEMORY,
@@ -364,20 +364,14 @@ uint64_t jb_device_idle_cap(const jb_device *device)
     return cap;
 }
 
-jb_status jb_device_trim(uint64_t *out_freed, jb_device *device)
+uint64_t jb__buffer_trim(jb_device *device)
 {
-    if (out_freed)
-        *out_freed = 0;
-    JB_RETURN_IF(!device, JB_ERR_INVALID_ARGUMENT, "jb_device_trim: device is NULL");
     jb_buffer_cache *c = &device->buffers;
     jb_buffer *victims = NULL;
     pthread_mutex_lock(&c->mutex);
     evict_to(c, 0, &victims);
     pthread_mutex_unlock(&c->mutex);
-    uint64_t freed = free_victims(device, victims);
-    if (out_freed)
-        *out_freed = freed;
-    return JB_OK;
+    return free_victims(device, victims);
 }
 
 void jb__buffer_counters_add(jb_device *dev, jb_counters *out)

@@ -45,6 +45,7 @@ static void device_common_init(jb_device *dev, int index)
 {
     dev->index = index;
     jb__event_pool_init(&dev->event_pool);
+    pthread_mutex_init(&dev->streams_mutex, NULL);
     jb__buffer_cache_init(dev); /* after total_memory: the default idle cap depends on it */
 }
 

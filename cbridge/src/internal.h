@@ -263,6 +263,10 @@ struct jb_device {
     uint64_t total_memory;
     jb_event_pool event_pool;
     jb_buffer_cache buffers;
+    /* Every live stream of the device: a failed allocation or a trim lets go of their fired
+     * holds, so finished work nobody synchronized does not keep its memory. */
+    pthread_mutex_t streams_mutex;
+    struct jb_stream *streams;
 };
 
 /* ---- events (event_pool.c) ---- */
@@ -293,6 +297,7 @@ struct jb_stream {
     jb_hold **holds;
     size_t holds_capacity, holds_first, holds_count;
     unsigned holds_since_release;
+    jb_stream *device_prev, *device_next; /* the device's streams, under its streams_mutex */
 };
 /* The calling thread's default stream for `dev`, created on first use. */
 int jb__current_stream(jb_device *dev, jb_stream **out);
@@ -308,7 +313,12 @@ typedef struct jb_buffer {
     struct jb_buffer *bucket_prev, *bucket_next; /* while idle: its bucket */
     struct jb_buffer *older, *newer;             /* while idle: the device's idle list */
 } jb_buffer;
+int jb__buffer_alloc(jb_device *dev, size_t bytes, jb_buffer **out);
+/* jb__buffer_alloc that, on running out of memory, first lets go of the device's streams' fired
+ * holds and tries once more (stream.c). */
 int jb__buffer_new(jb_device *dev, size_t bytes, jb_buffer **out);
+/* Frees every idle buffer of the device; returns the bytes freed. */
+uint64_t jb__buffer_trim(jb_device *dev);
 void jb__buffer_retain(jb_buffer *buf);
 /* Drops a reference; the last one returns the buffer to its device's cache, and frees idle
  * buffers past the idle cap. Any thread, but not inside a driver callback (it may free). */

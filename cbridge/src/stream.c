@@ -265,6 +265,12 @@ jb_status jb_stream_new(jb_stream **out, jb_device *device)
         free(stream);
         return status;
     }
+    pthread_mutex_lock(&device->streams_mutex);
+    stream->device_next = device->streams;
+    if (device->streams)
+        device->streams->device_prev = stream;
+    device->streams = stream;
+    pthread_mutex_unlock(&device->streams_mutex);
     *out = stream;
     return JB_OK;
 }
@@ -280,6 +286,14 @@ static void stream_release(jb_stream *stream)
     if (!stream || atomic_fetch_sub_explicit(&stream->refs, 1, memory_order_acq_rel) != 1)
         return;
     jb_device *dev = stream->device;
+    pthread_mutex_lock(&dev->streams_mutex);
+    if (stream->device_prev)
+        stream->device_prev->device_next = stream->device_next;
+    else
+        dev->streams = stream->device_next;
+    if (stream->device_next)
+        stream->device_next->device_prev = stream->device_prev;
+    pthread_mutex_unlock(&dev->streams_mutex);
     dev->backend->stream_synchronize(dev, stream->native);
     jb__stream_release_holds(stream, true);
     dev->backend->stream_destroy(dev, stream->native);
@@ -296,6 +310,37 @@ void jb_stream_free(jb_stream *stream)
     while (this_thread_streams_tls && remove_installed(this_thread_streams_tls, stream))
         ;
     stream_release(stream);
+}
+
+/* Lets go of the fired holds of every stream of `dev` (a failed query keeps that stream's). */
+static void release_fired_holds(jb_device *dev)
+{
+    pthread_mutex_lock(&dev->streams_mutex);
+    for (jb_stream *s = dev->streams; s; s = s->device_next)
+        jb__stream_release_holds(s, false);
+    pthread_mutex_unlock(&dev->streams_mutex);
+}
+
+int jb__buffer_new(jb_device *dev, size_t bytes, jb_buffer **out)
+{
+    int status = jb__buffer_alloc(dev, bytes, out);
+    if (status != JB_ERR_OUT_OF_MEMORY || bytes > ((size_t)1 << JB_BUFFER_MAX_LOG2))
+        return status;
+    /* Finished work that no one synchronized may still hold the memory: let go, try again. */
+    release_fired_holds(dev);
+    return jb__buffer_alloc(dev, bytes, out);
+}
+
+jb_status jb_device_trim(uint64_t *out_freed, jb_device *device)
+{
+    if (out_freed)
+        *out_freed = 0;
+    JB_RETURN_IF(!device, JB_ERR_INVALID_ARGUMENT, "jb_device_trim: device is NULL");
+    release_fired_holds(device);
+    uint64_t freed = jb__buffer_trim(device);
+    if (out_freed)
+        *out_freed = freed;
+    return JB_OK;
 }
 
 jb_status jb_stream_synchronize(jb_stream *stream)
