@@ -60,13 +60,25 @@ int JB_GPU_PREFIXED(enumerate)(jb_device *devices, int max, int *out_count, char
     if (count > max)
         count = max;
     int found = 0;
+    CUresult first_failure = CUDA_SUCCESS; /* said when no GPU opens */
+    const char *first_failed = "";
     for (int ordinal = 0; ordinal < count; ordinal++) {
         jb_device *dev = &devices[found];
         CUdevice handle;
         size_t total = 0;
-        if (JB_GPU(cuDeviceGet)(&handle, ordinal) != CUDA_SUCCESS ||
-            jb_gpu_context_retain(ordinal, &contexts[found]) != CUDA_SUCCESS)
-            continue; /* a GPU we cannot open is not offered */
+        failed = JB_GPU_STR(cuDeviceGet);
+        r = JB_GPU(cuDeviceGet)(&handle, ordinal);
+        if (r == CUDA_SUCCESS) {
+            failed = "retaining its context";
+            r = jb_gpu_context_retain(ordinal, &contexts[found]);
+        }
+        if (r != CUDA_SUCCESS) { /* a GPU we cannot open is not offered */
+            if (first_failure == CUDA_SUCCESS) {
+                first_failure = r;
+                first_failed = failed;
+            }
+            continue;
+        }
         JB_GPU(cuDeviceGetName)(dev->name, (int)sizeof dev->name, handle);
         jb_gpu_arch_name(ordinal, dev->arch, sizeof dev->arch);
         if (JB_GPU(cuDeviceTotalMem)(&total, handle) == CUDA_SUCCESS)
@@ -77,8 +89,9 @@ int JB_GPU_PREFIXED(enumerate)(jb_device *devices, int max, int *out_count, char
         found++;
     }
     if (found == 0)
-        snprintf(why, why_len, "%s: none of the %d GPU(s) could be opened", JB_GPU_BACKEND_NAME,
-                 count);
+        snprintf(why, why_len, "%s: none of the %d GPU(s) could be opened: %s failed: %s (%s)",
+                 JB_GPU_BACKEND_NAME, count, first_failed, jb_gpu_error_name(first_failure),
+                 jb_gpu_error_text(first_failure));
     *out_count = found;
     return found ? JB_OK : JB_ERR_NO_DEVICE;
 }
