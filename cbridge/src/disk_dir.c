@@ -237,31 +237,26 @@ bool jb__trusted_folder_path(const char *path, const char *variable, char *resol
         return false;
     }
     int fd = open("/", DIR_OPEN_FLAGS);
-    char *rest = rest_buf, *component;
-    for (;;) {
-        struct stat st;
-        const char *bad = NULL;
-        if (fd < 0 || fstat(fd, &st) != 0) {
-            say(why, why_len, "cannot open %s (%s)", walked, strerror(errno));
-            break;
-        }
-        if ((bad = untrusted_parent(&st, fix, sizeof fix, walked, variable))) {
-            say(why, why_len, "%s %s; fix: %s", walked, bad, fix);
-            break;
-        }
-        if (!(component = strtok_r(rest, "/", &rest))) {
-            close(fd);
-            return true;
-        }
+    char *rest = rest_buf, *component = rest_buf; /* not NULL: the end is not reached yet */
+    struct stat st;
+    const char *bad = NULL;
+    while (fd >= 0 && fstat(fd, &st) == 0 &&
+           !(bad = untrusted_parent(&st, fix, sizeof fix, walked, variable)) &&
+           (component = strtok_r(rest, "/", &rest))) {
         size_t at = strlen(walked);
         snprintf(walked + at, sizeof walked - at, "%s%s", at > 1 ? "/" : "", component);
         int next = openat(fd, component, DIR_OPEN_FLAGS);
         close(fd);
         fd = next;
     }
+    int err = errno;
     if (fd >= 0)
         close(fd);
-    return false;
+    if (bad)
+        say(why, why_len, "%s %s; fix: %s", walked, bad, fix);
+    else if (component)
+        say(why, why_len, "cannot open %s (%s)", walked, strerror(err));
+    return !bad && !component;
 }
 
 /* One warning per process, then memory-only. */
@@ -349,12 +344,10 @@ static void setup(void)
             say(state_text, sizeof state_text, "on");
             atomic_store(&usable, true);
             atomic_store(&storing, true);
-            if ((tmp_fd = open_tmp(dir_fd)) < 0) {
-                say(refused, sizeof refused, "%s/tmp (%s)", cache_dir, strerror(errno));
-                jb__disk_stop_storing("cannot write to %s", refused);
-            } else {
+            if ((tmp_fd = open_tmp(dir_fd)) < 0)
+                jb__disk_stop_storing("cannot use the cache folder's tmp/ (%s)", strerror(errno));
+            else
                 sweep_stale_temporaries();
-            }
         }
     }
     atomic_store(&set_up, true);
