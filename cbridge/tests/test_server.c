@@ -3,7 +3,8 @@
  * installed stream, a stream freed on one thread while another still has it installed, an event
  * query that fails, and two kernels with one source and different configure hooks. Built with
  * JB_TEST_HOOKS (a test-only pause point between a launch's event record and its hold, and a
- * faulting event query); runs on the cpu, or on GPU 0 with JITBRIDGE_TEST_DEVICE=gpu.
+ * faulting event query); runs on the cpu, or on GPU 0 with JITBRIDGE_TEST_DEVICE=gpu:
+ *   make CUDA=1 build-cuda-hooks/test_server && JITBRIDGE_TEST_DEVICE=gpu build-cuda-hooks/test_server
  */
 #include "../src/internal.h"
 #include "check.h"
