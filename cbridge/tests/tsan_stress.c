@@ -6,7 +6,9 @@
  * - distinct keys: 8 threads first-launch a new variant each while a hitter launches a warm one,
  *   so lookups of missing keys run while other threads insert and the table grows;
  * - event pool: threads create and drop arrays (each takes and returns a pooled event);
- * - configure: 8 threads first-launch one kernel whose configure hook is slow.
+ * - configure: 8 threads first-launch one kernel whose configure hook is slow;
+ * - allocator: threads allocate and free varying sizes on streams they create and free, without
+ *   synchronizing, while one trims, moves the idle cap (0 included) and reads the counters.
  */
 #include "check.h"
 #include "jitbridge.h"
@@ -135,6 +137,70 @@ static void *configure_launcher(void *p)
     return NULL;
 }
 
+static atomic_int allocators_left;
+
+static void *allocator(void *p)
+{
+    unsigned seed = (unsigned)(uintptr_t)p;
+    pthread_barrier_wait(&barrier);
+    for (int i = 0; i < 60; i++) {
+        jb_stream *stream = NULL;
+        jb_stream_new(&stream, cpu);
+        jb_install_thread_local_default_stream(stream);
+        for (int j = 0; j < 4; j++) {
+            seed = seed * 1103515245u + 12345u;
+            jb_array *a = NULL;
+            if (jb_array_arange(&a, cpu, 1 + (int64_t)(seed >> 8) % 70000, JB_F32) != JB_OK)
+                atomic_fetch_add(&failures, 1);
+            jb_array_free(a);
+        }
+        jb_uninstall_thread_local_default_stream(stream);
+        jb_stream_free(stream);
+    }
+    atomic_fetch_sub(&allocators_left, 1);
+    return NULL;
+}
+
+static void *trimmer(void *p)
+{
+    (void)p;
+    pthread_barrier_wait(&barrier);
+    for (unsigned i = 0; atomic_load(&allocators_left) > 0; i++) {
+        jb_counters c;
+        uint64_t freed;
+        jb_device_trim(&freed, cpu);
+        jb_device_set_idle_cap(cpu, i % 3 == 0 ? 0 : (uint64_t)1 << (16 + i % 8));
+        jb_counters_get(&c, sizeof c);
+    }
+    return NULL;
+}
+
+static void allocator_round(void)
+{
+    pthread_t threads[THREADS];
+    uint64_t old_cap = jb_device_idle_cap(cpu);
+    jb_counters before, after;
+    jb_device_trim(NULL, cpu);
+    jb_counters_get(&before, sizeof before);
+    atomic_store(&allocators_left, THREADS - 1);
+    pthread_barrier_init(&barrier, NULL, THREADS);
+    pthread_create(&threads[0], NULL, trimmer, NULL);
+    for (int t = 1; t < THREADS; t++)
+        pthread_create(&threads[t], NULL, allocator, (void *)(uintptr_t)(t * 7919));
+    for (int t = 0; t < THREADS; t++)
+        pthread_join(threads[t], NULL);
+    pthread_barrier_destroy(&barrier);
+    jb_device_set_idle_cap(cpu, old_cap);
+    jb_device_trim(NULL, cpu);
+    jb_counters_get(&after, sizeof after);
+    CHECK(after.mem_live_bytes == before.mem_live_bytes && after.mem_idle_bytes == 0 &&
+              after.mem_reserved_bytes == before.mem_reserved_bytes,
+          "allocator books: live %llu -> %llu, reserved %llu -> %llu, idle %llu",
+          (unsigned long long)before.mem_live_bytes, (unsigned long long)after.mem_live_bytes,
+          (unsigned long long)before.mem_reserved_bytes,
+          (unsigned long long)after.mem_reserved_bytes, (unsigned long long)after.mem_idle_bytes);
+}
+
 static void run_all(void *(*fn)(void *))
 {
     pthread_t threads[THREADS];
@@ -175,6 +241,7 @@ int main(void)
     CHECK_OK(jb_custom_kernel_new(&configured, &spec));
     run_all(configure_launcher);
     jb_custom_kernel_free(configured);
+    allocator_round();
 
     CHECK(atomic_load(&failures) == 0, "%d launches failed or were not exact",
           atomic_load(&failures));
