@@ -14,6 +14,35 @@ static _Thread_local char tls_short[JB_SHORT_MESSAGE];
 static _Thread_local char *tls_long;
 static _Thread_local int tls_status;
 
+/* _Thread_local has no destructor: a key whose value is tls_long frees it when the thread ends. */
+static pthread_key_t long_key;
+static bool long_key_made;
+static pthread_once_t long_key_once = PTHREAD_ONCE_INIT;
+
+/* Runs at thread exit; a later error on this thread (another destructor) starts afresh. */
+static void free_long(void *text)
+{
+    if (text == tls_long)
+        tls_long = NULL;
+    free(text);
+}
+
+static void make_long_key(void)
+{
+    long_key_made = pthread_key_create(&long_key, free_long) == 0;
+}
+
+static void set_long(char *text)
+{
+    free(tls_long);
+    tls_long = text;
+    pthread_once(&long_key_once, make_long_key);
+    if (long_key_made && pthread_setspecific(long_key, text) != 0 && text) {
+        free(text); /* cannot be freed at thread exit: keep the short form instead */
+        tls_long = NULL;
+    }
+}
+
 const char *jb_status_name(int status)
 {
     switch (status) {
@@ -57,15 +86,15 @@ static void set_error(int status, const char *log, const char *fmt, va_list ap)
 {
     char message[JB_SHORT_MESSAGE - 64]; /* leaves room for the status text in front */
     vsnprintf(message, sizeof message, fmt, ap);
-    free(tls_long);
-    tls_long = NULL;
+    set_long(NULL);
     tls_status = status;
     snprintf(tls_short, sizeof tls_short, "%s: %s", status_text(status), message);
     if (log && *log) {
         size_t need = strlen(tls_short) + strlen(log) + 2;
-        tls_long = malloc(need);
-        if (tls_long)
-            snprintf(tls_long, need, "%s\n%s", tls_short, log);
+        char *text = malloc(need);
+        if (text)
+            snprintf(text, need, "%s\n%s", tls_short, log);
+        set_long(text);
     }
 }
 
