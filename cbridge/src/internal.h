@@ -142,6 +142,29 @@ void *jb__published_find(const jb_published_table *t, uint64_t hash, const void 
  * False when out of memory (the table is unchanged). */
 bool jb__published_add(jb_published_table *t, uint64_t hash, const void *key, void *value);
 
+/* ---- child processes (process.c) ---- */
+/* One run of a program: argv[0] is searched in PATH unless it names a path; no shell. */
+typedef struct jb_child {
+    char *const *argv;
+    const char *what;    /* "the compiler": names it in messages */
+    const char *hint;    /* appended when it cannot start (" (set CC)"), or NULL */
+    uint64_t timeout_ms; /* at most a day; its process group is killed past it */
+    int fail_status;     /* the status its failures are reported with */
+    /* filled by jb__child_run */
+    int wait_status;     /* as waitpid reports it, once it exited */
+    char *output;        /* stdout and stderr together, NUL-terminated, caller frees; head and
+                          * tail only, with a note of what was cut, past 64 KiB; NULL: no memory */
+    size_t output_bytes; /* all it wrote */
+} jb_child;
+/* Runs the child to its end and fills the results: JB_OK once it exited, whatever its status;
+ * an error (with c->output still filled) when it could not start, timed out or its status was
+ * taken by another waiter. Works in hosts that ignore SIGCHLD or reap with waitpid(-1). */
+int jb__child_run(jb_child *c);
+/* JITBRIDGE_COMPILE_TIMEOUT_MS, read now: digits only, 1 ms to a day; anything else is the
+ * default (or a day) with one warning per value. */
+uint64_t jb__child_timeout_ms(void);
+uint64_t jb__parse_timeout_ms(const char *text);
+
 /* ---- backends ---- */
 typedef struct jb_backend jb_backend;
 typedef struct jb_event jb_event;

@@ -1,0 +1,23 @@
+/* The cpu backend's parts: the compiler (cpu_compiler.c) and its private directory
+ * (private_dir.c); the backend table and the streams are in cpu_backend.c. */
+#ifndef JB_CPU_H
+#define JB_CPU_H
+
+#include "../internal.h"
+
+/* ---- the private directory (private_dir.c) ---- */
+/* A fresh name "<dir>/<stem>-<serial><ext>" in this process's private directory, which is made
+ * on first use: again in a child after fork, and again when it has been removed. */
+int jb__cpu_private_path(char *out, size_t len, const char *stem, const char *ext);
+/* Creates a fresh file (as jb__cpu_private_path names it) holding `data`; its path in `out`. */
+int jb__cpu_private_write(char *out, size_t len, const char *stem, const char *ext,
+                          const void *data, size_t size);
+
+/* ---- the compiler (cpu_compiler.c) ---- */
+int jb__cpu_compiler_identity(jb_device *dev, char *out, size_t len);
+int jb__cpu_compile(jb_device *dev, const char *module_name, const char *source, unsigned flags,
+                    jb_blob *out);
+int jb__cpu_module_load(jb_device *dev, const jb_blob *code, void **out_module);
+int jb__cpu_module_function(jb_device *dev, void *module, const char *name, void **out_fn);
+
+#endif /* JB_CPU_H */

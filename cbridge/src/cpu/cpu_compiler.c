@@ -1,0 +1,217 @@
+/*
+ * The cpu backend's compiler: kernels are C, compiled by the system compiler ($CC, else cc)
+ * into a shared object in the private directory and loaded with dlopen. The compiler runs from
+ * an argument vector, never through a shell, under the compile timeout (process.c), and so
+ * does its version query, which names it in the disk cache key.
+ */
+#include "cpu.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* The version query is quick; a compile timeout of minutes need not apply to it under the lock. */
+#define VERSION_TIMEOUT_CAP_MS 30000
+
+static const char *compiler_line = "cc";
+static char **compiler_argv; /* the words of $CC, as many as it has */
+static size_t compiler_argc;
+static pthread_once_t setup_once = PTHREAD_ONCE_INIT;
+
+static void compiler_setup(void)
+{
+    const char *cc = secure_getenv("CC"); /* a setuid host must not run its caller's compiler */
+    char *line = jb__strdup(cc && *cc ? cc : "cc");
+    char *words = jb__strdup(cc && *cc ? cc : "cc");
+    char **argv = words ? calloc(strlen(words) / 2 + 2, sizeof *argv) : NULL;
+    if (!line || !argv) {
+        free(line), free(words), free(argv);
+        return; /* no words: every compile says so */
+    }
+    compiler_line = line;
+    /* $CC may carry words ("ccache gcc", "gcc -m64"); split on blanks, no shell involved. */
+    for (char *save = NULL, *w = strtok_r(words, " \t", &save); w; w = strtok_r(NULL, " \t", &save))
+        argv[compiler_argc++] = w;
+    compiler_argv = argv;
+}
+
+const char *jb_cpu_compiler(void)
+{
+    pthread_once(&setup_once, compiler_setup);
+    return compiler_line;
+}
+
+/* The compiler's words, then `extra` (NULL-terminated); free() the result. */
+static int compiler_command(char *const *extra, char ***out)
+{
+    pthread_once(&setup_once, compiler_setup);
+    JB_RETURN_IF(compiler_argc == 0, JB_ERR_COMPILE,
+                 "the compiler command ($CC) is empty or could not be stored: '%s'", compiler_line);
+    size_t more = 0;
+    while (extra[more])
+        more++;
+    char **argv = calloc(compiler_argc + more + 1, sizeof *argv);
+    JB_RETURN_IF(!argv, JB_ERR_OUT_OF_MEMORY, "no memory for the compiler's arguments");
+    memcpy(argv, compiler_argv, compiler_argc * sizeof *argv);
+    memcpy(argv + compiler_argc, extra, more * sizeof *argv);
+    *out = argv;
+    return JB_OK;
+}
+
+/* Reads a whole file; the result is NUL-terminated for convenience. */
+static int read_file(const char *path, jb_blob *out)
+{
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    JB_RETURN_IF(fd < 0, JB_ERR_SYSTEM, "cannot open %s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        int err = errno;
+        close(fd);
+        return jb__fail(JB_ERR_SYSTEM, "%s is not a regular file%s%s", path, err ? ": " : "",
+                        err ? strerror(err) : "");
+    }
+    size_t size = (size_t)st.st_size;
+    char *data = malloc(size + 1);
+    if (!data) {
+        close(fd);
+        return jb__fail(JB_ERR_OUT_OF_MEMORY, "no memory to read %zu bytes", size);
+    }
+    size_t got = jb__read_up_to(fd, data, size);
+    close(fd);
+    data[got] = '\0';
+    out->data = data;
+    out->size = got;
+    return JB_OK;
+}
+
+/* The options of every compile; also part of the disk cache key. */
+static char *const compile_flags[] = {"-O2", "-fPIC", "-shared", "-w"};
+#define NUM_FLAGS (sizeof compile_flags / sizeof *compile_flags)
+
+static int compile_failed(const jb_child *c, const char *module_name)
+{
+    int ws = c->wait_status;
+    const char *log = c->output ? c->output : "(the compiler's output was lost: no memory)";
+    if (WIFSIGNALED(ws))
+        return jb__fail_with_log(JB_ERR_COMPILE, log,
+                                 "compiling '%s' with '%s': the compiler was killed by signal %d",
+                                 module_name, compiler_line, WTERMSIG(ws));
+    return jb__fail_with_log(JB_ERR_COMPILE, log, "compiling '%s' with '%s': exit status %d",
+                             module_name, compiler_line, WEXITSTATUS(ws));
+}
+
+int jb__cpu_compile(jb_device *dev, const char *module_name, const char *source, unsigned flags,
+                    jb_blob *out)
+{
+    (void)dev;
+    char src[4200], obj[4200];
+    JB_FORWARD_IF_ERROR(jb__cpu_private_write(src, sizeof src, "kernel", ".c", source,
+                                              strlen(source)));
+    int status = jb__cpu_private_path(obj, sizeof obj, "kernel", ".so");
+    char *tail[NUM_FLAGS + 7] = {0};
+    memcpy(tail, compile_flags, sizeof compile_flags);
+    size_t used = NUM_FLAGS;
+    if (flags & JB_COMPILE_FAST_MATH)
+        tail[used++] = "-ffast-math";
+    if (flags & JB_COMPILE_LINE_INFO)
+        tail[used++] = "-g";
+    char *files[] = {"-o", obj, src, "-lm"};
+    memcpy(tail + used, files, sizeof files);
+    char **argv = NULL;
+    if (status == JB_OK)
+        status = compiler_command(tail, &argv);
+    if (status == JB_OK) {
+        jb_child c = {.argv = argv,
+                      .what = "the compiler",
+                      .hint = " (set CC)",
+                      .timeout_ms = jb__child_timeout_ms(),
+                      .fail_status = JB_ERR_COMPILE};
+        status = jb__child_run(&c);
+        if (status == JB_OK && WIFEXITED(c.wait_status) && WEXITSTATUS(c.wait_status) == 0)
+            status = read_file(obj, out);
+        else if (status == JB_OK)
+            status = compile_failed(&c, module_name);
+        free(c.output);
+        free(argv);
+    }
+    unlink(src);
+    unlink(obj);
+    return status;
+}
+
+static char compiler_version[256];
+static pthread_once_t version_once = PTHREAD_ONCE_INIT;
+
+/* The first line of `$CC --version`, asked once per process, under the timeout; stays empty
+ * when the answer is not a clean one. */
+static void find_compiler_version(void)
+{
+    char *extra[] = {"--version", NULL}, **argv;
+    if (compiler_command(extra, &argv) != JB_OK)
+        return;
+    uint64_t timeout_ms = jb__child_timeout_ms();
+    jb_child c = {.argv = argv,
+                  .what = "the compiler's version query",
+                  .hint = " (set CC)",
+                  .timeout_ms = timeout_ms < VERSION_TIMEOUT_CAP_MS ? timeout_ms
+                                                                    : VERSION_TIMEOUT_CAP_MS,
+                  .fail_status = JB_ERR_COMPILE};
+    int status = jb__child_run(&c);
+    if (status == JB_OK && WIFEXITED(c.wait_status) && WEXITSTATUS(c.wait_status) == 0 &&
+        c.output && c.output[0] != '\n' && c.output[0])
+        snprintf(compiler_version, sizeof compiler_version, "%.*s",
+                 (int)strcspn(c.output, "\n"), c.output);
+    else if (status == JB_OK)
+        jb__fail(JB_ERR_COMPILE, "'%s --version' gave no version (%s %d)", compiler_line,
+                 WIFEXITED(c.wait_status) ? "exit status" : "signal",
+                 WIFEXITED(c.wait_status) ? WEXITSTATUS(c.wait_status) : WTERMSIG(c.wait_status));
+    if (!compiler_version[0])
+        jb__warn("the compiler's version is unknown, so compiled code is not kept on disk: %s",
+                 jb_last_error_message());
+    free(c.output);
+    free(argv);
+}
+
+int jb__cpu_compiler_identity(jb_device *dev, char *out, size_t len)
+{
+    (void)dev;
+    pthread_once(&version_once, find_compiler_version);
+    /* Without a version two compilers could share a key: no disk cache rather than a wrong hit. */
+    JB_RETURN_IF(!compiler_version[0], JB_ERR_COMPILE, "the version of '%s' is unknown",
+                 compiler_line);
+    size_t used = (size_t)snprintf(out, len, "%s (%s); flags", compiler_line, compiler_version);
+    for (size_t i = 0; i < NUM_FLAGS && used < len; i++)
+        used += (size_t)snprintf(out + used, len - used, " %s", compile_flags[i]);
+    return JB_OK;
+}
+
+int jb__cpu_module_load(jb_device *dev, const jb_blob *code, void **out_module)
+{
+    (void)dev;
+    char path[4200];
+    JB_FORWARD_IF_ERROR(jb__cpu_private_write(path, sizeof path, "module", ".so", code->data,
+                                              code->size));
+    void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    const char *why = handle ? NULL : dlerror();
+    unlink(path); /* the mapping stays; the name is never reused */
+    JB_RETURN_IF(!handle, JB_ERR_LOAD, "dlopen rejected the compiled module: %s",
+                 why ? why : "unknown reason");
+    *out_module = handle;
+    return JB_OK;
+}
+
+int jb__cpu_module_function(jb_device *dev, void *module, const char *name, void **out_fn)
+{
+    (void)dev;
+    dlerror();
+    void *fn = dlsym(module, name);
+    JB_RETURN_IF(!fn, JB_ERR_LOAD, "the module has no function '%s'", name);
+    *out_fn = fn;
+    return JB_OK;
+}
