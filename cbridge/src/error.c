@@ -132,8 +132,7 @@ void jb__error_append(const char *fmt, ...)
         char *grown = malloc(need);
         if (grown) {
             snprintf(grown, need, "%s\n%s", tls_short, log);
-            free(tls_long);
-            tls_long = grown;
+            set_long(grown); /* through the key too: the thread's exit frees the new one */
         }
     }
 }
