@@ -161,17 +161,22 @@ int jb__resolve_launch_shape(const jb_launch_shape *shape, const jb_kernel_confi
         return JB_OK;
     }
     uint64_t blocks = 1, per_block = 1;
+    bool wrapped = false; /* three 32-bit factors can pass 2^64 */
     for (int i = 0; i < 3; i++) {
         JB_RETURN_IF(shape->grid[i] == 0 || shape->block[i] == 0, JB_ERR_INVALID_ARGUMENT,
                      "grid and block dimensions must be at least 1");
         grid[i] = shape->grid[i];
         block[i] = shape->block[i];
-        blocks *= grid[i];
-        per_block *= block[i];
+        wrapped |= __builtin_mul_overflow(blocks, grid[i], &blocks);
+        wrapped |= __builtin_mul_overflow(per_block, block[i], &per_block);
     }
-    JB_RETURN_IF(per_block > MAX_THREADS_PER_BLOCK, JB_ERR_INVALID_ARGUMENT,
-                 "%" PRIu64 " threads per block exceed %d", per_block, MAX_THREADS_PER_BLOCK);
-    *total = blocks * per_block;
+    JB_RETURN_IF(wrapped || per_block > MAX_THREADS_PER_BLOCK, JB_ERR_INVALID_ARGUMENT,
+                 "%u x %u x %u threads per block exceed %d, or %u x %u x %u blocks of them "
+                 "overflow a 64-bit count",
+                 block[0], block[1], block[2], MAX_THREADS_PER_BLOCK, grid[0], grid[1], grid[2]);
+    JB_RETURN_IF(__builtin_mul_overflow(blocks, per_block, total), JB_ERR_INVALID_ARGUMENT,
+                 "%u x %u x %u blocks of %" PRIu64 " threads overflow a 64-bit count", grid[0],
+                 grid[1], grid[2], per_block);
     return JB_OK;
 }
 

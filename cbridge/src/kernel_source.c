@@ -308,7 +308,8 @@ int jb__kernel_spec_check(const jb_kernel_spec *spec)
     JB_RETURN_IF(spec->num_inputs < 1 || spec->num_outputs < 1, JB_ERR_INVALID_ARGUMENT,
                  "kernel '%s' needs at least one input and one output (has %zu and %zu)",
                  spec->name, spec->num_inputs, spec->num_outputs);
-    JB_RETURN_IF(spec->num_inputs + spec->num_outputs > JB_KERNEL_MAX_ARRAYS ||
+    JB_RETURN_IF(spec->num_inputs > JB_KERNEL_MAX_ARRAYS || /* each first: the sum may wrap */
+                     spec->num_outputs > JB_KERNEL_MAX_ARRAYS - spec->num_inputs ||
                      spec->num_scalars > JB_KERNEL_MAX_ARRAYS,
                  JB_ERR_INVALID_ARGUMENT,
                  "kernel '%s' has more than %d inputs and outputs, or more than %d scalars",

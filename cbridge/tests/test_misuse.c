@@ -329,6 +329,11 @@ static void bad_names(void)
                                  .num_outputs = 1,
                                  .body = ""};
     EXPECT(jb_custom_kernel_new(&k, &null_input), JB_ERR_INVALID_ARGUMENT);
+    jb_kernel_spec wrapping = no_body; /* SIZE_MAX + 2 inputs and outputs wraps to 1 */
+    wrapping.body = "";
+    wrapping.num_inputs = SIZE_MAX;
+    wrapping.num_outputs = 2;
+    EXPECT(jb_custom_kernel_new(&k, &wrapping), JB_ERR_INVALID_ARGUMENT);
     counters_unchanged("bad names");
 }
 
@@ -358,6 +363,9 @@ static void bad_launches(void)
     jb_launch_shape none = {{0, 0, 0}, {0, 0, 0}, 0};
     jb_launch_shape zero_block = {{1, 1, 1}, {0, 1, 1}, 0};
     jb_launch_shape too_wide = {{1, 1, 1}, {1025, 1, 1}, 0};
+    /* Products that wrap: 2^31 * 2^31 * 4 threads per block is 0 mod 2^64; 2^96 blocks. */
+    jb_launch_shape wrapping_block = {{1, 1, 1}, {1u << 31, 1u << 31, 4}, 0};
+    jb_launch_shape wrapping_grid = {{UINT32_MAX, UINT32_MAX, UINT32_MAX}, {1, 1, 1}, 0};
     jb_array *inputs[] = {x}, *wrong_inputs[] = {ints}, *null_inputs[] = {NULL};
     jb_counters_get(&before, sizeof before);
     EXPECT(jb_custom_kernel_launch(out, k, inputs, 1, shapes, ndims, NULL),
@@ -367,6 +375,10 @@ static void bad_launches(void)
     EXPECT(jb_custom_kernel_launch(out, k, inputs, 1, shapes, ndims, &zero_block),
            JB_ERR_INVALID_ARGUMENT);
     EXPECT(jb_custom_kernel_launch(out, k, inputs, 1, shapes, ndims, &too_wide),
+           JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_custom_kernel_launch(out, k, inputs, 1, shapes, ndims, &wrapping_block),
+           JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_custom_kernel_launch(out, k, inputs, 1, shapes, ndims, &wrapping_grid),
            JB_ERR_INVALID_ARGUMENT);
     EXPECT(jb_custom_kernel_launch(out, k, inputs, 2, shapes, ndims, &threads),
            JB_ERR_INVALID_ARGUMENT);
