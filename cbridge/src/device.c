@@ -124,6 +124,34 @@ void jb__memory_counters_reset(void)
         jb__buffer_counters_reset(&devices[i]);
 }
 
+/* fork.c's step 4. A device still being set up at fork time is not counted in yet. */
+void jb__devices_fork(jb_fork_phase phase)
+{
+    int n = atomic_load_explicit(&ready_devices, memory_order_acquire);
+    for (int i = 0; i < n; i++) {
+        jb_device *dev = &devices[i];
+        if (phase == JB_FORK_PREPARE) {
+            pthread_mutex_lock(&dev->streams_mutex);
+            for (jb_stream *s = dev->streams; s; s = s->device_next)
+                pthread_mutex_lock(&s->holds_mutex);
+            pthread_mutex_lock(&dev->event_pool.mutex);
+            pthread_mutex_lock(&dev->buffers.mutex);
+        } else if (phase == JB_FORK_PARENT) {
+            pthread_mutex_unlock(&dev->buffers.mutex);
+            pthread_mutex_unlock(&dev->event_pool.mutex);
+            for (jb_stream *s = dev->streams; s; s = s->device_next)
+                pthread_mutex_unlock(&s->holds_mutex);
+            pthread_mutex_unlock(&dev->streams_mutex);
+        } else {
+            pthread_mutex_init(&dev->buffers.mutex, NULL);
+            pthread_mutex_init(&dev->event_pool.mutex, NULL);
+            for (jb_stream *s = dev->streams; s; s = s->device_next)
+                pthread_mutex_init(&s->holds_mutex, NULL);
+            pthread_mutex_init(&dev->streams_mutex, NULL);
+        }
+    }
+}
+
 /* The backend that "gpu" means: the first GPU backend that has devices; NULL if none has. */
 static const gpu_backend *default_gpu_backend(void)
 {

@@ -1,7 +1,6 @@
 /*
  * The disk cache's folder: which one, whether it can be trusted, and the handle every entry
  * operation goes through.
- *
  * - Which: $JITBRIDGE_CACHE_DIR (a relative one is made absolute against the working directory
  *   the process started in), else $XDG_CACHE_HOME/jitbridge (only an absolute one, as the XDG
  *   spec says), else $HOME/.cache/jitbridge. Read with secure_getenv.
@@ -41,6 +40,7 @@ static char state_text[PATH_MAX + 512] = "not yet used";
 static pthread_mutex_t state_mutex = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int dir_fd = -1, tmp_fd = -1;
 static pthread_mutex_t reattach_mutex = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t *const jb__disk_locks[2] = {&reattach_mutex, &state_mutex}; /* fork.c's order */
 static atomic_bool usable, storing, warned, set_up;
 static pthread_once_t setup_once = PTHREAD_ONCE_INIT;
 

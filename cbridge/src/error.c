@@ -145,6 +145,7 @@ const char *jb_version(void)
 /* The callback and its data change together under the write lock; a warning holds the read
  * lock while it calls, so replacing the callback waits for the calls in progress. */
 static pthread_rwlock_t log_lock = PTHREAD_RWLOCK_INITIALIZER;
+pthread_rwlock_t *const jb__log_lock = &log_lock; /* taken by fork.c's handlers */
 static jb_log_fn log_fn;
 static void *log_user_data;
 /* Set while this thread runs the callback: the callback's own warnings go to stderr, and it

@@ -43,6 +43,17 @@ void jb__error_append(const char *fmt, ...) __attribute__((format(printf, 1, 2))
             return jb_forward_status_;                                                             \
     } while (0)
 
+/* ---- fork (fork.c: the pthread_atfork handlers and the one order they take locks in) ---- */
+typedef enum jb_fork_phase { JB_FORK_PREPARE, JB_FORK_PARENT, JB_FORK_CHILD } jb_fork_phase;
+/* Counts the forks this process descends from: a stream made under another value belongs to
+ * an ancestor, whose worker threads do not exist here. */
+extern atomic_uint jb__fork_generation;
+extern pthread_rwlock_t *const jb__log_lock;     /* error.c */
+extern pthread_mutex_t *const jb__disk_locks[2]; /* disk_dir.c, in the order they nest */
+void jb__jit_cache_fork(jb_fork_phase phase);    /* the module cache and thread registry */
+void jb__devices_fork(jb_fork_phase phase);      /* each device's streams, events, buffers */
+void jb__private_dir_fork(jb_fork_phase phase);  /* cpu/private_dir.c: the compile folder */
+
 /* ---- small utilities (util.c) ---- */
 uint64_t jb__now_ns(void);
 uint64_t jb__fnv1a64(const void *data, size_t len, uint64_t seed);
@@ -313,6 +324,7 @@ struct jb_stream {
     jb_device *device;
     void *native;
     uint64_t id; /* unique for the process, never reused (unlike the address) */
+    unsigned generation; /* jb__fork_generation at creation: unusable in a forked child */
     atomic_uint refs; /* the creator's, and one per installation on any thread */
     /* Buffers that queued work still uses: a ring, oldest first, each released once its event
      * fires. Looked at every few holds, not at each one. */
@@ -324,6 +336,8 @@ struct jb_stream {
 };
 /* The calling thread's default stream for `dev`, created on first use. */
 int jb__current_stream(jb_device *dev, jb_stream **out);
+/* JB_OK, or an error naming `what` when the stream was made before this process forked. */
+int jb__stream_check_process(const jb_stream *stream, const char *what);
 
 /* ---- buffers (buffer.c) ---- */
 typedef struct jb_buffer {

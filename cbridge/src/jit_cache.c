@@ -171,19 +171,24 @@ int jb_lookaside_enabled(void)
     return atomic_load(&lookaside_enabled);
 }
 
-static void cache_create(void)
+static void cache_lock_init(pthread_rwlock_t *lock)
 {
-    module_cache *cache = calloc(1, sizeof *cache);
-    if (!cache)
-        return; /* the_cache stays NULL; callers report out of memory */
     pthread_rwlockattr_t attr;
     pthread_rwlockattr_init(&attr);
 #ifdef __GLIBC__
     /* A steady stream of hits must not starve the thread that builds a new key. */
     pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
 #endif
-    pthread_rwlock_init(&cache->lock, &attr);
+    pthread_rwlock_init(lock, &attr);
     pthread_rwlockattr_destroy(&attr);
+}
+
+static void cache_create(void)
+{
+    module_cache *cache = calloc(1, sizeof *cache);
+    if (!cache)
+        return; /* the_cache stays NULL; callers report out of memory */
+    cache_lock_init(&cache->lock);
     the_cache = cache;
 }
 
@@ -279,6 +284,25 @@ static int cache_lookup_or_build(thread_state *ts, jb_device *dev, const char *n
     if (status == JB_OK)
         *out = module;
     return status;
+}
+
+void jb__jit_cache_fork(jb_fork_phase phase)
+{
+    /* A cache made by a once still running at fork time is not taken: the once itself hangs. */
+    module_cache *cache = the_cache;
+    if (phase == JB_FORK_PREPARE) {
+        if (cache)
+            pthread_rwlock_wrlock(&cache->lock); /* waits for a build in progress */
+        pthread_mutex_lock(&registry_mutex);
+    } else if (phase == JB_FORK_PARENT) {
+        pthread_mutex_unlock(&registry_mutex);
+        if (cache)
+            pthread_rwlock_unlock(&cache->lock);
+    } else { /* the child's only thread is not the owner glibc recorded: start the locks anew */
+        pthread_mutex_init(&registry_mutex, NULL);
+        if (cache)
+            cache_lock_init(&cache->lock);
+    }
 }
 
 int jb__get_jit_module(jb_device *dev, const char *name, uint64_t name_hash,

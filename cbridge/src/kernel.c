@@ -278,6 +278,8 @@ int jb__launch_begin(jb_staged_launch *l, jb_custom_kernel *k, jb_stream *stream
     JB_RETURN_IF(stream && stream->device != dev, JB_ERR_INVALID_ARGUMENT,
                  "kernel '%s': the stream is on %s, the inputs on %s", k->name,
                  stream->device->name, dev->name);
+    if (stream)
+        JB_FORWARD_IF_ERROR(jb__stream_check_process(stream, "jb_custom_kernel_launch_on"));
     jb_kernel_config config;
     JB_FORWARD_IF_ERROR(jb__custom_kernel_prepare(k, dev, &config, &l->fn));
     l->shared_bytes = config.shared_memory_bytes;

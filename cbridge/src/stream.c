@@ -258,6 +258,7 @@ jb_status jb_stream_new(jb_stream **out, jb_device *device)
     static atomic_uint_fast64_t next_id = 1;
     stream->device = device;
     stream->id = atomic_fetch_add(&next_id, 1);
+    stream->generation = atomic_load_explicit(&jb__fork_generation, memory_order_relaxed);
     atomic_init(&stream->refs, 1);
     pthread_mutex_init(&stream->holds_mutex, NULL);
     int status = device->backend->stream_create(device, &stream->native);
@@ -280,11 +281,27 @@ jb_status jb_new_thread_local_generation_stream(jb_stream **out, jb_device *devi
     return jb_stream_new(out, device);
 }
 
+static bool from_this_process(const jb_stream *stream)
+{
+    return stream->generation == atomic_load_explicit(&jb__fork_generation, memory_order_relaxed);
+}
+
+int jb__stream_check_process(const jb_stream *stream, const char *what)
+{
+    JB_RETURN_IF(!from_this_process(stream), JB_ERR_INVALID_ARGUMENT,
+                 "%s: the stream was created before this process forked; a forked child uses "
+                 "streams it creates itself (its thread-local default streams are new)",
+                 what);
+    return JB_OK;
+}
+
 /* Drops a reference; the last one waits for the stream's work and destroys it. */
 static void stream_release(jb_stream *stream)
 {
     if (!stream || atomic_fetch_sub_explicit(&stream->refs, 1, memory_order_acq_rel) != 1)
         return;
+    if (!from_this_process(stream))
+        return; /* its worker thread is the parent's: waiting or joining here would hang */
     jb_device *dev = stream->device;
     pthread_mutex_lock(&dev->streams_mutex);
     if (stream->device_prev)
@@ -317,7 +334,8 @@ static void release_fired_holds(jb_device *dev)
 {
     pthread_mutex_lock(&dev->streams_mutex);
     for (jb_stream *s = dev->streams; s; s = s->device_next)
-        jb__stream_release_holds(s, false);
+        if (from_this_process(s)) /* a parent's stream's events may never fire here */
+            jb__stream_release_holds(s, false);
     pthread_mutex_unlock(&dev->streams_mutex);
 }
 
@@ -346,6 +364,7 @@ jb_status jb_device_trim(uint64_t *out_freed, jb_device *device)
 jb_status jb_stream_synchronize(jb_stream *stream)
 {
     JB_RETURN_IF(!stream, JB_ERR_INVALID_ARGUMENT, "jb_stream_synchronize: stream is NULL");
+    JB_FORWARD_IF_ERROR(jb__stream_check_process(stream, "jb_stream_synchronize"));
     JB_FORWARD_IF_ERROR(
         stream->device->backend->stream_synchronize(stream->device, stream->native));
     jb__stream_release_holds(stream, true);
@@ -362,6 +381,10 @@ int jb__current_stream(jb_device *dev, jb_stream **out)
     thread_streams *ts = this_thread_streams();
     JB_RETURN_IF(!ts, JB_ERR_OUT_OF_MEMORY, "no memory for the thread's streams");
     installed_stack *stack = &ts->installed[dev->index];
+    if (ts->own[dev->index] && !from_this_process(ts->own[dev->index]))
+        ts->own[dev->index] = NULL; /* the parent's, left as it is: a new one below */
+    if (stack->depth && !from_this_process(stack->streams[stack->depth - 1]))
+        stack->depth = 0; /* installed in the parent: none of them runs here */
     if (stack->depth) {
         *out = stack->streams[stack->depth - 1];
         return JB_OK;
@@ -385,6 +408,8 @@ jb_status jb_install_thread_local_default_stream(jb_stream *stream)
 {
     JB_RETURN_IF(!stream, JB_ERR_INVALID_ARGUMENT,
                  "jb_install_thread_local_default_stream: stream is NULL");
+    JB_FORWARD_IF_ERROR(
+        jb__stream_check_process(stream, "jb_install_thread_local_default_stream"));
     thread_streams *ts = this_thread_streams();
     JB_RETURN_IF(!ts, JB_ERR_OUT_OF_MEMORY, "no memory for the thread's streams");
     installed_stack *stack = &ts->installed[stream->device->index];

@@ -32,7 +32,6 @@ static char dir_path[4096];
 static pid_t dir_owner;        /* the process that made dir_path; 0: none yet, or it has gone */
 static uint64_t dir_serial;    /* names are never reused: glibc's dlopen matches by path name */
 static bool exit_hook, swept;  /* inherited by a forked child: done once per process tree */
-static pthread_once_t fork_hooks_once = PTHREAD_ONCE_INIT;
 
 static void remove_own_dir(void)
 {
@@ -42,26 +41,18 @@ static void remove_own_dir(void)
     pthread_mutex_unlock(&dir_mutex);
 }
 
-static void before_fork(void)
+/* fork.c's last step: the compile that holds the module cache's lock takes this one too. */
+void jb__private_dir_fork(jb_fork_phase phase)
 {
-    pthread_mutex_lock(&dir_mutex);
-}
-
-static void after_fork_parent(void)
-{
+    if (phase == JB_FORK_PREPARE) {
+        pthread_mutex_lock(&dir_mutex);
+        return;
+    }
+    if (phase == JB_FORK_CHILD) {
+        dir_owner = 0; /* the parent's: this process makes its own on first use */
+        dir_serial = 0;
+    }
     pthread_mutex_unlock(&dir_mutex);
-}
-
-static void after_fork_child(void)
-{
-    dir_owner = 0; /* the parent's: this process makes its own on first use */
-    dir_serial = 0;
-    pthread_mutex_unlock(&dir_mutex);
-}
-
-static void install_fork_hooks(void)
-{
-    pthread_atfork(before_fork, after_fork_parent, after_fork_child);
 }
 
 static unsigned long long pid_namespace(void)
@@ -165,7 +156,6 @@ static int make_dir(void)
 
 int jb__cpu_private_path(char *out, size_t len, const char *stem, const char *ext)
 {
-    pthread_once(&fork_hooks_once, install_fork_hooks);
     pthread_mutex_lock(&dir_mutex);
     int status = dir_owner == getpid() ? JB_OK : make_dir();
     int n = 0;

@@ -1,0 +1,194 @@
+/* fork() while another thread builds: the child is not stuck on a lock the parent's builder held,
+ * and it can compile and launch on the cpu with its own streams. */
+#include "check.h"
+#include "jitbridge.h"
+#include "jitbridge_sys.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CHILD_DEADLINE_MS 30000
+
+static jb_device *cpu;
+static const char *in_names[] = {"x"}, *out_names[] = {"y"};
+static jb_dtype dtypes[] = {JB_F32};
+
+static void sleep_ms(long ms)
+{
+    nanosleep(&(struct timespec){ms / 1000, (ms % 1000) * 1000000L}, NULL);
+}
+
+static jb_kernel_spec spec_named(const char *name, const char *body, const char *header)
+{
+    return (jb_kernel_spec){.struct_size = sizeof(jb_kernel_spec),
+                            .name = name,
+                            .input_names = in_names,
+                            .input_dtypes = dtypes,
+                            .num_inputs = 1,
+                            .output_names = out_names,
+                            .output_dtypes = dtypes,
+                            .num_outputs = 1,
+                            .header = header,
+                            .body = body};
+}
+
+typedef struct {
+    jb_custom_kernel *kernel;
+    int status;
+} build_arg;
+
+static void *build_on_thread(void *p)
+{
+    build_arg *arg = p;
+    arg->status = jb_custom_kernel_prepare(arg->kernel, cpu);
+    return NULL;
+}
+
+/* Writes the gate after a while: the build holding the module cache's lock then finishes, so a
+ * fork that waits for that lock (as it must) does not wait forever. */
+static void *open_gate_later(void *p)
+{
+    int fd = *(int *)p;
+    sleep_ms(300);
+    if (write(fd, "\n", 1) != 1)
+        perror("writing the gate");
+    close(fd);
+    return NULL;
+}
+
+/* The child's whole life: 0 when a probe and a new custom kernel ran right on a fresh default
+ * stream and the parent's explicit stream was refused. */
+static int child_main(jb_stream *parents_stream)
+{
+    float in[8], out[8];
+    for (int i = 0; i < 8; i++)
+        in[i] = (float)i;
+    int64_t shape[] = {8};
+    jb_array *x = NULL, *y = NULL, *z = NULL;
+    if (jb_array_from_host(&x, cpu, JB_F32, shape, 1, in) != JB_OK)
+        return 10;
+    if (jb_jit_race_probe_array(&y, x, 4242) != JB_OK || jb_array_read(y, out, sizeof out))
+        return 11;
+    for (int i = 0; i < 8; i++)
+        if (out[i] != in[i] * 2 + 1)
+            return 12;
+    jb_kernel_spec spec =
+        spec_named("forked_child_kernel", "y[thread_index()] = x[thread_index()] * 3.0f;", NULL);
+    jb_custom_kernel *k;
+    if (jb_custom_kernel_new(&k, &spec) != JB_OK)
+        return 13;
+    const int64_t *shapes[] = {shape};
+    int ndims[] = {1};
+    jb_launch_shape launch = {.total_threads = 8};
+    if (jb_custom_kernel_launch(&z, k, &x, 1, shapes, ndims, &launch) != JB_OK ||
+        jb_array_read(z, out, sizeof out) != JB_OK)
+        return 14;
+    for (int i = 0; i < 8; i++)
+        if (out[i] != in[i] * 3)
+            return 15;
+    jb_array *w = NULL;
+    if (jb_custom_kernel_launch_on(&w, k, parents_stream, &x, 1, NULL, 0, shapes, ndims,
+                                   &launch) != JB_ERR_INVALID_ARGUMENT ||
+        w || !strstr(jb_last_error_message(), "before this process forked"))
+        return 16;
+    if (jb_stream_synchronize(parents_stream) != JB_ERR_INVALID_ARGUMENT)
+        return 17;
+    jb_array_free(x);
+    jb_array_free(y);
+    jb_array_free(z);
+    jb_custom_kernel_free(k);
+    return 0;
+}
+
+static void test_fork_during_build(void)
+{
+    char dir[] = "/tmp/jb-fork-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    char gate[128], header[200];
+    snprintf(gate, sizeof gate, "%s/gate.h", dir);
+    snprintf(header, sizeof header, "#include \"%s\"", gate);
+    CHECK(mkfifo(gate, 0600) == 0, "mkfifo %s", gate);
+
+    /* The parent has a default stream (with its worker thread) and an explicit stream. */
+    float one = 1;
+    int64_t shape1[] = {1};
+    jb_array *a = NULL, *b = NULL;
+    CHECK_OK(jb_array_from_host(&a, cpu, JB_F32, shape1, 1, &one));
+    CHECK_OK(jb_jit_race_probe_array(&b, a, 4241));
+    jb_stream *explicit_stream;
+    CHECK_OK(jb_stream_new(&explicit_stream, cpu));
+
+    jb_kernel_spec held_spec =
+        spec_named("held_during_fork", "y[thread_index()] = x[thread_index()];", header);
+    build_arg building = {NULL, -1};
+    CHECK_OK(jb_custom_kernel_new(&building.kernel, &held_spec));
+    pthread_t builder, opener;
+    pthread_create(&builder, NULL, build_on_thread, &building);
+    /* The compiler has the FIFO open: the build, and the cache's write lock, are in progress. */
+    int fd = -1;
+    for (int i = 0; fd < 0 && i < 3000; i++) {
+        fd = open(gate, O_WRONLY | O_NONBLOCK);
+        if (fd < 0)
+            sleep_ms(10);
+    }
+    CHECK(fd >= 0, "the compiler never opened the gate");
+    pthread_create(&opener, NULL, open_gate_later, &fd);
+    sleep_ms(50); /* the opener is asleep; the build still holds the lock */
+
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(child_main(explicit_stream)); /* _exit: the parent's atexit work is not the child's */
+    CHECK(pid > 0, "fork failed");
+    int wstatus = 0;
+    pid_t done = 0;
+    for (int waited = 0; pid > 0 && waited < CHILD_DEADLINE_MS; waited += 10) {
+        if ((done = waitpid(pid, &wstatus, WNOHANG)) != 0)
+            break;
+        sleep_ms(10);
+    }
+    if (pid > 0 && done == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &wstatus, 0);
+    }
+    CHECK(done == pid, "the forked child did not finish in %d ms (killed)", CHILD_DEADLINE_MS);
+    CHECK(done != pid || (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0),
+          "the forked child failed: exit status %d (see child_main)",
+          WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1);
+
+    pthread_join(opener, NULL);
+    pthread_join(builder, NULL);
+    CHECK(building.status == JB_OK, "the parent's held build failed: %s", jb_last_error_message());
+    /* The parent's streams still work after the fork. */
+    jb_array *c = NULL;
+    float got = 0;
+    CHECK_OK(jb_jit_race_probe_array(&c, a, 4241));
+    CHECK_OK(jb_array_read(c, &got, sizeof got));
+    CHECK(got == 3, "the parent's probe after fork gave %g", got);
+    CHECK_OK(jb_stream_synchronize(explicit_stream));
+    jb_stream_free(explicit_stream);
+    jb_custom_kernel_free(building.kernel);
+    jb_array_free(a);
+    jb_array_free(b);
+    jb_array_free(c);
+    unlink(gate);
+    rmdir(dir);
+}
+
+int main(void)
+{
+    setenv("JITBRIDGE_DISK_CACHE", "0", 1); /* the child compiles, not loads */
+    if (jb_device_get(&cpu, JB_DEVICE_CPU, 0) != JB_OK) {
+        fprintf(stderr, "no cpu device: %s\n", jb_last_error_message());
+        return 1;
+    }
+    test_fork_during_build();
+    return check_summary("test_fork");
+}
