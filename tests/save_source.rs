@@ -44,5 +44,19 @@ fn saved_sources_and_errors_that_say_where() {
     assert_eq!(y[0].to_vec::<jitbridge::Bf16>().unwrap()[3].to_f32(), 3.0);
     let path = dir.join(format!("{}.c", good.module_name()));
     assert_eq!(std::fs::read_to_string(&path).unwrap(), good.source("cpu").unwrap());
+
+    // A FIFO where the source goes (planted in a shared folder, say): opening it for writing
+    // waited for a reader forever, under the module cache's lock. Now: a warning, and the build.
+    let piped = kernel(&format!("y[thread_index()] = x[thread_index()]; /* fifo */ {tag}"));
+    let fifo = dir.join(format!("{}.c", piped.module_name()));
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let y = piped.launch(&[&x], &[&[4]], LaunchShape::Threads(4)).map(|y| y.len());
+        sender.send(y.map_err(|e| e.to_string())).unwrap();
+    });
+    let launched = receiver.recv_timeout(std::time::Duration::from_secs(60));
+    assert_eq!(launched.expect("the launch hangs on the FIFO"), Ok(1));
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -145,10 +145,16 @@ static bool save_source(jb_device *dev, const char *module_name, const char *sou
                      dev->backend->dialect == JB_DIALECT_C ? "c" : "cu");
     if (n < 0 || (size_t)n >= path_len)
         return false;
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-    bool written = fd >= 0 && jb__write_all(fd, source, strlen(source));
+    /* O_NONBLOCK: a FIFO there fails at once (no reader) instead of blocking under the lock. */
+    int fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
+    struct stat st;
+    bool regular = fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+    if (fd >= 0 && !regular)
+        errno = EINVAL; /* a FIFO with a reader, a device: never written to */
+    bool written = regular && ftruncate(fd, 0) == 0 && jb__write_all(fd, source, strlen(source));
     if (!written)
-        jb__warn("JITBRIDGE_SAVE_SOURCE: cannot write %s: %s", path, strerror(errno));
+        jb__warn("JITBRIDGE_SAVE_SOURCE: cannot write %s (not a regular file?): %s", path,
+                 strerror(errno));
     if (fd >= 0)
         close(fd);
     return written;
