@@ -245,7 +245,8 @@ JB_API uint16_t jb_f32_to_bf16_bits(float value);
 JB_API float jb_bf16_bits_to_f32(uint16_t bits);
 
 /* An array on `device` holding a copy of `data` (element count = product of shape). The copy
- * is taken before return; the work runs on the thread's default stream of `device`. */
+ * is taken before return; the work runs on the thread's default stream of `device`. bool data
+ * holding a byte other than 0 or 1 is refused (JB_ERR_INVALID_ARGUMENT). */
 JB_API jb_status jb_array_from_host(jb_array **out, jb_device *device, jb_dtype dtype,
                                     const int64_t *shape, int ndim, const void *data);
 /* A one-dimensional array 0, 1, ..., n-1 (n >= 0) of `dtype` on `device`: f16 and bf16 round to
@@ -336,7 +337,9 @@ typedef struct jb_kernel_spec {
     const jb_kernel_param *params;   /* compile-time parameters */
     size_t num_params;
     unsigned compile_flags;          /* JB_COMPILE_* bits */
-    const char *const *defines;      /* "NAME" or "NAME=VALUE": #define lines at the top */
+    const char *const *defines;      /* "NAME" or "NAME=VALUE": #define lines at the top; each
+                                      * NAME once and none of the kernel's names; VALUE one line
+                                      * without a comment opening or a trailing backslash */
     size_t num_defines;
 } jb_kernel_spec;
 
@@ -419,7 +422,10 @@ JB_API jb_status jb_custom_kernel_launch_on(jb_array **outputs, jb_custom_kernel
  * source is C11: each entry is `void name(void **args, uint64_t threads)`, where args[i] points
  * at argument i's value, as in cuLaunchKernel (an array: `*(float **)args[0]`), and the entry
  * runs every thread itself (threads = the launch's total). With `dtypes` set, the source starts
- * with the dtype declarations custom kernels get (f16, bf16, f32_to_bf16, ...).
+ * with the dtype declarations custom kernels get (f16, bf16, f32_to_bf16, ...). The library
+ * cannot see an entry's parameters: arguments that do not match them in number or type, and an
+ * entry that indexes past an array, are the caller's bugs (on the cpu, memory corruption of the
+ * host process), as with cuLaunchKernel.
  */
 typedef struct jb_source_module jb_source_module;
 

@@ -86,6 +86,11 @@ jb_status jb_array_from_host(jb_array **out, jb_device *device, jb_dtype dtype,
     size_t bytes;
     JB_FORWARD_IF_ERROR(shape_bytes(shape, ndim, dtype, &bytes));
     JB_RETURN_IF(bytes > 0 && !data, JB_ERR_INVALID_ARGUMENT, "jb_array_from_host: data is NULL");
+    /* Any other byte is not a C bool: kernels reading it are undefined. */
+    for (size_t i = 0; dtype == JB_BOOL && i < bytes; i++)
+        JB_RETURN_IF(((const unsigned char *)data)[i] > 1, JB_ERR_INVALID_ARGUMENT,
+                     "jb_array_from_host: bool element %zu is %u, not 0 or 1", i,
+                     ((const unsigned char *)data)[i]);
     jb_stream *stream;
     JB_FORWARD_IF_ERROR(jb__current_stream(device, &stream));
     jb_buffer *buf;

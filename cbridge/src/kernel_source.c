@@ -212,6 +212,13 @@ static int validate_params(const jb_kernel_spec *spec)
     return JB_OK;
 }
 
+/* True when define `d` ("NAME" or "NAME=VALUE") defines `name`. */
+static bool define_is(const char *d, const char *name)
+{
+    size_t len = strlen(name);
+    return strncmp(d, name, len) == 0 && (d[len] == '\0' || d[len] == '=');
+}
+
 /* A define is NAME or NAME=VALUE: NAME an identifier, VALUE printable text on one line. */
 int jb__compile_options_check(const char *owner, unsigned flags, const char *const *defines,
                               size_t num_defines)
@@ -241,6 +248,13 @@ int jb__compile_options_check(const char *owner, unsigned flags, const char *con
                          owner, name);
         JB_RETURN_IF(strlen(d) > 4096, JB_ERR_INVALID_ARGUMENT,
                      "'%s': define '%s' is longer than 4096 characters", owner, name);
+        /* Either would carry the define past its line, into the source that follows. */
+        JB_RETURN_IF(eq && (strstr(eq, "/*") || d[strlen(d) - 1] == '\\'),
+                     JB_ERR_INVALID_ARGUMENT,
+                     "'%s': define '%s' opens a comment or ends with a backslash", owner, name);
+        for (size_t j = 0; j < i; j++)
+            JB_RETURN_IF(define_is(defines[j], name), JB_ERR_INVALID_ARGUMENT,
+                         "'%s': define '%s' is given twice", owner, name);
     }
     return JB_OK;
 }
@@ -279,14 +293,25 @@ static size_t gather_names(const jb_kernel_spec *k, const char **names, size_t *
     return n;
 }
 
-/* True when two of the names, or one name and an array's `_size` companion, coincide. */
+/* True when two of the names, or one name and an array's `_size` companion, coincide, or a
+ * define redefines one of them. */
 static bool names_collide(const jb_kernel_spec *k)
 {
     const char *names[2 * JB_KERNEL_MAX_ARRAYS + JB_KERNEL_MAX_PARAMS];
     size_t num_arrays, total = gather_names(k, names, &num_arrays);
+    for (size_t d = 0; d < k->num_defines; d++)
+        if (define_is(k->defines[d], k->name))
+            return true;
     for (size_t a = 0; a < total; a++) {
         if (strcmp(names[a], k->name) == 0)
             return true;
+        for (size_t d = 0; d < k->num_defines; d++) {
+            char size_name[MAX_IDENTIFIER + 8];
+            snprintf(size_name, sizeof size_name, "%s_size", names[a]);
+            if (define_is(k->defines[d], names[a]) ||
+                (a < num_arrays && define_is(k->defines[d], size_name)))
+                return true;
+        }
         for (size_t b = 0; b < total; b++) {
             size_t ylen = strlen(names[b]);
             if (a != b && strcmp(names[a], names[b]) == 0)
@@ -325,8 +350,8 @@ int jb__kernel_spec_check(const jb_kernel_spec *spec)
                                                    spec->num_defines));
     JB_RETURN_IF(!spec->body, JB_ERR_INVALID_ARGUMENT, "kernel '%s' has no body", spec->name);
     JB_RETURN_IF(names_collide(spec), JB_ERR_INVALID_ARGUMENT,
-                 "kernel '%s': input, output, scalar and parameter names must differ from each "
-                 "other, from the kernel's name and from each array's '<name>_size'",
+                 "kernel '%s': input, output, scalar, parameter and define names must differ "
+                 "from each other, from the kernel's name and from each array's '<name>_size'",
                  spec->name);
     return JB_OK;
 }

@@ -2,7 +2,7 @@
  * The kernel API from C: a spec from an older header (smaller struct_size) still works and the
  * bytes past it are never read; sizes the library cannot know are refused; every dtype has a
  * name and size; scalars, a compile-time parameter and an explicit stream in one launch; a
- * whole-source module with two entry points.
+ * whole-source module with two entry points; hostile inputs refused before anything is built.
  */
 #include "check.h"
 #include "jitbridge.h"
@@ -174,6 +174,54 @@ static void source_modules(void)
     jb_array_free(y);
 }
 
+/* Inputs that would reach the compiler or a kernel malformed: each refused, nothing built. */
+static void hostile_inputs(void)
+{
+    jb_counters before, after;
+    jb_counters_get(&before, sizeof before);
+    unsigned char flags[3] = {0, 1, 2};
+    int64_t n = 3;
+    jb_array *a = NULL;
+    CHECK(jb_array_from_host(&a, cpu, JB_BOOL, &n, 1, flags) == JB_ERR_INVALID_ARGUMENT && !a,
+          "a bool byte 2 from the host");
+    flags[2] = 1;
+    CHECK_OK(jb_array_from_host(&a, cpu, JB_BOOL, &n, 1, flags));
+    jb_array_free(a);
+
+    const char *in[] = {"x"}, *outn[] = {"y"};
+    jb_dtype f32[] = {JB_F32};
+    jb_kernel_param param = {"N", JB_PARAM_INT, 2};
+    jb_kernel_spec spec = JB_KERNEL_SPEC_INIT;
+    spec.name = "hostile", spec.body = "y[thread_index()] = x[thread_index()] * N;";
+    spec.input_names = in, spec.input_dtypes = f32, spec.num_inputs = 1;
+    spec.output_names = outn, spec.output_dtypes = f32, spec.num_outputs = 1;
+    spec.params = &param, spec.num_params = 1;
+    /* A trailing backslash joins the next line (the parameter's #define) to the define; an open
+     * comment swallows what follows; a second definition of a name silently wins. */
+    const char *bad[][2] = {{"A=1 \\", NULL}, {"A=1 /* x", NULL}, {"N=5", NULL},
+                            {"A=1", "A=2"},   {"x=3", NULL}};
+    jb_source_module_spec ms = JB_SOURCE_MODULE_SPEC_INIT;
+    const char *entries[] = {"fill"};
+    ms.name = "hostile_module", ms.cpu_source = raw_source;
+    ms.entry_names = entries, ms.num_entries = 1;
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        spec.defines = bad[i], spec.num_defines = bad[i][1] ? 2 : 1;
+        jb_custom_kernel *k = NULL;
+        CHECK(jb_custom_kernel_new(&k, &spec) == JB_ERR_INVALID_ARGUMENT && !k,
+              "kernel define '%s' refused", bad[i][0]);
+        jb_custom_kernel_free(k);
+        if (i >= 2 && i != 3)
+            continue; /* names of a kernel: a module has none but its entries */
+        ms.defines = bad[i], ms.num_defines = bad[i][1] ? 2 : 1;
+        jb_source_module *m = NULL;
+        CHECK(jb_source_module_new(&m, &ms) == JB_ERR_INVALID_ARGUMENT && !m,
+              "module define '%s' refused", bad[i][0]);
+        jb_source_module_free(m);
+    }
+    jb_counters_get(&after, sizeof after);
+    CHECK(after.builds == before.builds && after.misses == before.misses, "nothing built");
+}
+
 int main(void)
 {
     CHECK_OK(jb_device_get(&cpu, JB_DEVICE_CPU, 0));
@@ -181,5 +229,6 @@ int main(void)
     dtypes();
     scalars_params_stream();
     source_modules();
+    hostile_inputs();
     return check_summary("test_kernels");
 }
