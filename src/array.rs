@@ -129,13 +129,15 @@ impl F16 {
         };
         F16(bits as u16)
     }
-    /// The exact f32 value.
+    /// The exact f32 value; a NaN comes out quiet (payload and sign kept), as from hardware.
     pub fn to_f32(self) -> f32 {
         let h = self.0 as u32;
         let sign = (h & 0x8000) << 16;
         let (e, m) = ((h >> 10) & 0x1f, h & 0x3ff);
-        let bits = if e == 0x1f {
-            sign | 0x7f80_0000 | (m << 13)
+        let bits = if e == 0x1f && m != 0 {
+            sign | 0x7fc0_0000 | (m << 13)
+        } else if e == 0x1f {
+            sign | 0x7f80_0000
         } else if e != 0 {
             sign | ((e + 112) << 23) | (m << 13)
         } else if m == 0 {

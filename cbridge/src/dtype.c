@@ -33,8 +33,8 @@
     {                                                                                              \
         unsigned int sign = (unsigned int)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu;              \
         unsigned int m = h & 0x3ffu;                                                               \
-        if (e == 0x1fu)                                                                            \
-            return sign | 0x7f800000u | (m << 13);                                                 \
+        if (e == 0x1fu) /* a NaN comes out quiet, as from the hardware conversions */              \
+            return sign | 0x7f800000u | (m << 13) | (m ? 0x400000u : 0u);                          \
         if (e != 0)                                                                                \
             return sign | ((e + 112u) << 23) | (m << 13);                                          \
         if (m == 0)                                                                                \

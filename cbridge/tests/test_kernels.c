@@ -86,6 +86,11 @@ static void dtypes(void)
     CHECK(jb_f32_to_bf16_bits(1.00390625f) == 0x3f80, "bf16 tie to even");
     CHECK(jb_f32_to_bf16_bits(1.01171875f) == 0x3f82, "bf16 tie to even, upwards");
     CHECK(jb_f16_bits_to_f32(0x0001) == 5.9604644775390625e-8f, "smallest f16 subnormal");
+    /* A signalling NaN comes out quiet, as _Float16 and the F16C instruction give it. */
+    float nan = jb_f16_bits_to_f32(0xfc01);
+    uint32_t nan_bits;
+    memcpy(&nan_bits, &nan, sizeof nan_bits);
+    CHECK(nan_bits == 0xffc02000u, "f16 sNaN to f32: %08x", (unsigned)nan_bits);
 }
 
 static void scalars_params_stream(void)
