@@ -20,9 +20,9 @@ fn main() -> Result<(), jitbridge::Error> {
 
     let n = 1000;
     let x = Array::arange(device, n, DType::F32)?;
-    let y = Array::from_slice(device, &vec![1.0f32; n as usize], &[n])?;
+    let y = Array::from_slice(device, &vec![1.0f32; n], &[n])?;
     for launch in 0..3 {
-        let out = saxpy.launch(&[&x, &y], &[&[n]], LaunchShape::Threads(n as u64))?;
+        let out = saxpy.launch(&[&x, &y], &[&[n]], LaunchShape::Threads(n))?;
         let values = out[0].to_vec::<f32>()?;
         let counters = Counters::read();
         println!(

@@ -93,18 +93,18 @@ pub fn run(device: Device) -> Result<Vec<String>, String> {
         let n = rows * head_dim;
         let x: Vec<Bf16> = (0..n).map(|i| value(i, head_dim as u64)).collect();
         let weight: Vec<Bf16> = (0..head_dim).map(|i| value(i, 77)).collect();
-        let xa = Array::from_slice(device, &x, &[n as i64]).map_err(e)?;
+        let xa = Array::from_slice(device, &x, &[n]).map_err(e)?;
 
         // RMSNorm: one thread per row.
         let eps = 1e-5f32;
         let norm = kernel("rmsnorm_bf16", RMSNORM, head_dim as i64, false).map_err(e)?;
-        let wa = Array::from_slice(device, &weight, &[head_dim as i64]).map_err(e)?;
+        let wa = Array::from_slice(device, &weight, &[head_dim]).map_err(e)?;
         let out = norm
             .launch_with_scalars(
                 &[&xa, &wa],
                 &[Scalar::F32(eps)],
-                &[&[n as i64]],
-                LaunchShape::Threads(rows as u64),
+                &[&[n]],
+                LaunchShape::Threads(rows),
             )
             .map_err(e)?;
         let got = out[0].to_vec::<Bf16>().map_err(e)?;
@@ -127,14 +127,14 @@ pub fn run(device: Device) -> Result<Vec<String>, String> {
         // Rotary: one thread per (token, head, pair).
         let base = 10000.0f32;
         let positions: Vec<i32> = (0..tokens as i32).map(|t| t * 37 + 5).collect();
-        let pa = Array::from_slice(device, &positions, &[tokens as i64]).map_err(e)?;
+        let pa = Array::from_slice(device, &positions, &[tokens]).map_err(e)?;
         let rope = kernel("rotary_bf16", ROTARY, head_dim as i64, true).map_err(e)?;
         let out = rope
             .launch_with_scalars(
                 &[&xa, &pa],
                 &[Scalar::F32(base), Scalar::I64(heads as i64)],
-                &[&[n as i64]],
-                LaunchShape::Threads((rows * head_dim / 2) as u64),
+                &[&[n]],
+                LaunchShape::Threads(rows * head_dim / 2),
             )
             .map_err(e)?;
         let got = out[0].to_vec::<Bf16>().map_err(e)?;

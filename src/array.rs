@@ -226,15 +226,28 @@ unsafe impl Send for Array {}
 // several threads at once.
 unsafe impl Sync for Array {}
 
+/// Sizes are `usize` in Rust and `int64_t` in C: a size C cannot hold is a shape error here.
+pub(crate) fn c_shape(shape: &[usize]) -> Result<Vec<i64>, Error> {
+    shape
+        .iter()
+        .map(|&d| {
+            i64::try_from(d).map_err(|_| {
+                Error::new(ErrorCode::Shape, format!("dimension {d} is too large for the library"))
+            })
+        })
+        .collect()
+}
+
 impl Array {
     /// An array on `device` holding a copy of `data`, whose length must match `shape`.
     pub fn from_slice<T: Element>(
         device: Device,
         data: &[T],
-        shape: &[i64],
+        shape: &[usize],
     ) -> Result<Array, Error> {
-        let count: i64 = shape.iter().product();
-        if shape.iter().any(|&d| d < 0) || count as usize != data.len() {
+        let dims = c_shape(shape)?;
+        let count = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+        if count != Some(data.len()) {
             return Err(Error::new(
                 ErrorCode::Shape,
                 format!("shape {shape:?} does not hold {} elements", data.len()),
@@ -247,8 +260,8 @@ impl Array {
                 &mut raw,
                 device.raw(),
                 T::DTYPE.raw(),
-                shape.as_ptr(),
-                shape.len() as i32,
+                dims.as_ptr(),
+                dims.len() as i32,
                 data.as_ptr().cast(),
             )
         })?;
@@ -256,7 +269,8 @@ impl Array {
     }
 
     /// The one-dimensional array 0, 1, ..., n-1.
-    pub fn arange(device: Device, n: i64, dtype: DType) -> Result<Array, Error> {
+    pub fn arange(device: Device, n: usize, dtype: DType) -> Result<Array, Error> {
+        let n = c_shape(&[n])?[0];
         let mut raw = std::ptr::null_mut();
         // SAFETY: valid out pointer; the library checks `n`.
         check(unsafe { ffi::jb_array_arange(&mut raw, device.raw(), n, dtype.raw()) })?;
@@ -313,12 +327,14 @@ impl Array {
     }
 
     /// The dimensions.
-    pub fn shape(&self) -> Vec<i64> {
+    pub fn shape(&self) -> Vec<usize> {
         // SAFETY: the shape pointer holds `ndim` values while the array lives.
-        unsafe {
+        let dims = unsafe {
             let ndim = ffi::jb_array_ndim(self.raw) as usize;
-            std::slice::from_raw_parts(ffi::jb_array_shape(self.raw), ndim).to_vec()
-        }
+            std::slice::from_raw_parts(ffi::jb_array_shape(self.raw), ndim)
+        };
+        // The library never holds a negative dimension.
+        dims.iter().map(|&d| d as usize).collect()
     }
 
     /// The number of elements.

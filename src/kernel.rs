@@ -57,7 +57,7 @@ impl LaunchShape {
     pub(crate) fn raw(self) -> ffi::jb_launch_shape {
         match self {
             LaunchShape::Threads(n) => {
-                ffi::jb_launch_shape { total_threads: n, ..Default::default() }
+                ffi::jb_launch_shape { total_threads: n as u64, ..Default::default() }
             }
             LaunchShape::Grid { grid, block } => {
                 ffi::jb_launch_shape { grid, block, total_threads: 0 }
@@ -186,7 +186,7 @@ impl Scalar {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LaunchShape {
     /// This many threads in blocks of the configured size (256 unless a hook says otherwise).
-    Threads(u64),
+    Threads(usize),
     /// An explicit grid of blocks and block of threads.
     Grid {
         /// Blocks in x, y, z.
@@ -371,7 +371,7 @@ impl CustomKernel {
     pub fn launch(
         &self,
         inputs: &[&Array],
-        output_shapes: &[&[i64]],
+        output_shapes: &[&[usize]],
         shape: LaunchShape,
     ) -> Result<Vec<Array>, Error> {
         self.launch_raw(std::ptr::null_mut(), inputs, &[], output_shapes, shape)
@@ -382,7 +382,7 @@ impl CustomKernel {
         &self,
         inputs: &[&Array],
         scalars: &[Scalar],
-        output_shapes: &[&[i64]],
+        output_shapes: &[&[usize]],
         shape: LaunchShape,
     ) -> Result<Vec<Array>, Error> {
         self.launch_raw(std::ptr::null_mut(), inputs, scalars, output_shapes, shape)
@@ -396,7 +396,7 @@ impl CustomKernel {
         stream: &Stream,
         inputs: &[&Array],
         scalars: &[Scalar],
-        output_shapes: &[&[i64]],
+        output_shapes: &[&[usize]],
         shape: LaunchShape,
     ) -> Result<Vec<Array>, Error> {
         self.launch_raw(stream.raw(), inputs, scalars, output_shapes, shape)
@@ -407,7 +407,7 @@ impl CustomKernel {
         stream: *mut ffi::jb_stream,
         inputs: &[&Array],
         scalars: &[Scalar],
-        output_shapes: &[&[i64]],
+        output_shapes: &[&[usize]],
         shape: LaunchShape,
     ) -> Result<Vec<Array>, Error> {
         if output_shapes.len() != self.num_outputs {
@@ -422,7 +422,11 @@ impl CustomKernel {
         }
         let raw_inputs: Vec<_> = inputs.iter().map(|a| a.raw()).collect();
         let raw_scalars: Vec<_> = scalars.iter().map(Scalar::raw).collect();
-        let shape_ptrs: Vec<_> = output_shapes.iter().map(|s| s.as_ptr()).collect();
+        let c_shapes = output_shapes
+            .iter()
+            .map(|s| crate::array::c_shape(s))
+            .collect::<Result<Vec<_>, _>>()?;
+        let shape_ptrs: Vec<_> = c_shapes.iter().map(|s| s.as_ptr()).collect();
         let ndims: Vec<c_int> = output_shapes.iter().map(|s| s.len() as c_int).collect();
         let raw_shape = shape.raw();
         let mut outputs = vec![std::ptr::null_mut(); self.num_outputs];

@@ -39,7 +39,7 @@ pub fn probe_body() -> &'static str {
 }
 
 /// Elements in each probe input, as the mission's tests use.
-pub const PROBE_ELEMENTS: i64 = 256;
+pub const PROBE_ELEMENTS: usize = 256;
 
 /// True when `values` is exactly 2*i + 1 at every i.
 pub fn probe_output_exact(values: &[f32]) -> bool {

@@ -14,11 +14,11 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// Elements of the decode step's input and output.
-const DECODE_N: i64 = 2048;
+const DECODE_N: usize = 2048;
 /// Kernels (hidden sizes x variants) each first-launch worker has: a server's are bounded,
 /// and the cache keeps every module loaded, so an unbounded set would grow RSS by design.
-const HIDDEN: [i64; 4] = [64, 128, 256, 512];
-const VARIANTS: i64 = 4;
+const HIDDEN: [usize; 4] = [64, 128, 256, 512];
+const VARIANTS: usize = 4;
 /// Longest wait for the forked child before it is killed (it may be stuck on a lock).
 const CHILD_DEADLINE: Duration = Duration::from_secs(30);
 /// How often the controller samples memory and RSS.
@@ -291,7 +291,7 @@ fn decode_loop(
                 &[&x],
                 &[Scalar::F32(s)],
                 &[&[DECODE_N]],
-                LaunchShape::Threads(DECODE_N as u64),
+                LaunchShape::Threads(DECODE_N),
             )
             .and_then(|mut out| {
                 let out = out.remove(0);
@@ -316,14 +316,14 @@ fn decode_loop(
 fn worker_kernel(
     name: &str,
     body: &str,
-    hidden: i64,
-    variant: i64,
+    hidden: usize,
+    variant: usize,
 ) -> Result<CustomKernel, jitbridge::Error> {
     CustomKernel::new(&KernelSpec {
         name,
         inputs: &[("inp", DType::F32)],
         outputs: &[("out", DType::F32)],
-        params: &[("HIDDEN", Param::Int(hidden)), ("VARIANT", Param::Int(variant))],
+        params: &[("HIDDEN", Param::Int(hidden as i64)), ("VARIANT", Param::Int(variant as i64))],
         body,
         ..Default::default()
     })
@@ -338,7 +338,7 @@ fn first_launch_worker(
     every: Duration,
     role: &'static str,
     body: &'static str,
-    want: fn(f32, i64, i64) -> f32,
+    want: fn(f32, usize, usize) -> f32,
     seed: u64,
     stop: &AtomicBool,
     tally: &Tally,
@@ -346,13 +346,13 @@ fn first_launch_worker(
     let stream = streams::new_thread_local_generation_stream(device)?;
     let _guard = streams::install_thread_local_default_stream(&stream)?;
     let mut rng = Rng(seed);
-    let mut kernels: Vec<(CustomKernel, i64, i64)> = Vec::new();
-    let mut next = 0i64;
+    let mut kernels: Vec<(CustomKernel, usize, usize)> = Vec::new();
+    let mut next = 0usize;
     let mut last_new: Option<Instant> = None;
     while !stop.load(Ordering::Acquire) {
-        let more = next < HIDDEN.len() as i64 * VARIANTS;
+        let more = next < HIDDEN.len() * VARIANTS;
         if more && last_new.is_none_or(|t| t.elapsed() >= every) {
-            let hidden = HIDDEN[next as usize % HIDDEN.len()];
+            let hidden = HIDDEN[next % HIDDEN.len()];
             match worker_kernel(role, body, hidden, next) {
                 Ok(kernel) => kernels.push((kernel, hidden, next)),
                 Err(e) => tally.error(role, &e),
@@ -366,11 +366,10 @@ fn first_launch_worker(
         }
         // The newest kernel's first launch, then the others' warm launches.
         for (kernel, hidden, variant) in kernels.iter().rev() {
-            let batch = 1 + rng.below(16) as i64;
+            let batch = 1 + rng.below(16) as usize;
             let n = batch * hidden;
             let result = Array::arange(device, n, DType::F32).and_then(|inp| {
-                let out =
-                    kernel.launch(&[&inp], &[&[batch, *hidden]], LaunchShape::Threads(n as u64))?;
+                let out = kernel.launch(&[&inp], &[&[batch, *hidden]], LaunchShape::Threads(n))?;
                 out[0].to_vec::<f32>()
             });
             match result {
@@ -384,12 +383,12 @@ fn first_launch_worker(
 
 const EMBED_BODY: &str = "const uint64_t i = thread_index(); \
     if (i < out_size) out[i] = inp[i] * 2.0f + (f32)(HIDDEN / 64) + (f32)(VARIANT % 7);";
-fn embed_want(x: f32, hidden: i64, variant: i64) -> f32 {
+fn embed_want(x: f32, hidden: usize, variant: usize) -> f32 {
     x * 2.0 + (hidden / 64) as f32 + (variant % 7) as f32
 }
 const RERANK_BODY: &str = "const uint64_t i = thread_index(); \
     if (i < out_size) out[i] = inp[i] * 0.5f - (f32)(VARIANT % 5) - (f32)(HIDDEN % 3);";
-fn rerank_want(x: f32, hidden: i64, variant: i64) -> f32 {
+fn rerank_want(x: f32, hidden: usize, variant: usize) -> f32 {
     x * 0.5 - (variant % 5) as f32 - (hidden % 3) as f32
 }
 
@@ -421,10 +420,10 @@ fn shared_stream_worker(
         let base = (who * 1000 + round % 1000) as f32;
         round += 1;
         let data = vec![base; n];
-        let result = Array::from_slice(device, &data, &[n as i64]).and_then(|inp| {
-            let out = kernel.launch(&[&inp], &[&[n as i64]], LaunchShape::Threads(n as u64))?;
+        let result = Array::from_slice(device, &data, &[n]).and_then(|inp| {
+            let out = kernel.launch(&[&inp], &[&[n]], LaunchShape::Threads(n))?;
             // A new array while the launch may still run: the case where holds went wrong.
-            let other = Array::from_slice(device, &data, &[n as i64])?;
+            let other = Array::from_slice(device, &data, &[n])?;
             let (a, b) = (out[0].to_vec::<f32>()?, other.to_vec::<f32>()?);
             Ok((a, b))
         });
@@ -441,7 +440,8 @@ fn shared_stream_worker(
 
 /// Array sizes of the batch worker, in KiB-sized units of 256 f32: from 1 KiB to 4 MiB, most
 /// not powers of two, in a fixed cycle (so that the warm-up sees the cycle's largest live set).
-const BATCH_SIZES: [i64; 16] = [1, 37, 5, 300, 12, 1024, 64, 3, 700, 150, 9, 512, 20, 80, 1000, 2];
+const BATCH_SIZES: [usize; 16] =
+    [1, 37, 5, 300, 12, 1024, 64, 3, 700, 150, 9, 512, 20, 80, 1000, 2];
 
 /// Keeps the last BATCH_LIVE arrays of the cycle of sizes alive, freeing the oldest for each
 /// new one: live device bytes rise and fall as a server's batches do.
@@ -449,9 +449,9 @@ fn batch_worker(device: Device, stop: &AtomicBool, tally: &Tally) -> Result<(), 
     let stream = streams::new_thread_local_generation_stream(device)?;
     let _guard = streams::install_thread_local_default_stream(&stream)?;
     let kernel = add_kernel()?;
-    let mut live: std::collections::VecDeque<(Array, i64)> = Default::default();
-    let check = |array: Array, n: i64| match array.to_vec::<f32>() {
-        Ok(v) => tally.check(v.len() == n as usize && exact_f32(&v, |i| i as f32 + 1.0), "batches"),
+    let mut live: std::collections::VecDeque<(Array, usize)> = Default::default();
+    let check = |array: Array, n: usize| match array.to_vec::<f32>() {
+        Ok(v) => tally.check(v.len() == n && exact_f32(&v, |i| i as f32 + 1.0), "batches"),
         Err(e) => tally.error("batches", &e),
     };
     for &units in BATCH_SIZES.iter().cycle() {
@@ -460,7 +460,7 @@ fn batch_worker(device: Device, stop: &AtomicBool, tally: &Tally) -> Result<(), 
         }
         let n = 256 * units;
         let result = Array::arange(device, n, DType::F32)
-            .and_then(|inp| kernel.launch(&[&inp], &[&[n]], LaunchShape::Threads(n as u64)));
+            .and_then(|inp| kernel.launch(&[&inp], &[&[n]], LaunchShape::Threads(n)));
         match result {
             Ok(mut out) => live.push_back((out.remove(0), n)),
             Err(e) => tally.error("batches", &e),
@@ -492,11 +492,11 @@ fn child_compiles_and_exits(salt: u64) -> ! {
         let cpu = Device::cpu()?;
         let stream = Stream::new(cpu)?;
         let _guard = streams::install_thread_local_default_stream(&stream)?;
-        let kernel = worker_kernel("soak_child", EMBED_BODY, 64, salt as i64)?;
+        let kernel = worker_kernel("soak_child", EMBED_BODY, 64, salt as usize)?;
         let inp = Array::arange(cpu, 256, DType::F32)?;
         let out = kernel.launch(&[&inp], &[&[256]], LaunchShape::Threads(256))?;
         let v = out[0].to_vec::<f32>()?;
-        Ok(exact_f32(&v, |i| embed_want(i as f32, 64, salt as i64)))
+        Ok(exact_f32(&v, |i| embed_want(i as f32, 64, salt as usize)))
     };
     std::process::exit(match run() {
         Ok(true) => 0,
@@ -574,13 +574,13 @@ fn fixed_mmap_threshold() {
 }
 
 /// Modules built and loaded before the run to measure what one costs in RSS.
-const MODULE_PROBES: i64 = 8;
+const MODULE_PROBES: usize = 8;
 
 /// RSS bytes one more loaded module costs: the cache keeps every module by design, so the RSS
 /// target discounts the modules the workers load after warm-up at this price.
 fn module_rss_cost(device: Device) -> Result<u64, jitbridge::Error> {
     let inp = Array::arange(device, 64, DType::F32)?;
-    let one = |variant: i64| -> Result<(), jitbridge::Error> {
+    let one = |variant: usize| -> Result<(), jitbridge::Error> {
         let kernel = worker_kernel("soak_rss_probe", EMBED_BODY, 64, variant)?;
         let out = kernel.launch(&[&inp], &[&[64]], LaunchShape::Threads(64))?;
         let v = out[0].to_vec::<f32>()?;
@@ -659,8 +659,13 @@ pub fn run(device: Device, seconds: f64, fork: bool) -> Result<Report, jitbridge
         seconds * (TOGETHER_END - ALONE_END) / (HIDDEN.len() as f64 * VARIANTS as f64),
     );
     for (role, body, want, s) in [
-        ("soak_embed", EMBED_BODY, embed_want as fn(f32, i64, i64) -> f32, seed),
-        ("soak_rerank", RERANK_BODY, rerank_want as fn(f32, i64, i64) -> f32, seed.rotate_left(17)),
+        ("soak_embed", EMBED_BODY, embed_want as fn(f32, usize, usize) -> f32, seed),
+        (
+            "soak_rerank",
+            RERANK_BODY,
+            rerank_want as fn(f32, usize, usize) -> f32,
+            seed.rotate_left(17),
+        ),
     ] {
         bodies.push(Box::new(move |pass: race::Pass<'_>| -> Outcome {
             let _done = Done(others_running);

@@ -129,7 +129,7 @@ fn host_conversions_round_to_nearest_even_and_match_the_library() {
 }
 
 fn round_trip<T: Element + PartialEq + std::fmt::Debug>(device: Device, data: &[T]) {
-    let a = Array::from_slice(device, data, &[data.len() as i64]).unwrap();
+    let a = Array::from_slice(device, data, &[data.len()]).unwrap();
     assert_eq!(a.dtype(), T::DTYPE);
     assert_eq!(a.to_vec::<T>().unwrap(), data, "{:?} does not round-trip", T::DTYPE);
 }
@@ -172,9 +172,9 @@ fn unary(name: &str, input: DType, output: DType, body: &str) -> CustomKernel {
 }
 
 fn run<T: Element, U: Element>(kernel: &CustomKernel, device: Device, data: &[T]) -> Vec<U> {
-    let n = data.len() as i64;
+    let n = data.len();
     let x = Array::from_slice(device, data, &[n]).unwrap();
-    let y = kernel.launch(&[&x], &[&[n]], LaunchShape::Threads(n as u64)).unwrap();
+    let y = kernel.launch(&[&x], &[&[n]], LaunchShape::Threads(n)).unwrap();
     assert_eq!(y[0].dtype(), U::DTYPE);
     y[0].to_vec::<U>().unwrap()
 }

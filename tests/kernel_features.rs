@@ -12,9 +12,9 @@ use jitbridge::{
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-fn launch1(kernel: &CustomKernel, x: &Array, scalars: &[Scalar], n: i64) -> Array {
+fn launch1(kernel: &CustomKernel, x: &Array, scalars: &[Scalar], n: usize) -> Array {
     let mut out =
-        kernel.launch_with_scalars(&[x], scalars, &[&[n]], LaunchShape::Threads(n as u64)).unwrap();
+        kernel.launch_with_scalars(&[x], scalars, &[&[n]], LaunchShape::Threads(n)).unwrap();
     out.remove(0)
 }
 
@@ -244,13 +244,13 @@ fn explicit_stream_launches_are_ordered(device: Device) {
     let _turn = common::serial();
     let (slow, plus) = (slow_copy(), plus_one());
     let side = Stream::new(device).unwrap();
-    let n = 256i64;
+    let n = 256usize;
     let spins = if device.kind() == jitbridge::DeviceKind::Cpu { 20_000 } else { 200_000 };
     for round in 0..5 {
         let data: Vec<f32> = (0..n).map(|i| (i * 7 + round) as f32).collect();
         let x = Array::from_slice(device, &data, &[n]).unwrap();
-        let shape: &[&[i64]] = &[&[n]];
-        let t = LaunchShape::Threads(n as u64);
+        let shape: &[&[usize]] = &[&[n]];
+        let t = LaunchShape::Threads(n);
         // Produced on the side stream, consumed on the default one...
         let a = slow.launch_on(&side, &[&x], &[Scalar::I64(spins)], shape, t).unwrap();
         let b = plus.launch(&[&a[0]], shape, t).unwrap();

@@ -77,29 +77,23 @@ fn two_entry_points(device: Device) {
     let m = module("2.0f");
     let n = 1000usize;
     let xs: Vec<Bf16> = (0..n).map(|i| Bf16::from_f32(i as f32 * 0.5 - 100.0)).collect();
-    let x = Array::from_slice(device, &xs, &[n as i64]).unwrap();
-    let mut y = Array::from_slice(device, &vec![Bf16::from_f32(-1.0); n], &[n as i64]).unwrap();
-    let mut z = Array::from_slice(device, &vec![1.0f32; n], &[n as i64]).unwrap();
+    let x = Array::from_slice(device, &xs, &[n]).unwrap();
+    let mut y = Array::from_slice(device, &vec![Bf16::from_f32(-1.0); n], &[n]).unwrap();
+    let mut z = Array::from_slice(device, &vec![1.0f32; n], &[n]).unwrap();
     Counters::reset();
     let live = 900i64; // elements past it stay untouched
     m.launch(
         "scale",
         &mut [Arg::In(&x), Arg::Out(&mut y), 3.0f32.into(), Scalar::I64(live).into()],
-        LaunchShape::Threads(n as u64),
+        LaunchShape::Threads(n),
     )
     .unwrap();
     // The second entry reads `y`, written by the first, on the same stream; then on another
     // stream, which must wait for the first write of `z`.
-    m.launch("accumulate", &mut [Arg::In(&y), Arg::Out(&mut z)], LaunchShape::Threads(n as u64))
-        .unwrap();
+    m.launch("accumulate", &mut [Arg::In(&y), Arg::Out(&mut z)], LaunchShape::Threads(n)).unwrap();
     let side = Stream::new(device).unwrap();
-    m.launch_on(
-        &side,
-        "accumulate",
-        &mut [Arg::In(&y), Arg::Out(&mut z)],
-        LaunchShape::Threads(n as u64),
-    )
-    .unwrap();
+    m.launch_on(&side, "accumulate", &mut [Arg::In(&y), Arg::Out(&mut z)], LaunchShape::Threads(n))
+        .unwrap();
     let c = Counters::read();
     assert_eq!(c.builds + c.disk_hits, 1, "several entries, one module");
     let ys = y.to_vec::<Bf16>().unwrap();
@@ -123,14 +117,14 @@ fn two_entry_points(device: Device) {
         m.launch(
             "slow_fill",
             &mut [Arg::Out(&mut z), v.into(), spins.into()],
-            LaunchShape::Threads(n as u64),
+            LaunchShape::Threads(n),
         )
         .unwrap();
         m.launch_on(
             &side,
             "accumulate",
             &mut [Arg::In(&y), Arg::Out(&mut z)],
-            LaunchShape::Threads(n as u64),
+            LaunchShape::Threads(n),
         )
         .unwrap();
         let zs = z.to_vec::<f32>().unwrap();
