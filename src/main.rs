@@ -101,6 +101,13 @@ time, RSS growth after warm-up (/proc/self/statm), builds and hits, and whether 
 met: every output exact; decode p99 with the others at most 1.1x alone; reserved at most 1.25x
 peak live; RSS growth after warm-up under 1%.
 
+RSS growth is measured from the RSS floor (least RSS sampled) of the third quarter of the phase
+with the others to that of its last quarter, less the modules loaded meanwhile at their measured
+RSS (the cache keeps every module by design). The first half of that phase is the allocator's
+warm-up: glibc's per-thread arenas and first-touched code pages rise to a high-water mark that
+plateaus, while heap bytes in use stay flat (JITBRIDGE_SOAK_MALLINFO=1 prints glibc's mallinfo2
+at each sample on stderr); a leak keeps raising the floor in the second half too.
+
 The workers' kernels are the same in every run (a second run may load them from the disk
 cache); the child's is new in each run.
 

@@ -88,8 +88,8 @@ pub struct Report {
     pub disk_hits: u64,
     /// Samples after warm-up, in order.
     pub samples: Vec<Sample>,
-    /// RSS floors of the first and last quarter of the run with the others (see `run`), and
-    /// RSS at the very end.
+    /// RSS floors of the third and last quarter of the samples with the others (the first half
+    /// is the allocator's warm-up, see `run`), and RSS at the very end.
     pub rss_warm: u64,
     pub rss_late: u64,
     pub rss_end: u64,
@@ -199,6 +199,31 @@ pub fn rss_bytes() -> u64 {
         .ok()
         .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
         .map_or(0, |pages| pages * page)
+}
+
+/// glibc's heap now, for `JITBRIDGE_SOAK_MALLINFO=1` (tells an allocator high-water mark from a
+/// leak): (bytes in use, bytes held by arenas and mmapped blocks).
+pub fn heap_bytes() -> (u64, u64) {
+    #[repr(C)]
+    #[derive(Default)]
+    struct Mallinfo2 {
+        arena: usize,
+        ordblks: usize,
+        smblks: usize,
+        hblks: usize,
+        hblkhd: usize,
+        usmblks: usize,
+        fsmblks: usize,
+        uordblks: usize,
+        fordblks: usize,
+        keepcost: usize,
+    }
+    unsafe extern "C" {
+        fn mallinfo2() -> Mallinfo2;
+    }
+    // SAFETY: mallinfo2 (glibc >= 2.33) only reads the allocator's statistics.
+    let m = unsafe { mallinfo2() };
+    ((m.uordblks + m.hblkhd) as u64, (m.arena + m.hblkhd) as u64)
 }
 
 /// Device memory now, summed over devices (the soak uses one): (live, peak live, reserved).
@@ -724,6 +749,22 @@ pub fn run(device: Device, seconds: f64, fork: bool) -> Result<Report, jitbridge
         let sample = |start: Instant| {
             let (live, peak_live, reserved) = device_memory();
             let c = Counters::read();
+            if std::env::var_os("JITBRIDGE_SOAK_MALLINFO").is_some() {
+                let (used, held) = heap_bytes();
+                let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+                let kib = |key: &str| {
+                    status.lines().find_map(|l| l.strip_prefix(key)).map_or("?", str::trim)
+                };
+                eprintln!(
+                    "mallinfo {:.2}s rss {} heap in use {} held {} anon {} file {}",
+                    start.elapsed().as_secs_f64(),
+                    rss_bytes(),
+                    used,
+                    held,
+                    kib("RssAnon:"),
+                    kib("RssFile:")
+                );
+            }
             Sample {
                 at: start.elapsed().as_secs_f64(),
                 live,
@@ -783,11 +824,14 @@ pub fn run(device: Device, seconds: f64, fork: bool) -> Result<Report, jitbridge
         .unwrap_or_else(|p| p.into_inner())
         .take()
         .unwrap_or_else(|| (Vec::new(), 0));
-    // RSS floors (the least RSS) of the first and last quarter of the samples after warm-up:
-    // a leak raises the floor; a large buffer read back at the moment of a sample does not.
+    // RSS floors (the least RSS) of the third and the last quarter of the samples: a leak
+    // raises the floor; a large buffer read back at the moment of a sample does not. The first
+    // half is the allocator's warm-up: glibc's per-thread arenas and first-touched code pages
+    // reach their high-water mark there (heap bytes in use stay flat, JITBRIDGE_SOAK_MALLINFO).
     let quarter = samples.len().div_ceil(4);
     let floor = |window: &[Sample]| window.iter().min_by_key(|s| s.rss).copied();
-    let first = floor(&samples[..quarter.min(samples.len())]);
+    let half = samples.len() / 2;
+    let first = floor(&samples[half..(half + quarter).min(samples.len())]);
     let last = floor(&samples[samples.len().saturating_sub(quarter)..]);
     let (rss_warm, rss_late, modules_after_warm) = match (first, last) {
         (Some(a), Some(b)) => (a.rss, b.rss, b.modules.saturating_sub(a.modules)),
