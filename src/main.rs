@@ -106,7 +106,8 @@ with the others to that of its last quarter, less the modules loaded meanwhile a
 RSS (the cache keeps every module by design). The first half of that phase is the allocator's
 warm-up: glibc's per-thread arenas and first-touched code pages rise to a high-water mark that
 plateaus, while heap bytes in use stay flat (JITBRIDGE_SOAK_MALLINFO=1 prints glibc's mallinfo2
-at each sample on stderr); a leak keeps raising the floor in the second half too.
+at each sample on stderr); a leak keeps raising the floor in the second half too. The fork comes
+in the first half as well: it raises the parent's RSS once, which is no growth.
 
 The workers' kernels are the same in every run (a second run may load them from the disk
 cache); the child's is new in each run.
