@@ -1,8 +1,13 @@
-//! `jitbridge soak` as a user meets it: its arguments checked, its help.
+//! A short `jitbridge soak` on the cpu: every output exact (the forked child's too), device
+//! memory bounded by its peak live bytes, RSS flat after warm-up. Latency targets are printed by
+//! the command, never asserted here: a loaded CI box decides them.
 
 use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// Seconds of the short soak.
+const SECONDS: &str = "10";
 
 fn jitbridge(cache: &std::path::Path) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_jitbridge"));
@@ -36,6 +41,77 @@ fn finish(mut command: Command, limit: Duration) -> (i32, String, String) {
         std::thread::sleep(Duration::from_millis(20));
     };
     (status.code().unwrap_or(-1), out.join().unwrap().unwrap(), err.join().unwrap().unwrap())
+}
+
+/// The text right after `"key":` in the soak's one-line JSON (up to the next comma or brace).
+fn field<'a>(json: &'a str, key: &str) -> &'a str {
+    let tag = format!("\"{key}\":");
+    let at = json.find(&tag).unwrap_or_else(|| panic!("no {key} in {json}")) + tag.len();
+    let rest = &json[at..];
+    if let Some(quoted) = rest.strip_prefix('"') {
+        return &quoted[..quoted.find('"').unwrap()];
+    }
+    let end = rest.find([',', '}', ']']).unwrap_or(rest.len());
+    &rest[..end]
+}
+
+fn number(json: &str, key: &str) -> f64 {
+    let text = field(json, key);
+    text.parse().unwrap_or_else(|_| panic!("{key} is {text:?}, not a number"))
+}
+
+/// Every sample's `key`, in order.
+fn series(json: &str, key: &str) -> Vec<f64> {
+    let tag = format!("\"{key}\":");
+    json.match_indices(&tag)
+        .map(|(at, _)| {
+            let rest = &json[at + tag.len()..];
+            rest[..rest.find([',', '}']).unwrap()].parse().unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn a_short_soak_is_exact_and_its_memory_bounded() {
+    let cache = std::env::temp_dir().join(format!("jitbridge-soak-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&cache);
+    let mut command = jitbridge(&cache);
+    command.args(["soak", "--seconds", SECONDS, "--device", "cpu", "--json"]);
+    let (code, json, stderr) = finish(command, Duration::from_secs(180));
+    let _ = std::fs::remove_dir_all(&cache);
+    assert!(code == 0 || code == 1, "exit status {code}: {stderr}");
+    let json = json.trim();
+    eprintln!("{json}");
+
+    // Exactness: outputs were checked, none wrong, no error, the forked child exact.
+    assert!(number(json, "checked") > 1000.0, "too few outputs checked: {json}");
+    assert_eq!(number(json, "inexact"), 0.0, "inexact outputs: {}", field(json, "first_errors"));
+    assert_eq!(number(json, "errors"), 0.0, "errors: {}", field(json, "first_errors"));
+    assert!(number(json, "first_launches") >= 2.0, "the workers first-launched nothing");
+    assert!(number(json, "steps") > 0.0, "no decode step measured");
+
+    // Device memory: reserved within 1.25x of peak live at every sample after warm-up.
+    let (reserved, peak) = (series(json, "reserved"), series(json, "peak_live"));
+    assert!(reserved.len() >= 5 && reserved.len() == peak.len(), "too few samples: {json}");
+    for (r, p) in reserved.iter().zip(&peak) {
+        assert!(*p > 0.0 && r / p <= 1.25, "reserved {r} bytes vs peak live {p}: {json}");
+    }
+
+    // RSS: its floor late in the run within 1% of its floor early after warm-up, less the
+    // modules loaded meanwhile at their measured price (the cache keeps modules by design).
+    let (warm, late) = (number(json, "rss_warm"), number(json, "rss_late"));
+    let modules = number(json, "modules_after_warm") * number(json, "module_rss");
+    assert!(warm > 0.0 && late > 0.0, "no RSS: {json}");
+    assert!(
+        late - modules < warm * 1.01,
+        "RSS grew from {warm} to {late} bytes after warm-up ({modules} for modules): {json}"
+    );
+
+    // The child forked midway compiled, launched exactly and exited; the parent went on.
+    assert_eq!(field(json, "child"), "exact", "the forked child");
+    assert_eq!(field(json, "exact"), "true");
+    assert_eq!(field(json, "passed"), "true");
+    assert_eq!(code, 0, "all judged targets met, yet exit status {code}");
 }
 
 #[test]
