@@ -27,7 +27,7 @@ pub fn dir() -> String {
     }
 }
 
-/// "on", "on, read-only: <why>" (entries served, none stored), or why the cache is off (or would
+/// "on", "on, read-only: `<why>`" (entries served, none stored), or why the cache is off (or would
 /// be: before the first compile, nothing is created).
 pub fn state() -> String {
     // SAFETY: returns a library-owned string, copied at once.
