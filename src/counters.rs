@@ -71,3 +71,42 @@ impl Counters {
         }
     }
 }
+
+/// One device's memory statistics ([`Device::memory_stats`](crate::Device::memory_stats)): the
+/// quantities whose sums over the devices are the `mem_` fields of [`Counters`]. Laid out as the
+/// C `jb_memory_stats`, field for field.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryStats {
+    /// Bytes asked for by buffers in use (arrays, and work queued on them).
+    pub live_bytes: u64,
+    /// The most live bytes since the last [`Counters::reset`].
+    pub peak_live_bytes: u64,
+    /// Bytes taken from the driver: buffers in use and idle.
+    pub reserved_bytes: u64,
+    /// Of those, idle buffers kept for reuse.
+    pub idle_bytes: u64,
+    /// Driver allocations since the last reset.
+    pub allocations: u64,
+    /// Driver frees since the last reset.
+    pub frees: u64,
+    /// Requests served by an idle buffer, without a driver call, since the last reset.
+    pub reuses: u64,
+    /// Driver allocations that failed, freed the idle buffers and tried again, since the last
+    /// reset.
+    pub retries: u64,
+}
+
+impl MemoryStats {
+    /// The change from `earlier` to `self`: the event counts as differences, the byte counts
+    /// (states) as they are now.
+    pub fn since(&self, earlier: &MemoryStats) -> MemoryStats {
+        MemoryStats {
+            allocations: self.allocations - earlier.allocations,
+            frees: self.frees - earlier.frees,
+            reuses: self.reuses - earlier.reuses,
+            retries: self.retries - earlier.retries,
+            ..*self
+        }
+    }
+}

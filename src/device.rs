@@ -1,5 +1,6 @@
 //! Devices: process-global, never freed, so a [`Device`] is a plain copyable reference.
 
+use crate::counters::MemoryStats;
 use crate::error::{Error, ErrorCode, c_str, check, take_drop_error};
 use crate::ffi;
 use std::ffi::CString;
@@ -182,6 +183,24 @@ impl Device {
     pub fn idle_cap(&self) -> u64 {
         // SAFETY: as in `index`.
         unsafe { ffi::jb_device_idle_cap(self.raw) }
+    }
+
+    /// This device's memory statistics, all read at one instant under the device's lock:
+    /// unlike the `mem_` fields of [`Counters`](crate::Counters), which sum every device's,
+    /// they move only with this device's buffers. Safe from any thread.
+    pub fn memory_stats(&self) -> MemoryStats {
+        let mut stats = MemoryStats::default();
+        // SAFETY: `stats` is a valid out pointer of the size passed, laid out as
+        // jb_memory_stats; `raw` is valid for the process.
+        let status = unsafe {
+            ffi::jb_device_memory_stats(&mut stats, std::mem::size_of::<MemoryStats>(), self.raw)
+        };
+        debug_assert_eq!(
+            status,
+            ffi::JB_OK,
+            "the C library's jb_memory_stats is smaller than ours"
+        );
+        stats
     }
 
     /// The first error a handle on this device met while being dropped, since the last call:

@@ -68,6 +68,8 @@ pub const JB_COMPILE_LINE_INFO: u32 = 2;
 
 /// `jb_counters` is laid out exactly as `Counters`, a leaf module of plain data.
 pub type jb_counters = crate::counters::Counters;
+/// `jb_memory_stats` is laid out exactly as `MemoryStats`.
+pub type jb_memory_stats = crate::counters::MemoryStats;
 
 #[repr(C)]
 #[derive(Debug, Default, Clone, Copy)]
@@ -170,6 +172,11 @@ unsafe extern "C" {
     pub fn jb_device_trim(out_freed: *mut u64, device: *mut jb_device) -> c_int;
     pub fn jb_device_set_idle_cap(device: *mut jb_device, bytes: u64) -> c_int;
     pub fn jb_device_idle_cap(device: *const jb_device) -> u64;
+    pub fn jb_device_memory_stats(
+        out: *mut jb_memory_stats,
+        out_size: usize,
+        device: *mut jb_device,
+    ) -> c_int;
     pub fn jb_cpu_compiler() -> *const c_char;
 
     pub fn jb_stream_new(out: *mut *mut jb_stream, device: *mut jb_device) -> c_int;

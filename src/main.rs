@@ -682,6 +682,22 @@ fn info() -> Result<(), Failure> {
         c.mem_reuses,
         c.mem_retries
     );
+    for device in Device::all()? {
+        let s = device.memory_stats();
+        out!(
+            "  on {:<9} live {:.1} MiB (peak {:.1}) reserved {:.1} idle {:.1} \
+             allocations {} frees {} reuses {} retries {}",
+            device.spec(),
+            mib(s.live_bytes),
+            mib(s.peak_live_bytes),
+            mib(s.reserved_bytes),
+            mib(s.idle_bytes),
+            s.allocations,
+            s.frees,
+            s.reuses,
+            s.retries
+        );
+    }
     if race::removed_locks() != 0 {
         out!("WARNING      test-only build without locks (mask {})", race::removed_locks());
     }

@@ -1,12 +1,15 @@
 //! Device memory is given back: the caching allocator's bounded waste, idle cap, trim, retry on
-//! failure and statistics. On the cpu device, whose memory is the process's address space, a
+//! failure and statistics. Each test reads the statistics of the device it acts on
+//! (`Device::memory_stats`), not the process totals, which other devices move too. On the cpu device, whose memory is the process's address space, a
 //! test that needs a memory limit re-runs itself as a child under RLIMIT_AS.
 #![cfg(target_os = "linux")]
 
 mod common;
 
 use jitbridge::streams;
-use jitbridge::{Array, Counters, CustomKernel, DType, Device, KernelSpec, LaunchShape, Stream};
+use jitbridge::{
+    Array, Counters, CustomKernel, DType, Device, KernelSpec, LaunchShape, MemoryStats, Stream,
+};
 use std::process::Command;
 
 const MIB: u64 = 1 << 20;
@@ -159,22 +162,22 @@ fn a_refused_allocation_frees_the_idle_buffers_and_retries_once() {
     cpu.set_idle_cap(u64::MAX).unwrap();
     cpu.trim().unwrap();
     limit_address_space(900 * MIB);
-    let before = Counters::read();
+    let before = cpu.memory_stats();
     let kept = output_of(&warm.kernel, &warm.x, 400 * MIB).unwrap();
     let idle = output_of(&warm.kernel, &warm.x, 400 * MIB).unwrap();
     idle.eval().unwrap();
     drop(idle);
     stream.synchronize().unwrap();
-    assert_eq!(Counters::read().mem_idle_bytes, 400 * MIB, "the second buffer is idle");
+    assert_eq!(cpu.memory_stats().idle_bytes, 400 * MIB, "the second buffer is idle");
     // 800 MiB live at the peak allows 1000 MiB reserved: the idle buffer stays until the
     // driver refuses 152 MiB more.
     let third = output_of(&warm.kernel, &warm.x, 150 * MIB).expect("150 MiB after the retry");
     third.eval().unwrap();
-    let c = Counters::read().since(&before);
-    assert_eq!(c.mem_retries, 1, "{c:?}");
-    assert_eq!(c.mem_idle_bytes, 0, "{c:?}");
-    assert_eq!(c.mem_allocations, 3, "{c:?}");
-    assert_eq!(c.mem_frees, 1, "{c:?}");
+    let c = cpu.memory_stats().since(&before);
+    assert_eq!(c.retries, 1, "{c:?}");
+    assert_eq!(c.idle_bytes, 0, "{c:?}");
+    assert_eq!(c.allocations, 3, "{c:?}");
+    assert_eq!(c.frees, 1, "{c:?}");
     drop(kept);
 }
 
@@ -213,11 +216,9 @@ fn varying_sizes_keep_reserved_within_five_quarters_of_peak_live(device: Device)
     let warm = warm_up(device, &stream);
     let old_cap = device.idle_cap();
     device.set_idle_cap(u64::MAX).unwrap(); // the 5/4 bound alone, not the cap, must hold it
-    for any in Device::all().unwrap() {
-        any.trim().unwrap(); // the counters sum over devices: only this one may hold idle bytes
-    }
-    Counters::reset();
-    let base = Counters::read().mem_live_bytes;
+    device.trim().unwrap(); // no buffer from before the reset is freed during the test
+    Counters::reset(); // and the peak starts from the live bytes now
+    let base = device.memory_stats().live_bytes;
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let mut live: Vec<(Array, u64)> = Vec::new();
     let (mut peak, mut requests, mut worst) = (base, 0u64, 0f64);
@@ -233,26 +234,26 @@ fn varying_sizes_keep_reserved_within_five_quarters_of_peak_live(device: Device)
         stream.synchronize().unwrap(); // launches let go of their buffers
         let now = base + live.iter().map(|(_, b)| b).sum::<u64>();
         peak = peak.max(now);
-        let c = Counters::read();
-        assert_eq!(c.mem_live_bytes, now, "step {step}: live bytes are the arrays' bytes");
-        assert_eq!(c.mem_peak_live_bytes, peak, "step {step}");
-        assert_eq!(c.mem_reuses + c.mem_allocations, requests, "step {step}: {c:?}");
-        let in_use = c.mem_reserved_bytes - c.mem_idle_bytes;
+        let c = device.memory_stats();
+        assert_eq!(c.live_bytes, now, "step {step}: live bytes are the arrays' bytes");
+        assert_eq!(c.peak_live_bytes, peak, "step {step}");
+        assert_eq!(c.reuses + c.allocations, requests, "step {step}: {c:?}");
+        let in_use = c.reserved_bytes - c.idle_bytes;
         assert!(in_use >= now && in_use <= now + now / 8 + 512, "step {step}: {c:?}");
-        let ratio = c.mem_reserved_bytes as f64 / peak as f64;
+        let ratio = c.reserved_bytes as f64 / peak as f64;
         worst = worst.max(ratio);
         assert!(ratio <= 1.25, "step {step}: reserved {ratio:.3}x of peak live: {c:?}");
     }
     live.clear();
     stream.synchronize().unwrap();
-    let c = Counters::read();
-    assert!(c.mem_reuses > requests / 4, "the cache served too few requests: {c:?}");
+    let c = device.memory_stats();
+    assert!(c.reuses > requests / 4, "the cache served too few requests: {c:?}");
     let freed = device.trim().unwrap();
-    assert_eq!(freed, c.mem_idle_bytes, "trim frees exactly the idle bytes");
-    let after = Counters::read();
-    assert_eq!(after.mem_idle_bytes, 0);
-    assert_eq!(after.mem_reserved_bytes, c.mem_reserved_bytes - freed);
-    assert_eq!(after.mem_frees, after.mem_allocations, "every allocation was freed: {after:?}");
+    assert_eq!(freed, c.idle_bytes, "trim frees exactly the idle bytes");
+    let after = device.memory_stats();
+    assert_eq!(after.idle_bytes, 0);
+    assert_eq!(after.reserved_bytes, c.reserved_bytes - freed);
+    assert_eq!(after.frees, after.allocations, "every allocation was freed: {after:?}");
     println!("{device:?}: worst reserved/peak live {worst:.3}, {requests} requests, {after:?}");
     device.set_idle_cap(old_cap).unwrap();
 }
@@ -271,11 +272,11 @@ fn trim_gives_idle_memory_back() {
         (0..3).map(|_| output_of(&warm.kernel, &warm.x, 64 * MIB).unwrap()).collect();
     drop(arrays);
     stream.synchronize().unwrap();
-    let idle = Counters::read().mem_idle_bytes;
+    let idle = cpu.memory_stats().idle_bytes;
     assert!(idle >= 192 * MIB, "three 64 MiB buffers went idle: {idle}");
     let space = address_space();
     assert_eq!(cpu.trim().unwrap(), idle);
-    assert_eq!(Counters::read().mem_idle_bytes, 0);
+    assert_eq!(cpu.memory_stats().idle_bytes, 0);
     let shrunk = space.saturating_sub(address_space());
     assert!(shrunk >= 180 * MIB, "the address space shrank by {} MiB only", shrunk / MIB);
     assert_eq!(cpu.trim().unwrap(), 0, "nothing left to trim");
@@ -292,21 +293,21 @@ fn the_idle_cap_is_honoured(device: Device) {
     let old_cap = device.idle_cap();
     device.set_idle_cap(100 * MIB).unwrap();
     device.trim().unwrap();
-    let before = Counters::read();
+    let before = device.memory_stats();
     let arrays: Vec<Array> =
         (0..3).map(|_| output_of(&warm.kernel, &warm.x, 48 * MIB).unwrap()).collect();
     drop(arrays);
     stream.synchronize().unwrap();
-    let c = Counters::read().since(&before);
-    assert_eq!((c.mem_idle_bytes, c.mem_frees), (96 * MIB, 1), "two fit under 100 MiB: {c:?}");
+    let c = device.memory_stats().since(&before);
+    assert_eq!((c.idle_bytes, c.frees), (96 * MIB, 1), "two fit under 100 MiB: {c:?}");
     device.set_idle_cap(40 * MIB).unwrap();
-    let c = Counters::read().since(&before);
-    assert_eq!((c.mem_idle_bytes, c.mem_frees), (0, 3), "a 48 MiB buffer exceeds 40: {c:?}");
+    let c = device.memory_stats().since(&before);
+    assert_eq!((c.idle_bytes, c.frees), (0, 3), "a 48 MiB buffer exceeds 40: {c:?}");
     device.set_idle_cap(0).unwrap();
     drop(output_of(&warm.kernel, &warm.x, MIB).unwrap());
     stream.synchronize().unwrap();
-    let c = Counters::read().since(&before);
-    assert_eq!((c.mem_idle_bytes, c.mem_frees), (0, 4), "a cap of 0 keeps nothing: {c:?}");
+    let c = device.memory_stats().since(&before);
+    assert_eq!((c.idle_bytes, c.frees), (0, 4), "a cap of 0 keeps nothing: {c:?}");
     device.set_idle_cap(old_cap).unwrap();
     assert_eq!(device.idle_cap(), old_cap);
 }
@@ -353,7 +354,7 @@ fn buffers_freed_on_other_threads_keep_the_books_straight(device: Device) {
     let stream = streams::new_thread_local_generation_stream(device).unwrap();
     let _guard = streams::install_thread_local_default_stream(&stream).unwrap();
     let Warm { kernel, x } = warm_up(device, &stream);
-    let base = Counters::read();
+    let base = device.memory_stats();
     let (send, receive) = std::sync::mpsc::channel::<Array>();
     std::thread::scope(|s| {
         s.spawn(move || receive.into_iter().for_each(drop)); // frees, on its own thread
@@ -371,17 +372,14 @@ fn buffers_freed_on_other_threads_keep_the_books_straight(device: Device) {
         }
         drop(send);
     });
-    let c = Counters::read();
-    assert_eq!(c.mem_live_bytes, base.mem_live_bytes, "every buffer was let go: {c:?}");
-    assert_eq!(
-        c.mem_reserved_bytes - c.mem_idle_bytes,
-        base.mem_reserved_bytes - base.mem_idle_bytes
-    );
+    let c = device.memory_stats();
+    assert_eq!(c.live_bytes, base.live_bytes, "every buffer was let go: {c:?}");
+    assert_eq!(c.reserved_bytes - c.idle_bytes, base.reserved_bytes - base.idle_bytes);
     let d = c.since(&base);
-    assert_eq!(d.mem_allocations + d.mem_reuses, 800, "{d:?}");
+    assert_eq!(d.allocations + d.reuses, 800, "{d:?}");
 }
 
-/// `jitbridge info` shows the memory counters and each device's idle cap.
+/// `jitbridge info` shows the memory counters, each device's idle cap and its statistics.
 #[test]
 fn info_shows_the_memory_counters_and_idle_caps() {
     let out = Command::new(env!("CARGO_BIN_EXE_jitbridge"))
@@ -395,6 +393,124 @@ fn info_shows_the_memory_counters_and_idle_caps() {
     for part in ["live 0.0 MiB", "reserved", "idle", "48.0 MiB", "allocations", "retries"] {
         assert!(line.contains(part), "{part:?} missing: {line}");
     }
+    for device in Device::all().unwrap() {
+        let prefix = format!("  on {:<9} live", device.spec());
+        assert!(text.lines().any(|l| l.starts_with(&prefix)), "no line for {device:?}:\n{text}");
+    }
+}
+
+/// Each device's statistics, summed field by field: the process totals of `Counters`.
+fn summed(devices: &[Device]) -> MemoryStats {
+    devices.iter().map(|d| d.memory_stats()).fold(MemoryStats::default(), |a, s| MemoryStats {
+        live_bytes: a.live_bytes + s.live_bytes,
+        peak_live_bytes: a.peak_live_bytes + s.peak_live_bytes,
+        reserved_bytes: a.reserved_bytes + s.reserved_bytes,
+        idle_bytes: a.idle_bytes + s.idle_bytes,
+        allocations: a.allocations + s.allocations,
+        frees: a.frees + s.frees,
+        reuses: a.reuses + s.reuses,
+        retries: a.retries + s.retries,
+    })
+}
+
+fn totals_of(c: &Counters) -> MemoryStats {
+    MemoryStats {
+        live_bytes: c.mem_live_bytes,
+        peak_live_bytes: c.mem_peak_live_bytes,
+        reserved_bytes: c.mem_reserved_bytes,
+        idle_bytes: c.mem_idle_bytes,
+        allocations: c.mem_allocations,
+        frees: c.mem_frees,
+        reuses: c.mem_reuses,
+        retries: c.mem_retries,
+    }
+}
+
+/// A buffer made and freed on one device moves that device's statistics and no other's; the
+/// devices' statistics add up to the process totals before, while and after. With the cpu alone
+/// (no GPU build or no GPU) there is no other device: the totals are the cpu's.
+#[test]
+fn one_devices_statistics_do_not_move_with_another_devices_buffers() {
+    let _turn = common::serial();
+    let devices = Device::all().unwrap();
+    assert_eq!(summed(&devices), totals_of(&Counters::read()));
+    for &device in &devices {
+        let stream = streams::new_thread_local_generation_stream(device).unwrap();
+        let _guard = streams::install_thread_local_default_stream(&stream).unwrap();
+        let old_cap = device.idle_cap();
+        device.set_idle_cap(u64::MAX).unwrap(); // the freed buffer stays, as idle bytes
+        let others: Vec<(Device, MemoryStats)> =
+            devices.iter().filter(|d| **d != device).map(|d| (*d, d.memory_stats())).collect();
+        let before = device.memory_stats();
+        let data = vec![1.0f32; (4 * MIB / 4) as usize];
+        let array = Array::from_slice(device, &data, &[data.len()]).unwrap();
+        array.eval().unwrap();
+        let held = device.memory_stats();
+        assert!(held.live_bytes >= before.live_bytes + 4 * MIB, "{device:?}: {held:?}");
+        assert_eq!(summed(&devices), totals_of(&Counters::read()), "{device:?} holds 4 MiB");
+        drop(array);
+        stream.synchronize().unwrap(); // the upload lets go of the buffer: idle
+        let idle = device.memory_stats().idle_bytes;
+        assert!(idle >= 4 * MIB, "{device:?}: the freed buffer is idle: {idle}");
+        assert_eq!(device.trim().unwrap(), idle, "{device:?}: trim frees its idle bytes");
+        let after = device.memory_stats();
+        assert!(after.frees > before.frees, "{device:?}: the buffer was freed: {after:?}");
+        for (other, stats) in &others {
+            assert_eq!(other.memory_stats(), *stats, "{other:?} moved with {device:?}'s buffer");
+        }
+        device.set_idle_cap(old_cap).unwrap();
+    }
+    assert_eq!(summed(&devices), totals_of(&Counters::read()));
+}
+
+/// Statistics read while other threads allocate and free on the device are each one instant's:
+/// reserved covers idle plus what is in use, which covers the live bytes, and the peak covers
+/// the live bytes.
+#[test]
+fn a_devices_statistics_are_consistent_under_concurrency() {
+    let _turn = common::serial();
+    let cpu = Device::cpu().unwrap();
+    let Warm { kernel, x } = {
+        let stream = streams::new_thread_local_generation_stream(cpu).unwrap();
+        let _guard = streams::install_thread_local_default_stream(&stream).unwrap();
+        warm_up(cpu, &stream)
+    };
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let mut reads = 0u64;
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..3u64)
+            .map(|t| {
+                let (kernel, x) = (&kernel, &x);
+                s.spawn(move || {
+                    let stream = streams::new_thread_local_generation_stream(cpu).unwrap();
+                    let _guard = streams::install_thread_local_default_stream(&stream).unwrap();
+                    let mut rng = Rng(t + 11);
+                    for _ in 0..300 {
+                        drop(output_of(kernel, x, rng.activation() / 16 + 4).unwrap());
+                        stream.synchronize().unwrap();
+                    }
+                })
+            })
+            .collect();
+        let reader = s.spawn(|| {
+            let mut n = 0u64;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let c = cpu.memory_stats();
+                assert!(c.idle_bytes <= c.reserved_bytes, "{c:?}");
+                assert!(c.live_bytes <= c.reserved_bytes - c.idle_bytes, "{c:?}");
+                assert!(c.live_bytes <= c.peak_live_bytes, "{c:?}");
+                n += 1;
+            }
+            n
+        });
+        for w in workers {
+            w.join().unwrap();
+        }
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        reads = reader.join().unwrap();
+    });
+    assert!(reads > 0, "the reader never read");
+    assert_eq!(summed(&Device::all().unwrap()), totals_of(&Counters::read()));
 }
 
 /// The tests that run on any device, on the cpu and, in a GPU build, on GPU 0.
@@ -455,12 +571,12 @@ fn gpu_a_full_device_frees_idle_buffers_and_retries() {
     let kept = live.split_off(live.len() / 2);
     drop(live);
     stream.synchronize().unwrap();
-    let before = Counters::read();
-    assert!(before.mem_idle_bytes >= 4 * chunk, "{before:?}");
+    let before = gpu.memory_stats();
+    assert!(before.idle_bytes >= 4 * chunk, "{before:?}");
     let larger = output_of(&warm.kernel, &warm.x, chunk + chunk / 2).expect("after the retry");
     larger.eval().unwrap();
-    let c = Counters::read().since(&before);
-    assert_eq!((c.mem_retries, c.mem_idle_bytes), (1, 0), "{c:?}");
+    let c = gpu.memory_stats().since(&before);
+    assert_eq!((c.retries, c.idle_bytes), (1, 0), "{c:?}");
     drop((kept, larger));
     stream.synchronize().unwrap();
     gpu.trim().unwrap();

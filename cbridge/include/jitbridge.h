@@ -166,6 +166,23 @@ JB_API jb_status jb_device_trim(uint64_t *out_freed, jb_device *device);
 JB_API jb_status jb_device_set_idle_cap(jb_device *device, uint64_t bytes);
 /* The device's idle cap in bytes; 0 for NULL. */
 JB_API uint64_t jb_device_idle_cap(const jb_device *device);
+/* One device's memory statistics: the same quantities as the mem_ fields of jb_counters (which
+ * sum them over the devices), for this device alone. */
+typedef struct jb_memory_stats {
+    uint64_t live_bytes;      /* asked for by buffers in use (arrays, and work queued on them) */
+    uint64_t peak_live_bytes; /* most live bytes since the last jb_counters_reset */
+    uint64_t reserved_bytes;  /* taken from the driver: buffers in use and idle */
+    uint64_t idle_bytes;      /* of those, idle buffers kept for reuse */
+    uint64_t allocations;     /* driver allocations, since the last jb_counters_reset */
+    uint64_t frees;           /* driver frees, since then */
+    uint64_t reuses;          /* requests served by an idle buffer, since then */
+    uint64_t retries;         /* driver allocations that failed, freed the idle buffers and
+                               * tried again, since then */
+} jb_memory_stats;
+/* Fills *out with `device`'s statistics, all read at one instant under the device's lock (safe
+ * from any thread, while other threads allocate and free). Pass sizeof(jb_memory_stats): a
+ * caller built against an older header gets the fields it knows. */
+JB_API jb_status jb_device_memory_stats(jb_memory_stats *out, size_t out_size, jb_device *device);
 /* The command the cpu backend compiles with ($CC, else "cc"); owned by the library. */
 JB_API const char *jb_cpu_compiler(void);
 

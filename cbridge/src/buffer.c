@@ -374,19 +374,47 @@ uint64_t jb__buffer_trim(jb_device *device)
     return free_victims(device, victims);
 }
 
-void jb__buffer_counters_add(jb_device *dev, jb_counters *out)
+/* One consistent snapshot of the device's statistics: every field read under one lock hold. */
+static void snapshot(jb_device *dev, jb_memory_stats *out)
 {
     jb_buffer_cache *c = &dev->buffers;
     pthread_mutex_lock(&c->mutex);
-    out->mem_live_bytes += c->live_bytes;
-    out->mem_peak_live_bytes += c->peak_live_bytes;
-    out->mem_reserved_bytes += c->reserved_bytes;
-    out->mem_idle_bytes += c->idle_bytes;
-    out->mem_allocations += c->allocations;
-    out->mem_frees += c->frees;
-    out->mem_reuses += c->reuses;
-    out->mem_retries += c->retries;
+    out->live_bytes = c->live_bytes;
+    out->peak_live_bytes = c->peak_live_bytes;
+    out->reserved_bytes = c->reserved_bytes;
+    out->idle_bytes = c->idle_bytes;
+    out->allocations = c->allocations;
+    out->frees = c->frees;
+    out->reuses = c->reuses;
+    out->retries = c->retries;
     pthread_mutex_unlock(&c->mutex);
+}
+
+jb_status jb_device_memory_stats(jb_memory_stats *out, size_t out_size, jb_device *device)
+{
+    JB_RETURN_IF(!out, JB_ERR_INVALID_ARGUMENT, "jb_device_memory_stats: out is NULL");
+    JB_RETURN_IF(out_size == 0 || out_size > sizeof(jb_memory_stats), JB_ERR_INVALID_ARGUMENT,
+                 "jb_device_memory_stats: size %zu is not that of a jb_memory_stats (%zu or less)",
+                 out_size, sizeof(jb_memory_stats));
+    JB_RETURN_IF(!device, JB_ERR_INVALID_ARGUMENT, "jb_device_memory_stats: device is NULL");
+    jb_memory_stats all;
+    snapshot(device, &all);
+    memcpy(out, &all, out_size); /* older callers get the prefix they know */
+    return JB_OK;
+}
+
+void jb__buffer_counters_add(jb_device *dev, jb_counters *out)
+{
+    jb_memory_stats s;
+    snapshot(dev, &s);
+    out->mem_live_bytes += s.live_bytes;
+    out->mem_peak_live_bytes += s.peak_live_bytes;
+    out->mem_reserved_bytes += s.reserved_bytes;
+    out->mem_idle_bytes += s.idle_bytes;
+    out->mem_allocations += s.allocations;
+    out->mem_frees += s.frees;
+    out->mem_reuses += s.reuses;
+    out->mem_retries += s.retries;
 }
 
 void jb__buffer_counters_reset(jb_device *dev)

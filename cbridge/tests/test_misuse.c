@@ -63,6 +63,33 @@ static void null_pointers(void)
     CHECK(jb_device_idle_cap(NULL) == 0, "idle cap of NULL");
     CHECK(jb_device_idle_cap(cpu) == cap, "a refused call changed the cpu's idle cap");
     EXPECT(jb_device_trim(NULL, cpu), JB_OK);
+    jb_memory_stats stats = {.live_bytes = 7};
+    EXPECT(jb_device_memory_stats(NULL, sizeof stats, cpu), JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_device_memory_stats(&stats, 0, cpu), JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_device_memory_stats(&stats, sizeof stats + 1, cpu), JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_device_memory_stats(&stats, sizeof stats, NULL), JB_ERR_INVALID_ARGUMENT);
+    CHECK(stats.live_bytes == 7, "a refused jb_device_memory_stats wrote its output");
+    /* The cpu is the only device of this build: its statistics are the counters' sums. */
+    jb_array *held = NULL;
+    CHECK_OK(jb_array_arange(&held, cpu, 1000, JB_F32));
+    CHECK_OK(jb_array_eval(held));
+    jb_counters sums;
+    CHECK_OK(jb_device_memory_stats(&stats, sizeof stats, cpu));
+    jb_counters_get(&sums, sizeof sums);
+    CHECK(stats.live_bytes == sums.mem_live_bytes && stats.live_bytes >= 4000 &&
+              stats.reserved_bytes == sums.mem_reserved_bytes &&
+              stats.idle_bytes == sums.mem_idle_bytes &&
+              stats.peak_live_bytes == sums.mem_peak_live_bytes &&
+              stats.allocations == sums.mem_allocations && stats.frees == sums.mem_frees &&
+              stats.reuses == sums.mem_reuses && stats.retries == sums.mem_retries,
+          "the cpu's memory statistics differ from the counters (live %llu vs %llu)",
+          (unsigned long long)stats.live_bytes, (unsigned long long)sums.mem_live_bytes);
+    /* A caller built against an older, shorter struct gets only the fields it knows. */
+    jb_memory_stats prefix = {.reserved_bytes = 9};
+    CHECK_OK(jb_device_memory_stats(&prefix, 2 * sizeof(uint64_t), cpu));
+    CHECK(prefix.live_bytes == stats.live_bytes && prefix.reserved_bytes == 9,
+          "a short out_size wrote past its size");
+    jb_array_free(held);
 
     /* Device names: malformed ones are invalid arguments and leave NULL behind. */
     EXPECT(jb_device_lookup(NULL, "cpu"), JB_ERR_INVALID_ARGUMENT);
