@@ -344,7 +344,8 @@ static void setup(void)
             say(state_text, sizeof state_text, "on");
             atomic_store(&usable, true);
             atomic_store(&storing, true);
-            if ((tmp_fd = open_tmp(dir_fd)) < 0)
+            tmp_fd = open_tmp(dir_fd); /* two steps: clang refuses comparing an atomic store */
+            if (tmp_fd < 0)
                 jb__disk_stop_storing("cannot use the cache folder's tmp/ (%s)", strerror(errno));
             else
                 sweep_stale_temporaries();
@@ -412,7 +413,6 @@ int jb__disk_open_for_maintenance(int *out)
 }
 
 /* ---- the public view ---- */
-
 jb_status jb_disk_cache_dir(const char **out)
 {
     JB_RETURN_IF(!out, JB_ERR_INVALID_ARGUMENT, "jb_disk_cache_dir: out is NULL");
