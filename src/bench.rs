@@ -788,7 +788,7 @@ fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-fn json_string(s: &str) -> String {
+pub(crate) fn json_string(s: &str) -> String {
     let mut out = String::from("\"");
     for c in s.chars() {
         match c {
@@ -803,7 +803,7 @@ fn json_string(s: &str) -> String {
 }
 
 /// A JSON number, or null for none (JSON has no NaN or infinity).
-fn json_number(value: Option<f64>) -> String {
+pub(crate) fn json_number(value: Option<f64>) -> String {
     match value {
         Some(v) if v.is_finite() => format!("{v}"),
         _ => "null".into(),

@@ -4,7 +4,7 @@
 //! child compiles and exits midway. Every output is checked exactly; decode-step latency (alone
 //! and with the others), device memory (reserved vs peak live) and RSS are measured.
 
-use crate::bench::Histogram;
+use crate::bench::{Histogram, json_number, json_string};
 use jitbridge::{
     Array, Counters, CustomKernel, DType, Device, KernelSpec, LaunchShape, Param, Scalar, Stream,
     race, streams,
@@ -971,24 +971,6 @@ pub fn print_table(device: Device, r: &Report) {
     }
 }
 
-fn json_string(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
-fn json_option(value: Option<f64>) -> String {
-    value.filter(|v| v.is_finite()).map_or("null".into(), |v| format!("{v}"))
-}
-
 pub fn print_json(device: Device, r: &Report) {
     let latency = |l: &Latency| {
         format!(
@@ -1033,7 +1015,7 @@ pub fn print_json(device: Device, r: &Report) {
         r.seconds,
         latency(&r.decode_alone),
         latency(&r.decode_together),
-        json_option(Some(r.p99_ratio())),
+        json_number(Some(r.p99_ratio())),
         r.checked,
         r.inexact,
         r.errors,
@@ -1045,14 +1027,14 @@ pub fn print_json(device: Device, r: &Report) {
         r.builds,
         r.disk_hits,
         r.hits,
-        json_option(r.reserved_ratio()),
+        json_number(r.reserved_ratio()),
         r.rss_warm,
         r.rss_late,
         r.rss_end,
-        json_option(Some(r.rss_growth())),
+        json_number(Some(r.rss_growth())),
         r.module_rss,
         r.modules_after_warm,
-        json_option(Some(r.rss_growth_net())),
+        json_number(Some(r.rss_growth_net())),
         samples.join(","),
         targets.join(","),
         r.passed()
