@@ -640,7 +640,9 @@ pub fn run(device: Device, scale: &Scale) -> Result<Vec<Row>, jitbridge::Error> 
 
     // 6. The soak's decode step alone and while other workers first-launch new kernels.
     note!("bench: decode steps during first launches (a short soak)");
-    let soak = crate::soak::run(device, scale.soak_seconds, false)?;
+    let others = crate::soak::Workers { fork: false, ..crate::soak::Workers::ALL };
+    let soak =
+        crate::soak::run(device, scale.soak_seconds, others, crate::soak::DecodeMode::Library)?;
     if !soak.exact() {
         let first = soak.first_errors.first().cloned().unwrap_or_default();
         return Err(jitbridge::Error::new_other(format!(

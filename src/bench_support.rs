@@ -2,9 +2,10 @@
 
 use crate::array::Array;
 use crate::device::Device;
-use crate::error::{Error, check};
+use crate::error::{Error, ErrorCode, check};
 use crate::ffi;
-use crate::kernel::CustomKernel;
+use crate::kernel::{CustomKernel, LaunchShape, Scalar};
+use std::os::raw::c_int;
 
 /// Nanoseconds per bare backend launch of the probe plus an event record, into one
 /// preallocated output on the thread's default stream.
@@ -49,4 +50,99 @@ pub fn cold_probe_steps(input: &Array, variant: i32) -> Result<ColdSteps, Error>
     // SAFETY: valid out pointer of the C layout, live input.
     check(unsafe { ffi::jb_bench_cold_probe_steps(&mut steps, input.raw(), variant) })?;
     Ok(steps)
+}
+
+/// The raw decode control of `jitbridge soak --decode raw`: a kernel's launch staged once by the
+/// library, then per step only the backend's launch, an event record and a wait for the event,
+/// into the same fixed outputs (no lookup, array, hold or allocation). Used on the thread that
+/// made it, while that thread's default stream stays installed; not `Send` (a raw pointer).
+pub struct RawLauncher<'a> {
+    raw: *mut ffi::jb_bench_raw_launcher,
+    /// The C launcher reads the kernel and the inputs' buffers at every step.
+    _uses: std::marker::PhantomData<(&'a CustomKernel, &'a Array)>,
+}
+
+impl<'a> RawLauncher<'a> {
+    /// Stages the launch (as `launch_with_scalars` on the thread's default stream) and runs it
+    /// once, waiting for it.
+    pub fn new(
+        kernel: &'a CustomKernel,
+        inputs: &[&'a Array],
+        scalars: &[Scalar],
+        output_shapes: &[&[usize]],
+        shape: LaunchShape,
+    ) -> Result<RawLauncher<'a>, Error> {
+        if output_shapes.len() != kernel.num_outputs() {
+            return Err(Error::new(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "the kernel has {} outputs, {} shapes were given",
+                    kernel.num_outputs(),
+                    output_shapes.len()
+                ),
+            ));
+        }
+        let raw_inputs: Vec<_> = inputs.iter().map(|a| a.raw()).collect();
+        let raw_scalars: Vec<_> = scalars.iter().map(Scalar::raw).collect();
+        let c_shapes = output_shapes
+            .iter()
+            .map(|s| crate::array::c_shape(s))
+            .collect::<Result<Vec<_>, _>>()?;
+        let shape_ptrs: Vec<_> = c_shapes.iter().map(|s| s.as_ptr()).collect();
+        let ndims: Vec<c_int> = output_shapes.iter().map(|s| s.len() as c_int).collect();
+        let raw_shape = shape.raw();
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: every pointer is valid for the call; one shape per output (checked above).
+        check(unsafe {
+            ffi::jb_bench_raw_launcher_new(
+                &mut raw,
+                kernel.raw(),
+                raw_inputs.as_ptr(),
+                raw_inputs.len(),
+                raw_scalars.as_ptr(),
+                raw_scalars.len(),
+                shape_ptrs.as_ptr(),
+                ndims.as_ptr(),
+                &raw_shape,
+            )
+        })?;
+        Ok(RawLauncher { raw, _uses: std::marker::PhantomData })
+    }
+
+    /// One step with these scalars: (nanoseconds of launch + event record, of the wait).
+    pub fn step(&mut self, scalars: &[Scalar]) -> (Result<(), Error>, u64, u64) {
+        let raw_scalars: Vec<_> = scalars.iter().map(Scalar::raw).collect();
+        let (mut launch_ns, mut wait_ns) = (0, 0);
+        // SAFETY: live launcher, used on its thread (not Send); valid scalars and out pointers.
+        let status = unsafe {
+            ffi::jb_bench_raw_launcher_step(
+                self.raw,
+                raw_scalars.as_ptr(),
+                raw_scalars.len(),
+                &mut launch_ns,
+                &mut wait_ns,
+            )
+        };
+        (check(status), launch_ns, wait_ns)
+    }
+
+    /// Copies f32 output `output` into `dst` (its exact element count).
+    pub fn read_f32(&self, output: usize, dst: &mut [f32]) -> Result<(), Error> {
+        // SAFETY: live launcher; `dst` has room for `size_of_val(dst)` bytes, any bits valid f32.
+        check(unsafe {
+            ffi::jb_bench_raw_launcher_read(
+                self.raw,
+                output,
+                dst.as_mut_ptr().cast(),
+                std::mem::size_of_val(dst),
+            )
+        })
+    }
+}
+
+impl Drop for RawLauncher<'_> {
+    fn drop(&mut self) {
+        // SAFETY: made by jb_bench_raw_launcher_new, freed once.
+        unsafe { ffi::jb_bench_raw_launcher_free(self.raw) }
+    }
 }

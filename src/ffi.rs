@@ -24,6 +24,10 @@ pub struct jb_custom_kernel {
 pub struct jb_source_module {
     _private: [u8; 0],
 }
+#[repr(C)]
+pub struct jb_bench_raw_launcher {
+    _private: [u8; 0],
+}
 
 #[repr(C)]
 pub struct jb_source_module_spec {
@@ -300,6 +304,31 @@ unsafe extern "C" {
         input: *mut jb_array,
         variant: c_int,
     ) -> c_int;
+    pub fn jb_bench_raw_launcher_new(
+        out: *mut *mut jb_bench_raw_launcher,
+        kernel: *mut jb_custom_kernel,
+        inputs: *const *mut jb_array,
+        num_inputs: usize,
+        scalars: *const jb_scalar,
+        num_scalars: usize,
+        output_shapes: *const *const i64,
+        output_ndims: *const c_int,
+        shape: *const jb_launch_shape,
+    ) -> c_int;
+    pub fn jb_bench_raw_launcher_step(
+        launcher: *mut jb_bench_raw_launcher,
+        scalars: *const jb_scalar,
+        num_scalars: usize,
+        out_launch_ns: *mut u64,
+        out_wait_ns: *mut u64,
+    ) -> c_int;
+    pub fn jb_bench_raw_launcher_read(
+        launcher: *const jb_bench_raw_launcher,
+        output: usize,
+        dst: *mut c_void,
+        dst_bytes: usize,
+    ) -> c_int;
+    pub fn jb_bench_raw_launcher_free(launcher: *mut jb_bench_raw_launcher);
 
     pub fn jb_disk_cache_dir(out: *mut *const c_char) -> c_int;
     pub fn jb_disk_cache_state() -> *const c_char;

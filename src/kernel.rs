@@ -366,6 +366,10 @@ impl CustomKernel {
         self.raw
     }
 
+    pub(crate) fn num_outputs(&self) -> usize {
+        self.num_outputs
+    }
+
     /// Launches on the inputs' device and the calling thread's default stream there, building
     /// the module on first use. Returns one new array per output, of the given shapes.
     pub fn launch(

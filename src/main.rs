@@ -87,7 +87,8 @@ options:
 
 const SOAK: Command = Command {
     name: "soak",
-    usage: "jitbridge soak [--seconds N] [--json] [--device cpu|gpu|cuda|rocm[:N]]",
+    usage: "jitbridge soak [--seconds N] [--json] [--device cpu|gpu|cuda|rocm[:N]] [--workers LIST]
+                      [--decode library|raw]",
     about: "live like a server for a while: checks every output, memory and decode latency",
     details: "A decode loop launches a warm kernel on its own stream; embedding and rerank workers
 first-launch a new kernel (a new shape or variant) every 250 ms and launch their recent ones on
@@ -96,7 +97,11 @@ batches of varying sizes; two threads share one stream; a batch worker keeps arr
 Every output is read back and checked exactly. Phases: decode alone (warm-up, then measured),
 with the others (warm-up, then measured), decode alone again (measured).
 
-Printed: decode-step p50/p99 alone and with the others, reserved vs peak live device bytes over
+Printed: decode-step p50/p99/max alone and with the others, for the whole step and for its two
+parts (the launch: until the launch call returns; the wait: until the output is done), the steps
+slower than the alone p99 (the first alone phase's, fixed as the others start) in the second
+alone phase and with the others, and for those which part exceeded its alone p50 by more;
+reserved vs peak live device bytes over
 time, RSS growth after warm-up (/proc/self/statm), builds and hits, and whether each target was
 met: every output exact; decode p99 with the others at most 1.1x alone; reserved at most 1.25x
 peak live; RSS growth after warm-up under 1%.
@@ -112,10 +117,23 @@ in the first half as well: it raises the parent's RSS once, which is no growth.
 The workers' kernels are the same in every run (a second run may load them from the disk
 cache); the child's is new in each run.
 
+To attribute the decode p99 with the others, run one soak per worker (--workers embed, then
+rerank, ...) and one with --workers none; and each again with --decode raw: a p99 that rises
+under --decode raw as well comes from the driver or the device, not from jitbridge's path.
+
 options:
   --seconds N   how long, 1 to 86400 (default 30)
   --json        one JSON object on stdout instead of the table
   --device D    cpu, gpu, cuda or rocm, with an optional :N (default: as for run)
+  --workers L   the other workers that run beside decode: a comma list of embed (first-launch
+                worker), rerank (another), shared (two threads sharing one stream), batch
+                (arrays of varying sizes), fork (a child that compiles and exits); or all (the
+                default) or none (decode alone throughout). The report names those that ran;
+                the targets are judged all the same
+  --decode M    library (the default): each step is launch_with_scalars, then eval;
+                raw: the control, each step only the backend's launch + event record, then the
+                event's wait, of a launch the library staged once into one fixed output (no
+                lookup, array, hold or allocation); every output is still checked exactly
 
 exit status: 0 when every output was exact and the memory targets (reserved, RSS) were met,
 1 when not (the latency target is printed, never judged here: it depends on the host's load),
@@ -483,6 +501,11 @@ fn soak_command(args: &[String]) -> Outcome {
         Opt { flag: "--seconds", value: Some("how long to run, 1 to 86400 seconds") },
         Opt { flag: "--json", value: None },
         DEVICE_OPT,
+        Opt {
+            flag: "--workers",
+            value: Some("a comma list of embed, rerank, shared, batch, fork; or all, or none"),
+        },
+        Opt { flag: "--decode", value: Some("library or raw") },
     ];
     let Some(args) = parse_args(&SOAK, args, &opts)? else {
         print_help(&SOAK);
@@ -494,8 +517,16 @@ fn soak_command(args: &[String]) -> Outcome {
         Some(text) => parse_count("--seconds", text, MAX_SOAK_SECONDS).map_err(usage)?,
         None => 30,
     };
+    let workers = match args.get("--workers") {
+        Some(text) => soak::Workers::parse(text).map_err(usage)?,
+        None => soak::Workers::ALL,
+    };
+    let mode = match args.get("--decode") {
+        Some(text) => soak::DecodeMode::parse(text).map_err(usage)?,
+        None => soak::DecodeMode::Library,
+    };
     let device = device_or_default(args.get("--device"))?;
-    let report = soak::run(device, seconds as f64, true)?;
+    let report = soak::run(device, seconds as f64, workers, mode)?;
     if args.has("--json") {
         soak::print_json(device, &report);
     } else {

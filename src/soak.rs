@@ -4,17 +4,21 @@
 //! child compiles and exits midway. Every output is checked exactly; decode-step latency (alone
 //! and with the others), device memory (reserved vs peak live) and RSS are measured.
 
+mod decode;
+mod workers;
+
 use crate::bench::{Histogram, json_number, json_string};
+pub use decode::DecodeMode;
+use decode::{Decoded, Slow, Threshold};
 use jitbridge::{
-    Array, Counters, CustomKernel, DType, Device, KernelSpec, LaunchShape, Param, Scalar, Stream,
-    race, streams,
+    Array, Counters, CustomKernel, DType, Device, KernelSpec, LaunchShape, Param, Stream, race,
+    streams,
 };
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+pub use workers::Workers;
 
-/// Elements of the decode step's input and output.
-const DECODE_N: usize = 2048;
 /// Kernels (hidden sizes x variants) each first-launch worker has: a server's are bounded,
 /// and the cache keeps every module loaded, so an unbounded set would grow RSS by design.
 const HIDDEN: [usize; 4] = [64, 128, 256, 512];
@@ -73,8 +77,22 @@ pub struct Sample {
 /// What a soak saw.
 pub struct Report {
     pub seconds: f64,
+    pub decode_mode: DecodeMode,
+    /// The other workers that ran.
+    pub workers: Workers,
+    /// Whole decode steps in each phase.
     pub decode_alone: Latency,
     pub decode_together: Latency,
+    /// Their parts: the launch call, and the wait for the output.
+    pub alone_launch: Latency,
+    pub alone_wait: Latency,
+    pub together_launch: Latency,
+    pub together_wait: Latency,
+    /// What a slow step was (None when no step was measured alone before the others), and the
+    /// slow steps in the second alone phase and with the others.
+    pub threshold: Option<Threshold>,
+    pub slow_alone: Slow,
+    pub slow_together: Slow,
     /// Outputs checked, and how many of them were not exact.
     pub checked: u64,
     pub inexact: u64,
@@ -161,7 +179,12 @@ impl Report {
             ),
             (
                 "decode p99 with others vs alone",
-                format!("{:.2}x", self.p99_ratio()),
+                format!(
+                    "{:.2}x (workers {}, decode {})",
+                    self.p99_ratio(),
+                    self.workers.describe(),
+                    self.decode_mode.name()
+                ),
                 format!("<= {MAX_P99_RATIO}x"),
                 Some(self.p99_ratio() <= MAX_P99_RATIO),
             ),
@@ -275,66 +298,6 @@ impl Rng {
 
 fn exact_f32(got: &[f32], want: impl Fn(usize) -> f32) -> bool {
     got.iter().enumerate().all(|(i, &v)| v == want(i))
-}
-
-fn decode_kernel() -> Result<CustomKernel, jitbridge::Error> {
-    CustomKernel::new(&KernelSpec {
-        name: "soak_decode",
-        inputs: &[("x", DType::F32)],
-        outputs: &[("out", DType::F32)],
-        scalars: &[("step", DType::F32)],
-        body: "const uint64_t i = thread_index(); if (i < out_size) out[i] = x[i] * 3.0f + step;",
-        ..Default::default()
-    })
-}
-
-/// Decode steps until told to stop, each timed into its phase's histogram.
-fn decode_loop(
-    device: Device,
-    kernel: &CustomKernel,
-    phase: &AtomicU8,
-    ready: &AtomicBool,
-    tally: &Tally,
-) -> Result<(Histogram, Histogram), jitbridge::Error> {
-    let stream = streams::new_thread_local_generation_stream(device)?;
-    let _guard = streams::install_thread_local_default_stream(&stream)?;
-    let x = Array::arange(device, DECODE_N, DType::F32)?;
-    x.eval()?;
-    ready.store(true, Ordering::Release);
-    let (mut alone, mut together) = (Histogram::new(), Histogram::new());
-    let mut step = 0u32;
-    loop {
-        let now = Phase::load(phase.load(Ordering::Acquire));
-        if now == Phase::Stop {
-            break;
-        }
-        let s = (step % 4096) as f32;
-        step = step.wrapping_add(1);
-        let start = Instant::now();
-        let out = kernel
-            .launch_with_scalars(
-                &[&x],
-                &[Scalar::F32(s)],
-                &[&[DECODE_N]],
-                LaunchShape::Threads(DECODE_N),
-            )
-            .and_then(|mut out| {
-                let out = out.remove(0);
-                out.eval()?;
-                Ok(out)
-            });
-        let ns = start.elapsed().as_nanos() as u64;
-        match now {
-            Phase::Alone => alone.record(ns),
-            Phase::Together => together.record(ns),
-            _ => {}
-        }
-        match out.and_then(|out| out.to_vec::<f32>()) {
-            Ok(v) => tally.check(exact_f32(&v, |i| i as f32 * 3.0 + s), "decode"),
-            Err(e) => tally.error("decode", &e),
-        }
-    }
-    Ok((alone, together))
 }
 
 /// A first-launch worker's kernel for a hidden size and variant: a new module for each pair.
@@ -574,9 +537,6 @@ fn fork_child(salt: u64) -> Result<(), String> {
     }
 }
 
-/// The workers other than decode and the controller (the fork's included).
-const OTHERS: usize = 6;
-
 /// Counts a worker out when dropped, however it ends.
 struct Done<'a>(&'a AtomicUsize);
 
@@ -631,8 +591,15 @@ const TOGETHER_END: f64 = 0.85;
 /// (about 1-2% here, seen without a fork as flat), a step the RSS floors must not straddle.
 const FORK_AT: f64 = TOGETHER_WARM_END + (TOGETHER_END - TOGETHER_WARM_END) / 4.0;
 
-/// Runs the soak on `device` for `seconds`.
-pub fn run(device: Device, seconds: f64, fork: bool) -> Result<Report, jitbridge::Error> {
+/// Runs the soak on `device` for `seconds`, with the other `workers` beside a decode loop that
+/// launches as `mode` says.
+pub fn run(
+    device: Device,
+    seconds: f64,
+    workers: Workers,
+    mode: DecodeMode,
+) -> Result<Report, jitbridge::Error> {
+    let fork = workers.fork;
     let phase = &AtomicU8::new(Phase::Warm as u8);
     let stop_others = &AtomicBool::new(false);
     let tally = &Tally {
@@ -648,7 +615,7 @@ pub fn run(device: Device, seconds: f64, fork: bool) -> Result<Report, jitbridge
     let shared = &Stream::new(device)?;
     let add = &add_kernel()?;
     add.prepare(device)?;
-    let decode = &decode_kernel()?;
+    let decode = &decode::decode_kernel()?;
     decode.prepare(device)?;
     let decode_ready = &AtomicBool::new(false);
     // The child's kernel is new in each run, so that it compiles; the workers' kernels are the
@@ -659,22 +626,23 @@ pub fn run(device: Device, seconds: f64, fork: bool) -> Result<Report, jitbridge
         ^ u64::from(std::process::id());
     let seed = 0x50a6_u64;
 
-    type Outcome = Result<Option<(Histogram, Histogram)>, jitbridge::Error>;
+    type Outcome = Result<Option<Decoded>, jitbridge::Error>;
     type Controller = (Vec<Sample>, u64);
     let controller_result: &Mutex<Option<Controller>> = &Mutex::new(None);
     let child_result = &Mutex::new(if fork { Err("not forked".into()) } else { Ok(()) });
-    let mut bodies: Vec<race::Body<'_, Option<(Histogram, Histogram)>>> = Vec::new();
+    let mut bodies: Vec<race::Body<'_, Option<Decoded>>> = Vec::new();
     bodies.push(Box::new(move |pass: race::Pass<'_>| -> Outcome {
         if !pass.wait() {
             return Err(race::cancelled());
         }
-        let decoded = decode_loop(device, decode, phase, decode_ready, tally).map(Some);
+        let decoded =
+            decode::decode_loop(device, decode, mode, phase, decode_ready, tally).map(Some);
         // A decode loop that failed to start must not keep the controller waiting.
         decode_ready.store(true, Ordering::Release);
         decoded
     }));
     let others_started = &AtomicBool::new(false);
-    let others_running = &AtomicUsize::new(OTHERS);
+    let others_running = &AtomicUsize::new(workers.threads());
     // Every other worker waits for the together phase.
     let wait_turn = move || {
         while !others_started.load(Ordering::Acquire) && !stop_others.load(Ordering::Acquire) {
@@ -685,15 +653,19 @@ pub fn run(device: Device, seconds: f64, fork: bool) -> Result<Report, jitbridge
     let every = Duration::from_secs_f64(
         seconds * (TOGETHER_END - ALONE_END) / (HIDDEN.len() as f64 * VARIANTS as f64),
     );
-    for (role, body, want, s) in [
-        ("soak_embed", EMBED_BODY, embed_want as fn(f32, usize, usize) -> f32, seed),
+    for (on, role, body, want, s) in [
+        (workers.embed, "soak_embed", EMBED_BODY, embed_want as fn(f32, usize, usize) -> f32, seed),
         (
+            workers.rerank,
             "soak_rerank",
             RERANK_BODY,
             rerank_want as fn(f32, usize, usize) -> f32,
             seed.rotate_left(17),
         ),
     ] {
+        if !on {
+            continue;
+        }
         bodies.push(Box::new(move |pass: race::Pass<'_>| -> Outcome {
             let _done = Done(others_running);
             if !pass.wait() {
@@ -704,7 +676,7 @@ pub fn run(device: Device, seconds: f64, fork: bool) -> Result<Report, jitbridge
                 .map(|()| None)
         }));
     }
-    for who in 0..2 {
+    for who in (0..2).filter(|_| workers.shared) {
         bodies.push(Box::new(move |pass: race::Pass<'_>| -> Outcome {
             let _done = Done(others_running);
             if !pass.wait() {
@@ -714,15 +686,20 @@ pub fn run(device: Device, seconds: f64, fork: bool) -> Result<Report, jitbridge
             shared_stream_worker(shared, add, who, stop_others, tally).map(|()| None)
         }));
     }
+    if workers.batch {
+        bodies.push(Box::new(move |pass: race::Pass<'_>| -> Outcome {
+            let _done = Done(others_running);
+            if !pass.wait() {
+                return Err(race::cancelled());
+            }
+            wait_turn();
+            batch_worker(device, stop_others, tally).map(|()| None)
+        }));
+    }
     bodies.push(Box::new(move |pass: race::Pass<'_>| -> Outcome {
-        let _done = Done(others_running);
-        if !pass.wait() {
-            return Err(race::cancelled());
+        if !fork {
+            return Ok(None);
         }
-        wait_turn();
-        batch_worker(device, stop_others, tally).map(|()| None)
-    }));
-    bodies.push(Box::new(move |pass: race::Pass<'_>| -> Outcome {
         let _done = Done(others_running);
         if !pass.wait() {
             return Err(race::cancelled());
@@ -731,7 +708,7 @@ pub fn run(device: Device, seconds: f64, fork: bool) -> Result<Report, jitbridge
         while Instant::now() < fork_at && !stop_others.load(Ordering::Acquire) {
             std::thread::sleep(Duration::from_millis(5));
         }
-        if fork && !stop_others.load(Ordering::Acquire) {
+        if !stop_others.load(Ordering::Acquire) {
             *child_result.lock().unwrap_or_else(|p| p.into_inner()) = fork_child(salt);
         }
         Ok(None)
@@ -812,15 +789,15 @@ pub fn run(device: Device, seconds: f64, fork: bool) -> Result<Report, jitbridge
     // However the run ended, no thread is left waiting.
     stop_others.store(true, Ordering::Release);
     let results = results?;
-    let mut histograms = None;
+    let mut decoded = None;
     for result in results {
         match result {
-            Ok(Some(h)) => histograms = Some(h),
+            Ok(Some(d)) => decoded = Some(d),
             Ok(None) => {}
             Err(e) => tally.error("worker", &e),
         }
     }
-    let (alone, together) = histograms.unwrap_or_else(|| (Histogram::new(), Histogram::new()));
+    let d = decoded.unwrap_or_else(Decoded::empty);
     let (samples, rss_end) = controller_result
         .lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -847,8 +824,17 @@ pub fn run(device: Device, seconds: f64, fork: bool) -> Result<Report, jitbridge
     let first_errors = tally.first_errors.lock().unwrap_or_else(|p| p.into_inner()).clone();
     Ok(Report {
         seconds,
-        decode_alone: Latency::of(&alone),
-        decode_together: Latency::of(&together),
+        decode_mode: mode,
+        workers,
+        decode_alone: Latency::of(&d.alone.total),
+        decode_together: Latency::of(&d.together.total),
+        alone_launch: Latency::of(&d.alone.launch),
+        alone_wait: Latency::of(&d.alone.wait),
+        together_launch: Latency::of(&d.together.launch),
+        together_wait: Latency::of(&d.together.wait),
+        threshold: d.threshold,
+        slow_alone: d.slow_alone,
+        slow_together: d.slow_together,
         checked: tally.checked.load(Ordering::Relaxed),
         inexact: tally.inexact.load(Ordering::Relaxed),
         errors: tally.errors.load(Ordering::Relaxed),
@@ -881,6 +867,29 @@ impl Report {
     }
 }
 
+/// The workers that ran, and a note when not all did.
+fn workers_line(w: Workers) -> String {
+    match w {
+        Workers::ALL => format!("all: {}", Workers::NAMES.join(", ")),
+        Workers::NONE => "none (--workers none: decode alone throughout)".into(),
+        _ => format!("{} only (--workers: not all ran)", w.names().join(", ")),
+    }
+}
+
+/// Slow steps of a phase, and which part dominated them.
+fn slow_line(s: &Slow) -> String {
+    format!(
+        " {} of {} steps ({:.2}%); launch dominated {}, wait dominated {}; mean launch {}, wait {}",
+        s.over,
+        s.steps,
+        100.0 * s.over as f64 / s.steps.max(1) as f64,
+        s.launch_dominated,
+        s.wait_dominated,
+        us(s.mean_launch_ns()),
+        us(s.mean_wait_ns())
+    )
+}
+
 fn mib(bytes: u64) -> String {
     format!("{:.2} MiB", bytes as f64 / (1u64 << 20) as f64)
 }
@@ -910,14 +919,38 @@ pub fn print_table(device: Device, r: &Report) {
         r.seconds,
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
-    for (label, l) in [("alone", &r.decode_alone), ("with others", &r.decode_together)] {
+    out!("decode mode  {} ({})", r.decode_mode.name(), r.decode_mode.parts());
+    out!("workers      {}", workers_line(r.workers));
+    for (part, label, l) in [
+        ("decode step", "alone", &r.decode_alone),
+        ("  launch", "alone", &r.alone_launch),
+        ("  wait", "alone", &r.alone_wait),
+        ("decode step", "with others", &r.decode_together),
+        ("  launch", "with others", &r.together_launch),
+        ("  wait", "with others", &r.together_wait),
+    ] {
         out!(
-            "decode step  {label:<12} p50 {:>10}  p99 {:>10}  max {:>10}  ({} steps)",
+            "{part:<12} {label:<12} p50 {:>10}  p99 {:>10}  max {:>10}  ({} steps)",
             us(l.p50_ns),
             us(l.p99_ns),
             us(l.max_ns),
             l.steps
         );
+    }
+    match &r.threshold {
+        None => out!("slow steps   none measured (no decode step alone before the others)"),
+        Some(t) => {
+            out!(
+                "slow steps   above the alone p99 of {} (alone p50: launch {}, wait {}):",
+                us(t.total_p99_ns),
+                us(t.launch_p50_ns),
+                us(t.wait_p50_ns)
+            );
+            for (label, slow) in [("alone again", &r.slow_alone), ("with others", &r.slow_together)]
+            {
+                out!("  {label:<11}{}", slow_line(slow));
+            }
+        }
     }
     out!(
         "outputs      {} checked, {} inexact, {} errors; forked child: {}",
@@ -1002,14 +1035,48 @@ pub fn print_json(device: Device, r: &Report) {
         })
         .collect();
     let errors: Vec<String> = r.first_errors.iter().map(|e| json_string(e)).collect();
+    let slow = |s: &Slow| {
+        format!(
+            "{{\"steps\":{},\"over\":{},\"launch_dominated\":{},\"wait_dominated\":{},\
+             \"mean_launch_ns\":{},\"mean_wait_ns\":{}}}",
+            s.steps,
+            s.over,
+            s.launch_dominated,
+            s.wait_dominated,
+            s.mean_launch_ns(),
+            s.mean_wait_ns()
+        )
+    };
+    let threshold = r.threshold.map_or("null".into(), |t| {
+        format!(
+            "{{\"total_p99_ns\":{},\"launch_p50_ns\":{},\"wait_p50_ns\":{}}}",
+            t.total_p99_ns, t.launch_p50_ns, t.wait_p50_ns
+        )
+    });
+    let names: Vec<String> = r.workers.names().iter().map(|n| json_string(n)).collect();
+    let parts = format!(
+        "\"decode_mode\":{},\"workers\":[{}],\"all_workers\":{},\"alone_launch\":{},\
+         \"alone_wait\":{},\"together_launch\":{},\"together_wait\":{},\"slow_threshold\":{},\
+         \"slow_alone\":{},\"slow_together\":{}",
+        json_string(r.decode_mode.name()),
+        names.join(","),
+        r.workers == Workers::ALL,
+        latency(&r.alone_launch),
+        latency(&r.alone_wait),
+        latency(&r.together_launch),
+        latency(&r.together_wait),
+        threshold,
+        slow(&r.slow_alone),
+        slow(&r.slow_together)
+    );
     out!(
         "{{\"backend\":{},\"device\":{},\"seconds\":{},\"decode_alone\":{},\"decode_together\":{},\
          \"p99_ratio\":{},\"checked\":{},\"inexact\":{},\"errors\":{},\"first_errors\":[{}],\
          \"child\":{},\"child_ok\":{},\"exact\":{},\"first_launches\":{},\"builds\":{},\
          \"disk_hits\":{},\"hits\":{},\"reserved_ratio\":{},\"rss_warm\":{},\
          \"rss_late\":{},\"rss_end\":{},\"rss_growth\":{},\
-         \"module_rss\":{},\"modules_after_warm\":{},\"rss_growth_net\":{},\"samples\":[{}],\"targets\":[{}],\
-         \"passed\":{}}}",
+         \"module_rss\":{},\"modules_after_warm\":{},\"rss_growth_net\":{},{},\"samples\":[{}],\
+         \"targets\":[{}],\"passed\":{}}}",
         json_string(&device.backend()),
         json_string(&device.name()),
         r.seconds,
@@ -1035,6 +1102,7 @@ pub fn print_json(device: Device, r: &Report) {
         r.module_rss,
         r.modules_after_warm,
         json_number(Some(r.rss_growth_net())),
+        parts,
         samples.join(","),
         targets.join(","),
         r.passed()

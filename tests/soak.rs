@@ -121,6 +121,12 @@ fn soak_arguments_are_checked() {
         (&["soak", "extra"], "unexpected argument 'extra'"),
         (&["soak", "--json=yes"], "--json takes no value"),
         (&["soak", "--device", "tpu"], "tpu"),
+        (&["soak", "--workers", "embed,bogus"], "--workers: no worker 'bogus' in 'embed,bogus'"),
+        (&["soak", "--workers", ""], "--workers: an empty name"),
+        (&["soak", "--workers", "embed,embed"], "'embed' is listed twice"),
+        (&["soak", "--workers", "none,fork"], "'none' stands alone"),
+        (&["soak", "--workers"], "--workers needs a value"),
+        (&["soak", "--decode", "fast"], "--decode takes 'library' or 'raw', not 'fast'"),
     ] {
         let (code, stdout, stderr) = finish(
             {
@@ -144,4 +150,66 @@ fn soak_arguments_are_checked() {
     );
     assert_eq!(code, 0);
     assert!(stdout.starts_with("usage: jitbridge soak [--seconds N]"), "{stdout}");
+    for documented in ["--workers L", "embed", "rerank", "shared", "batch", "fork", "--decode M"] {
+        assert!(stdout.contains(documented), "help does not document {documented}: {stdout}");
+    }
+}
+
+/// The whole object after `"key":` (up to its matching brace).
+fn object<'a>(json: &'a str, key: &str) -> &'a str {
+    let tag = format!("\"{key}\":{{");
+    let at = json.find(&tag).unwrap_or_else(|| panic!("no {key} in {json}")) + tag.len() - 1;
+    let end = json[at..].find('}').unwrap_or_else(|| panic!("{key} is not closed"));
+    &json[at..=at + end]
+}
+
+/// A short soak with no other worker and the raw control decode loop: every raw step's output
+/// read back exact, both parts of each step timed, and the report says which workers ran.
+#[test]
+fn a_raw_decode_soak_alone_is_exact() {
+    let cache = std::env::temp_dir().join(format!("jitbridge-soak-raw-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&cache);
+    let mut command = jitbridge(&cache);
+    command.args(["soak", "--seconds", "2", "--device", "cpu", "--json"]);
+    command.args(["--workers", "none", "--decode", "raw"]);
+    let (code, json, stderr) = finish(command, Duration::from_secs(120));
+    let _ = std::fs::remove_dir_all(&cache);
+    assert!(code == 0 || code == 1, "exit status {code}: {stderr}");
+    let json = json.trim();
+    eprintln!("{json}");
+    assert_eq!(field(json, "decode_mode"), "raw");
+    assert!(json.contains("\"workers\":[],"), "--workers none runs no other worker: {json}");
+    assert_eq!(field(json, "all_workers"), "false");
+    assert_eq!(number(json, "first_launches"), 0.0, "a first-launch worker ran");
+    assert_eq!(field(json, "child"), "none (not asked for)", "the fork ran");
+
+    assert!(number(json, "checked") > 100.0, "too few outputs checked: {json}");
+    assert_eq!(number(json, "inexact"), 0.0, "inexact outputs: {}", field(json, "first_errors"));
+    assert_eq!(number(json, "errors"), 0.0, "errors: {}", field(json, "first_errors"));
+    assert_eq!(field(json, "exact"), "true");
+
+    // Each phase's steps are timed whole and in their two parts, one record per step.
+    for (whole, launch, wait) in [
+        ("decode_alone", "alone_launch", "alone_wait"),
+        ("decode_together", "together_launch", "together_wait"),
+    ] {
+        let steps = number(object(json, whole), "steps");
+        assert!(steps > 0.0, "no {whole} step: {json}");
+        for part in [launch, wait] {
+            assert_eq!(number(object(json, part), "steps"), steps, "{part}: {json}");
+        }
+        let (l, w) = (number(object(json, launch), "p50_ns"), number(object(json, wait), "p50_ns"));
+        assert!(l > 0.0, "{launch} p50 is 0: {json}");
+        assert!(number(object(json, whole), "max_ns") >= l.max(w), "{whole} max below a part's");
+    }
+    // The slow steps are counted against the first alone phase's p99, and each slow one is put
+    // down to one part.
+    assert!(number(object(json, "slow_threshold"), "total_p99_ns") > 0.0, "{json}");
+    let slow = object(json, "slow_together");
+    assert_eq!(number(slow, "steps"), number(object(json, "decode_together"), "steps"));
+    assert_eq!(
+        number(slow, "over"),
+        number(slow, "launch_dominated") + number(slow, "wait_dominated"),
+        "{slow}"
+    );
 }

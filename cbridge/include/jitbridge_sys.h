@@ -60,6 +60,33 @@ typedef struct jb_bench_cold_steps {
 JB_API jb_status jb_bench_cold_probe_steps(jb_bench_cold_steps *out, jb_array *input,
                                            int variant);
 
+/*
+ * The raw decode control (jitbridge soak --decode raw): a kernel's launch staged once by the
+ * library (lookup, build, outputs, holds, as jb_custom_kernel_launch_on on the thread's default
+ * stream), after which each step is only the backend's launch of it, an event record and a wait
+ * for that event, into the same fixed outputs: no lookup, no array, no hold, no allocation.
+ * A launcher is used on the thread that made it, while that thread's default stream stays the
+ * one it had then; the kernel and the inputs must outlive it. Not thread-safe.
+ */
+typedef struct jb_bench_raw_launcher jb_bench_raw_launcher;
+/* Stages and runs one launch (arguments as for jb_custom_kernel_launch_on), and waits for it. */
+JB_API jb_status jb_bench_raw_launcher_new(jb_bench_raw_launcher **out, jb_custom_kernel *kernel,
+                                           jb_array *const *inputs, size_t num_inputs,
+                                           const jb_scalar *scalars, size_t num_scalars,
+                                           const int64_t *const *output_shapes,
+                                           const int *output_ndims,
+                                           const jb_launch_shape *shape);
+/* One step with these scalars (the kernel's count and dtypes): writes the nanoseconds of the
+ * launch and event record, and of the wait for the event (both, also when the step fails). */
+JB_API jb_status jb_bench_raw_launcher_step(jb_bench_raw_launcher *launcher,
+                                            const jb_scalar *scalars, size_t num_scalars,
+                                            uint64_t *out_launch_ns, uint64_t *out_wait_ns);
+/* Copies output `output` to `dst` as jb_array_read does (`dst_bytes` must equal its size). */
+JB_API jb_status jb_bench_raw_launcher_read(const jb_bench_raw_launcher *launcher, size_t output,
+                                            void *dst, size_t dst_bytes);
+/* Waits for the stream, then frees the launcher and its outputs; NULL is allowed. */
+JB_API void jb_bench_raw_launcher_free(jb_bench_raw_launcher *launcher);
+
 #ifdef __cplusplus
 }
 #endif

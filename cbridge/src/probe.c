@@ -207,3 +207,104 @@ jb_status jb_bench_cold_probe_steps(jb_bench_cold_steps *out, jb_array *input, i
     JB_FORWARD_IF_ERROR(probe_kernel(variant, &kernel));
     return jb_bench_compile_only(&out->compile_again_ns, kernel, launch.dev);
 }
+
+/* ---- the raw decode control (jitbridge soak --decode raw) ---- */
+
+struct jb_bench_raw_launcher {
+    jb_staged_launch launch; /* staged once; its args point into it, so it never moves */
+    const jb_custom_kernel *kernel;
+    jb_array *outputs[JB_KERNEL_MAX_ARRAYS]; /* fixed: every step writes them again */
+    void *done;                              /* the backend event each step records and waits on */
+};
+
+jb_status jb_bench_raw_launcher_new(jb_bench_raw_launcher **out, jb_custom_kernel *kernel,
+                                    jb_array *const *inputs, size_t num_inputs,
+                                    const jb_scalar *scalars, size_t num_scalars,
+                                    const int64_t *const *output_shapes, const int *output_ndims,
+                                    const jb_launch_shape *shape)
+{
+    JB_RETURN_IF(!out || !kernel, JB_ERR_INVALID_ARGUMENT,
+                 "jb_bench_raw_launcher_new: out or kernel is NULL");
+    *out = NULL;
+    jb_bench_raw_launcher *r = calloc(1, sizeof *r);
+    JB_RETURN_IF(!r, JB_ERR_OUT_OF_MEMORY, "no memory for a raw launcher");
+    r->kernel = kernel;
+    /* The library's own first launch: lookup, build, outputs, holds; the steps reuse its staging. */
+    int status = jb__launch_begin(&r->launch, kernel, NULL, inputs, num_inputs, scalars,
+                                  num_scalars, output_shapes, output_ndims, shape);
+    if (status != JB_OK) {
+        free(r);
+        return status;
+    }
+    status = jb__launch_end(&r->launch, jb__launch_issue(&r->launch), r->outputs);
+    jb_device *dev = r->launch.dev;
+    if (status == JB_OK)
+        status = dev->backend->event_create(dev, &r->done);
+    if (status == JB_OK)
+        status = dev->backend->stream_synchronize(dev, r->launch.stream->native);
+    if (status != JB_OK) {
+        jb_bench_raw_launcher_free(r);
+        return status;
+    }
+    *out = r;
+    return JB_OK;
+}
+
+jb_status jb_bench_raw_launcher_step(jb_bench_raw_launcher *r, const jb_scalar *scalars,
+                                     size_t num_scalars, uint64_t *out_launch_ns,
+                                     uint64_t *out_wait_ns)
+{
+    JB_RETURN_IF(!r || !out_launch_ns || !out_wait_ns, JB_ERR_INVALID_ARGUMENT,
+                 "jb_bench_raw_launcher_step: bad arguments");
+    *out_launch_ns = *out_wait_ns = 0;
+    const jb_custom_kernel *k = r->kernel;
+    JB_RETURN_IF(num_scalars != k->num_scalars || (num_scalars && !scalars),
+                 JB_ERR_INVALID_ARGUMENT, "raw launcher: kernel '%s' takes %zu scalars, not %zu",
+                 k->name, k->num_scalars, num_scalars);
+    for (size_t i = 0; i < num_scalars; i++) {
+        JB_RETURN_IF(scalars[i].dtype != k->scalar_dtypes[i] ||
+                         (scalars[i].dtype == JB_BOOL && scalars[i].value.boolean > 1),
+                     JB_ERR_SHAPE, "raw launcher: scalar '%s' of kernel '%s' is not a valid %s",
+                     k->scalar_names[i], k->name, jb_dtype_name(k->scalar_dtypes[i]));
+        /* The slot layout of the library's launch (kernel.c stage_scalars): value first, zeros. */
+        unsigned char *slot = r->launch.scalars + i * JB_SCALAR_SLOT;
+        memset(slot, 0, JB_SCALAR_SLOT);
+        memcpy(slot, &scalars[i].value, jb_dtype_size(scalars[i].dtype));
+    }
+    jb_device *dev = r->launch.dev;
+    void *stream = r->launch.stream->native;
+    uint64_t start = jb__now_ns();
+    int status = jb__launch_issue(&r->launch);
+    if (status == JB_OK)
+        status = dev->backend->event_record(dev, r->done, stream);
+    uint64_t launched = jb__now_ns();
+    if (status == JB_OK)
+        status = dev->backend->event_synchronize(dev, r->done);
+    *out_launch_ns = launched - start;
+    *out_wait_ns = jb__now_ns() - launched;
+    return status;
+}
+
+jb_status jb_bench_raw_launcher_read(const jb_bench_raw_launcher *r, size_t output, void *dst,
+                                     size_t dst_bytes)
+{
+    JB_RETURN_IF(!r, JB_ERR_INVALID_ARGUMENT, "jb_bench_raw_launcher_read: launcher is NULL");
+    JB_RETURN_IF(output >= r->launch.num_outputs, JB_ERR_INVALID_ARGUMENT,
+                 "raw launcher: kernel '%s' has %zu outputs, no output %zu", r->kernel->name,
+                 r->launch.num_outputs, output);
+    return jb_array_read(r->outputs[output], dst, dst_bytes);
+}
+
+void jb_bench_raw_launcher_free(jb_bench_raw_launcher *r)
+{
+    if (!r)
+        return;
+    jb_device *dev = r->launch.dev;
+    /* A failed step may have left a launch queued that writes the outputs. */
+    dev->backend->stream_synchronize(dev, r->launch.stream->native);
+    if (r->done)
+        dev->backend->event_destroy(dev, r->done);
+    for (size_t i = 0; i < r->launch.num_outputs; i++)
+        jb_array_free(r->outputs[i]);
+    free(r);
+}

@@ -1,0 +1,277 @@
+//! The soak's decode loop: one warm kernel launched step after step on its own stream, each
+//! step timed in two parts, the launch (until the launch call returns) and the wait (until the
+//! output is done). Through the library (`launch_with_scalars`, then `eval`), or as the raw
+//! control (the backend's launch, event record and event wait of a launch staged once).
+
+use super::{Phase, Tally, exact_f32};
+use crate::bench::Histogram;
+use jitbridge::bench_support::RawLauncher;
+use jitbridge::{Array, CustomKernel, DType, Device, KernelSpec, LaunchShape, Scalar, streams};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::time::Instant;
+
+/// Elements of the decode step's input and output.
+pub const DECODE_N: usize = 2048;
+
+/// How a decode step launches.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum DecodeMode {
+    /// `launch_with_scalars` (lookup, output array, launch, event record, holds), then `eval`.
+    Library,
+    /// The control: the backend's launch + event record, then the event's wait, of a launch
+    /// the library staged once into one fixed output (jb_bench_raw_launcher).
+    Raw,
+}
+
+impl DecodeMode {
+    pub fn parse(text: &str) -> Result<DecodeMode, String> {
+        match text {
+            "library" => Ok(DecodeMode::Library),
+            "raw" => Ok(DecodeMode::Raw),
+            other => Err(format!("--decode takes 'library' or 'raw', not '{other}'")),
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            DecodeMode::Library => "library",
+            DecodeMode::Raw => "raw",
+        }
+    }
+    /// What the launch and the wait parts of a step are, in this mode.
+    pub fn parts(self) -> &'static str {
+        match self {
+            DecodeMode::Library => "launch = launch_with_scalars, wait = eval",
+            DecodeMode::Raw => {
+                "launch = backend launch + event record, wait = event synchronize (staged once)"
+            }
+        }
+    }
+}
+
+/// One phase's step latencies: the whole step, and each part.
+pub struct Steps {
+    pub total: Histogram,
+    pub launch: Histogram,
+    pub wait: Histogram,
+}
+
+impl Steps {
+    fn new() -> Steps {
+        Steps { total: Histogram::new(), launch: Histogram::new(), wait: Histogram::new() }
+    }
+    fn record(&mut self, launch_ns: u64, wait_ns: u64) {
+        self.total.record(launch_ns + wait_ns);
+        self.launch.record(launch_ns);
+        self.wait.record(wait_ns);
+    }
+}
+
+/// Steps slower than the alone p99, and which part made each slow.
+#[derive(Clone, Copy, Default, Debug)]
+pub struct Slow {
+    /// Steps looked at (measured once the threshold was set).
+    pub steps: u64,
+    /// Of those, steps whose total was above the threshold.
+    pub over: u64,
+    /// Of those, the ones whose launch exceeded its alone p50 by more than the wait exceeded
+    /// its own, and the others.
+    pub launch_dominated: u64,
+    pub wait_dominated: u64,
+    /// Sums over the slow steps, for their means.
+    pub launch_ns: u64,
+    pub wait_ns: u64,
+}
+
+impl Slow {
+    fn record(&mut self, at: &Threshold, launch_ns: u64, wait_ns: u64) {
+        self.steps += 1;
+        if launch_ns + wait_ns <= at.total_p99_ns {
+            return;
+        }
+        self.over += 1;
+        self.launch_ns += launch_ns;
+        self.wait_ns += wait_ns;
+        if launch_ns.saturating_sub(at.launch_p50_ns) > wait_ns.saturating_sub(at.wait_p50_ns) {
+            self.launch_dominated += 1;
+        } else {
+            self.wait_dominated += 1;
+        }
+    }
+    pub fn mean_launch_ns(&self) -> u64 {
+        self.launch_ns / self.over.max(1)
+    }
+    pub fn mean_wait_ns(&self) -> u64 {
+        self.wait_ns / self.over.max(1)
+    }
+}
+
+/// What a slow step is: above the first alone phase's p99, fixed as the others start (a
+/// threshold set at the end would need every step kept, and that memory would read as RSS).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Threshold {
+    pub total_p99_ns: u64,
+    pub launch_p50_ns: u64,
+    pub wait_p50_ns: u64,
+}
+
+/// What the decode loop measured.
+pub struct Decoded {
+    pub alone: Steps,
+    pub together: Steps,
+    /// None when the loop never left the first alone phase.
+    pub threshold: Option<Threshold>,
+    /// Slow steps of the second alone phase (the baseline: about 1% by definition) and of the
+    /// phase with the others.
+    pub slow_alone: Slow,
+    pub slow_together: Slow,
+}
+
+impl Decoded {
+    /// No step measured (a decode loop that failed to start).
+    pub fn empty() -> Decoded {
+        Decoded {
+            alone: Steps::new(),
+            together: Steps::new(),
+            threshold: None,
+            slow_alone: Slow::default(),
+            slow_together: Slow::default(),
+        }
+    }
+}
+
+pub fn decode_kernel() -> Result<CustomKernel, jitbridge::Error> {
+    CustomKernel::new(&KernelSpec {
+        name: "soak_decode",
+        inputs: &[("x", DType::F32)],
+        outputs: &[("out", DType::F32)],
+        scalars: &[("step", DType::F32)],
+        body: "const uint64_t i = thread_index(); if (i < out_size) out[i] = x[i] * 3.0f + step;",
+        ..Default::default()
+    })
+}
+
+fn decode_want(s: f32) -> impl Fn(usize) -> f32 {
+    move |i| i as f32 * 3.0 + s
+}
+
+/// One decode step: (its outcome, launch ns, wait ns).
+type Step = (Result<(), jitbridge::Error>, u64, u64);
+
+/// Decode steps until told to stop, each timed in two parts into its phase's histograms, every
+/// output checked exactly (read back outside the timed part, in both modes, so that the two
+/// loops keep one cadence).
+pub fn decode_loop(
+    device: Device,
+    kernel: &CustomKernel,
+    mode: DecodeMode,
+    phase: &AtomicU8,
+    ready: &AtomicBool,
+    tally: &Tally,
+) -> Result<Decoded, jitbridge::Error> {
+    let stream = streams::new_thread_local_generation_stream(device)?;
+    let _guard = streams::install_thread_local_default_stream(&stream)?;
+    let x = Array::arange(device, DECODE_N, DType::F32)?;
+    x.eval()?;
+    let shape = LaunchShape::Threads(DECODE_N);
+    let mut host = vec![0f32; DECODE_N];
+    let mut raw = match mode {
+        DecodeMode::Raw => {
+            Some(RawLauncher::new(kernel, &[&x], &[Scalar::F32(0.0)], &[&[DECODE_N]], shape)?)
+        }
+        DecodeMode::Library => None,
+    };
+    ready.store(true, Ordering::Release);
+    let mut d = Decoded::empty();
+    let mut step = 0u32;
+    loop {
+        let now = Phase::load(phase.load(Ordering::Acquire));
+        if now == Phase::Stop {
+            break;
+        }
+        let s = (step % 4096) as f32;
+        step = step.wrapping_add(1);
+        let (outcome, launch_ns, wait_ns): Step = match raw.as_mut() {
+            Some(raw) => {
+                let (result, launch_ns, wait_ns) = raw.step(&[Scalar::F32(s)]);
+                (result.and_then(|()| raw.read_f32(0, &mut host)), launch_ns, wait_ns)
+            }
+            None => library_step(kernel, &x, s, shape, &mut host),
+        };
+        let alone_done = d.alone.total.total() > 0;
+        if d.threshold.is_none()
+            && alone_done
+            && matches!(now, Phase::TogetherWarm | Phase::Together)
+        {
+            d.threshold = Some(Threshold {
+                total_p99_ns: d.alone.total.quantile(0.99),
+                launch_p50_ns: d.alone.launch.quantile(0.5),
+                wait_p50_ns: d.alone.wait.quantile(0.5),
+            });
+        }
+        match now {
+            Phase::Alone => {
+                d.alone.record(launch_ns, wait_ns);
+                if let Some(at) = &d.threshold {
+                    d.slow_alone.record(at, launch_ns, wait_ns);
+                }
+            }
+            Phase::Together => {
+                d.together.record(launch_ns, wait_ns);
+                if let Some(at) = &d.threshold {
+                    d.slow_together.record(at, launch_ns, wait_ns);
+                }
+            }
+            _ => {}
+        }
+        match outcome {
+            Ok(()) => tally.check(exact_f32(&host, decode_want(s)), mode_label(mode)),
+            Err(e) => tally.error(mode_label(mode), &e),
+        }
+    }
+    Ok(d)
+}
+
+fn mode_label(mode: DecodeMode) -> &'static str {
+    match mode {
+        DecodeMode::Library => "decode",
+        DecodeMode::Raw => "decode (raw)",
+    }
+}
+
+/// A step through the library: the launch call, then `eval`; the output is read into `host`
+/// after the timed part.
+fn library_step(
+    kernel: &CustomKernel,
+    x: &Array,
+    s: f32,
+    shape: LaunchShape,
+    host: &mut [f32],
+) -> Step {
+    let start = Instant::now();
+    let launched = kernel.launch_with_scalars(&[x], &[Scalar::F32(s)], &[&[DECODE_N]], shape);
+    let mid = Instant::now();
+    let out = launched.and_then(|mut out| {
+        let out = out.remove(0);
+        out.eval()?;
+        Ok(out)
+    });
+    let end = Instant::now();
+    let (launch_ns, wait_ns) = ((mid - start).as_nanos() as u64, (end - mid).as_nanos() as u64);
+    let outcome = out.and_then(|out| out.to_vec::<f32>()).map(|v| host.copy_from_slice(&v));
+    (outcome, launch_ns, wait_ns)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DecodeMode;
+
+    #[test]
+    fn decode_mode_parse() {
+        assert_eq!(DecodeMode::parse("raw"), Ok(DecodeMode::Raw));
+        assert_eq!(DecodeMode::parse("library"), Ok(DecodeMode::Library));
+        for bad in ["", "Raw", "lib", "raw,library"] {
+            let message = DecodeMode::parse(bad).expect_err(bad);
+            assert!(message.contains("'library' or 'raw'"), "{message}");
+        }
+    }
+}
