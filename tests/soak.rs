@@ -213,3 +213,57 @@ fn a_raw_decode_soak_alone_is_exact() {
         "{slow}"
     );
 }
+
+/// The raw control's launcher refuses bad steps and reads with a clear status and message, and
+/// stays usable after them: the next good step's output is exact.
+#[test]
+fn raw_launcher_refuses_bad_input_and_stays_usable() {
+    use jitbridge::bench_support::RawLauncher;
+    use jitbridge::{
+        Array, CustomKernel, DType, Device, ErrorCode, KernelSpec, LaunchShape, Scalar,
+    };
+    let cpu = Device::cpu().unwrap();
+    let kernel = CustomKernel::new(&KernelSpec {
+        name: "raw_launcher_test",
+        inputs: &[("x", DType::F32)],
+        outputs: &[("out", DType::F32)],
+        scalars: &[("add", DType::F32)],
+        body: "const uint64_t i = thread_index(); if (i < out_size) out[i] = x[i] + add;",
+        ..Default::default()
+    })
+    .unwrap();
+    let x = Array::arange(cpu, 64, DType::F32).unwrap();
+    let shape = LaunchShape::Threads(64);
+    let e = RawLauncher::new(&kernel, &[&x], &[Scalar::F32(0.0)], &[&[64], &[64]], shape)
+        .err()
+        .expect("two output shapes for one output");
+    assert!(e.message().contains("1 outputs, 2 shapes"), "{e}");
+    let e = RawLauncher::new(&kernel, &[&x], &[], &[&[64]], shape).err().expect("no scalar");
+    assert!(e.message().contains("takes 1 scalars, not 0"), "{e}");
+
+    let mut raw = RawLauncher::new(&kernel, &[&x], &[Scalar::F32(1.0)], &[&[64]], shape).unwrap();
+    let mut host = vec![0f32; 64];
+    raw.read_f32(0, &mut host).unwrap();
+    assert!(host.iter().enumerate().all(|(i, &v)| v == i as f32 + 1.0), "staged launch: {host:?}");
+
+    let (result, _, _) = raw.step(&[]);
+    let e = result.expect_err("a step without its scalar");
+    assert_eq!(e.code(), ErrorCode::InvalidArgument);
+    assert!(e.message().contains("takes 1 scalars, not 0"), "{e}");
+    let (result, _, _) = raw.step(&[Scalar::I32(2)]);
+    let e = result.expect_err("an i32 for an f32 scalar");
+    assert_eq!(e.code(), ErrorCode::Shape);
+    assert!(e.message().contains("scalar 'add' of kernel 'raw_launcher_test' is not a valid f32"));
+    let e = raw.read_f32(1, &mut host).expect_err("output 1 of 1");
+    assert!(e.message().contains("has 1 outputs, no output 1"), "{e}");
+    let e = raw.read_f32(0, &mut host[..10]).expect_err("a short destination");
+    assert_eq!(e.code(), ErrorCode::Shape);
+
+    for add in [5.0f32, -3.5] {
+        let (result, launch_ns, wait_ns) = raw.step(&[Scalar::F32(add)]);
+        result.unwrap();
+        assert!(launch_ns > 0 && launch_ns + wait_ns > 0, "untimed step");
+        raw.read_f32(0, &mut host).unwrap();
+        assert!(host.iter().enumerate().all(|(i, &v)| v == i as f32 + add), "{add}: {host:?}");
+    }
+}
