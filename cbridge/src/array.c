@@ -18,6 +18,29 @@ struct jb_array {
     jb_event *ready; /* NULL: nothing pending */
 };
 
+/* Each thread keeps a few freed array records and reuses them: a warm launch's output array
+ * costs no malloc (a record freed here and reused there would cost two, one on each side). */
+#define THREAD_ARRAYS 32
+
+typedef struct thread_arrays {
+    size_t count;
+    jb_array *records[THREAD_ARRAYS];
+} thread_arrays;
+
+static thread_arrays *thread_arrays_create(void)
+{
+    return calloc(1, sizeof(thread_arrays));
+}
+
+static void thread_arrays_destroy(thread_arrays *ta)
+{
+    for (size_t i = 0; i < ta->count; i++)
+        free(ta->records[i]);
+    free(ta);
+}
+
+JB_THREAD_LOCAL(thread_arrays, this_thread_arrays, thread_arrays_create, thread_arrays_destroy)
+
 jb_buffer *jb__array_buffer(const jb_array *array)
 {
     return array->buffer;
@@ -37,22 +60,19 @@ void jb__array_set_ready(jb_array *array, jb_event *ready)
 int jb__array_wrap(jb_array **out, jb_buffer *buf, jb_dtype dtype, const int64_t *shape, int ndim,
                    jb_event *ready)
 {
-    jb_array *array = calloc(1, sizeof *array);
+    thread_arrays *ta = this_thread_arrays();
+    jb_array *array = ta && ta->count ? ta->records[--ta->count] : malloc(sizeof *array);
     if (!array) {
         jb__buffer_release(buf);
         jb__event_release(ready);
         return jb__fail(JB_ERR_OUT_OF_MEMORY, "no memory for an array");
     }
-    array->device = buf->device;
-    array->dtype = dtype;
-    array->ndim = ndim;
-    array->size = 1;
+    *array = (jb_array){.device = buf->device, .dtype = dtype, .ndim = ndim, .size = 1,
+                        .buffer = buf, .ready = ready};
     for (int i = 0; i < ndim; i++) {
         array->shape[i] = shape[i];
         array->size *= shape[i];
     }
-    array->buffer = buf;
-    array->ready = ready;
     *out = array;
     return JB_OK;
 }
@@ -173,7 +193,12 @@ void jb_array_free(jb_array *array)
         return;
     jb__event_release(array->ready);
     jb__buffer_release(array->buffer);
-    free(array);
+    /* A thread that only frees (or is exiting) gives the record back to malloc. */
+    thread_arrays *ta = this_thread_arrays_tls;
+    if (ta && ta->count < THREAD_ARRAYS)
+        ta->records[ta->count++] = array;
+    else
+        free(array);
 }
 
 jb_status jb_array_eval(jb_array *array)

@@ -11,9 +11,9 @@
 
 #include <stdlib.h>
 
-/* More than a stream releases at once (its holds go in batches of 16), so a launching thread's
+/* More than a stream releases at once (about 64 holds per look, stream.c), so a launching thread's
  * events come back to it. */
-#define THREAD_EVENTS 32
+#define THREAD_EVENTS (2 * JB_HOLDS_PER_LOOK)
 
 /* Events only this thread holds, any device's; the newest is taken first. */
 typedef struct thread_events {

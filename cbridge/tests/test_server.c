@@ -263,7 +263,7 @@ static void test_failed_event_query(void)
     CHECK_OK(jb_array_eval(in));
     CHECK_OK(jb_install_thread_local_default_stream(stream));
     jb__test_set_query_fault(true);
-    int launched = 40, errors = 0;
+    int launched = 2 * JB_HOLDS_PER_LOOK + JB_HOLDS_PER_LOOK / 2, errors = 0;
     for (int i = 0; i < launched; i++) {
         jb_array *out[1] = {NULL};
         int status = launch(fast, in, FAST_N, out);
@@ -275,9 +275,10 @@ static void test_failed_event_query(void)
         }
         jb_array_free(out[0]); /* only the launch's hold keeps its buffers now */
     }
-    /* Holds are looked at every 16 launches: each look met the fault and said so. */
-    CHECK(errors == launched / 16, "%d launches reported the failed event query, expected %d",
-          errors, launched / 16);
+    /* Holds are looked at every JB_HOLDS_PER_LOOK launches: each look met the fault, said so. */
+    CHECK(errors == launched / JB_HOLDS_PER_LOOK,
+          "%d launches reported the failed event query, expected %d", errors,
+          launched / JB_HOLDS_PER_LOOK);
     CHECK(jb__test_hold_count(stream) == (size_t)launched,
           "%zu of %d holds kept after failed event queries", jb__test_hold_count(stream),
           launched);
