@@ -256,61 +256,63 @@ void jb__buffer_retain(jb_buffer *buf)
     atomic_fetch_add_explicit(&buf->refs, 1, memory_order_relaxed);
 }
 
-void jb__buffer_release(jb_buffer *buf)
+/* A buffer whose last reference went: no work uses it any more (every launch held a reference),
+ * so it goes idle for reuse, or is doomed past the idle cap (under the cache's mutex). */
+static void went_idle(jb_buffer_cache *c, jb_buffer *buf, jb_buffer **victims)
 {
-    if (atomic_fetch_sub_explicit(&buf->refs, 1, memory_order_acq_rel) != 1)
-        return;
-    jb_device *dev = buf->device;
-    if (!buf->capacity) {
-        free(buf); /* zero bytes: no device memory */
-        return;
-    }
-    /* No work uses it any more (every launch held a reference): idle, ready for reuse. */
-    jb_buffer_cache *c = &dev->buffers;
-    jb_buffer *victims = NULL;
-    pthread_mutex_lock(&c->mutex);
     c->live_bytes -= buf->bytes;
     if (buf->capacity <= c->idle_cap) {
         link_idle(c, buf);
-        evict_to(c, c->idle_cap, &victims);
+        evict_to(c, c->idle_cap, victims);
     } else {
-        doom(c, buf, &victims);
+        doom(c, buf, victims);
     }
-    pthread_mutex_unlock(&c->mutex);
-    free_victims(dev, victims);
+}
+
+/* Drops one reference; true when it was the last and the buffer owns device memory (a buffer
+ * of zero bytes is freed here). */
+static bool drop_reference(jb_buffer *buf)
+{
+    if (atomic_fetch_sub_explicit(&buf->refs, 1, memory_order_acq_rel) != 1)
+        return false;
+    if (buf->capacity)
+        return true;
+    free(buf);
+    return false;
+}
+
+void jb__buffer_release(jb_buffer *buf)
+{
+    jb__buffer_release_many(&buf, 1);
+}
+
+void jb__buffer_release_many(jb_buffer *const *bufs, size_t n)
+{
+    while (n) {
+        /* The last references of up to one chunk, all on one device, go idle under one lock. */
+        enum { CHUNK = 64 };
+        jb_buffer *last[CHUNK];
+        size_t count = 0;
+        jb_device *dev = NULL;
+        for (; n && count < CHUNK && (!dev || (*bufs)->device == dev); bufs++, n--) {
+            if (drop_reference(*bufs)) {
+                last[count++] = *bufs;
+                dev = (*bufs)->device;
+            }
+        }
+        if (!count)
+            continue;
+        jb_buffer_cache *c = &dev->buffers;
+        jb_buffer *victims = NULL;
+        pthread_mutex_lock(&c->mutex);
+        for (size_t i = 0; i < count; i++)
+            went_idle(c, last[i], &victims);
+        pthread_mutex_unlock(&c->mutex);
+        free_victims(dev, victims);
+    }
 }
 
 /* ---- the idle cap, trim and statistics ---- */
-
-/* Parses a byte count strictly: digits, then nothing or one of K, M, G, T (binary), each
- * optionally followed by "iB". False on anything else, or on overflow. */
-static bool parse_bytes(const char *text, uint64_t *out)
-{
-    static const char units[] = "KMGT";
-    uint64_t value = 0;
-    const char *p = text;
-    if (*p < '0' || *p > '9')
-        return false;
-    for (; *p >= '0' && *p <= '9'; p++) {
-        if (value > (UINT64_MAX - (uint64_t)(*p - '0')) / 10)
-            return false;
-        value = value * 10 + (uint64_t)(*p - '0');
-    }
-    if (*p) {
-        const char *unit = strchr(units, *p);
-        if (!unit)
-            return false;
-        int shift = 10 * (int)(unit - units + 1);
-        p++;
-        if (*p && strcmp(p, "iB") != 0)
-            return false;
-        if (value > UINT64_MAX >> shift)
-            return false;
-        value <<= shift;
-    }
-    *out = value;
-    return true;
-}
 
 static uint64_t env_idle_cap;
 static bool env_idle_cap_set;
@@ -320,7 +322,7 @@ static void read_idle_cap_env(void)
     const char *text = getenv("JITBRIDGE_IDLE_CAP");
     if (!text)
         return;
-    env_idle_cap_set = parse_bytes(text, &env_idle_cap);
+    env_idle_cap_set = jb__parse_bytes(text, &env_idle_cap);
     if (!env_idle_cap_set)
         jb__warn("JITBRIDGE_IDLE_CAP=\"%s\" is not a byte count (digits, then optionally K, M, G "
                  "or T, binary, with or without iB): each device keeps its default idle cap",

@@ -63,6 +63,9 @@ char *jb__strdup(const char *s);
 bool jb__write_all(int fd, const void *data, size_t bytes);
 /* read() until `bytes` or end of file, retrying on EINTR; returns how many were read. */
 size_t jb__read_up_to(int fd, void *data, size_t bytes);
+/* Parses a byte count strictly: digits, then nothing or one of K, M, G, T (binary), each
+ * optionally followed by "iB". False on anything else, or on overflow. */
+bool jb__parse_bytes(const char *text, uint64_t *out);
 /* A growable string; on allocation failure `failed` is set and appends become no-ops. */
 typedef struct jb_strbuf {
     char *data;
@@ -363,6 +366,9 @@ void jb__buffer_retain(jb_buffer *buf);
 /* Drops a reference; the last one returns the buffer to its device's cache, and frees idle
  * buffers past the idle cap. Any thread, but not inside a driver callback (it may free). */
 void jb__buffer_release(jb_buffer *buf);
+/* jb__buffer_release of each, the buffers of one device going idle under one lock: a stream
+ * lets go of a batch of holds at once. */
+void jb__buffer_release_many(jb_buffer *const *bufs, size_t n);
 /* Sets up a device's cache (after its total_memory is known); reads JITBRIDGE_IDLE_CAP once. */
 void jb__buffer_cache_init(jb_device *dev);
 /* Adds the device's memory statistics to the mem_ fields of `out`; resets them. */

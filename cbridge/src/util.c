@@ -116,3 +116,31 @@ void jb__strbuf_free(jb_strbuf *sb)
     sb->data = NULL;
     sb->len = sb->cap = 0;
 }
+
+bool jb__parse_bytes(const char *text, uint64_t *out)
+{
+    static const char units[] = "KMGT";
+    uint64_t value = 0;
+    const char *p = text;
+    if (*p < '0' || *p > '9')
+        return false;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        if (value > (UINT64_MAX - (uint64_t)(*p - '0')) / 10)
+            return false;
+        value = value * 10 + (uint64_t)(*p - '0');
+    }
+    if (*p) {
+        const char *unit = strchr(units, *p);
+        if (!unit)
+            return false;
+        int shift = 10 * (int)(unit - units + 1);
+        p++;
+        if (*p && strcmp(p, "iB") != 0)
+            return false;
+        if (value > UINT64_MAX >> shift)
+            return false;
+        value <<= shift;
+    }
+    *out = value;
+    return true;
+}

@@ -1,0 +1,226 @@
+/*
+ * Holds: the buffers that a stream's queued work still uses, kept in a ring per stream, oldest
+ * first, and released in the stream's order as that work finishes. A launch records its event and
+ * adds its hold in one step under the stream's lock, so holds sit in the ring in the stream's
+ * order whatever other threads launch on it. Holds are stored by value, so a warm launch's hold
+ * costs no allocation. Also the test hooks that make those steps' interleaving deterministic.
+ */
+#include "internal.h"
+
+#include <stdlib.h>
+
+#ifdef JB_TEST_HOOKS
+static _Atomic(jb_test_pause_fn) test_pause;
+static void *_Atomic test_pause_ctx;
+static atomic_bool test_query_fault;
+
+void jb__test_set_pause(jb_test_pause_fn fn, void *ctx)
+{
+    atomic_store(&test_pause_ctx, ctx);
+    atomic_store(&test_pause, fn);
+}
+
+void jb__test_pause(jb_stream *stream)
+{
+    jb_test_pause_fn fn = atomic_load(&test_pause);
+    if (fn)
+        fn(atomic_load(&test_pause_ctx), stream);
+}
+
+void jb__test_set_query_fault(bool fail)
+{
+    atomic_store(&test_query_fault, fail);
+}
+
+size_t jb__test_hold_count(jb_stream *stream)
+{
+    pthread_mutex_lock(&stream->holds_mutex);
+    size_t count = stream->holds_count;
+    pthread_mutex_unlock(&stream->holds_mutex);
+    return count;
+}
+#endif
+
+/* ...or sooner, once the new holds keep this many bytes: bounds what finished work keeps from
+ * reuse. */
+#define HOLD_BYTES_PER_LOOK ((size_t)64 << 20)
+/* Buffers a hold keeps without a malloc: a kernel's inputs and outputs, most of the time. */
+#define HOLD_INLINE_BUFFERS 4
+
+/* The ring keeps holds by value, so a warm launch's hold costs no allocation. */
+struct jb_hold {
+    jb_event *done;
+    size_t count;
+    jb_buffer **more; /* count > HOLD_INLINE_BUFFERS: the buffers, on the heap */
+    jb_buffer *inline_buffers[HOLD_INLINE_BUFFERS];
+};
+
+static jb_buffer **hold_buffers(jb_hold *hold)
+{
+    return hold->count > HOLD_INLINE_BUFFERS ? hold->more : hold->inline_buffers;
+}
+
+/* Lets go of the holds' buffers and events: the buffers in chunks, one allocator lock each. */
+static void holds_free(jb_hold *holds, size_t n)
+{
+    enum { CHUNK = 128 };
+    jb_buffer *chunk[CHUNK];
+    size_t count = 0;
+    for (size_t h = 0; h < n; h++) {
+        jb_buffer **buffers = hold_buffers(&holds[h]);
+        for (size_t i = 0; i < holds[h].count; i++) {
+            if (count == CHUNK) {
+                jb__buffer_release_many(chunk, count);
+                count = 0;
+            }
+            chunk[count++] = buffers[i];
+        }
+        jb__event_release(holds[h].done);
+        free(holds[h].more);
+    }
+    jb__buffer_release_many(chunk, count);
+}
+
+static jb_hold *hold_at(const jb_stream *stream, size_t i)
+{
+    return &stream->holds[(stream->holds_first + i) % stream->holds_capacity];
+}
+
+static int hold_fired(jb_device *dev, const jb_hold *hold)
+{
+#ifdef JB_TEST_HOOKS
+    if (atomic_load(&test_query_fault))
+        return -jb__fail(JB_ERR_BACKEND, "test hook: the event query failed (a faulted device)");
+#endif
+    return dev->backend->event_query(dev, hold->done->native);
+}
+
+/* Counts the oldest holds whose events have fired (under the stream's mutex, count > 0). Work on
+ * one stream finishes in order, so "fired" holds for every hold older than one that fired. A
+ * query is a driver call on the launch path, so the newest hold that was already there at the
+ * previous look, most likely fired, is asked first and when it fired releases those older holds
+ * alone: one query per look, the newer holds going with the next one. Otherwise (or with no
+ * older hold) ask the newest, else search for the newest that fired. A failed query (a faulted
+ * device) counts nothing as fired: its status is returned, the work's end being unknown. */
+static int holds_fired(jb_stream *stream, size_t *out)
+{
+    jb_device *dev = stream->device;
+    size_t count = stream->holds_count;
+    uint64_t first_seq = stream->holds_next_seq - count;
+    size_t older = stream->holds_looked_seq > first_seq
+                       ? (size_t)(stream->holds_looked_seq - first_seq)
+                       : 0; /* holds that were there at the previous look */
+    stream->holds_looked_seq = stream->holds_next_seq;
+    *out = 0;
+    size_t fired = 0, running = count - 1; /* holds [0, fired) fired; `running` did not */
+    int fired_now;
+    size_t guess = older ? older - 1 : count - 1;
+    if ((fired_now = hold_fired(dev, hold_at(stream, guess))) < 0)
+        return -fired_now;
+    if (fired_now) {
+        *out = guess + 1;
+        return JB_OK;
+    }
+    running = guess;
+    while (fired < running) {
+        size_t mid = fired + (running - fired) / 2;
+        if ((fired_now = hold_fired(dev, hold_at(stream, mid))) < 0)
+            return -fired_now;
+        if (fired_now)
+            fired = mid + 1;
+        else
+            running = mid;
+    }
+    *out = fired;
+    return JB_OK;
+}
+
+int jb__stream_release_holds(jb_stream *stream, bool all)
+{
+    enum { STACK_HOLDS = 64 };
+    jb_hold stack_batch[STACK_HOLDS];
+    pthread_mutex_lock(&stream->holds_mutex);
+    size_t releasable = stream->holds_count;
+    int status = !all && releasable ? holds_fired(stream, &releasable) : JB_OK;
+    jb_hold *batch = releasable <= STACK_HOLDS ? stack_batch : malloc(releasable * sizeof *batch);
+    if (!batch)
+        releasable = STACK_HOLDS, batch = stack_batch; /* release what fits now, the rest later */
+    for (size_t i = 0; i < releasable; i++)
+        batch[i] = *hold_at(stream, i);
+    if (releasable)
+        stream->holds_first = (stream->holds_first + releasable) % stream->holds_capacity;
+    stream->holds_count -= releasable;
+    pthread_mutex_unlock(&stream->holds_mutex);
+    holds_free(batch, releasable);
+    if (batch != stack_batch)
+        free(batch);
+    return status;
+}
+
+/* Makes room for one more hold in the stream's ring (under its mutex). */
+static bool holds_reserve(jb_stream *stream)
+{
+    if (stream->holds_count < stream->holds_capacity)
+        return true;
+    size_t capacity = stream->holds_capacity ? stream->holds_capacity * 2 : 2 * JB_HOLDS_PER_LOOK;
+    jb_hold *ring = malloc(capacity * sizeof *ring);
+    if (!ring)
+        return false;
+    for (size_t i = 0; i < stream->holds_count; i++)
+        ring[i] = *hold_at(stream, i);
+    free(stream->holds);
+    stream->holds = ring;
+    stream->holds_capacity = capacity;
+    stream->holds_first = 0;
+    return true;
+}
+
+int jb__stream_record_hold(jb_stream *stream, jb_event *const *events, size_t num_events,
+                           jb_buffer *const *buffers, size_t count)
+{
+    jb_buffer **more = count > HOLD_INLINE_BUFFERS ? malloc(count * sizeof *more) : NULL;
+    bool have_memory = count <= HOLD_INLINE_BUFFERS || more;
+    size_t bytes = 0;
+    for (size_t i = 0; i < count; i++)
+        bytes += buffers[i]->capacity;
+    /* Record and hold in one step: another thread's record between them would put its hold
+     * ahead of ours in the ring while its work runs after ours on the stream. */
+    pthread_mutex_lock(&stream->holds_mutex);
+    int status = JB_OK;
+    for (size_t i = 0; status == JB_OK && i < num_events; i++)
+        status = jb__event_record(events[i], stream);
+    JB_TEST_PAUSE(stream);
+    bool room = status == JB_OK && count && have_memory && holds_reserve(stream);
+    if (room) {
+        jb_hold *hold = hold_at(stream, stream->holds_count);
+        hold->done = events[num_events - 1];
+        jb__event_retain(hold->done);
+        hold->count = count;
+        hold->more = more;
+        jb_buffer **kept = hold_buffers(hold);
+        for (size_t i = 0; i < count; i++) {
+            kept[i] = buffers[i];
+            jb__buffer_retain(buffers[i]);
+        }
+        stream->holds_count++;
+        stream->holds_next_seq++;
+        stream->holds_bytes_since_release += bytes;
+    }
+    bool release_now = room && (++stream->holds_since_release >= JB_HOLDS_PER_LOOK ||
+                                stream->holds_bytes_since_release >= HOLD_BYTES_PER_LOOK);
+    if (release_now)
+        stream->holds_since_release = 0, stream->holds_bytes_since_release = 0;
+    pthread_mutex_unlock(&stream->holds_mutex);
+    if (status != JB_OK || !count) {
+        free(more);
+        return status;
+    }
+    if (!room) {
+        /* No memory to remember the hold: wait, then nothing needs holding. */
+        free(more);
+        stream->device->backend->stream_synchronize(stream->device, stream->native);
+        jb__stream_release_holds(stream, true);
+        return JB_OK;
+    }
+    return release_now ? jb__stream_release_holds(stream, false) : JB_OK;
+}

@@ -1,0 +1,135 @@
+/*
+ * A stream's holds (holds.c): the buffers queued work uses stay alive until that work is done,
+ * whoever frees their arrays, and finished work lets go of them soon. Built with JB_TEST_HOOKS
+ * (the hold count); runs on the cpu, or on GPU 0 with JITBRIDGE_TEST_DEVICE=gpu:
+ *   make CUDA=1 build-cuda-hooks/test_holds && JITBRIDGE_TEST_DEVICE=gpu build-cuda-hooks/test_holds
+ */
+#include "../src/internal.h"
+#include "check.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef JB_TEST_HOOKS
+#error "test_holds needs a JB_TEST_HOOKS build of the library"
+#endif
+
+static jb_device *dev;
+
+static jb_array *filled(int64_t n, float value)
+{
+    float *host = malloc((size_t)n * sizeof *host);
+    for (int64_t i = 0; i < n; i++)
+        host[i] = value;
+    jb_array *a = NULL;
+    CHECK_OK(jb_array_from_host(&a, dev, JB_F32, &n, 1, host));
+    free(host);
+    return a;
+}
+
+static bool all_equal(jb_array *a, int64_t n, float want)
+{
+    float *host = malloc((size_t)n * sizeof *host);
+    bool same = jb_array_read(a, host, (size_t)n * sizeof *host) == JB_OK;
+    for (int64_t i = 0; same && i < n; i++)
+        same = host[i] == want;
+    free(host);
+    return same;
+}
+
+/* Outputs of 16 MiB: the stream looks at its holds once they keep 64 MiB, long before
+ * JB_HOLDS_PER_LOOK launches, so finished work does not keep gigabytes from reuse. */
+static void test_big_holds_are_looked_at_soon(void)
+{
+    const int64_t small = 16, big = (16 << 20) / 4;
+    const char *in[] = {"inp"}, *out[] = {"out"};
+    jb_dtype f32[] = {JB_F32};
+    jb_kernel_spec spec = JB_KERNEL_SPEC_INIT;
+    spec.name = "holds_spread";
+    spec.input_names = in, spec.input_dtypes = f32, spec.num_inputs = 1;
+    spec.output_names = out, spec.output_dtypes = f32, spec.num_outputs = 1;
+    spec.body = "out[thread_index()] = inp[0] + 1.0f;";
+    jb_custom_kernel *k = NULL;
+    CHECK_OK(jb_custom_kernel_new(&k, &spec));
+    jb_stream *stream;
+    CHECK_OK(jb_stream_new(&stream, dev));
+    CHECK_OK(jb_install_thread_local_default_stream(stream));
+    jb_array *x = filled(small, 2.0f);
+    const int64_t *shapes[] = {&big};
+    int ndims[] = {1};
+    jb_launch_shape shape = {{0, 0, 0}, {0, 0, 0}, (uint64_t)big};
+    CHECK_OK(jb_stream_synchronize(stream));
+    for (int i = 0; i < 4; i++) {
+        jb_array *y = NULL;
+        CHECK_OK(jb_custom_kernel_launch(&y, k, &x, 1, shapes, ndims, &shape));
+        CHECK_OK(jb_array_eval(y)); /* done: its hold may go at the next look */
+        jb_array_free(y);
+    }
+    /* The fourth launch's look found the first three done; only its own may still run. */
+    size_t held = jb__test_hold_count(stream);
+    CHECK(held <= 1, "%zu holds of finished 16 MiB launches kept after 64 MiB", held);
+    CHECK_OK(jb_stream_synchronize(stream));
+    CHECK(jb__test_hold_count(stream) == 0, "holds after a synchronize");
+    CHECK_OK(jb_uninstall_thread_local_default_stream(stream));
+    jb_stream_free(stream);
+    jb_array_free(x);
+    jb_custom_kernel_free(k);
+}
+
+/* A kernel of seven arrays: its hold keeps its buffers off the stack of inline slots; every
+ * input freed at once after the launch still reaches the kernel intact. */
+static void test_hold_of_many_buffers(void)
+{
+    enum { INPUTS = 6, ROUNDS = 3 * JB_HOLDS_PER_LOOK };
+    const int64_t n = 4096;
+    const char *in[INPUTS] = {"a", "b", "c", "d", "e", "f"}, *out[] = {"sum"};
+    jb_dtype f32[INPUTS] = {JB_F32, JB_F32, JB_F32, JB_F32, JB_F32, JB_F32};
+    jb_kernel_spec spec = JB_KERNEL_SPEC_INIT;
+    spec.name = "holds_sum6";
+    spec.input_names = in, spec.input_dtypes = f32, spec.num_inputs = INPUTS;
+    spec.output_names = out, spec.output_dtypes = f32, spec.num_outputs = 1;
+    spec.body = "const uint64_t i = thread_index();\n"
+                "sum[i] = a[i] + b[i] + c[i] + d[i] + e[i] + f[i];";
+    jb_custom_kernel *k = NULL;
+    CHECK_OK(jb_custom_kernel_new(&k, &spec));
+    const int64_t *shapes[] = {&n};
+    int ndims[] = {1};
+    jb_launch_shape shape = {{0, 0, 0}, {0, 0, 0}, (uint64_t)n};
+    int exact = 0;
+    for (int round = 0; round < ROUNDS; round++) {
+        jb_array *inputs[INPUTS];
+        for (int i = 0; i < INPUTS; i++)
+            inputs[i] = filled(n, (float)(round % 7 + i));
+        jb_array *sum = NULL;
+        CHECK_OK(jb_custom_kernel_launch(&sum, k, inputs, INPUTS, shapes, ndims, &shape));
+        for (int i = 0; i < INPUTS; i++)
+            jb_array_free(inputs[i]); /* only the hold keeps them now */
+        /* New arrays that would take a freed input's buffer if the hold let go early. */
+        jb_array *decoys[INPUTS];
+        for (int i = 0; i < INPUTS; i++)
+            decoys[i] = filled(n, -1000.0f);
+        exact += sum && all_equal(sum, n, (float)(6 * (round % 7) + 15));
+        for (int i = 0; i < INPUTS; i++)
+            jb_array_free(decoys[i]);
+        jb_array_free(sum);
+    }
+    CHECK(exact == ROUNDS, "%d of %d sums exact", exact, ROUNDS);
+    jb_custom_kernel_free(k);
+}
+
+int main(void)
+{
+    const char *which = getenv("JITBRIDGE_TEST_DEVICE");
+    if (which && strcmp(which, "gpu") == 0)
+        CHECK_OK(jb_device_get(&dev, JB_DEVICE_GPU, 0));
+    else
+        CHECK_OK(jb_device_get(&dev, JB_DEVICE_CPU, 0));
+    if (!dev)
+        return check_summary("test_holds");
+    /* The thread's default stream first: memcheck then names its worker's block by the
+     * suppressed path (tests/valgrind.supp) rather than by a stream made and freed before it. */
+    jb_array_free(filled(1, 0.0f));
+    test_big_holds_are_looked_at_soon();
+    test_hold_of_many_buffers();
+    return check_summary("test_holds");
+}
