@@ -12,6 +12,26 @@
 #include <stdlib.h>
 
 static jb_gpu_context contexts[JB_MAX_DEVICES];
+/* Per device, the stream its buffers are allocated and freed on with the driver's stream-ordered
+ * allocator, or NULL for cuMemAlloc/cuMemFree. Those two take a lock that every launch in the
+ * process waits on: on an H200, another thread allocating and freeing took one thread's launch
+ * from 3.6 to 17.6 us at the median (decode step p99 15 -> 53 us); with cuMemAllocAsync, 16 us. */
+static CUstream alloc_streams[JB_MAX_DEVICES];
+
+/* JITBRIDGE_STREAM_ORDERED_ALLOC=0 keeps cuMemAlloc/cuMemFree (to compare, or for a driver that
+ * misbehaves); 1 or unset uses the stream-ordered allocator where the device has one. */
+static bool stream_ordered_wanted(void)
+{
+    const char *text = getenv("JITBRIDGE_STREAM_ORDERED_ALLOC");
+    if (!text || strcmp(text, "1") == 0)
+        return true;
+    if (strcmp(text, "0") == 0)
+        return false;
+    jb__warn("JITBRIDGE_STREAM_ORDERED_ALLOC=\"%s\" is neither 0 nor 1: the stream-ordered "
+             "allocator stays on where the device has one",
+             text);
+    return true;
+}
 
 static int gpu_fail(CUresult result, const char *call)
 {
@@ -61,6 +81,7 @@ int JB_GPU_PREFIXED(enumerate)(jb_device *devices, int max, int *out_count, char
         count = max;
     int found = 0;
     CUresult first_failure = CUDA_SUCCESS; /* said when no GPU opens */
+    bool stream_ordered = stream_ordered_wanted();
     const char *first_failed = "";
     for (int ordinal = 0; ordinal < count; ordinal++) {
         jb_device *dev = &devices[found];
@@ -83,6 +104,11 @@ int JB_GPU_PREFIXED(enumerate)(jb_device *devices, int max, int *out_count, char
         jb_gpu_arch_name(ordinal, dev->arch, sizeof dev->arch);
         if (JB_GPU(cuDeviceTotalMem)(&total, handle) == CUDA_SUCCESS)
             dev->total_memory = total;
+        /* Without it (an old driver, a device without pools), buffers use the plain calls. */
+        if (stream_ordered && jb_gpu_memory_pools_supported(ordinal) &&
+            (jb_gpu_context_make_current(contexts[found]) != CUDA_SUCCESS ||
+             JB_GPU(cuStreamCreate)(&alloc_streams[found], CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS))
+            alloc_streams[found] = NULL;
         dev->kind = JB_DEVICE_GPU;
         dev->backend = &JB_GPU_PREFIXED(backend);
         dev->ordinal = found;
@@ -245,22 +271,38 @@ static int gpu_event_query(jb_device *dev, void *event)
 static int gpu_mem_alloc(jb_device *dev, size_t bytes, void **out_ptr)
 {
     JB_FORWARD_IF_ERROR(make_current(dev));
+    CUstream stream = alloc_streams[dev->ordinal];
     CUdeviceptr ptr;
-    CUresult r = JB_GPU(cuMemAlloc)(&ptr, bytes);
+    CUresult r = stream ? JB_GPU(cuMemAllocAsync)(&ptr, bytes, stream)
+                        : JB_GPU(cuMemAlloc)(&ptr, bytes);
+    /* Every stream may use it once the allocation's place on `stream` is reached. */
+    if (r == CUDA_SUCCESS && stream && (r = JB_GPU(cuStreamSynchronize)(stream)) != CUDA_SUCCESS)
+        JB_GPU(cuMemFreeAsync)(ptr, stream);
     /* Only the vendor's out-of-memory is JB_ERR_OUT_OF_MEMORY: the cache frees idle buffers and
      * retries on it, never on a fault. */
     JB_RETURN_IF(r != CUDA_SUCCESS,
                  r == CUDA_ERROR_OUT_OF_MEMORY ? JB_ERR_OUT_OF_MEMORY : JB_ERR_BACKEND,
-                 "allocating %zu bytes on %s: %s", bytes,
-                 dev->name, jb_gpu_error_name(r));
+                 "allocating %zu bytes on %s (%s): %s", bytes, dev->name,
+                 stream ? JB_GPU_STR(cuMemAllocAsync) : JB_GPU_STR(cuMemAlloc),
+                 jb_gpu_error_name(r));
     *out_ptr = (void *)(uintptr_t)ptr;
     return JB_OK;
 }
 
+/* Called once no work uses the buffer (the stream's holds saw to that). */
 static void gpu_mem_free(jb_device *dev, void *ptr)
 {
-    if (make_current(dev) == JB_OK)
+    if (make_current(dev) != JB_OK)
+        return;
+    CUstream stream = alloc_streams[dev->ordinal];
+    if (!stream) {
         JB_GPU(cuMemFree)((CUdeviceptr)(uintptr_t)ptr);
+        return;
+    }
+    /* The wait lets the driver give the memory back now, as cuMemFree does (the pool keeps
+     * nothing past its release threshold, 0 by default). */
+    if (JB_GPU(cuMemFreeAsync)((CUdeviceptr)(uintptr_t)ptr, stream) == CUDA_SUCCESS)
+        JB_GPU(cuStreamSynchronize)(stream);
 }
 
 static int gpu_memcpy_htod(jb_device *dev, void *stream, void *dst, const void *src, size_t bytes)

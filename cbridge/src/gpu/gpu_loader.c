@@ -61,6 +61,7 @@ typedef struct call_entry {
 
 #define JB_GPU_ENTRY(fn) {JB_GPU_STR(fn), offsetof(jb_gpu_api, fn)},
 static const call_entry driver_calls[] = {JB_GPU_DRIVER_CALLS(JB_GPU_ENTRY)};
+static const call_entry optional_calls[] = {JB_GPU_OPTIONAL_CALLS(JB_GPU_ENTRY)};
 static const call_entry compiler_calls[] = {JB_GPU_COMPILER_CALLS(JB_GPU_ENTRY)};
 #undef JB_GPU_ENTRY
 
@@ -164,6 +165,10 @@ int JB_GPU_PREFIXED(load)(char *why, size_t why_len)
     if (!resolve(driver, driver_name, driver_calls, COUNT(driver_calls), why, why_len)) {
         dlclose(driver);
         return JB_ERR_NO_DEVICE;
+    }
+    for (size_t i = 0; i < COUNT(optional_calls); i++) { /* NULL where the driver lacks one */
+        void *symbol = dlsym(driver, optional_calls[i].symbol);
+        memcpy((char *)&JB_GPU_PREFIXED(api) + optional_calls[i].offset, &symbol, sizeof symbol);
     }
     char compiler_name[64];
     char compiler_why[512];

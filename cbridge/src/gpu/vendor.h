@@ -40,6 +40,7 @@
     X(cuCtxGetCurrent)                                                                             \
     X(cuCtxSetCurrent)                                                                             \
     X(cuDeviceGetAttribute)
+#define JB_GPU_OPTIONAL_VENDOR_CALLS(X)
 #define JB_GPU_COMPILER_VENDOR_CALLS(X) X(nvrtcVersion) X(nvrtcGetCUBIN) X(nvrtcGetCUBINSize)
 #define jbGetCode nvrtcGetCUBIN
 #define jbGetCodeSize nvrtcGetCUBINSize
@@ -92,6 +93,8 @@ typedef CUcontext jb_gpu_context;
 #define cuEventQuery hipEventQuery
 #define cuMemAlloc hipMalloc /* CUdeviceptr * is hipDeviceptr_t *, that is void ** */
 #define cuMemFree hipFree
+#define cuMemAllocAsync hipMallocAsync
+#define cuMemFreeAsync hipFreeAsync
 #define cuMemcpyHtoDAsync hipMemcpyHtoDAsync
 #define cuMemcpyDtoHAsync hipMemcpyDtoHAsync
 #define cuLaunchKernel hipModuleLaunchKernel
@@ -113,6 +116,7 @@ typedef CUcontext jb_gpu_context;
 
 #define JB_GPU_VENDOR_CALLS(X)                                                                     \
     X(hipGetErrorName) X(hipGetErrorString) X(hipGetDevice) X(hipSetDevice) X(hipGetDeviceProperties)
+#define JB_GPU_OPTIONAL_VENDOR_CALLS(X) X(hipDeviceGetAttribute)
 #define JB_GPU_COMPILER_VENDOR_CALLS(X) X(hiprtcVersion) X(hiprtcGetCode) X(hiprtcGetCodeSize)
 
 /* HIP has no per-thread context object to hold: the device ordinal stands in for it. */
@@ -148,6 +152,10 @@ typedef int jb_gpu_context;
     X(cuFuncSetAttribute)                                                                          \
     JB_GPU_VENDOR_CALLS(X)
 
+/* Calls used where the driver has them: a missing one leaves its entry NULL, never fails the
+ * load (the stream-ordered allocator came with CUDA 11.2 and ROCm 5.2). */
+#define JB_GPU_OPTIONAL_CALLS(X) X(cuMemAllocAsync) X(cuMemFreeAsync) JB_GPU_OPTIONAL_VENDOR_CALLS(X)
+
 /* The runtime compiler's calls (NVRTC; hiprtc, inside libamdhip64 before ROCm 6). */
 #define JB_GPU_COMPILER_CALLS(X)                                                                   \
     X(nvrtcCreateProgram)                                                                          \
@@ -162,6 +170,7 @@ typedef int jb_gpu_context;
 #define JB_GPU_MEMBER(fn) __typeof__(&fn) fn;
 typedef struct jb_gpu_api {
     JB_GPU_DRIVER_CALLS(JB_GPU_MEMBER)
+    JB_GPU_OPTIONAL_CALLS(JB_GPU_MEMBER)
     JB_GPU_COMPILER_CALLS(JB_GPU_MEMBER)
 } jb_gpu_api;
 #undef JB_GPU_MEMBER
@@ -225,6 +234,18 @@ static inline CUresult jb_gpu_arch_name(int ordinal, char *out, size_t len)
     return r;
 }
 
+/* Whether the device takes cuMemAllocAsync (the driver has it and says so for the device). */
+static inline bool jb_gpu_memory_pools_supported(int ordinal)
+{
+    CUdevice device;
+    int supported = 0;
+    return JB_GPU(cuMemAllocAsync) && JB_GPU(cuMemFreeAsync) &&
+           JB_GPU(cuDeviceGet)(&device, ordinal) == CUDA_SUCCESS &&
+           JB_GPU(cuDeviceGetAttribute)(&supported, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED,
+                                        device) == CUDA_SUCCESS &&
+           supported;
+}
+
 #define JB_GPU_COMPILER_NAME "NVRTC"
 
 #else /* JB_VENDOR_HIP */
@@ -262,6 +283,15 @@ static inline hipError_t jb_gpu_arch_name(int ordinal, char *out, size_t len)
     /* The precision only says to gcc that truncating a 256-byte name into `out` is meant. */
     snprintf(out, len, "%.*s", (int)len - 1, r == hipSuccess ? prop.gcnArchName : "unknown");
     return r;
+}
+
+static inline bool jb_gpu_memory_pools_supported(int ordinal)
+{
+    int supported = 0;
+    return JB_GPU(hipMallocAsync) && JB_GPU(hipFreeAsync) && JB_GPU(hipDeviceGetAttribute) &&
+           JB_GPU(hipDeviceGetAttribute)(&supported, hipDeviceAttributeMemoryPoolsSupported,
+                                         ordinal) == hipSuccess &&
+           supported;
 }
 
 #define JB_GPU_COMPILER_NAME "hiprtc"
