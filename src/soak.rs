@@ -104,6 +104,10 @@ pub struct Report {
     pub builds: u64,
     pub hits: u64,
     pub disk_hits: u64,
+    /// Device memory the allocator took from and gave back to the driver over the run: each is a
+    /// driver call that other threads' launches may wait on.
+    pub driver_allocations: u64,
+    pub driver_frees: u64,
     /// Samples after warm-up, in order.
     pub samples: Vec<Sample>,
     /// RSS floors of the third and last quarter of the samples with the others (the first half
@@ -843,6 +847,8 @@ pub fn run(
         builds: delta.builds,
         hits: delta.hits,
         disk_hits: delta.disk_hits,
+        driver_allocations: delta.mem_allocations,
+        driver_frees: delta.mem_frees,
         samples,
         rss_warm,
         rss_late,
@@ -967,6 +973,11 @@ pub fn print_table(device: Device, r: &Report) {
         r.hits
     );
     out!(
+        "driver       {} device allocations, {} frees over the run",
+        r.driver_allocations,
+        r.driver_frees
+    );
+    out!(
         "memory       {:>7}  {:>12} {:>12} {:>12} {:>12}",
         "at",
         "live",
@@ -1073,7 +1084,8 @@ pub fn print_json(device: Device, r: &Report) {
         "{{\"backend\":{},\"device\":{},\"seconds\":{},\"decode_alone\":{},\"decode_together\":{},\
          \"p99_ratio\":{},\"checked\":{},\"inexact\":{},\"errors\":{},\"first_errors\":[{}],\
          \"child\":{},\"child_ok\":{},\"exact\":{},\"first_launches\":{},\"builds\":{},\
-         \"disk_hits\":{},\"hits\":{},\"reserved_ratio\":{},\"rss_warm\":{},\
+         \"disk_hits\":{},\"hits\":{},\"driver_allocations\":{},\"driver_frees\":{},\
+         \"reserved_ratio\":{},\"rss_warm\":{},\
          \"rss_late\":{},\"rss_end\":{},\"rss_growth\":{},\
          \"module_rss\":{},\"modules_after_warm\":{},\"rss_growth_net\":{},{},\"samples\":[{}],\
          \"targets\":[{}],\"passed\":{}}}",
@@ -1094,6 +1106,8 @@ pub fn print_json(device: Device, r: &Report) {
         r.builds,
         r.disk_hits,
         r.hits,
+        r.driver_allocations,
+        r.driver_frees,
         json_number(r.reserved_ratio()),
         r.rss_warm,
         r.rss_late,
