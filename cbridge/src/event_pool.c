@@ -106,7 +106,8 @@ void jb__event_release(jb_event *event)
 {
     if (!event || atomic_fetch_sub_explicit(&event->refs, 1, memory_order_acq_rel) != 1)
         return;
-    atomic_store(&event->in_use, false);
+    /* A release store, not a locked exchange: the flag only catches an event with two owners. */
+    atomic_store_explicit(&event->in_use, false, memory_order_release);
     /* Kept by this thread when it acquires events itself and has room: no lock. A thread that
      * only frees arrays (or is exiting) gives them back to the pool. */
     thread_events *te = THREAD_EVENTS_ENABLED ? this_thread_events_tls : NULL;
