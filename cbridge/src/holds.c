@@ -100,9 +100,10 @@ static int hold_fired(jb_device *dev, const jb_hold *hold)
  * query is a driver call on the launch path, so the newest hold that was already there at the
  * previous look, most likely fired, is asked first and when it fired releases those older holds
  * alone: one query per look, the newer holds going with the next one. Otherwise (or with no
- * older hold) ask the newest, else search for the newest that fired. A failed query (a faulted
- * device) counts nothing as fired: its status is returned, the work's end being unknown. */
-static int holds_fired(jb_stream *stream, size_t *out)
+ * older hold, or `every`: a trim or a refused allocation wants all that finished) ask the
+ * newest, else search for the newest that fired. A failed query (a faulted device) counts
+ * nothing as fired: its status is returned, the work's end being unknown. */
+static int holds_fired(jb_stream *stream, bool every, size_t *out)
 {
     jb_device *dev = stream->device;
     size_t count = stream->holds_count;
@@ -114,7 +115,7 @@ static int holds_fired(jb_stream *stream, size_t *out)
     *out = 0;
     size_t fired = 0, running = count - 1; /* holds [0, fired) fired; `running` did not */
     int fired_now;
-    size_t guess = older ? older - 1 : count - 1;
+    size_t guess = older && !every ? older - 1 : count - 1;
     if ((fired_now = hold_fired(dev, hold_at(stream, guess))) < 0)
         return -fired_now;
     if (fired_now) {
@@ -135,13 +136,15 @@ static int holds_fired(jb_stream *stream, size_t *out)
     return JB_OK;
 }
 
-int jb__stream_release_holds(jb_stream *stream, bool all)
+/* Lets go of every hold (`all`), of those that fired (`every`), or of those a look's guess finds
+ * fired (the launch path). */
+static int release_holds(jb_stream *stream, bool all, bool every)
 {
     enum { STACK_HOLDS = 64 };
     jb_hold stack_batch[STACK_HOLDS];
     pthread_mutex_lock(&stream->holds_mutex);
     size_t releasable = stream->holds_count;
-    int status = !all && releasable ? holds_fired(stream, &releasable) : JB_OK;
+    int status = !all && releasable ? holds_fired(stream, every, &releasable) : JB_OK;
     jb_hold *batch = releasable <= STACK_HOLDS ? stack_batch : malloc(releasable * sizeof *batch);
     if (!batch)
         releasable = STACK_HOLDS, batch = stack_batch; /* release what fits now, the rest later */
@@ -155,6 +158,11 @@ int jb__stream_release_holds(jb_stream *stream, bool all)
     if (batch != stack_batch)
         free(batch);
     return status;
+}
+
+int jb__stream_release_holds(jb_stream *stream, bool all)
+{
+    return release_holds(stream, all, true);
 }
 
 /* Makes room for one more hold in the stream's ring (under its mutex). */
@@ -222,5 +230,5 @@ int jb__stream_record_hold(jb_stream *stream, jb_event *const *events, size_t nu
         jb__stream_release_holds(stream, true);
         return JB_OK;
     }
-    return release_now ? jb__stream_release_holds(stream, false) : JB_OK;
+    return release_now ? release_holds(stream, false, false) : JB_OK;
 }

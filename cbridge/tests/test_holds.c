@@ -117,6 +117,57 @@ static void test_hold_of_many_buffers(void)
     jb_custom_kernel_free(k);
 }
 
+/* A device trim (like a refused allocation) lets go of every finished hold: a look on the launch
+ * path may leave the newest finished ones for the next look, a trim must not, or the memory a
+ * server asks back stays held by work that ended long ago. The first look is made to see nothing
+ * (a failed query), as a look that finds work still running does. */
+static void test_trim_lets_go_of_every_finished_hold(void)
+{
+    const int64_t n = (1 << 20) / 4;
+    const char *in[] = {"inp"}, *out[] = {"out"};
+    jb_dtype f32[] = {JB_F32};
+    jb_kernel_spec spec = JB_KERNEL_SPEC_INIT;
+    spec.name = "holds_trim";
+    spec.input_names = in, spec.input_dtypes = f32, spec.num_inputs = 1;
+    spec.output_names = out, spec.output_dtypes = f32, spec.num_outputs = 1;
+    spec.body = "out[thread_index()] = inp[0] * 2.0f;";
+    jb_custom_kernel *k = NULL;
+    CHECK_OK(jb_custom_kernel_new(&k, &spec));
+    jb_stream *stream;
+    CHECK_OK(jb_stream_new(&stream, dev));
+    CHECK_OK(jb_install_thread_local_default_stream(stream));
+    jb_array *x = filled(1, 3.0f);
+    const int64_t *shapes[] = {&n};
+    int ndims[] = {1};
+    jb_launch_shape shape = {{0, 0, 0}, {0, 0, 0}, (uint64_t)n};
+    CHECK_OK(jb_stream_synchronize(stream));
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < 3; i++) {
+            jb_array *y = NULL;
+            CHECK_OK(jb_custom_kernel_launch(&y, k, &x, 1, shapes, ndims, &shape));
+            CHECK_OK(jb_array_eval(y));
+            jb_array_free(y);
+        }
+        if (round == 0) {
+            jb__test_set_query_fault(true);
+            CHECK_OK(jb_device_trim(NULL, dev));
+            jb__test_set_query_fault(false);
+            CHECK(jb__test_hold_count(stream) == 3, "a failed look let go of holds");
+        }
+    }
+    CHECK_OK(jb_device_trim(NULL, dev));
+    size_t held = jb__test_hold_count(stream);
+    CHECK(held == 0, "%zu holds of finished launches kept after a device trim", held);
+    jb_memory_stats stats;
+    CHECK_OK(jb_device_memory_stats(&stats, sizeof stats, dev));
+    CHECK(stats.live_bytes == 4, "%llu bytes live after a trim, the input's 4 alone in use",
+          (unsigned long long)stats.live_bytes);
+    CHECK_OK(jb_uninstall_thread_local_default_stream(stream));
+    jb_stream_free(stream);
+    jb_array_free(x);
+    jb_custom_kernel_free(k);
+}
+
 int main(void)
 {
     const char *which = getenv("JITBRIDGE_TEST_DEVICE");
@@ -131,5 +182,6 @@ int main(void)
     jb_array_free(filled(1, 0.0f));
     test_big_holds_are_looked_at_soon();
     test_hold_of_many_buffers();
+    test_trim_lets_go_of_every_finished_hold();
     return check_summary("test_holds");
 }
