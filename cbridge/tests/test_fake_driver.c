@@ -1,8 +1,11 @@
 /*
  * A cuda build meeting a broken driver: a fake libcuda.so.1 (under an absolute CUDA_PATH) whose
  * cuInit fails, whose cuDeviceGet fails for every device, or that lacks cuMemAlloc_v2. Each time
- * the cpu is still the default and works, and asking for cuda says what the driver said. Runs
- * where no real driver loads (CI); elsewhere, and in builds without cuda, it checks nothing.
+ * the cpu is still the default and works, and asking for cuda says what the driver said. Then a
+ * working fake (host memory for device memory) with and without the stream-ordered allocator:
+ * which calls buffers use, data intact, every allocation freed, out-of-memory and a failed wait
+ * mapped. Runs where no real driver loads (CI); elsewhere, and in builds without cuda, it checks
+ * nothing.
  */
 #include "check.h"
 #include "jitbridge_sys.h"
@@ -24,7 +27,98 @@ static int child(void)
     return check_summary("test_fake_driver child");
 }
 
+/* In the child of a working fake: a round trip through device memory, a trim, then what the
+ * fake counted; FAKE_LIMIT: an allocation past the fake's memory is refused. */
+static int working_child(const char *driver)
+{
+    jb_device *device = NULL;
+    CHECK_OK(jb_device_lookup(&device, "cuda:0"));
+    if (!device)
+        return check_summary("test_fake_driver working child");
+    int64_t n = 1000;
+    float host[1000], back[1000];
+    for (int i = 0; i < n; i++)
+        host[i] = (float)i * 0.5f;
+    jb_array *a = NULL;
+    jb_status status = jb_array_from_host(&a, device, JB_F32, &n, 1, host);
+    printf("from_host %d: %s\n", (int)status, status == JB_OK ? "" : jb_last_error_message());
+    if (status == JB_OK) {
+        CHECK_OK(jb_array_read(a, back, sizeof back));
+        CHECK(memcmp(host, back, sizeof back) == 0, "the data came back changed");
+        jb_array_free(a);
+    }
+    if (getenv("FAKE_LIMIT")) {
+        int64_t big = 1 << 22; /* 16 MiB, past the fake's 1 MiB */
+        float *data = calloc((size_t)big, sizeof *data);
+        status = jb_array_from_host(&a, device, JB_F32, &big, 1, data);
+        free(data);
+        printf("big %d: %s\n", (int)status, jb_last_error_message());
+        CHECK(status == JB_ERR_OUT_OF_MEMORY, "16 MiB past a 1 MiB device: status %d",
+              (int)status);
+    }
+    CHECK_OK(jb_device_trim(NULL, device));
+    void *fake = dlopen(driver, RTLD_NOW | RTLD_NOLOAD);
+    CHECK(fake != NULL, "%s is not loaded", driver);
+    const long *counts = fake ? (const long *)dlsym(fake, "fake_counts") : NULL;
+    CHECK(counts != NULL, "the fake has no fake_counts");
+    if (counts)
+        printf("alloc %ld free %ld async_alloc %ld async_free %ld live %ld\n", counts[0],
+               counts[1], counts[2], counts[3], counts[4]);
+    return check_summary("test_fake_driver working child");
+}
+
 #if defined(JB_WITH_CUDA)
+/* A driver that works on host memory, and counts the allocator's calls. FAKE_POOLS=0: the device
+ * has no memory pools; FAKE_LIMIT: 1 MiB of memory; FAKE_FAIL_SYNC: waiting for the allocation
+ * stream fails; built with NO_ASYNC: no cuMemAllocAsync/cuMemFreeAsync at all. */
+static const char working_source[] =
+    "#include <stdlib.h>\n#include <string.h>\n"
+    "typedef int R; typedef unsigned long long P;\n"
+    "long fake_counts[5]; /* alloc, free, async_alloc, async_free, live */\n"
+    "static void *alloc_stream; static __thread void *current;\n"
+    "#define OK(name) R name() { return 0; }\n"
+    "R cuInit(unsigned f) { (void)f; return 0; }\n"
+    "R cuDeviceGetCount(int *n) { *n = 1; return 0; }\n"
+    "R cuDeviceGet(int *d, int o) { *d = o; return 0; }\n"
+    "R cuGetErrorName(R r, const char **s) { *s = r == 2 ? \"CUDA_ERROR_OUT_OF_MEMORY\" : "
+    "\"CUDA_ERROR_FAKE\"; return 0; }\n"
+    "R cuGetErrorString(R r, const char **s) { (void)r; *s = \"a fake driver\"; return 0; }\n"
+    "R cuDevicePrimaryCtxRetain(void **c, int d) { *c = (void *)(P)(0x1000 + d); return 0; }\n"
+    "R cuCtxGetCurrent(void **c) { *c = current; return 0; }\n"
+    "R cuCtxSetCurrent(void *c) { current = c; return 0; }\n"
+    "R cuDeviceGetName(char *s, int n, int d) { (void)d; strncpy(s, \"Fake\", n); return 0; }\n"
+    "R cuDeviceTotalMem_v2(size_t *b, int d) { (void)d; *b = 1 << 30; return 0; }\n"
+    "R cuDeviceGetAttribute(int *v, int a, int d) { (void)d;\n"
+    "  const char *pools = getenv(\"FAKE_POOLS\");\n"
+    "  *v = a == 75 ? 8 : a == 76 ? 0 : a == 115 ? !pools || atoi(pools) : 0; return 0; }\n"
+    "R cuStreamCreate(void **s, unsigned f) { (void)f; *s = malloc(1); return 0; }\n"
+    "R cuStreamDestroy_v2(void *s) { free(s); return 0; }\n"
+    "R cuStreamSynchronize(void *s) {\n"
+    "  return s == alloc_stream && getenv(\"FAKE_FAIL_SYNC\") ? 999 : 0; }\n"
+    "R cuEventCreate(void **e, unsigned f) { (void)f; *e = malloc(1); return 0; }\n"
+    "R cuEventDestroy_v2(void *e) { free(e); return 0; }\n"
+    "OK(cuEventRecord) OK(cuEventSynchronize) OK(cuEventQuery) OK(cuStreamWaitEvent)\n"
+    "OK(cuModuleLoadData) OK(cuModuleGetFunction) OK(cuLaunchKernel) OK(cuFuncSetAttribute)\n"
+    "static R get(P *p, size_t n, int which) {\n"
+    "  if (getenv(\"FAKE_LIMIT\") && n > (1 << 20)) return 2;\n"
+    "  void *m = malloc(n); if (!m) return 2;\n"
+    "  *p = (P)m; fake_counts[which]++; fake_counts[4]++; return 0; }\n"
+    "static R put(P p, int which) { free((void *)p); fake_counts[which]++; fake_counts[4]--;\n"
+    "  return 0; }\n"
+    "R cuMemAlloc_v2(P *p, size_t n) { return get(p, n, 0); }\n"
+    "R cuMemFree_v2(P p) { return put(p, 1); }\n"
+    "#ifndef NO_ASYNC\n"
+    "R cuMemAllocAsync(P *p, size_t n, void *s) { alloc_stream = s; return get(p, n, 2); }\n"
+    "R cuMemFreeAsync(P p, void *s) { alloc_stream = s; return put(p, 3); }\n"
+    "#endif\n"
+    "R cuMemcpyHtoDAsync_v2(P d, const void *s, size_t n, void *st) { (void)st;\n"
+    "  memcpy((void *)d, s, n); return 0; }\n"
+    "R cuMemcpyDtoHAsync_v2(void *d, P s, size_t n, void *st) { (void)st;\n"
+    "  memcpy(d, (void *)s, n); return 0; }\n"
+    "OK(nvrtcCreateProgram) OK(nvrtcCompileProgram) OK(nvrtcDestroyProgram)\n"
+    "OK(nvrtcGetProgramLogSize) OK(nvrtcGetProgramLog) OK(nvrtcGetErrorString)\n"
+    "OK(nvrtcVersion) OK(nvrtcGetCUBIN) OK(nvrtcGetCUBINSize)\n";
+
 static const char fake_source[] =
     "typedef int R;\n"
     "#define OK(name) R name() { return 0; }\n"
@@ -64,12 +158,72 @@ static void fake_driver(const char *self, const char *dir, int mode, const char 
     CHECK(strstr(text, "status 4 count 0") != NULL, "mode %d: %s", mode, text);
     CHECK(strstr(text, expected) != NULL, "mode %d: %s does not say %s", mode, text, expected);
 }
+
+/* Builds the working fake (`flags`: -DNO_ASYNC or none) in dir/`name`, then runs the working
+ * child under `env`; returns its output (static), having checked that it passed. */
+static const char *working_driver(const char *self, const char *dir, const char *name,
+                                  const char *flags, const char *env)
+{
+    static char text[4096];
+    char command[2048];
+    snprintf(command, sizeof command,
+             "mkdir -p %s/%s/lib64 && cd %s/%s/lib64 && [ -e libcuda.so.1 ] || { cc -shared "
+             "-fPIC -w %s -x c %s/working.c -o libcuda.so.1 && for m in 13 12 11; do "
+             "ln -sf libcuda.so.1 libnvrtc.so.$m; done; }",
+             dir, name, dir, name, flags, dir);
+    CHECK(system(command) == 0, "%s", command);
+    snprintf(command, sizeof command, "env %s CUDA_PATH=%s/%s %s working %s/%s/lib64/libcuda.so.1",
+             env, dir, name, self, dir, name);
+    FILE *out = popen(command, "r");
+    size_t len = out ? fread(text, 1, sizeof text - 1, out) : 0;
+    text[len] = '\0';
+    int status = out ? pclose(out) : -1;
+    CHECK(status == 0, "%s: the child failed (%d): %s", command, status, text);
+    return text;
+}
+
+/* The stream-ordered allocator where the device has one, the plain calls otherwise. */
+static void test_working_drivers(const char *self, const char *dir)
+{
+    char path[128];
+    snprintf(path, sizeof path, "%s/working.c", dir);
+    FILE *source = fopen(path, "w");
+    CHECK(source != NULL, "%s", path);
+    fputs(working_source, source);
+    fclose(source);
+    const char *ordered = "from_host 0: \nalloc 0 free 0 async_alloc 1 async_free 1 live 0";
+    const char *plain = "from_host 0: \nalloc 1 free 1 async_alloc 0 async_free 0 live 0";
+    const char *text = working_driver(self, dir, "pools", "", "");
+    CHECK(strstr(text, ordered), "with pools: %s", text);
+    text = working_driver(self, dir, "pools", "", "JITBRIDGE_STREAM_ORDERED_ALLOC=0");
+    CHECK(strstr(text, plain), "JITBRIDGE_STREAM_ORDERED_ALLOC=0: %s", text);
+    text = working_driver(self, dir, "pools", "", "FAKE_POOLS=0");
+    CHECK(strstr(text, plain), "a device without pools: %s", text);
+    text = working_driver(self, dir, "no-async", "-DNO_ASYNC", "");
+    CHECK(strstr(text, plain), "a driver without cuMemAllocAsync: %s", text);
+    text = working_driver(self, dir, "pools", "", "FAKE_LIMIT=1");
+    CHECK(strstr(text, "CUDA_ERROR_OUT_OF_MEMORY") && strstr(text, "cuMemAllocAsync") &&
+              strstr(text, "async_alloc 1 async_free 1 live 0"),
+          "out of memory: %s", text);
+    text = working_driver(self, dir, "no-async", "-DNO_ASYNC", "FAKE_LIMIT=1");
+    CHECK(strstr(text, "CUDA_ERROR_OUT_OF_MEMORY") && strstr(text, "alloc 1 free 1"),
+          "out of memory, plain: %s", text);
+    /* The allocation is given back when the wait for it fails, and the failure is said. */
+    text = working_driver(self, dir, "pools", "", "FAKE_FAIL_SYNC=1");
+    char failed[64];
+    snprintf(failed, sizeof failed, "from_host %d: ", (int)JB_ERR_BACKEND);
+    CHECK(strstr(text, failed) && strstr(text, "cuStreamSynchronize): CUDA_ERROR_FAKE") &&
+              strstr(text, "async_alloc 1 async_free 1 live 0"),
+          "a failed wait for the allocation: %s", text);
+}
 #endif
 
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "child") == 0)
         return child();
+    if (argc > 2 && strcmp(argv[1], "working") == 0)
+        return working_child(argv[2]);
 #if defined(JB_WITH_CUDA)
     void *real = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     if (real) {
@@ -88,6 +242,7 @@ int main(int argc, char **argv)
     fake_driver(argv[0], dir, 1, "cuInit failed: CUDA_ERROR_FAKE (a fake driver)");
     fake_driver(argv[0], dir, 2, "cuDeviceGet failed: CUDA_ERROR_FAKE (a fake driver)");
     fake_driver(argv[0], dir, 3, "libcuda.so.1 has no cuMemAlloc_v2");
+    test_working_drivers(argv[0], dir);
     char command[128];
     snprintf(command, sizeof command, "rm -rf %s", dir);
     CHECK(system(command) == 0, "%s", command);

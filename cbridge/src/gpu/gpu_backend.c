@@ -273,17 +273,20 @@ static int gpu_mem_alloc(jb_device *dev, size_t bytes, void **out_ptr)
     JB_FORWARD_IF_ERROR(make_current(dev));
     CUstream stream = alloc_streams[dev->ordinal];
     CUdeviceptr ptr;
+    const char *call = stream ? JB_GPU_STR(cuMemAllocAsync) : JB_GPU_STR(cuMemAlloc);
     CUresult r = stream ? JB_GPU(cuMemAllocAsync)(&ptr, bytes, stream)
                         : JB_GPU(cuMemAlloc)(&ptr, bytes);
     /* Every stream may use it once the allocation's place on `stream` is reached. */
-    if (r == CUDA_SUCCESS && stream && (r = JB_GPU(cuStreamSynchronize)(stream)) != CUDA_SUCCESS)
+    if (r == CUDA_SUCCESS && stream &&
+        (r = JB_GPU(cuStreamSynchronize)(stream)) != CUDA_SUCCESS) {
+        call = JB_GPU_STR(cuMemAllocAsync) ", then " JB_GPU_STR(cuStreamSynchronize);
         JB_GPU(cuMemFreeAsync)(ptr, stream);
+    }
     /* Only the vendor's out-of-memory is JB_ERR_OUT_OF_MEMORY: the cache frees idle buffers and
      * retries on it, never on a fault. */
     JB_RETURN_IF(r != CUDA_SUCCESS,
                  r == CUDA_ERROR_OUT_OF_MEMORY ? JB_ERR_OUT_OF_MEMORY : JB_ERR_BACKEND,
-                 "allocating %zu bytes on %s (%s): %s", bytes, dev->name,
-                 stream ? JB_GPU_STR(cuMemAllocAsync) : JB_GPU_STR(cuMemAlloc),
+                 "allocating %zu bytes on %s (%s): %s", bytes, dev->name, call,
                  jb_gpu_error_name(r));
     *out_ptr = (void *)(uintptr_t)ptr;
     return JB_OK;
