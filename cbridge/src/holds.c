@@ -27,6 +27,22 @@ void jb__test_pause(jb_stream *stream)
         fn(atomic_load(&test_pause_ctx), stream);
 }
 
+static _Atomic(jb_test_pause_fn) test_sync_pause;
+static void *_Atomic test_sync_pause_ctx;
+
+void jb__test_set_sync_pause(jb_test_pause_fn fn, void *ctx)
+{
+    atomic_store(&test_sync_pause_ctx, ctx);
+    atomic_store(&test_sync_pause, fn);
+}
+
+void jb__test_sync_pause(jb_stream *stream)
+{
+    jb_test_pause_fn fn = atomic_load(&test_sync_pause);
+    if (fn)
+        fn(atomic_load(&test_sync_pause_ctx), stream);
+}
+
 void jb__test_set_query_fault(bool fail)
 {
     atomic_store(&test_query_fault, fail);
@@ -136,15 +152,29 @@ static int holds_fired(jb_stream *stream, bool every, size_t *out)
     return JB_OK;
 }
 
-/* Lets go of every hold (`all`), of those that fired (`every`), or of those a look's guess finds
- * fired (the launch path). */
-static int release_holds(jb_stream *stream, bool all, bool every)
+/* How a release finds the holds it lets go of. */
+typedef enum release_kind {
+    RELEASE_WAITED, /* those added before a wait for the stream began: their work is done */
+    RELEASE_FIRED,  /* every one whose event fired (a trim, a refused allocation) */
+    RELEASE_GUESS,  /* those a look's guess finds fired (the launch path) */
+} release_kind;
+
+/* `waited_before`: holds_next_seq when the wait began (RELEASE_WAITED only). */
+static int release_holds(jb_stream *stream, release_kind kind, uint64_t waited_before)
 {
     enum { STACK_HOLDS = 64 };
     jb_hold stack_batch[STACK_HOLDS];
     pthread_mutex_lock(&stream->holds_mutex);
     size_t releasable = stream->holds_count;
-    int status = !all && releasable ? holds_fired(stream, every, &releasable) : JB_OK;
+    int status = JB_OK;
+    if (kind == RELEASE_WAITED) {
+        /* A hold added after the wait began may be another thread's launch the wait missed. */
+        uint64_t first_seq = stream->holds_next_seq - releasable;
+        uint64_t waited = waited_before > first_seq ? waited_before - first_seq : 0;
+        releasable = waited < releasable ? (size_t)waited : releasable;
+    } else if (releasable) {
+        status = holds_fired(stream, kind == RELEASE_FIRED, &releasable);
+    }
     jb_hold *batch = releasable <= STACK_HOLDS ? stack_batch : malloc(releasable * sizeof *batch);
     if (!batch)
         releasable = STACK_HOLDS, batch = stack_batch; /* release what fits now, the rest later */
@@ -162,7 +192,18 @@ static int release_holds(jb_stream *stream, bool all, bool every)
 
 int jb__stream_release_holds(jb_stream *stream, bool all)
 {
-    return release_holds(stream, all, true);
+    return release_holds(stream, all ? RELEASE_WAITED : RELEASE_FIRED, UINT64_MAX);
+}
+
+int jb__stream_wait(jb_stream *stream)
+{
+    pthread_mutex_lock(&stream->holds_mutex);
+    uint64_t before = stream->holds_next_seq;
+    pthread_mutex_unlock(&stream->holds_mutex);
+    JB_FORWARD_IF_ERROR(
+        stream->device->backend->stream_synchronize(stream->device, stream->native));
+    JB_TEST_SYNC_PAUSE(stream);
+    return release_holds(stream, RELEASE_WAITED, before);
 }
 
 /* Makes room for one more hold in the stream's ring (under its mutex). */
@@ -226,9 +267,7 @@ int jb__stream_record_hold(jb_stream *stream, jb_event *const *events, size_t nu
     if (!room) {
         /* No memory to remember the hold: wait, then nothing needs holding. */
         free(more);
-        stream->device->backend->stream_synchronize(stream->device, stream->native);
-        jb__stream_release_holds(stream, true);
-        return JB_OK;
+        return jb__stream_wait(stream);
     }
-    return release_now ? release_holds(stream, false, false) : JB_OK;
+    return release_now ? release_holds(stream, RELEASE_GUESS, 0) : JB_OK;
 }

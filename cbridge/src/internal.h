@@ -378,7 +378,7 @@ void jb__buffer_counters_reset(jb_device *dev);
 void jb__memory_counters_add(jb_counters *out);
 void jb__memory_counters_reset(void);
 
-/* ---- holds on buffers (stream.c) ---- */
+/* ---- holds on buffers (holds.c) ---- */
 /* A stream looks whether its holds fired once per this many new holds: a query is a driver call
  * (1.3-1.6 us on an H200), so a warm launch pays for 1/64 of one. */
 #define JB_HOLDS_PER_LOOK 64
@@ -390,22 +390,31 @@ void jb__memory_counters_reset(void);
 int jb__stream_record_hold(jb_stream *stream, jb_event *const *events, size_t num_events,
                            jb_buffer *const *buffers, size_t count);
 /* Releases the stream's holds whose events have fired; all of them when `all` (the stream has
- * been synchronized). A failed event query keeps every hold and is returned. */
+ * been synchronized and no other thread can launch on it: it is being destroyed). A failed
+ * event query keeps every hold and is returned. */
 int jb__stream_release_holds(jb_stream *stream, bool all);
+/* Waits for the stream's work, then releases the holds added before the wait began (another
+ * thread's launch during the wait keeps its hold). Returns the wait's status. */
+int jb__stream_wait(jb_stream *stream);
 
-/* ---- test hooks (stream.c): compiled only with JB_TEST_HOOKS, never into a normal build ---- */
+/* ---- test hooks (holds.c): compiled only with JB_TEST_HOOKS, never into a normal build ---- */
 #ifdef JB_TEST_HOOKS
 /* Called by each launch between recording its events and registering its hold, on `stream`. */
 typedef void (*jb_test_pause_fn)(void *ctx, jb_stream *stream);
 void jb__test_set_pause(jb_test_pause_fn fn, void *ctx);
 void jb__test_pause(jb_stream *stream);
+/* Called by jb__stream_wait between its wait for the stream and letting go of its holds. */
+void jb__test_set_sync_pause(jb_test_pause_fn fn, void *ctx);
+void jb__test_sync_pause(jb_stream *stream);
 /* While set, a query of a hold's event fails the way a faulted device's does. */
 void jb__test_set_query_fault(bool fail);
 /* How many holds the stream keeps. */
 size_t jb__test_hold_count(jb_stream *stream);
 #define JB_TEST_PAUSE(stream) jb__test_pause(stream)
+#define JB_TEST_SYNC_PAUSE(stream) jb__test_sync_pause(stream)
 #else
 #define JB_TEST_PAUSE(stream) ((void)0)
+#define JB_TEST_SYNC_PAUSE(stream) ((void)0)
 #endif
 
 /* ---- arrays (array.c) ---- */

@@ -177,10 +177,7 @@ jb_status jb_stream_synchronize(jb_stream *stream)
 {
     JB_RETURN_IF(!stream, JB_ERR_INVALID_ARGUMENT, "jb_stream_synchronize: stream is NULL");
     JB_FORWARD_IF_ERROR(jb__stream_check_process(stream, "jb_stream_synchronize"));
-    JB_FORWARD_IF_ERROR(
-        stream->device->backend->stream_synchronize(stream->device, stream->native));
-    jb__stream_release_holds(stream, true);
-    return JB_OK;
+    return jb__stream_wait(stream);
 }
 
 jb_device *jb_stream_device(const jb_stream *stream)

@@ -7,6 +7,7 @@
 #include "../src/internal.h"
 #include "check.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -168,6 +169,104 @@ static void test_trim_lets_go_of_every_finished_hold(void)
     jb_custom_kernel_free(k);
 }
 
+/* ---- jb_stream_synchronize while another thread launches on the stream ---- */
+
+typedef struct sync_race {
+    pthread_mutex_t mutex;
+    pthread_cond_t cond;
+    jb_stream *stream;
+    int paused, launched;
+} sync_race;
+
+/* The synchronize waits, past its wait for the stream, until the other thread has launched. */
+static void pause_sync(void *ctx, jb_stream *stream)
+{
+    sync_race *r = ctx;
+    if (stream != r->stream)
+        return;
+    pthread_mutex_lock(&r->mutex);
+    r->paused = 1;
+    pthread_cond_broadcast(&r->cond);
+    while (!r->launched)
+        pthread_cond_wait(&r->cond, &r->mutex);
+    pthread_mutex_unlock(&r->mutex);
+}
+
+static void *synchronize_shared(void *arg)
+{
+    sync_race *r = arg;
+    CHECK_OK(jb_stream_synchronize(r->stream));
+    return NULL;
+}
+
+/* A synchronize of a shared stream lets go of the holds of the work it waited for, never of a
+ * launch another thread queued after its wait: that launch's output, freed by its caller, would
+ * go to a new array while the kernel still runs, and the kernel would overwrite it. */
+static void test_synchronize_beside_a_launch(int iterations)
+{
+    enum { N = 1024 };
+    const char *in[] = {"inp"}, *out[] = {"out"};
+    jb_dtype f32[] = {JB_F32};
+    jb_kernel_spec spec = JB_KERNEL_SPEC_INIT;
+    spec.name = "holds_slow";
+    spec.input_names = in, spec.input_dtypes = f32, spec.num_inputs = 1;
+    spec.output_names = out, spec.output_dtypes = f32, spec.num_outputs = 1;
+    spec.body = "float acc = 0.0f;\n"
+                "for (int j = 0; j < (int)inp[0]; j++) acc += 1.0f;\n"
+                "out[thread_index()] = acc;";
+    jb_custom_kernel *slow = NULL;
+    CHECK_OK(jb_custom_kernel_new(&slow, &spec));
+    CHECK_OK(jb_custom_kernel_prepare(slow, dev));
+    sync_race r = {.paused = 0};
+    pthread_mutex_init(&r.mutex, NULL);
+    pthread_cond_init(&r.cond, NULL);
+    CHECK_OK(jb_stream_new(&r.stream, dev));
+    jb_array *count = filled(1, (float)iterations);
+    CHECK_OK(jb_array_eval(count));
+
+    jb__test_set_sync_pause(pause_sync, &r);
+    pthread_t syncer;
+    pthread_create(&syncer, NULL, synchronize_shared, &r);
+    pthread_mutex_lock(&r.mutex);
+    while (!r.paused)
+        pthread_cond_wait(&r.cond, &r.mutex);
+    pthread_mutex_unlock(&r.mutex);
+    CHECK_OK(jb_install_thread_local_default_stream(r.stream));
+    const int64_t n = N;
+    const int64_t *shapes[] = {&n};
+    int ndims[] = {1};
+    jb_launch_shape shape = {{0, 0, 0}, {0, 0, 0}, (uint64_t)n};
+    jb_array *y = NULL;
+    CHECK_OK(jb_custom_kernel_launch(&y, slow, &count, 1, shapes, ndims, &shape));
+    jb_array_free(y); /* fire and forget: only the launch's hold keeps its buffer now */
+    CHECK_OK(jb_uninstall_thread_local_default_stream(r.stream));
+    pthread_mutex_lock(&r.mutex);
+    r.launched = 1;
+    pthread_cond_broadcast(&r.cond);
+    pthread_mutex_unlock(&r.mutex);
+    pthread_join(syncer, NULL);
+    jb__test_set_sync_pause(NULL, NULL);
+
+    jb_array *decoys[4];
+    for (int i = 0; i < 4; i++) {
+        decoys[i] = filled(N, 1.0f);
+        CHECK_OK(jb_array_eval(decoys[i]));
+    }
+    CHECK_OK(jb_stream_synchronize(r.stream)); /* the slow kernel has written its output */
+    int intact = 0;
+    for (int i = 0; i < 4; i++) {
+        intact += all_equal(decoys[i], N, 1.0f);
+        jb_array_free(decoys[i]);
+    }
+    CHECK(intact == 4, "%d of 4 arrays made from host data (all 1.0) were overwritten by a "
+                       "kernel whose hold a synchronize let go of while it ran", 4 - intact);
+    jb_array_free(count);
+    jb_stream_free(r.stream);
+    jb_custom_kernel_free(slow);
+    pthread_mutex_destroy(&r.mutex);
+    pthread_cond_destroy(&r.cond);
+}
+
 int main(void)
 {
     const char *which = getenv("JITBRIDGE_TEST_DEVICE");
@@ -183,5 +282,6 @@ int main(void)
     test_big_holds_are_looked_at_soon();
     test_hold_of_many_buffers();
     test_trim_lets_go_of_every_finished_hold();
+    test_synchronize_beside_a_launch(jb_device_get_kind(dev) == JB_DEVICE_CPU ? 40000 : 4000000);
     return check_summary("test_holds");
 }
