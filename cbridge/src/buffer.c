@@ -247,6 +247,7 @@ int jb__buffer_alloc(jb_device *dev, size_t bytes, jb_buffer **out)
     }
     buf->bytes = bytes;
     atomic_init(&buf->refs, 1);
+    atomic_init(&buf->looked, false);
     *out = buf;
     return JB_OK;
 }

@@ -58,7 +58,8 @@ size_t jb__test_hold_count(jb_stream *stream)
 #endif
 
 /* ...or sooner, once the new holds keep this many bytes: bounds what finished work keeps from
- * reuse. */
+ * reuse. A buffer counts once per allocation: a kernel's weights, held by every launch, would
+ * otherwise make every launch look (a driver call). */
 #define HOLD_BYTES_PER_LOOK ((size_t)64 << 20)
 /* Buffers a hold keeps without a malloc: a kernel's inputs and outputs, most of the time. */
 #define HOLD_INLINE_BUFFERS 4
@@ -230,8 +231,12 @@ int jb__stream_record_hold(jb_stream *stream, jb_event *const *events, size_t nu
     jb_buffer **more = count > HOLD_INLINE_BUFFERS ? malloc(count * sizeof *more) : NULL;
     bool have_memory = count <= HOLD_INLINE_BUFFERS || more;
     size_t bytes = 0;
-    for (size_t i = 0; i < count; i++)
-        bytes += buffers[i]->capacity;
+    for (size_t i = 0; i < count; i++) {
+        if (!atomic_load_explicit(&buffers[i]->looked, memory_order_relaxed)) {
+            atomic_store_explicit(&buffers[i]->looked, true, memory_order_relaxed);
+            bytes += buffers[i]->capacity;
+        }
+    }
     /* Record and hold in one step: another thread's record between them would put its hold
      * ahead of ours in the ring while its work runs after ours on the stream. */
     pthread_mutex_lock(&stream->holds_mutex);

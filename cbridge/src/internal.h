@@ -353,6 +353,7 @@ typedef struct jb_buffer {
     size_t capacity; /* allocated; 0 for a zero-byte buffer, which owns no device memory */
     int bucket;      /* of its capacity in the device's cache */
     atomic_uint refs;
+    atomic_bool looked; /* counted toward a stream's look (holds.c) since it was handed out */
     struct jb_buffer *bucket_prev, *bucket_next; /* while idle: its bucket */
     struct jb_buffer *older, *newer;             /* while idle: the device's idle list */
 } jb_buffer;

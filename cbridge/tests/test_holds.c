@@ -169,6 +169,47 @@ static void test_trim_lets_go_of_every_finished_hold(void)
     jb_custom_kernel_free(k);
 }
 
+/* A kernel's weights (an input of 64 MiB, launched again and again) count toward a look once:
+ * a look costs a driver call, and memory the caller still owns is not kept by finished work. */
+static void test_weights_count_once(void)
+{
+    const int64_t big = (64 << 20) / 4, small = 16;
+    const char *in[] = {"w"}, *out[] = {"out"};
+    jb_dtype f32[] = {JB_F32};
+    jb_kernel_spec spec = JB_KERNEL_SPEC_INIT;
+    spec.name = "holds_weights";
+    spec.input_names = in, spec.input_dtypes = f32, spec.num_inputs = 1;
+    spec.output_names = out, spec.output_dtypes = f32, spec.num_outputs = 1;
+    spec.body = "out[thread_index()] = w[thread_index()] + 1.0f;";
+    jb_custom_kernel *k = NULL;
+    CHECK_OK(jb_custom_kernel_new(&k, &spec));
+    jb_stream *stream;
+    CHECK_OK(jb_stream_new(&stream, dev));
+    CHECK_OK(jb_install_thread_local_default_stream(stream));
+    jb_array *w = filled(big, 2.0f);
+    CHECK_OK(jb_stream_synchronize(stream));
+    const int64_t *shapes[] = {&small};
+    int ndims[] = {1};
+    jb_launch_shape shape = {{0, 0, 0}, {0, 0, 0}, (uint64_t)small};
+    int exact = 0;
+    for (int i = 0; i < JB_HOLDS_PER_LOOK / 2; i++) {
+        jb_array *y = NULL;
+        CHECK_OK(jb_custom_kernel_launch(&y, k, &w, 1, shapes, ndims, &shape));
+        exact += all_equal(y, small, 3.0f);
+        jb_array_free(y);
+    }
+    CHECK(exact == JB_HOLDS_PER_LOOK / 2, "%d of %d outputs exact", exact, JB_HOLDS_PER_LOOK / 2);
+    size_t held = jb__test_hold_count(stream);
+    CHECK(held == JB_HOLDS_PER_LOOK / 2,
+          "%zu holds after %d launches on the same 64 MiB input: a look at every launch", held,
+          JB_HOLDS_PER_LOOK / 2);
+    CHECK_OK(jb_stream_synchronize(stream));
+    CHECK_OK(jb_uninstall_thread_local_default_stream(stream));
+    jb_stream_free(stream);
+    jb_array_free(w);
+    jb_custom_kernel_free(k);
+}
+
 /* ---- jb_stream_synchronize while another thread launches on the stream ---- */
 
 typedef struct sync_race {
@@ -282,6 +323,7 @@ int main(void)
     test_big_holds_are_looked_at_soon();
     test_hold_of_many_buffers();
     test_trim_lets_go_of_every_finished_hold();
+    test_weights_count_once();
     test_synchronize_beside_a_launch(jb_device_get_kind(dev) == JB_DEVICE_CPU ? 40000 : 4000000);
     return check_summary("test_holds");
 }
