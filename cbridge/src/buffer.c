@@ -183,14 +183,10 @@ static int allocate(jb_device *dev, size_t bytes, size_t capacity, jb_buffer *bu
     }
     uint64_t live = c->live_bytes, reserved = c->reserved_bytes;
     pthread_mutex_unlock(&c->mutex);
-    if (status == JB_ERR_OUT_OF_MEMORY) {
-        char why[256];
-        snprintf(why, sizeof why, "%s", jb_last_error_message());
-        return jb__fail(status,
-                        "%s (a buffer of %zu bytes for %zu asked; no idle buffer left to free; "
-                        "%" PRIu64 " bytes live, %" PRIu64 " reserved on %s)",
-                        why, capacity, bytes, live, reserved, dev->name);
-    }
+    if (status == JB_ERR_OUT_OF_MEMORY) /* the backend's message, with the cache's state */
+        jb__error_append(" (a buffer of %zu bytes for %zu asked; no idle buffer left to free; "
+                         "%" PRIu64 " bytes live, %" PRIu64 " reserved on %s)",
+                         capacity, bytes, live, reserved, dev->name);
     return status;
 }
 
