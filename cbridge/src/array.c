@@ -21,6 +21,18 @@ struct jb_array {
 /* Each thread keeps a few freed array records and reuses them: a warm launch's output array
  * costs no malloc (a record freed here and reused there would cost two, one on each side). */
 #define THREAD_ARRAYS 32
+/* Under AddressSanitizer records go back to malloc, so that a use after free or a second free
+ * is caught there instead of hidden by reuse. */
+#if defined(__SANITIZE_ADDRESS__)
+#define KEEP_RECORDS 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KEEP_RECORDS 0
+#endif
+#endif
+#ifndef KEEP_RECORDS
+#define KEEP_RECORDS 1
+#endif
 
 typedef struct thread_arrays {
     size_t count;
@@ -191,11 +203,17 @@ void jb_array_free(jb_array *array)
 {
     if (!array)
         return;
+    /* A kept record still reads as freed: a second free of it is refused, not a corruption. */
+    if (!array->buffer) {
+        jb__warn("jb_array_free: the array was freed already; this call does nothing");
+        return;
+    }
     jb__event_release(array->ready);
     jb__buffer_release(array->buffer);
+    array->buffer = NULL, array->ready = NULL;
     /* A thread that only frees (or is exiting) gives the record back to malloc. */
     thread_arrays *ta = this_thread_arrays_tls;
-    if (ta && ta->count < THREAD_ARRAYS)
+    if (KEEP_RECORDS && ta && ta->count < THREAD_ARRAYS)
         ta->records[ta->count++] = array;
     else
         free(array);

@@ -1,5 +1,5 @@
 /*
- * A stream's holds (holds.c): the buffers queued work uses stay alive until that work is done,
+ * A stream's holds (holds.c), and the array records a thread keeps for reuse (array.c): the buffers queued work uses stay alive until that work is done,
  * whoever frees their arrays, and finished work lets go of them soon. Built with JB_TEST_HOOKS
  * (the hold count); runs on the cpu, or on GPU 0 with JITBRIDGE_TEST_DEVICE=gpu:
  *   make CUDA=1 build-cuda-hooks/test_holds && JITBRIDGE_TEST_DEVICE=gpu build-cuda-hooks/test_holds
@@ -308,6 +308,35 @@ static void test_synchronize_beside_a_launch(int iterations)
     pthread_cond_destroy(&r.cond);
 }
 
+static void count_double_free(void *user_data, jb_log_level level, const char *message)
+{
+    (void)level;
+    if (strstr(message, "freed already"))
+        ++*(int *)user_data;
+}
+
+/* A second jb_array_free of one array is refused with a warning: with freed records kept for
+ * reuse it would otherwise hand one record to two later arrays. AddressSanitizer builds keep
+ * no records and report the second free themselves. */
+static void test_second_free_is_refused(void)
+{
+#if defined(__SANITIZE_ADDRESS__)
+    return;
+#endif
+    int warnings = 0;
+    CHECK_OK(jb_set_log_callback(count_double_free, &warnings));
+    jb_array *a = filled(16, 1.0f);
+    jb_array_free(a);
+    jb_array_free(a);
+    CHECK(warnings == 1, "%d warnings for a second free", warnings);
+    jb_array *b = filled(16, 2.0f), *c = filled(16, 3.0f);
+    CHECK(b != c, "two live arrays share one record");
+    CHECK(all_equal(b, 16, 2.0f) && all_equal(c, 16, 3.0f), "arrays after a second free");
+    jb_array_free(b);
+    jb_array_free(c);
+    CHECK_OK(jb_set_log_callback(NULL, NULL));
+}
+
 int main(void)
 {
     const char *which = getenv("JITBRIDGE_TEST_DEVICE");
@@ -322,6 +351,7 @@ int main(void)
     jb_array_free(filled(1, 0.0f));
     test_big_holds_are_looked_at_soon();
     test_hold_of_many_buffers();
+    test_second_free_is_refused();
     test_trim_lets_go_of_every_finished_hold();
     test_weights_count_once();
     test_synchronize_beside_a_launch(jb_device_get_kind(dev) == JB_DEVICE_CPU ? 40000 : 4000000);
