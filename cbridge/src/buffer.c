@@ -331,7 +331,7 @@ void jb__buffer_cache_init(jb_device *dev)
     static pthread_once_t env_once = PTHREAD_ONCE_INIT;
     pthread_once(&env_once, read_idle_cap_env);
     jb_buffer_cache *c = &dev->buffers;
-    pthread_mutex_init(&c->mutex, NULL);
+    jb__mutex_init_spinning(&c->mutex);
     /* Default: 1/16 of the device's memory (1 GiB where unknown): enough to keep a server's
      * churning activations warm, never a large share of the device. */
     c->idle_cap = dev->total_memory ? dev->total_memory / 16 : (uint64_t)1 << 30;

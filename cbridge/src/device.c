@@ -143,10 +143,10 @@ void jb__devices_fork(jb_fork_phase phase)
                 pthread_mutex_unlock(&s->holds_mutex);
             pthread_mutex_unlock(&dev->streams_mutex);
         } else {
-            pthread_mutex_init(&dev->buffers.mutex, NULL);
-            pthread_mutex_init(&dev->event_pool.mutex, NULL);
+            jb__mutex_init_spinning(&dev->buffers.mutex);
+            jb__mutex_init_spinning(&dev->event_pool.mutex);
             for (jb_stream *s = dev->streams; s; s = s->device_next)
-                pthread_mutex_init(&s->holds_mutex, NULL);
+                jb__mutex_init_spinning(&s->holds_mutex);
             pthread_mutex_init(&dev->streams_mutex, NULL);
         }
     }

@@ -53,7 +53,7 @@ JB_THREAD_LOCAL(thread_events, this_thread_events, thread_events_create, thread_
 
 void jb__event_pool_init(jb_event_pool *pool)
 {
-    pthread_mutex_init(&pool->mutex, NULL);
+    jb__mutex_init_spinning(&pool->mutex);
     pool->free_events = NULL;
     pool->count = pool->capacity = 0;
 }

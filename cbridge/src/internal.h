@@ -66,6 +66,10 @@ size_t jb__read_up_to(int fd, void *data, size_t bytes);
 /* Parses a byte count strictly: digits, then nothing or one of K, M, G, T (binary), each
  * optionally followed by "iB". False on anything else, or on overflow. */
 bool jb__parse_bytes(const char *text, uint64_t *out);
+/* A mutex that spins briefly before it sleeps (glibc's adaptive kind), for the short sections
+ * that launches on many threads take (the allocator, the event pool, a stream's holds): a plain
+ * one puts a thread that finds it taken to sleep, and the wake-up costs far more than the wait. */
+void jb__mutex_init_spinning(pthread_mutex_t *mutex);
 /* A growable string; on allocation failure `failed` is set and appends become no-ops. */
 typedef struct jb_strbuf {
     char *data;

@@ -72,7 +72,7 @@ jb_status jb_stream_new(jb_stream **out, jb_device *device)
     stream->id = atomic_fetch_add(&next_id, 1);
     stream->generation = atomic_load_explicit(&jb__fork_generation, memory_order_relaxed);
     atomic_init(&stream->refs, 1);
-    pthread_mutex_init(&stream->holds_mutex, NULL);
+    jb__mutex_init_spinning(&stream->holds_mutex);
     int status = device->backend->stream_create(device, &stream->native);
     if (status != JB_OK) {
         free(stream);

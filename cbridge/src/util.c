@@ -144,3 +144,14 @@ bool jb__parse_bytes(const char *text, uint64_t *out)
     *out = value;
     return true;
 }
+
+void jb__mutex_init_spinning(pthread_mutex_t *mutex)
+{
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+#ifdef PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP /* glibc's; elsewhere a plain mutex */
+    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
+#endif
+    pthread_mutex_init(mutex, &attr);
+    pthread_mutexattr_destroy(&attr);
+}
