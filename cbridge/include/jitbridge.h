@@ -155,8 +155,9 @@ JB_API uint64_t jb_device_total_memory(const jb_device *device);
  * freed first, and keeps its reserved memory within 5/4 of the most live bytes (since the last
  * jb_counters_reset) where idle buffers allow. An allocation the driver refuses for lack of memory frees the device's idle
  * buffers and tries once more. A buffer that queued work still uses is not idle before that
- * work is done and its stream has let go of it (jb_stream_synchronize does; so do a refused
- * allocation and jb_device_trim, for every stream of the device whose work has finished). The idle cap
+ * work is done and its stream has let go of it: a stream looks once per 64 launches on it (or
+ * once its new work holds 64 MiB); jb_stream_synchronize lets go at once, and so do a refused
+ * allocation and jb_device_trim, for every stream of the device whose work has finished. The idle cap
  * defaults to 1/16 of the device's memory (1 GiB where unknown); JITBRIDGE_IDLE_CAP (bytes,
  * optionally with K, M, G or T, binary: "512M", "2GiB") sets every device's at start.
  */
