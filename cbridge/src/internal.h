@@ -415,6 +415,9 @@ void jb__test_sync_pause(jb_stream *stream);
 void jb__test_set_query_fault(bool fail);
 /* How many holds the stream keeps. */
 size_t jb__test_hold_count(jb_stream *stream);
+/* Gives the source module another module name (and its hash): two sources meeting in one hash,
+ * without searching for a real 64-bit collision. */
+void jb__test_set_source_module_name(jb_source_module *m, const char *module_name);
 #define JB_TEST_PAUSE(stream) jb__test_pause(stream)
 #define JB_TEST_SYNC_PAUSE(stream) jb__test_sync_pause(stream)
 #else
@@ -511,9 +514,15 @@ typedef struct jb_build_steps {
     uint64_t compile_ns, load_ns, get_function_ns, disk_store_ns, configure_ns;
 } jb_build_steps;
 extern _Thread_local jb_build_steps jb__build_steps;
-/* Loads `code` and fills the kernel table with `kernel_names`; the table never changes after. */
-int jb__module_create(jb_device *dev, const jb_blob *code, const char *const *kernel_names,
-                      size_t num_kernels, jb_module **out);
+/* Loads `code` (built from `source`, kept) and fills the kernel table with `kernel_names`; the
+ * table never changes after. */
+int jb__module_create(jb_device *dev, const jb_blob *code, const char *source,
+                      const char *const *kernel_names, size_t num_kernels, jb_module **out);
+/* JB_OK when `module` was built from `source`: a module name is a 64-bit hash of its source, so
+ * a caller who controls sources could make two meet. Once per kernel object and device, never
+ * per launch. */
+int jb__module_check_source(const jb_module *module, const char *module_name,
+                            const char *source);
 /* The kernel named `name` in the module, looked up without a lock. */
 jb_kernel_entry *jb__module_kernel(jb_module *module, const char *name);
 /* One kernel object's configured state on one device: the hook's result, stored before

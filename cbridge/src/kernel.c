@@ -246,6 +246,10 @@ int jb__custom_kernel_prepare(jb_custom_kernel *k, jb_device *dev, jb_kernel_con
     jb_module *module;
     JB_FORWARD_IF_ERROR(jb__get_jit_module(dev, k->module_name, k->module_name_hash,
                                            build_custom_module, k, &module));
+    /* Before its first use on the device, the kernel makes sure the module is its own code. */
+    if (!atomic_load_explicit(&k->configured[dev->index].configured, memory_order_acquire))
+        JB_FORWARD_IF_ERROR(jb__module_check_source(module, k->module_name,
+                                                    k->sources[dev->backend->dialect]));
     jb_kernel_entry *entry = jb__module_kernel(module, k->name);
     JB_RETURN_IF(!entry, JB_ERR_LOAD, "module '%s' has no kernel '%s'", k->module_name, k->name);
     return jb__kernel_configured_for(entry, &k->configured[dev->index], k->configure,

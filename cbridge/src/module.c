@@ -28,6 +28,7 @@ struct jb_kernel_entry {
 struct jb_module {
     jb_device *device;
     void *native;
+    char *source; /* what it was built from: module names are a 64-bit hash of it */
     pthread_mutex_t kernel_mutex;
     size_t num_kernels;
     jb_kernel_entry kernels[];
@@ -35,11 +36,17 @@ struct jb_module {
 
 _Thread_local jb_build_steps jb__build_steps;
 
-int jb__module_create(jb_device *dev, const jb_blob *code, const char *const *kernel_names,
-                      size_t num_kernels, jb_module **out)
+int jb__module_create(jb_device *dev, const jb_blob *code, const char *source,
+                      const char *const *kernel_names, size_t num_kernels, jb_module **out)
 {
     jb_module *module = calloc(1, sizeof *module + num_kernels * sizeof(jb_kernel_entry));
-    JB_RETURN_IF(!module, JB_ERR_OUT_OF_MEMORY, "no memory for a module");
+    char *source_copy = jb__strdup(source);
+    if (!module || !source_copy) {
+        free(module);
+        free(source_copy);
+        return jb__fail(JB_ERR_OUT_OF_MEMORY, "no memory for a module");
+    }
+    module->source = source_copy;
     module->device = dev;
     module->num_kernels = num_kernels;
     pthread_mutex_init(&module->kernel_mutex, NULL);
@@ -63,10 +70,21 @@ int jb__module_create(jb_device *dev, const jb_blob *code, const char *const *ke
         for (size_t i = 0; i < num_kernels; i++)
             free(module->kernels[i].name);
         pthread_mutex_destroy(&module->kernel_mutex);
+        free(module->source);
         free(module);
         return status;
     }
     *out = module;
+    return JB_OK;
+}
+
+int jb__module_check_source(const jb_module *module, const char *module_name,
+                            const char *source)
+{
+    JB_RETURN_IF(strcmp(module->source, source) != 0, JB_ERR_INVALID_ARGUMENT,
+                 "module '%s' holds code built from another source: two sources met in one "
+                 "64-bit name hash; rename one of the kernels (nothing was launched)",
+                 module_name);
     return JB_OK;
 }
 
@@ -172,7 +190,7 @@ int jb__module_build(jb_device *dev, const char *module_name, const char *source
         use_disk_cache && jb__disk_cache_usable() && jb__disk_key(dev, source, &key) == JB_OK;
     jb_blob code = {0};
     if (use_disk && jb__disk_load(&key, &code)) {
-        int status = jb__module_create(dev, &code, kernel_names, num_kernels, out);
+        int status = jb__module_create(dev, &code, source, kernel_names, num_kernels, out);
         free(code.data);
         code.data = NULL;
         if (status == JB_OK) {
@@ -195,7 +213,7 @@ int jb__module_build(jb_device *dev, const char *module_name, const char *source
             jb__error_append(" (set JITBRIDGE_SAVE_SOURCE=DIR to keep the source)");
     }
     if (status == JB_OK)
-        status = jb__module_create(dev, &code, kernel_names, num_kernels, out);
+        status = jb__module_create(dev, &code, source, kernel_names, num_kernels, out);
     start = jb__now_ns();
     if (status == JB_OK && use_disk)
         jb__disk_store(&key, &code);

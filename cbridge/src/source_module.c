@@ -19,6 +19,7 @@ struct jb_source_module {
     char **entry_names;
     unsigned compile_flags;
     char *sources[JB_DIALECT_COUNT]; /* NULL where the caller gave none */
+    atomic_bool checked[JB_MAX_DEVICES]; /* by device index: the module is this source's code */
 };
 
 /* The size of the first jb_source_module_spec: everything up to `dtypes`. */
@@ -133,6 +134,18 @@ jb_status jb_source_module_new(jb_source_module **out, const jb_source_module_sp
     return jb__fail(JB_ERR_OUT_OF_MEMORY, "no memory for module '%s'", spec.name);
 }
 
+#ifdef JB_TEST_HOOKS
+void jb__test_set_source_module_name(jb_source_module *m, const char *module_name)
+{
+    char *copy = jb__strdup(module_name);
+    if (!copy)
+        return;
+    free(m->module_name);
+    m->module_name = copy;
+    m->module_name_hash = jb__fnv1a64(copy, strlen(copy), JB_FNV_SEED);
+}
+#endif
+
 const char *jb_source_module_name(const jb_source_module *m)
 {
     return m ? m->module_name : NULL;
@@ -202,6 +215,11 @@ jb_status jb_source_module_launch(jb_source_module *m, jb_stream *stream, const 
     JB_FORWARD_IF_ERROR(
         jb__get_jit_module(dev, m->module_name, m->module_name_hash, build_source_module, m,
                            &module));
+    if (!atomic_load_explicit(&m->checked[dev->index], memory_order_acquire)) {
+        JB_FORWARD_IF_ERROR(jb__module_check_source(module, m->module_name,
+                                                    m->sources[dev->backend->dialect]));
+        atomic_store_explicit(&m->checked[dev->index], true, memory_order_release);
+    }
     jb_kernel_entry *kernel = jb__module_kernel(module, entry);
     JB_RETURN_IF(!kernel, JB_ERR_LOAD, "module '%s' has no kernel '%s'", m->module_name, entry);
     jb_kernel_config config;
