@@ -123,6 +123,9 @@ jb_status jb_source_module_new(jb_source_module **out, const jb_source_module_sp
         if (ok)
             hash = jb__fnv1a64(hashed, strlen(hashed) + 1, hash);
     }
+    /* The entry names too: they are the module's kernel table, so one text with fewer is not it. */
+    for (size_t i = 0; ok && i < spec.num_entries; i++)
+        hash = jb__fnv1a64(m->entry_names[i], strlen(m->entry_names[i]) + 1, hash);
     size_t len = strlen(spec.name) + 18;
     if (ok && (m->module_name = malloc(len)) != NULL) {
         snprintf(m->module_name, len, "%s_%016" PRIx64, spec.name, hash);

@@ -153,6 +153,38 @@ static void source_modules_refused(void)
     jb_source_module_free(second);
 }
 
+/* No collision at all: one source text given with fewer entry names must not hide an entry
+ * from a module naming more (the module's kernel table is part of what was built). */
+static void entry_lists_kept_apart(void)
+{
+    const char *source = "void one(void **args, uint64_t n) { float *y = *(float **)args[0];"
+                         " for (uint64_t i = 0; i < n; i++) y[i] = 1.0f; }\n"
+                         "void two(void **args, uint64_t n) { float *y = *(float **)args[0];"
+                         " for (uint64_t i = 0; i < n; i++) y[i] = 2.0f; }\n";
+    const char *few[] = {"one"}, *more[] = {"one", "two"};
+    jb_source_module_spec spec = JB_SOURCE_MODULE_SPEC_INIT;
+    spec.name = "collide_entries", spec.cpu_source = source;
+    spec.entry_names = few, spec.num_entries = 1;
+    jb_source_module *a = NULL, *b = NULL;
+    CHECK_OK(jb_source_module_new(&a, &spec));
+    spec.entry_names = more, spec.num_entries = 2;
+    CHECK_OK(jb_source_module_new(&b, &spec));
+    jb_array *y = NULL;
+    CHECK_OK(jb_array_arange(&y, dev, N, JB_F32));
+    jb_launch_shape shape = {{0, 0, 0}, {0, 0, 0}, N};
+    jb_arg args[] = {{.array = y, .written = 1}};
+    CHECK_OK(jb_source_module_launch(a, NULL, "one", args, 1, &shape));
+    int status = jb_source_module_launch(b, NULL, "two", args, 1, &shape);
+    CHECK(status == JB_OK, "the second entry list's 'two' was not found (status %d): %s", status,
+          jb_last_error_message());
+    float got[N];
+    CHECK_OK(jb_array_read(y, got, sizeof got));
+    CHECK(got[0] == 2.0f && got[N - 1] == 2.0f, "'two' did not run: %g", (double)got[0]);
+    jb_array_free(y);
+    jb_source_module_free(a);
+    jb_source_module_free(b);
+}
+
 int main(void)
 {
     CHECK_OK(jb_device_get(&dev, JB_DEVICE_CPU, 0));
@@ -163,6 +195,7 @@ int main(void)
     second_source_refused(x);
     first_builder_keeps_the_name(x);
     source_modules_refused();
+    entry_lists_kept_apart();
     jb_array_free(x);
     return check_summary("test_collision");
 }
