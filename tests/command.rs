@@ -1,9 +1,11 @@
 //! The `jitbridge` command as a user meets it: help, versions, argument errors, pipes and
 //! thread limits, run against the built binary.
 
-use std::io::Read;
+mod common;
+
+use common::finish;
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const COMMANDS: [&str; 5] = ["run", "bench", "cache", "info", "help"];
 
@@ -13,34 +15,6 @@ fn jitbridge() -> Command {
     command.env("JITBRIDGE_DISK_CACHE", "0");
     command.env("JITBRIDGE_CACHE_DIR", std::env::temp_dir().join("jitbridge-command-tests"));
     command
-}
-
-/// Runs to the end, or fails the test if it has not ended within `limit`: a hang is a bug.
-fn finish(mut command: Command, limit: Duration) -> Output {
-    command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = command.spawn().expect("start jitbridge");
-    let (mut stdout, mut stderr) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
-    let out = std::thread::spawn(move || {
-        let mut bytes = Vec::new();
-        stdout.read_to_end(&mut bytes).map(|_| bytes)
-    });
-    let err = std::thread::spawn(move || {
-        let mut bytes = Vec::new();
-        stderr.read_to_end(&mut bytes).map(|_| bytes)
-    });
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{command:?} still running after {limit:?}: it hangs");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    Output { status, stdout: out.join().unwrap().unwrap(), stderr: err.join().unwrap().unwrap() }
 }
 
 fn run(args: &[&str]) -> (i32, String, String) {

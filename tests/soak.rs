@@ -2,9 +2,10 @@
 //! memory bounded by its peak live bytes. Latency and RSS targets are printed by the command,
 //! not asserted here: a loaded CI box decides them.
 
-use std::io::Read;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
 
 /// Seconds of the short soak.
 const SECONDS: &str = "10";
@@ -16,31 +17,10 @@ fn jitbridge(cache: &std::path::Path) -> Command {
 }
 
 /// (exit status, stdout, stderr); a run still going after `limit` fails the test (a hang).
-fn finish(mut command: Command, limit: Duration) -> (i32, String, String) {
-    command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = command.spawn().expect("start jitbridge");
-    let (mut stdout, mut stderr) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
-    let out = std::thread::spawn(move || {
-        let mut text = String::new();
-        stdout.read_to_string(&mut text).map(|_| text)
-    });
-    let err = std::thread::spawn(move || {
-        let mut text = String::new();
-        stderr.read_to_string(&mut text).map(|_| text)
-    });
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{command:?} still running after {limit:?}: it hangs");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    (status.code().unwrap_or(-1), out.join().unwrap().unwrap(), err.join().unwrap().unwrap())
+fn finish(command: Command, limit: Duration) -> (i32, String, String) {
+    let output = common::finish(command, limit);
+    let text = |b: Vec<u8>| String::from_utf8(b).expect("jitbridge writes UTF-8");
+    (output.status.code().unwrap_or(-1), text(output.stdout), text(output.stderr))
 }
 
 /// The text right after `"key":` in the soak's one-line JSON (up to the next comma or brace).

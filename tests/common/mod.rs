@@ -6,10 +6,41 @@ mod temporary_cache;
 
 use jitbridge::race::{self, Probe};
 use jitbridge::{Counters, Device};
+use std::io::Read;
+use std::process::{Command, Output, Stdio};
 use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 pub const ROUNDS: i32 = 16;
 pub const THREADS: i32 = 8;
+
+/// Runs to the end, or fails the test if it has not ended within `limit`: a hang is a bug.
+pub fn finish(mut command: Command, limit: Duration) -> Output {
+    command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = command.spawn().expect("start jitbridge");
+    let (mut stdout, mut stderr) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let out = std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        stdout.read_to_end(&mut bytes).map(|_| bytes)
+    });
+    let err = std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        stderr.read_to_end(&mut bytes).map(|_| bytes)
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{command:?} still running after {limit:?}: it hangs");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Output { status, stdout: out.join().unwrap().unwrap(), stderr: err.join().unwrap().unwrap() }
+}
 
 /// Scenarios read process-wide counters, so the tests of one binary take turns.
 pub fn serial() -> MutexGuard<'static, ()> {
