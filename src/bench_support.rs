@@ -2,10 +2,9 @@
 
 use crate::array::Array;
 use crate::device::Device;
-use crate::error::{Error, ErrorCode, check};
+use crate::error::{Error, check};
 use crate::ffi;
 use crate::kernel::{CustomKernel, LaunchShape, Scalar};
-use std::os::raw::c_int;
 
 /// Nanoseconds per bare backend launch of the probe plus an event record, into one
 /// preallocated output on the thread's default stream.
@@ -72,38 +71,20 @@ impl<'a> RawLauncher<'a> {
         output_shapes: &[&[usize]],
         shape: LaunchShape,
     ) -> Result<RawLauncher<'a>, Error> {
-        if output_shapes.len() != kernel.num_outputs() {
-            return Err(Error::new(
-                ErrorCode::InvalidArgument,
-                format!(
-                    "the kernel has {} outputs, {} shapes were given",
-                    kernel.num_outputs(),
-                    output_shapes.len()
-                ),
-            ));
-        }
-        let raw_inputs: Vec<_> = inputs.iter().map(|a| a.raw()).collect();
-        let raw_scalars: Vec<_> = scalars.iter().map(Scalar::raw).collect();
-        let c_shapes = output_shapes
-            .iter()
-            .map(|s| crate::array::c_shape(s))
-            .collect::<Result<Vec<_>, _>>()?;
-        let shape_ptrs: Vec<_> = c_shapes.iter().map(|s| s.as_ptr()).collect();
-        let ndims: Vec<c_int> = output_shapes.iter().map(|s| s.len() as c_int).collect();
-        let raw_shape = shape.raw();
+        let args = kernel.raw_launch_args(inputs, scalars, output_shapes, shape)?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: every pointer is valid for the call; one shape per output (checked above).
         check(unsafe {
             ffi::jb_bench_raw_launcher_new(
                 &mut raw,
                 kernel.raw(),
-                raw_inputs.as_ptr(),
-                raw_inputs.len(),
-                raw_scalars.as_ptr(),
-                raw_scalars.len(),
-                shape_ptrs.as_ptr(),
-                ndims.as_ptr(),
-                &raw_shape,
+                args.inputs.as_ptr(),
+                args.inputs.len(),
+                args.scalars.as_ptr(),
+                args.scalars.len(),
+                args.shape_ptrs.as_ptr(),
+                args.ndims.as_ptr(),
+                &args.shape,
             )
         })?;
         Ok(RawLauncher { raw, _uses: std::marker::PhantomData })

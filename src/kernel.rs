@@ -366,10 +366,6 @@ impl CustomKernel {
         self.raw
     }
 
-    pub(crate) fn num_outputs(&self) -> usize {
-        self.num_outputs
-    }
-
     /// Launches on the inputs' device and the calling thread's default stream there, building
     /// the module on first use. Returns one new array per output, of the given shapes.
     pub fn launch(
@@ -414,6 +410,36 @@ impl CustomKernel {
         output_shapes: &[&[usize]],
         shape: LaunchShape,
     ) -> Result<Vec<Array>, Error> {
+        let args = self.raw_launch_args(inputs, scalars, output_shapes, shape)?;
+        let mut outputs = vec![std::ptr::null_mut(); self.num_outputs];
+        // SAFETY: every pointer is valid for the call (a null stream means the default); the
+        // library writes `num_outputs` arrays.
+        check(unsafe {
+            ffi::jb_custom_kernel_launch_on(
+                outputs.as_mut_ptr(),
+                self.raw,
+                stream,
+                args.inputs.as_ptr(),
+                args.inputs.len(),
+                args.scalars.as_ptr(),
+                args.scalars.len(),
+                args.shape_ptrs.as_ptr(),
+                args.ndims.as_ptr(),
+                &args.shape,
+            )
+        })?;
+        Ok(outputs.into_iter().map(Array::from_raw).collect())
+    }
+
+    /// A launch's arguments in the C calls' form (the count of output shapes checked), shared by
+    /// launches and the bench's raw launcher.
+    pub(crate) fn raw_launch_args(
+        &self,
+        inputs: &[&Array],
+        scalars: &[Scalar],
+        output_shapes: &[&[usize]],
+        shape: LaunchShape,
+    ) -> Result<RawLaunchArgs, Error> {
         if output_shapes.len() != self.num_outputs {
             return Err(Error::new(
                 ErrorCode::InvalidArgument,
@@ -424,34 +450,30 @@ impl CustomKernel {
                 ),
             ));
         }
-        let raw_inputs: Vec<_> = inputs.iter().map(|a| a.raw()).collect();
-        let raw_scalars: Vec<_> = scalars.iter().map(Scalar::raw).collect();
         let c_shapes = output_shapes
             .iter()
             .map(|s| crate::array::c_shape(s))
             .collect::<Result<Vec<_>, _>>()?;
-        let shape_ptrs: Vec<_> = c_shapes.iter().map(|s| s.as_ptr()).collect();
-        let ndims: Vec<c_int> = output_shapes.iter().map(|s| s.len() as c_int).collect();
-        let raw_shape = shape.raw();
-        let mut outputs = vec![std::ptr::null_mut(); self.num_outputs];
-        // SAFETY: every pointer is valid for the call (a null stream means the default); the
-        // library writes `num_outputs` arrays.
-        check(unsafe {
-            ffi::jb_custom_kernel_launch_on(
-                outputs.as_mut_ptr(),
-                self.raw,
-                stream,
-                raw_inputs.as_ptr(),
-                raw_inputs.len(),
-                raw_scalars.as_ptr(),
-                raw_scalars.len(),
-                shape_ptrs.as_ptr(),
-                ndims.as_ptr(),
-                &raw_shape,
-            )
-        })?;
-        Ok(outputs.into_iter().map(Array::from_raw).collect())
+        Ok(RawLaunchArgs {
+            inputs: inputs.iter().map(|a| a.raw()).collect(),
+            scalars: scalars.iter().map(Scalar::raw).collect(),
+            shape_ptrs: c_shapes.iter().map(|s| s.as_ptr()).collect(),
+            _shapes: c_shapes,
+            ndims: output_shapes.iter().map(|s| s.len() as c_int).collect(),
+            shape: shape.raw(),
+        })
     }
+}
+
+/// A launch's arguments as the C launch calls take them; `shape_ptrs` point into `_shapes`, whose
+/// heap buffers stay put when this value moves.
+pub(crate) struct RawLaunchArgs {
+    pub(crate) inputs: Vec<*mut ffi::jb_array>,
+    pub(crate) scalars: Vec<ffi::jb_scalar>,
+    pub(crate) shape_ptrs: Vec<*const i64>,
+    _shapes: Vec<Vec<i64>>,
+    pub(crate) ndims: Vec<c_int>,
+    pub(crate) shape: ffi::jb_launch_shape,
 }
 
 impl Drop for CustomKernel {
