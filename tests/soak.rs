@@ -214,14 +214,17 @@ fn raw_launcher_refuses_bad_input_and_stays_usable() {
     .unwrap();
     let x = Array::arange(cpu, 64, DType::F32).unwrap();
     let shape = LaunchShape::Threads(64);
-    let e = RawLauncher::new(&kernel, &[&x], &[Scalar::F32(0.0)], &[&[64], &[64]], shape)
-        .err()
-        .expect("two output shapes for one output");
+    // SAFETY (each call below): the default stream is this thread's own, alive until it exits.
+    let new = |scalars: &[Scalar], shapes: &[&[usize]]| unsafe {
+        RawLauncher::new(&kernel, &[&x], scalars, shapes, shape)
+    };
+    let e =
+        new(&[Scalar::F32(0.0)], &[&[64], &[64]]).err().expect("two output shapes for one output");
     assert!(e.message().contains("1 outputs, 2 shapes"), "{e}");
-    let e = RawLauncher::new(&kernel, &[&x], &[], &[&[64]], shape).err().expect("no scalar");
+    let e = new(&[], &[&[64]]).err().expect("no scalar");
     assert!(e.message().contains("takes 1 scalars, not 0"), "{e}");
 
-    let mut raw = RawLauncher::new(&kernel, &[&x], &[Scalar::F32(1.0)], &[&[64]], shape).unwrap();
+    let mut raw = new(&[Scalar::F32(1.0)], &[&[64]]).unwrap();
     let mut host = vec![0f32; 64];
     raw.read_f32(0, &mut host).unwrap();
     assert!(host.iter().enumerate().all(|(i, &v)| v == i as f32 + 1.0), "staged launch: {host:?}");
