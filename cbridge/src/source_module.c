@@ -169,6 +169,8 @@ static int check_args(const jb_source_module *m, jb_stream *stream, const jb_arg
 {
     JB_RETURN_IF(num_args > JB_KERNEL_MAX_ARRAYS || (num_args && !args), JB_ERR_INVALID_ARGUMENT,
                  "module '%s': args are NULL or more than %d", m->name, JB_KERNEL_MAX_ARRAYS);
+    if (stream) /* a parent's stream is not the child's to queue on, as for custom kernels */
+        JB_FORWARD_IF_ERROR(jb__stream_check_process(stream, "jb_source_module_launch"));
     jb_device *dev = stream ? stream->device : NULL;
     for (size_t i = 0; i < num_args; i++) {
         if (args[i].array) {

@@ -10,6 +10,8 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static jb_device *cpu;
 static jb_counters before;
@@ -437,6 +439,54 @@ static void bad_launches(void)
     jb_custom_kernel_free(k);
 }
 
+/* A forked child may not queue a whole-source module on a stream its parent made: the stream's
+ * worker is the parent's. The child's launch is refused before anything is built or queued. */
+static void source_module_on_parents_stream(void)
+{
+    const char *entries[] = {"fill"};
+    jb_source_module_spec spec = JB_SOURCE_MODULE_SPEC_INIT;
+    spec.name = "misuse_forked_fill";
+    spec.cpu_source = "void fill(void **args, uint64_t n) { float *y = *(float **)args[0];"
+                      " for (uint64_t i = 0; i < n; i++) y[i] = 5.0f; }\n";
+    spec.entry_names = entries, spec.num_entries = 1;
+    jb_source_module *m = NULL;
+    jb_stream *stream = NULL;
+    jb_array *y = NULL;
+    CHECK_OK(jb_source_module_new(&m, &spec));
+    CHECK_OK(jb_stream_new(&stream, cpu));
+    CHECK_OK(jb_array_arange(&y, cpu, 8, JB_F32));
+    CHECK_OK(jb_array_eval(y));
+    jb_launch_shape shape = {{0, 0, 0}, {0, 0, 0}, 8};
+    jb_arg args[] = {{.array = y, .written = 1}};
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(20); /* a launch queued to the parent's worker would wait for nobody */
+        jb_counters start, end;
+        jb_counters_get(&start, sizeof start);
+        int status = jb_source_module_launch(m, stream, "fill", args, 1, &shape);
+        jb_counters_get(&end, sizeof end);
+        _exit(status != JB_ERR_INVALID_ARGUMENT ? 1
+              : !strstr(jb_last_error_message(), "before this process forked") ? 2
+              : end.builds != start.builds                                    ? 3
+                                                                              : 0);
+    }
+    CHECK(pid > 0, "fork failed");
+    int wstatus = 0;
+    CHECK(pid > 0 && waitpid(pid, &wstatus, 0) == pid && WIFEXITED(wstatus) &&
+              WEXITSTATUS(wstatus) == 0,
+          "the forked child launched on its parent's stream (exit %d, signal %d)",
+          WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1,
+          WIFSIGNALED(wstatus) ? WTERMSIG(wstatus) : 0);
+    /* The parent's stream still runs the module. */
+    CHECK_OK(jb_source_module_launch(m, stream, "fill", args, 1, &shape));
+    float host[8];
+    CHECK_OK(jb_array_read(y, host, sizeof host));
+    CHECK(host[0] == 5.0f && host[7] == 5.0f, "the parent's launch wrote %g", (double)host[7]);
+    jb_array_free(y);
+    jb_stream_free(stream);
+    jb_source_module_free(m);
+}
+
 int main(void)
 {
     /* Keep this test's kernels off the user's disk cache. */
@@ -449,5 +499,6 @@ int main(void)
     bad_probe_inputs();
     bad_names();
     bad_launches();
+    source_module_on_parents_stream();
     return check_summary("test_misuse");
 }
