@@ -202,9 +202,11 @@ static void hostile_inputs(void)
     spec.output_names = outn, spec.output_dtypes = f32, spec.num_outputs = 1;
     spec.params = &param, spec.num_params = 1;
     /* A trailing backslash joins the next line (the parameter's #define) to the define; an open
-     * comment swallows what follows; a second definition of a name silently wins. */
+     * comment swallows what follows; a second definition of a name silently wins, as does one
+     * of the kernel's name or an array's <name>_size. */
     const char *bad[][2] = {{"A=1 \\", NULL}, {"A=1 /* x", NULL}, {"N=5", NULL},
-                            {"A=1", "A=2"},   {"x=3", NULL}};
+                            {"A=1", "A=2"},   {"x=3", NULL},      {"hostile=1", NULL},
+                            {"y_size=0", NULL}};
     jb_source_module_spec ms = JB_SOURCE_MODULE_SPEC_INIT;
     const char *entries[] = {"fill"};
     ms.name = "hostile_module", ms.cpu_source = raw_source;
