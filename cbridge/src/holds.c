@@ -130,7 +130,6 @@ static int holds_fired(jb_stream *stream, bool every, size_t *out)
                        : 0; /* holds that were there at the previous look */
     stream->holds_looked_seq = stream->holds_next_seq;
     *out = 0;
-    size_t fired = 0, running = count - 1; /* holds [0, fired) fired; `running` did not */
     int fired_now;
     size_t guess = older && !every ? older - 1 : count - 1;
     if ((fired_now = hold_fired(dev, hold_at(stream, guess))) < 0)
@@ -139,7 +138,7 @@ static int holds_fired(jb_stream *stream, bool every, size_t *out)
         *out = guess + 1;
         return JB_OK;
     }
-    running = guess;
+    size_t fired = 0, running = guess; /* holds [0, fired) fired; `running` did not */
     while (fired < running) {
         size_t mid = fired + (running - fired) / 2;
         if ((fired_now = hold_fired(dev, hold_at(stream, mid))) < 0)
