@@ -39,14 +39,10 @@ JB_THREAD_LOCAL(thread_events, this_thread_events, thread_events_create, thread_
 
 #ifdef JB_REMOVE_LOCK_EVENT_POOL
 #define THREAD_EVENTS_ENABLED 0
-#else
-#define THREAD_EVENTS_ENABLED 1
-#endif
-
-#ifdef JB_REMOVE_LOCK_EVENT_POOL
 #define POOL_LOCK(p) ((void)0)
 #define POOL_UNLOCK(p) ((void)0)
 #else
+#define THREAD_EVENTS_ENABLED 1
 #define POOL_LOCK(p) pthread_mutex_lock(&(p)->mutex)
 #define POOL_UNLOCK(p) pthread_mutex_unlock(&(p)->mutex)
 #endif
