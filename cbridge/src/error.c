@@ -178,8 +178,7 @@ static void deliver(const char *text)
             log_fn(log_user_data, JB_LOG_WARNING, text);
             tls_in_log_callback = false;
             pthread_rwlock_unlock(&log_lock);
-            free(tls_long);
-            tls_long = long_message;
+            set_long(long_message); /* the key too: it held the callback's message, freed here */
             memcpy(tls_short, short_message, sizeof short_message);
             tls_status = status;
             return;

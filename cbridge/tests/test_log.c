@@ -18,6 +18,7 @@
 
 /* The library's one warning function (internal, hidden; reachable from a static link). */
 void jb__warn(const char *fmt, ...);
+int jb__fail_with_log(int status, const char *log, const char *fmt, ...);
 
 #define WARNERS 8
 #define WARNINGS_EACH 2000
@@ -210,11 +211,41 @@ static void a_callback_may_call_the_library(void)
     rmdir(dir);
 }
 
+static void fail_with_a_log(void *user_data, jb_log_level level, const char *message)
+{
+    (void)user_data, (void)level, (void)message;
+    jb__fail_with_log(JB_ERR_COMPILE, "the inner log", "inner failure");
+}
+
+static void *warn_between_errors(void *arg)
+{
+    (void)arg;
+    jb__fail_with_log(JB_ERR_COMPILE, "the outer log", "outer failure");
+    jb__warn("the callback fails with a log of its own");
+    return strstr(jb_last_error_message(), "the outer log") ? (void *)1 : NULL; /* then the thread's exit frees the outer message once */
+}
+
+/* A callback that fails with a long message on a thread whose own error has one: the caller's
+ * comes back, and the thread's exit frees it, not the callback's (freed already: a double free). */
+static void thread_exit_frees_the_restored_error(void)
+{
+    CHECK_OK(jb_set_log_callback(fail_with_a_log, NULL));
+    for (int round = 0; round < 4; round++) {
+        pthread_t thread;
+        void *kept = NULL;
+        CHECK(pthread_create(&thread, NULL, warn_between_errors, NULL) == 0, "pthread_create");
+        pthread_join(thread, &kept);
+        CHECK(kept, "the outer error with its log is back after the callback");
+    }
+    CHECK_OK(jb_set_log_callback(NULL, NULL));
+}
+
 int main(void)
 {
     a_callback_may_call_the_library();
     versions();
     concurrent_warnings_while_replacing();
     callback_cannot_replace_itself_or_recurse();
+    thread_exit_frees_the_restored_error();
     return check_summary("test_log");
 }
