@@ -337,6 +337,36 @@ static void test_second_free_is_refused(void)
     CHECK_OK(jb_set_log_callback(NULL, NULL));
 }
 
+/* Installs the stream and leaves it installed (a leaked guard); holds one buffer on it. */
+static void *install_and_exit(void *arg)
+{
+    if (jb_install_thread_local_default_stream(arg) != JB_OK)
+        return NULL;
+    jb_array_free(filled(1024, 1.0f)); /* only the stream's hold keeps its buffer now */
+    return arg;
+}
+
+/* A thread that exits with a stream still installed lets go of its installation's reference:
+ * the creator's free is then the last one, which waits and releases the stream's holds. A
+ * leaked reference would keep the stream, and the buffers its holds keep, for ever. */
+static void test_exiting_thread_lets_go_of_its_installation(void)
+{
+    jb_memory_stats before, after;
+    CHECK_OK(jb_device_memory_stats(&before, sizeof before, dev));
+    jb_stream *stream;
+    CHECK_OK(jb_stream_new(&stream, dev));
+    pthread_t thread;
+    void *installed = NULL;
+    CHECK(pthread_create(&thread, NULL, install_and_exit, stream) == 0, "pthread_create");
+    pthread_join(thread, &installed);
+    CHECK(installed == stream, "the thread installed the stream");
+    jb_stream_free(stream); /* no synchronize first: only the stream's destruction releases */
+    CHECK_OK(jb_device_memory_stats(&after, sizeof after, dev));
+    CHECK(after.live_bytes <= before.live_bytes,
+          "%llu bytes live after the stream was freed, %llu before it was made",
+          (unsigned long long)after.live_bytes, (unsigned long long)before.live_bytes);
+}
+
 int main(void)
 {
     const char *which = getenv("JITBRIDGE_TEST_DEVICE");
@@ -352,6 +382,7 @@ int main(void)
     test_big_holds_are_looked_at_soon();
     test_hold_of_many_buffers();
     test_second_free_is_refused();
+    test_exiting_thread_lets_go_of_its_installation();
     test_trim_lets_go_of_every_finished_hold();
     test_weights_count_once();
     test_synchronize_beside_a_launch(jb_device_get_kind(dev) == JB_DEVICE_CPU ? 40000 : 4000000);
