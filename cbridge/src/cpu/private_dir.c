@@ -115,8 +115,9 @@ static void sweep(const char *tmp)
         if (fd < 0)
             continue;
         bool ours = fstat(fd, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid();
-        bool dead = kill((pid_t)pid, 0) != 0 && errno == ESRCH;
-        bool stale = now - st.st_mtime > STALE_SECONDS;
+        /* Only ours are looked at further: st is unset when fstat failed. */
+        bool dead = ours && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+        bool stale = ours && now - st.st_mtime > STALE_SECONDS;
         bool gone = our_ns && ns == our_ns ? dead : ns == 0 ? dead && stale : stale;
         if (ours && gone)
             remove_folder(dirfd(d), e->d_name, fd);
