@@ -430,6 +430,25 @@ fn full_disk_warns_once_and_kernels_still_run() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A cache cleaner removing tmp/ between an entry's write and its rename, by injected fault
+/// (JITBRIDGE_DISK_CACHE_FAULT=remove-tmp): the entry is written again, not given up with a
+/// warning that stops storing for the rest of the process.
+#[test]
+fn tmp_removed_during_a_write_stores_on() {
+    let dir = fresh_dir("removed-mid-write");
+    let report = parse(
+        child_command(&dir, "98,99")
+            .env("JITBRIDGE_DISK_CACHE_FAULT", "remove-tmp")
+            .output()
+            .unwrap(),
+    );
+    assert!(!report.stderr.contains("warning"), "{}", report.stderr);
+    assert_eq!(report.builds, 2);
+    assert_eq!(entries(&dir).len(), 2, "not stored");
+    assert_eq!(run_child(&dir, "98,99").disk_hits, 2);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn every_off_spelling_turns_the_cache_off() {
     for value in ["0", "false", "OFF", "No", "off"] {

@@ -259,23 +259,27 @@ static bool publish(int tmp, const char *name, int dir, const char *file)
     return true;
 }
 
-void jb__disk_store(const jb_disk_key *key, const jb_blob *code)
+/* Test hook (JITBRIDGE_DISK_CACHE_FAULT=remove-tmp): a cache cleaner removes tmp/, with the
+ * written temporary, between the write and the rename; once per process. */
+static void fault_remove_tmp(int dir, int tmp, const char *name)
 {
-    int dir = jb__disk_dir_fd(), tmp = jb__disk_tmp_fd();
-    if (dir < 0 || tmp < 0 || code->size + sizeof(entry_header) + key->bytes > MAX_ENTRY_BYTES)
-        return;
+    static atomic_bool fired;
+    const char *fault = secure_getenv("JITBRIDGE_DISK_CACHE_FAULT");
+    if (fault && strcmp(fault, "remove-tmp") == 0 && !atomic_exchange(&fired, true)) {
+        unlinkat(tmp, name, 0);
+        unlinkat(dir, "tmp", AT_REMOVEDIR);
+    }
+}
+
+/* Writes and publishes one entry: 0, or the failing step's errno with *what saying which. */
+static int write_entry(int dir, int tmp, const jb_disk_key *key, const jb_blob *code,
+                       const char **what)
+{
     char name[64];
     int fd = create_temporary(tmp, name, sizeof name);
-    int err = errno;
-    if (fd < 0 && err == ENOENT && jb__disk_reattach()) {
-        dir = jb__disk_dir_fd();
-        tmp = jb__disk_tmp_fd();
-        fd = create_temporary(tmp, name, sizeof name);
-        err = errno;
-    }
     if (fd < 0) {
-        jb__disk_stop_storing("cannot write to the cache folder (%s)", strerror(err));
-        return;
+        *what = "cannot write to the cache folder (%s)";
+        return errno;
     }
     entry_header h;
     memcpy(h.magic, magic, sizeof magic);
@@ -285,16 +289,34 @@ void jb__disk_store(const jb_disk_key *key, const jb_blob *code)
     h.checksum = entry_checksum(key->text, key->bytes, code->data, code->size);
     bool ok = write_all(fd, &h, sizeof h) && write_all(fd, key->text, key->bytes) &&
               write_all(fd, code->data, code->size) && fsync(fd) == 0;
-    err = errno;
+    int err = errno;
     ok = close(fd) == 0 && ok;
+    if (ok)
+        fault_remove_tmp(dir, tmp, name);
     if (ok && !publish(tmp, name, dir, key->file)) {
         ok = false;
         err = errno;
     }
-    if (!ok) {
-        unlinkat(tmp, name, 0);
-        jb__disk_stop_storing("writing a cache entry failed (%s)", strerror(err));
-    }
+    if (ok)
+        return 0;
+    unlinkat(tmp, name, 0);
+    *what = "writing a cache entry failed (%s)";
+    return err ? err : EIO;
+}
+
+void jb__disk_store(const jb_disk_key *key, const jb_blob *code)
+{
+    int dir = jb__disk_dir_fd(), tmp = jb__disk_tmp_fd();
+    if (dir < 0 || tmp < 0 || code->size + sizeof(entry_header) + key->bytes > MAX_ENTRY_BYTES)
+        return;
+    const char *what;
+    int err = write_entry(dir, tmp, key, code, &what);
+    /* The folder or its tmp/ was removed (a cache cleaner) before the temporary was made or
+     * before it was renamed into place: once more, in the folder set up again. */
+    if (err == ENOENT && jb__disk_reattach())
+        err = write_entry(jb__disk_dir_fd(), jb__disk_tmp_fd(), key, code, &what);
+    if (err)
+        jb__disk_stop_storing(what, strerror(err));
 }
 
 void jb__disk_counters(uint64_t *hits, uint64_t *misses, uint64_t *rejected)
