@@ -171,6 +171,35 @@ static const char *untrusted_folder(const struct stat *st, char *fix, size_t fix
     return NULL;
 }
 
+/* Walks `resolved` (consumed) from "/" by handles, checking each folder on the way (made 0700
+ * if missing when `create`): the last one's handle, unchecked; or -1 with *bad set or errno. */
+static int walk(char *resolved, bool create, const char *variable, char walked[PATH_MAX],
+                char *fix, size_t fix_len, const char **bad)
+{
+    snprintf(walked, PATH_MAX, "/");
+    *bad = NULL;
+    int fd = open("/", DIR_OPEN_FLAGS);
+    struct stat st;
+    char *rest = resolved, *component;
+    while (fd >= 0 && (component = strtok_r(rest, "/", &rest))) {
+        int next = -1;
+        if (fstat(fd, &st) == 0 &&
+            !(*bad = untrusted_parent(&st, fix, fix_len, walked, variable))) {
+            size_t at = strlen(walked);
+            snprintf(walked + at, PATH_MAX - at, "%s%s", at > 1 ? "/" : "", component);
+            next = openat(fd, component, DIR_OPEN_FLAGS);
+            if (next < 0 && errno == ENOENT && create &&
+                (mkdirat(fd, component, 0700) == 0 || errno == EEXIST))
+                next = openat(fd, component, DIR_OPEN_FLAGS);
+        }
+        int err = errno;
+        close(fd);
+        fd = next;
+        errno = err;
+    }
+    return fd;
+}
+
 /*
  * Reaches `path` from "/" through handles, creating missing folders 0700 when `create`.
  * Returns the folder's handle; or -1 with *missing set (it does not exist and `create` is
@@ -178,85 +207,56 @@ static const char *untrusted_folder(const struct stat *st, char *fix, size_t fix
  */
 static int open_trusted(const char *path, bool create, bool *missing, char *why, size_t why_len)
 {
-    char resolved[PATH_MAX], walked[PATH_MAX] = "/", fix[PATH_MAX + 96];
+    char resolved[PATH_MAX], walked[PATH_MAX], fix[PATH_MAX + 96];
     *missing = false;
     if (!resolve(path, resolved, sizeof resolved)) {
         say(why, why_len, "cannot resolve the cache folder %s (%s)", path, strerror(errno));
         return -1;
     }
-    int fd = open("/", DIR_OPEN_FLAGS);
+    const char *bad;
+    int fd = walk(resolved, create, "JITBRIDGE_CACHE_DIR", walked, fix, sizeof fix, &bad);
     struct stat st;
-    const char *bad = NULL;
-    char *rest = resolved, *component;
-    while (fd >= 0 && (component = strtok_r(rest, "/", &rest))) {
-        if (fstat(fd, &st) != 0 || (bad = untrusted_parent(&st, fix, sizeof fix, walked,
-                                                              "JITBRIDGE_CACHE_DIR")))
-            break;
-        size_t at = strlen(walked);
-        snprintf(walked + at, sizeof walked - at, "%s%s", at > 1 ? "/" : "", component);
-        int next = openat(fd, component, DIR_OPEN_FLAGS);
-        if (next < 0 && errno == ENOENT && create &&
-            (mkdirat(fd, component, 0700) == 0 || errno == EEXIST))
-            next = openat(fd, component, DIR_OPEN_FLAGS);
-        int err = errno;
-        close(fd);
-        fd = next;
-        if (fd < 0 && err == ENOENT && !create) {
-            *missing = true;
-            return -1;
-        }
-        if (fd < 0) {
-            say(why, why_len, "cannot %s the cache folder %s (%s at %s)",
-                create ? "create" : "open", path, strerror(err), walked);
-            return -1;
-        }
-    }
-    if (fd < 0) {
-        say(why, why_len, "cannot open / (%s)", strerror(errno));
-        return -1;
-    }
     if (bad)
         say(why, why_len, "refusing the cache folder %s: its parent %s %s; fix: %s", path, walked,
             bad, fix);
+    else if (fd < 0 && errno == ENOENT && !create)
+        *missing = true;
+    else if (fd < 0)
+        say(why, why_len, "cannot %s the cache folder %s (%s at %s)",
+            create ? "create" : "open", path, strerror(errno), walked);
     else if (fstat(fd, &st) != 0)
         say(why, why_len, "cannot examine the cache folder %s (%s)", path, strerror(errno));
     else if ((bad = untrusted_folder(&st, fix, sizeof fix, walked)))
         say(why, why_len, "refusing the cache folder %s: it %s; fix: %s", path, bad, fix);
     else
         return fd;
-    close(fd);
+    if (fd >= 0)
+        close(fd);
     return -1;
 }
 
 bool jb__trusted_folder_path(const char *path, const char *variable, char *resolved, size_t len,
                              char *why, size_t why_len)
 {
-    char walked[PATH_MAX] = "/", rest_buf[PATH_MAX], fix[PATH_MAX + 96];
-    if (!resolve(path, resolved, len) || snprintf(rest_buf, sizeof rest_buf, "%s", resolved) < 0) {
+    char walked[PATH_MAX], rest[PATH_MAX], fix[PATH_MAX + 96];
+    if (!resolve(path, resolved, len) || snprintf(rest, sizeof rest, "%s", resolved) < 0) {
         say(why, why_len, "cannot resolve %s (%s)", path, strerror(errno));
         return false;
     }
-    int fd = open("/", DIR_OPEN_FLAGS);
-    char *rest = rest_buf, *component = rest_buf; /* not NULL: the end is not reached yet */
+    const char *bad;
+    int fd = walk(rest, false, variable, walked, fix, sizeof fix, &bad);
     struct stat st;
-    const char *bad = NULL;
-    while (fd >= 0 && fstat(fd, &st) == 0 &&
-           !(bad = untrusted_parent(&st, fix, sizeof fix, walked, variable)) &&
-           (component = strtok_r(rest, "/", &rest))) {
-        size_t at = strlen(walked);
-        snprintf(walked + at, sizeof walked - at, "%s%s", at > 1 ? "/" : "", component);
-        int next = openat(fd, component, DIR_OPEN_FLAGS);
-        close(fd);
-        fd = next;
-    }
+    bool seen = fd >= 0 && fstat(fd, &st) == 0;
+    if (seen) /* the folder itself holds what we make: checked as a parent */
+        bad = untrusted_parent(&st, fix, sizeof fix, walked, variable);
     int err = errno;
     if (fd >= 0)
         close(fd);
     if (bad)
         say(why, why_len, "%s %s; fix: %s", walked, bad, fix);
-    else if (component)
+    else if (!seen)
         say(why, why_len, "cannot open %s (%s)", walked, strerror(err));
-    return !bad && !component;
+    return seen && !bad;
 }
 
 /* One warning per process, then memory-only. */
