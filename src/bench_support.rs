@@ -63,13 +63,9 @@ pub struct RawLauncher<'a> {
 
 impl<'a> RawLauncher<'a> {
     /// Stages the launch (as `launch_with_scalars` on the thread's default stream) and runs it
-    /// once, waiting for it.
-    ///
-    /// # Safety
-    ///
-    /// The thread's default stream at this call must outlive the launcher: the C launcher keeps
-    /// a bare pointer to it (no reference) and launches on it at every step and in its drop.
-    pub unsafe fn new(
+    /// once, waiting for it. The launcher holds its own reference on that stream and on the
+    /// inputs' buffers, so dropping the guard that installed the stream, or the stream, is safe.
+    pub fn new(
         kernel: &'a CustomKernel,
         inputs: &[&'a Array],
         scalars: &[Scalar],

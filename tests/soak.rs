@@ -214,8 +214,7 @@ fn raw_launcher_refuses_bad_input_and_stays_usable() {
     .unwrap();
     let x = Array::arange(cpu, 64, DType::F32).unwrap();
     let shape = LaunchShape::Threads(64);
-    // SAFETY (each call below): the default stream is this thread's own, alive until it exits.
-    let new = |scalars: &[Scalar], shapes: &[&[usize]]| unsafe {
+    let new = |scalars: &[Scalar], shapes: &[&[usize]]| {
         RawLauncher::new(&kernel, &[&x], scalars, shapes, shape)
     };
     let e =

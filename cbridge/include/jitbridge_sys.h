@@ -69,7 +69,9 @@ JB_API jb_status jb_bench_cold_probe_steps(jb_bench_cold_steps *out, jb_array *i
  * one it had then; the kernel and the inputs must outlive it. Not thread-safe.
  */
 typedef struct jb_bench_raw_launcher jb_bench_raw_launcher;
-/* Stages and runs one launch (arguments as for jb_custom_kernel_launch_on), and waits for it. */
+/* Stages and runs one launch (arguments as for jb_custom_kernel_launch_on), and waits for it.
+ * The launcher holds a reference on the stream and on the inputs' buffers until it is freed;
+ * the kernel must outlive it. */
 JB_API jb_status jb_bench_raw_launcher_new(jb_bench_raw_launcher **out, jb_custom_kernel *kernel,
                                            jb_array *const *inputs, size_t num_inputs,
                                            const jb_scalar *scalars, size_t num_scalars,

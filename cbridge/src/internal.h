@@ -348,6 +348,10 @@ struct jb_stream {
 int jb__current_stream(jb_device *dev, jb_stream **out);
 /* JB_OK, or an error naming `what` when the stream was made before this process forked. */
 int jb__stream_check_process(const jb_stream *stream, const char *what);
+/* A reference on a stream for something that keeps using it (the bench's raw launcher). */
+void jb__stream_retain(jb_stream *stream);
+/* Drops a reference; the last one waits for the stream's work and destroys it. */
+void jb__stream_release(jb_stream *stream);
 
 /* ---- buffers (buffer.c) ---- */
 typedef struct jb_buffer {

@@ -211,7 +211,10 @@ jb_status jb_bench_cold_probe_steps(jb_bench_cold_steps *out, jb_array *input, i
 /* ---- the raw decode control (jitbridge soak --decode raw) ---- */
 
 struct jb_bench_raw_launcher {
-    jb_staged_launch launch; /* staged once; its args point into it, so it never moves */
+    /* Staged once; its args point into it, so it never moves. The launcher holds a reference
+     * on its stream and on every buffer the steps use: a caller who frees the inputs or the
+     * stream (or drops the guard that installed it) leaves the steps nothing freed to use. */
+    jb_staged_launch launch;
     const jb_custom_kernel *kernel;
     jb_array *outputs[JB_KERNEL_MAX_ARRAYS]; /* fixed: every step writes them again */
     void *done;                              /* the backend event each step records and waits on */
@@ -237,9 +240,15 @@ jb_status jb_bench_raw_launcher_new(jb_bench_raw_launcher **out, jb_custom_kerne
         return status;
     }
     status = jb__launch_end(&r->launch, jb__launch_issue(&r->launch), r->outputs);
+    if (status != JB_OK) {
+        free(r);
+        return status;
+    }
+    jb__stream_retain(r->launch.stream);
+    for (size_t i = 0; i < r->launch.args.count; i++)
+        jb__buffer_retain(r->launch.buffers[i]);
     jb_device *dev = r->launch.dev;
-    if (status == JB_OK)
-        status = dev->backend->event_create(dev, &r->done);
+    status = dev->backend->event_create(dev, &r->done);
     if (status == JB_OK)
         status = dev->backend->stream_synchronize(dev, r->launch.stream->native);
     if (status != JB_OK) {
@@ -306,5 +315,8 @@ void jb_bench_raw_launcher_free(jb_bench_raw_launcher *r)
         dev->backend->event_destroy(dev, r->done);
     for (size_t i = 0; i < r->launch.num_outputs; i++)
         jb_array_free(r->outputs[i]);
+    for (size_t i = 0; i < r->launch.args.count; i++)
+        jb__buffer_release(r->launch.buffers[i]);
+    jb__stream_release(r->launch.stream);
     free(r);
 }

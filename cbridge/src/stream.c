@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void stream_release(jb_stream *stream);
 
 typedef struct installed_stack {
     jb_stream **streams; /* one reference each; the last one overrides `own` */
@@ -34,9 +33,9 @@ static void thread_streams_destroy(thread_streams *ts)
 {
     for (int i = 0; i < JB_MAX_DEVICES; i++) {
         while (ts->installed[i].depth)
-            stream_release(ts->installed[i].streams[--ts->installed[i].depth]);
+            jb__stream_release(ts->installed[i].streams[--ts->installed[i].depth]);
         free(ts->installed[i].streams);
-        stream_release(ts->own[i]);
+        jb__stream_release(ts->own[i]);
     }
     free(ts);
 }
@@ -54,7 +53,7 @@ static bool remove_installed(thread_streams *ts, jb_stream *stream)
         memmove(&stack->streams[i], &stack->streams[i + 1],
                 (stack->depth - i - 1) * sizeof *stack->streams);
         stack->depth--;
-        stream_release(stream);
+        jb__stream_release(stream);
         return true;
     }
     return false;
@@ -107,8 +106,13 @@ int jb__stream_check_process(const jb_stream *stream, const char *what)
     return JB_OK;
 }
 
+void jb__stream_retain(jb_stream *stream)
+{
+    atomic_fetch_add_explicit(&stream->refs, 1, memory_order_relaxed);
+}
+
 /* Drops a reference; the last one waits for the stream's work and destroys it. */
-static void stream_release(jb_stream *stream)
+void jb__stream_release(jb_stream *stream)
 {
     if (!stream || atomic_fetch_sub_explicit(&stream->refs, 1, memory_order_acq_rel) != 1)
         return;
@@ -138,7 +142,7 @@ void jb_stream_free(jb_stream *stream)
     /* A stream freed while installed on this thread must not stay its default. */
     while (this_thread_streams_tls && remove_installed(this_thread_streams_tls, stream))
         ;
-    stream_release(stream);
+    jb__stream_release(stream);
 }
 
 /* Lets go of the fired holds of every stream of `dev` (a failed query keeps that stream's). */

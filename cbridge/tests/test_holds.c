@@ -367,6 +367,47 @@ static void test_exiting_thread_lets_go_of_its_installation(void)
           (unsigned long long)after.live_bytes, (unsigned long long)before.live_bytes);
 }
 
+/* The bench's raw launcher keeps launching on the stream and input it was staged with: it holds
+ * both, so a caller who frees them (or drops the guard that installed the stream) leaves its
+ * steps nothing freed to use. A decoy of the input's size would take a freed input buffer. */
+static void test_raw_launcher_keeps_its_stream_and_inputs(void)
+{
+    const int64_t n = 256;
+    const char *in[] = {"inp"}, *out[] = {"out"};
+    jb_dtype f32[] = {JB_F32};
+    jb_kernel_spec spec = JB_KERNEL_SPEC_INIT;
+    spec.name = "holds_raw_plus_one";
+    spec.input_names = in, spec.input_dtypes = f32, spec.num_inputs = 1;
+    spec.output_names = out, spec.output_dtypes = f32, spec.num_outputs = 1;
+    spec.body = "out[thread_index()] = inp[thread_index()] + 1.0f;";
+    jb_custom_kernel *k = NULL;
+    CHECK_OK(jb_custom_kernel_new(&k, &spec));
+    jb_stream *stream;
+    CHECK_OK(jb_stream_new(&stream, dev));
+    CHECK_OK(jb_install_thread_local_default_stream(stream));
+    jb_array *x = filled(n, 4.0f);
+    const int64_t *shapes[] = {&n};
+    int ndims[] = {1};
+    jb_launch_shape shape = {{0, 0, 0}, {0, 0, 0}, (uint64_t)n};
+    jb_bench_raw_launcher *r = NULL;
+    CHECK_OK(jb_bench_raw_launcher_new(&r, k, &x, 1, NULL, 0, shapes, ndims, &shape));
+    CHECK_OK(jb_uninstall_thread_local_default_stream(stream));
+    jb_stream_free(stream);
+    jb_array_free(x);
+    jb_array *decoy = filled(n, -100.0f);
+    uint64_t launch_ns, wait_ns;
+    CHECK_OK(jb_bench_raw_launcher_step(r, NULL, 0, &launch_ns, &wait_ns));
+    float got[256];
+    CHECK_OK(jb_bench_raw_launcher_read(r, 0, got, sizeof got));
+    bool exact = true;
+    for (int i = 0; i < n; i++)
+        exact = exact && got[i] == 5.0f;
+    CHECK(exact, "a step after its input and stream were freed: %g, not 5", got[0]);
+    jb_bench_raw_launcher_free(r);
+    jb_array_free(decoy);
+    jb_custom_kernel_free(k);
+}
+
 int main(void)
 {
     const char *which = getenv("JITBRIDGE_TEST_DEVICE");
@@ -385,6 +426,7 @@ int main(void)
     test_exiting_thread_lets_go_of_its_installation();
     test_trim_lets_go_of_every_finished_hold();
     test_weights_count_once();
+    test_raw_launcher_keeps_its_stream_and_inputs();
     test_synchronize_beside_a_launch(jb_device_get_kind(dev) == JB_DEVICE_CPU ? 40000 : 4000000);
     return check_summary("test_holds");
 }

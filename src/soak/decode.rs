@@ -176,11 +176,7 @@ pub fn decode_loop(
     let mut host = vec![0f32; DECODE_N];
     let mut raw = match mode {
         DecodeMode::Raw => {
-            // SAFETY: `_guard` keeps `stream` installed, and both are dropped after `raw`.
-            let launcher = unsafe {
-                RawLauncher::new(kernel, &[&x], &[Scalar::F32(0.0)], &[&[DECODE_N]], shape)?
-            };
-            Some(launcher)
+            Some(RawLauncher::new(kernel, &[&x], &[Scalar::F32(0.0)], &[&[DECODE_N]], shape)?)
         }
         DecodeMode::Library => None,
     };
