@@ -419,6 +419,8 @@ void jb__test_sync_pause(jb_stream *stream);
 void jb__test_set_query_fault(bool fail);
 /* How many holds the stream keeps. */
 size_t jb__test_hold_count(jb_stream *stream);
+/* Called (stream.c) by the release that drops a stream's last reference, before it unlinks it. */
+void jb__test_set_unlink_pause(jb_test_pause_fn fn, void *ctx);
 /* Gives the source module another module name (and its hash): two sources meeting in one hash,
  * without searching for a real 64-bit collision. */
 void jb__test_set_source_module_name(jb_source_module *m, const char *module_name);

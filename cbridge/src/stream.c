@@ -111,6 +111,29 @@ void jb__stream_retain(jb_stream *stream)
     atomic_fetch_add_explicit(&stream->refs, 1, memory_order_relaxed);
 }
 
+#ifdef JB_TEST_HOOKS
+static _Atomic(jb_test_pause_fn) test_unlink_pause;
+static void *_Atomic test_unlink_pause_ctx;
+
+void jb__test_set_unlink_pause(jb_test_pause_fn fn, void *ctx)
+{
+    atomic_store(&test_unlink_pause_ctx, ctx);
+    atomic_store(&test_unlink_pause, fn);
+}
+
+static void unlink_pause(jb_stream *stream)
+{
+    jb_test_pause_fn fn = atomic_load(&test_unlink_pause);
+    if (fn)
+        fn(atomic_load(&test_unlink_pause_ctx), stream);
+}
+#else
+static void unlink_pause(jb_stream *stream)
+{
+    (void)stream;
+}
+#endif
+
 /* Drops a reference; the last one waits for the stream's work and destroys it. */
 void jb__stream_release(jb_stream *stream)
 {
@@ -119,6 +142,7 @@ void jb__stream_release(jb_stream *stream)
     if (!from_this_process(stream))
         return; /* its worker thread is the parent's: waiting or joining here would hang */
     jb_device *dev = stream->device;
+    unlink_pause(stream);
     pthread_mutex_lock(&dev->streams_mutex);
     if (stream->device_prev)
         stream->device_prev->device_next = stream->device_next;
@@ -145,14 +169,46 @@ void jb_stream_free(jb_stream *stream)
     jb__stream_release(stream);
 }
 
-/* Lets go of the fired holds of every stream of `dev` (a failed query keeps that stream's). */
+/* A reference on `stream` unless its last one is gone: a stream at 0 is being destroyed by
+ * another thread, which unlinks it under streams_mutex (held by the caller); an increment would
+ * bring it back and have it destroyed twice. */
+static bool retain_unless_dying(jb_stream *stream)
+{
+    unsigned refs = atomic_load_explicit(&stream->refs, memory_order_relaxed);
+    do {
+        if (refs == 0)
+            return false;
+    } while (!atomic_compare_exchange_weak_explicit(&stream->refs, &refs, refs + 1,
+                                                    memory_order_relaxed, memory_order_relaxed));
+    return true;
+}
+
+/* Lets go of the fired holds of every stream of `dev` (a failed query keeps that stream's). The
+ * queries are driver calls and each takes a stream's holds mutex: they run outside streams_mutex,
+ * on streams referenced under it a batch at a time, so stream creation and destruction on other
+ * threads never wait for the walk. */
 static void release_fired_holds(jb_device *dev)
 {
-    pthread_mutex_lock(&dev->streams_mutex);
-    for (jb_stream *s = dev->streams; s; s = s->device_next)
-        if (from_this_process(s)) /* a parent's stream's events may never fire here */
-            jb__stream_release_holds(s, false);
-    pthread_mutex_unlock(&dev->streams_mutex);
+    enum { BATCH = 32 };
+    jb_stream *batch[BATCH];
+    jb_stream *resume = NULL; /* referenced: the walk goes on after it, still linked */
+    do {
+        size_t n = 0;
+        pthread_mutex_lock(&dev->streams_mutex);
+        jb_stream *s = resume ? resume->device_next : dev->streams;
+        for (; s && n < BATCH; s = s->device_next)
+            if (from_this_process(s) /* a parent's stream's events may never fire here */
+                && retain_unless_dying(s))
+                batch[n++] = s;
+        pthread_mutex_unlock(&dev->streams_mutex);
+        jb__stream_release(resume);
+        resume = s ? batch[n - 1] : NULL; /* s: the batch filled up before the list's end */
+        for (size_t i = 0; i < n; i++) {
+            jb__stream_release_holds(batch[i], false);
+            if (batch[i] != resume)
+                jb__stream_release(batch[i]); /* maybe the last: destroys it */
+        }
+    } while (resume);
 }
 
 int jb__buffer_new(jb_device *dev, size_t bytes, jb_buffer **out)
