@@ -35,7 +35,8 @@ pub struct SourceModuleSpec<'a> {
 pub enum Arg<'a> {
     /// An array the entry only reads.
     In(&'a Array),
-    /// An array the entry writes: ready again once the entry has run.
+    /// An array the entry writes: the write waits for the kernels on other streams that still
+    /// read it; ready again once the entry has run.
     Out(&'a mut Array),
     /// A scalar by value.
     Scalar(Scalar),

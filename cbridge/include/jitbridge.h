@@ -463,7 +463,11 @@ typedef struct jb_source_module_spec {
 #define JB_SOURCE_MODULE_SPEC_INIT {.struct_size = sizeof(jb_source_module_spec)}
 
 /* One argument of a whole-source launch: `array` when not NULL, else `scalar`. An array the
- * entry writes must say so (`written`): its contents are then ready once the entry has run. */
+ * entry writes must say so (`written`): the write is then queued after the work that made the
+ * array and after every kernel on another stream that reads it (launched before this call as a
+ * custom kernel's input or a module's unwritten argument), and its contents are ready once the
+ * entry has run. Streams that did not read it since it was last made or written are not waited
+ * for (past 4 reading streams, every stream of the device is). */
 typedef struct jb_arg {
     jb_array *array;
     int written;
@@ -480,10 +484,11 @@ JB_API const char *jb_source_module_name(const jb_source_module *module);
  * Launches entry point `entry` with `args` on `stream` (NULL: the calling thread's default
  * stream of the arrays' device), building the module on first use. At least one array, or a
  * stream, says the device; every array must be on it. Arrays are used in place: the launch
- * waits for the work that produces each array, and each array marked `written` is ready once
- * the entry has run. Work on other streams that still reads a written array is not waited for:
- * order it first. Several threads may launch one module at once; an array written by a launch
- * must not be used by another thread during that call.
+ * waits for the work that produces each array, and, for each array marked `written`, for the
+ * kernels already launched on other streams that read it (write after read); that array is
+ * ready once the entry has run. The waits are queued on `stream`: the call does not block.
+ * Several threads may launch one module at once; an array written by a launch must not be used
+ * by another thread during that call.
  */
 JB_API jb_status jb_source_module_launch(jb_source_module *module, jb_stream *stream,
                                          const char *entry, const jb_arg *args, size_t num_args,

@@ -8,6 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Streams, other than the one that made its contents, an array remembers reading it. */
+#define ARRAY_READERS 4
+
 struct jb_array {
     jb_device *device;
     jb_dtype dtype;
@@ -16,6 +19,10 @@ struct jb_array {
     int64_t size;
     jb_buffer *buffer;
     jb_event *ready; /* NULL: nothing pending */
+    /* Who read the contents `ready` marks: a write on another stream must wait for them. */
+    atomic_bool read_where_made; /* read on `ready`'s own stream */
+    atomic_bool read_by_many;    /* more reading streams than slots: a write waits for all */
+    _Atomic uint64_t readers[ARRAY_READERS]; /* other reading streams' ids; 0: a free slot */
 };
 
 /* Each thread keeps a few freed array records and reuses them: a warm launch's output array
@@ -61,6 +68,66 @@ jb_buffer *jb__array_buffer(const jb_array *array)
 jb_event *jb__array_ready_event(const jb_array *array)
 {
     return array->ready;
+}
+
+/* A read on another stream than the contents' maker: remembered in a free slot, once. */
+static void note_reader(jb_array *array, uint64_t stream_id)
+{
+    if (atomic_load_explicit(&array->read_by_many, memory_order_relaxed))
+        return;
+    for (int i = 0; i < ARRAY_READERS; i++) {
+        uint64_t seen = atomic_load_explicit(&array->readers[i], memory_order_relaxed);
+        /* Several threads may read one array at once: a slot is taken by one of them. */
+        if (!seen && atomic_compare_exchange_strong_explicit(&array->readers[i], &seen, stream_id,
+                                                             memory_order_relaxed,
+                                                             memory_order_relaxed))
+            return;
+        if (seen == stream_id)
+            return;
+    }
+    atomic_store_explicit(&array->read_by_many, true, memory_order_relaxed);
+}
+
+jb_event *jb__array_ready_for_read(jb_array *array, const jb_stream *stream)
+{
+    jb_event *ready = array->ready;
+    if (ready && ready->stream_id == stream->id) {
+        /* The warm path on one stream: a load, and a store once per write. */
+        if (!atomic_load_explicit(&array->read_where_made, memory_order_relaxed))
+            atomic_store_explicit(&array->read_where_made, true, memory_order_relaxed);
+        return ready;
+    }
+    note_reader(array, stream->id);
+    return ready;
+}
+
+int jb__array_order_write(jb_array *array, jb_stream *stream)
+{
+    jb_device *dev = array->device;
+    jb_event *ready = array->ready;
+    uint64_t ids[ARRAY_READERS + 1];
+    size_t n = 0;
+    if (ready && ready->stream_id != stream->id) {
+        JB_FORWARD_IF_ERROR(dev->backend->stream_wait_event(dev, stream->native, ready->native));
+        if (atomic_load_explicit(&array->read_where_made, memory_order_relaxed))
+            ids[n++] = ready->stream_id;
+    }
+    for (int i = 0; i < ARRAY_READERS; i++) {
+        uint64_t id = atomic_load_explicit(&array->readers[i], memory_order_relaxed);
+        if (id && id != stream->id)
+            ids[n++] = id;
+    }
+    bool every = atomic_load_explicit(&array->read_by_many, memory_order_relaxed);
+    return n || every ? jb__stream_wait_for_readers(stream, ids, n, every) : JB_OK;
+}
+
+void jb__array_written(jb_array *array, jb_event *done)
+{
+    atomic_store_explicit(&array->read_where_made, false, memory_order_relaxed);
+    atomic_store_explicit(&array->read_by_many, false, memory_order_relaxed);
+    for (int i = 0; i < ARRAY_READERS; i++)
+        atomic_store_explicit(&array->readers[i], 0, memory_order_relaxed);
+    jb__array_set_ready(array, done);
 }
 
 void jb__array_set_ready(jb_array *array, jb_event *ready)

@@ -206,6 +206,18 @@ int jb__stream_wait(jb_stream *stream)
     return release_holds(stream, RELEASE_WAITED, before);
 }
 
+jb_event *jb__stream_newest_hold_event(jb_stream *stream)
+{
+    jb_event *newest = NULL;
+    pthread_mutex_lock(&stream->holds_mutex);
+    if (stream->holds_count) {
+        newest = hold_at(stream, stream->holds_count - 1)->done;
+        jb__event_retain(newest);
+    }
+    pthread_mutex_unlock(&stream->holds_mutex);
+    return newest;
+}
+
 /* Makes room for one more hold in the stream's ring (under its mutex). */
 static bool holds_reserve(jb_stream *stream)
 {

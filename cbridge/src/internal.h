@@ -352,6 +352,9 @@ int jb__stream_check_process(const jb_stream *stream, const char *what);
 void jb__stream_retain(jb_stream *stream);
 /* Drops a reference; the last one waits for the stream's work and destroys it. */
 void jb__stream_release(jb_stream *stream);
+/* Makes `waiter` wait for the work queued so far on the device's streams named in `ids` (all
+ * but `waiter` when `every`); streams gone are done. */
+int jb__stream_wait_for_readers(jb_stream *waiter, const uint64_t *ids, size_t n, bool every);
 
 /* ---- buffers (buffer.c) ---- */
 typedef struct jb_buffer {
@@ -405,6 +408,9 @@ int jb__stream_release_holds(jb_stream *stream, bool all);
 /* Waits for the stream's work, then releases the holds added before the wait began (another
  * thread's launch during the wait keeps its hold). Returns the wait's status. */
 int jb__stream_wait(jb_stream *stream);
+/* The event of the stream's newest hold (a reference for the caller), which fires once the
+ * stream's work that holds buffers so far is done; NULL when nothing is held: that work is done. */
+jb_event *jb__stream_newest_hold_event(jb_stream *stream);
 
 /* ---- test hooks (holds.c): compiled only with JB_TEST_HOOKS, never into a normal build ---- */
 #ifdef JB_TEST_HOOKS
@@ -439,6 +445,15 @@ jb_event *jb__array_ready_event(const jb_array *array);
 int jb__array_wrap(jb_array **out, jb_buffer *buf, jb_dtype dtype, const int64_t *shape, int ndim,
                    jb_event *ready);
 void jb__array_set_ready(jb_array *array, jb_event *ready);
+/* The array's ready event for a kernel that reads it on `stream`, noting the read: a later
+ * write on another stream waits for it (jb__array_order_write). On the stream that made the
+ * contents this costs a load; reads on others fill a few slots, then mark "read everywhere". */
+jb_event *jb__array_ready_for_read(jb_array *array, const jb_stream *stream);
+/* Orders a write of the array on `stream` after the work that made it and after every read
+ * on another stream since (write after read): waits queued on `stream`, nothing blocks. */
+int jb__array_order_write(jb_array *array, jb_stream *stream);
+/* The write is queued and `done` marks its end (ownership passes): new contents, no reads. */
+void jb__array_written(jb_array *array, jb_event *done);
 
 /* ---- the disk cache's folder (disk_dir.c) ---- */
 struct stat;

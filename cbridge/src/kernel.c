@@ -303,7 +303,7 @@ int jb__launch_begin(jb_staged_launch *l, jb_custom_kernel *k, jb_stream *stream
         l->outputs[i] = NULL, l->ready[i] = NULL;
     int status = JB_OK;
     for (size_t i = 0; i < num_inputs; i++) {
-        jb_event *input_ready = jb__array_ready_event(inputs[i]);
+        jb_event *input_ready = jb__array_ready_for_read(inputs[i], l->stream);
         /* Work queued on this same stream is ordered already; only other streams need a wait. */
         if (input_ready && input_ready->stream_id != l->stream->id &&
             (status = dev->backend->stream_wait_event(dev, l->stream->native,

@@ -241,11 +241,15 @@ jb_status jb_source_module_launch(jb_source_module *m, jb_stream *stream, const 
             memcpy(slot, &args[i].scalar.value, jb_dtype_size(args[i].scalar.dtype));
             continue;
         }
-        jb_event *ready = jb__array_ready_event(args[i].array);
-        /* Work queued on this same stream is ordered already; only other streams need a wait. */
-        if (ready && ready->stream_id != stream->id)
-            JB_FORWARD_IF_ERROR(
-                dev->backend->stream_wait_event(dev, stream->native, ready->native));
+        if (args[i].written) { /* after its maker, and after its readers on other streams */
+            JB_FORWARD_IF_ERROR(jb__array_order_write(args[i].array, stream));
+        } else {
+            jb_event *ready = jb__array_ready_for_read(args[i].array, stream);
+            /* Work queued on this same stream is ordered already; others need a wait. */
+            if (ready && ready->stream_id != stream->id)
+                JB_FORWARD_IF_ERROR(
+                    dev->backend->stream_wait_event(dev, stream->native, ready->native));
+        }
         buffers[num_buffers] = jb__array_buffer(args[i].array);
         memcpy(slot, &buffers[num_buffers]->ptr, sizeof(void *));
         num_buffers++;
@@ -265,7 +269,7 @@ jb_status jb_source_module_launch(jb_source_module *m, jb_stream *stream, const 
     for (size_t i = 0; i < num_args; i++)
         if (args[i].array && args[i].written) {
             jb__event_retain(done);
-            jb__array_set_ready(args[i].array, done);
+            jb__array_written(args[i].array, done);
         }
     jb__event_release(done);
     return JB_OK;

@@ -142,6 +142,8 @@ void jb__stream_release(jb_stream *stream)
     if (!from_this_process(stream))
         return; /* its worker thread is the parent's: waiting or joining here would hang */
     jb_device *dev = stream->device;
+    /* Listed until its work is done: a write on another stream may still wait for a read here. */
+    dev->backend->stream_synchronize(dev, stream->native);
     unlink_pause(stream);
     pthread_mutex_lock(&dev->streams_mutex);
     if (stream->device_prev)
@@ -151,7 +153,6 @@ void jb__stream_release(jb_stream *stream)
     if (stream->device_next)
         stream->device_next->device_prev = stream->device_prev;
     pthread_mutex_unlock(&dev->streams_mutex);
-    dev->backend->stream_synchronize(dev, stream->native);
     jb__stream_release_holds(stream, true);
     dev->backend->stream_destroy(dev, stream->native);
     pthread_mutex_destroy(&stream->holds_mutex);
@@ -167,6 +168,49 @@ void jb_stream_free(jb_stream *stream)
     while (this_thread_streams_tls && remove_installed(this_thread_streams_tls, stream))
         ;
     jb__stream_release(stream);
+}
+
+int jb__stream_wait_for_readers(jb_stream *waiter, const uint64_t *ids, size_t n, bool every)
+{
+    enum { STACK_EVENTS = 16 };
+    jb_event *stack_events[STACK_EVENTS], **events = stack_events;
+    size_t count = 0, capacity = STACK_EVENTS;
+    jb_device *dev = waiter->device;
+    int status = JB_OK;
+    /* The events are taken under streams_mutex, which keeps a stream being destroyed (its work
+     * still running) linked; the waits, driver calls, are queued after it is let go. */
+    pthread_mutex_lock(&dev->streams_mutex);
+    for (jb_stream *s = dev->streams; s; s = s->device_next) {
+        bool wanted = every;
+        for (size_t i = 0; !wanted && i < n; i++)
+            wanted = s->id == ids[i];
+        /* A parent's stream has no worker here: its work never ends in this process. */
+        if (!wanted || s == waiter || !from_this_process(s))
+            continue;
+        if (count == capacity) {
+            jb_event **grown = malloc(2 * capacity * sizeof *grown);
+            if (!grown) {
+                status = jb__fail(JB_ERR_OUT_OF_MEMORY, "no memory to wait for %zu streams",
+                                  2 * capacity);
+                break;
+            }
+            memcpy(grown, events, count * sizeof *grown);
+            if (events != stack_events)
+                free(events);
+            events = grown, capacity *= 2;
+        }
+        if ((events[count] = jb__stream_newest_hold_event(s)) != NULL)
+            count++;
+    }
+    pthread_mutex_unlock(&dev->streams_mutex);
+    for (size_t i = 0; i < count; i++) {
+        if (status == JB_OK)
+            status = dev->backend->stream_wait_event(dev, waiter->native, events[i]->native);
+        jb__event_release(events[i]);
+    }
+    if (events != stack_events)
+        free(events);
+    return status;
 }
 
 /* A reference on `stream` unless its last one is gone: a stream at 0 is being destroyed by
