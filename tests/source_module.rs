@@ -5,8 +5,8 @@
 mod common;
 
 use jitbridge::{
-    Arg, Array, Bf16, CompileOptions, Counters, DType, Device, ErrorCode, LaunchShape, Scalar,
-    SourceModule, SourceModuleSpec, Stream, streams,
+    Arg, Array, Bf16, CompileOptions, Counters, CustomKernel, DType, Device, ErrorCode, KernelSpec,
+    LaunchShape, Scalar, SourceModule, SourceModuleSpec, Stream, streams,
 };
 
 const CPU_SOURCE: &str = r#"
@@ -215,6 +215,61 @@ fn cpu_first_launch_from_many_threads() {
 #[test]
 fn gpu_first_launch_from_many_threads() {
     first_launch_from_many_threads(Device::gpu(0).unwrap());
+}
+
+/// A slow kernel reads `x` on stream A, then a module entry writes `x` in place on stream B: the
+/// write waits for the reader (write after read), which sees `x` as it was. The reader's spin
+/// comes before its read, so without that wait the write lands while it still spins.
+fn write_waits_for_a_reader_on_another_stream(device: Device) {
+    let _turn = common::serial();
+    let m = module("2.0f");
+    let reader = CustomKernel::new(&KernelSpec {
+        name: "slow_read_then_copy",
+        inputs: &[("x", DType::F32)],
+        outputs: &[("y", DType::F32)],
+        scalars: &[("spins", DType::I64)],
+        body: "volatile float acc = 0.0f; \
+               for (i64 s = 0; s < spins; s++) acc = acc + 1.0f; \
+               y[thread_index()] = x[thread_index()] + (acc - (float)spins);",
+        ..Default::default()
+    })
+    .unwrap();
+    let cpu = device.kind() == jitbridge::DeviceKind::Cpu;
+    let (n, spins) = if cpu { (2048usize, 20_000i64) } else { (1 << 16, 2_000_000) };
+    let (a, b) = (Stream::new(device).unwrap(), Stream::new(device).unwrap());
+    for round in 0..3 {
+        // Made on the default stream (round 0), on the reader's (1), on the writer's (2).
+        let maker = [None, Some(&a), Some(&b)][round];
+        let _made_on = maker.map(|s| streams::install_thread_local_default_stream(s).unwrap());
+        let mut x = Array::from_slice(device, &vec![1.0f32; n], &[n]).unwrap();
+        drop(_made_on);
+        let y = reader
+            .launch_on(&a, &[&x], &[Scalar::I64(spins)], &[&[n]], LaunchShape::Threads(n))
+            .unwrap()
+            .remove(0);
+        m.launch_on(
+            &b,
+            "slow_fill",
+            &mut [Arg::Out(&mut x), 7.0f32.into(), Scalar::I64(0).into()],
+            LaunchShape::Threads(n),
+        )
+        .unwrap();
+        let ys = y.to_vec::<f32>().unwrap();
+        let late = ys.iter().filter(|&&v| v != 1.0).count();
+        assert_eq!(late, 0, "round {round}: {late} of {n} reads saw the later write");
+        assert!(x.to_vec::<f32>().unwrap().iter().all(|&v| v == 7.0), "round {round}: the write");
+    }
+}
+
+#[test]
+fn cpu_write_waits_for_a_reader_on_another_stream() {
+    write_waits_for_a_reader_on_another_stream(Device::cpu().unwrap());
+}
+
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+#[test]
+fn gpu_write_waits_for_a_reader_on_another_stream() {
+    write_waits_for_a_reader_on_another_stream(Device::gpu(0).unwrap());
 }
 
 #[test]
