@@ -277,7 +277,9 @@ impl Array {
         Ok(Array { raw })
     }
 
-    /// Blocks until the work that produces this array has finished.
+    /// Blocks until the work that produces this array has finished. Launches record their event
+    /// lazily: the first wait for an array with newer work queued behind it on its stream also
+    /// waits for that work; from then on that stream records each launch's event at once.
     pub fn eval(&self) -> Result<(), Error> {
         // SAFETY: `raw` is live; eval only waits.
         check(unsafe { ffi::jb_array_eval(self.raw) })

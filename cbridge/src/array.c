@@ -103,12 +103,11 @@ jb_event *jb__array_ready_for_read(jb_array *array, const jb_stream *stream)
 
 int jb__array_order_write(jb_array *array, jb_stream *stream)
 {
-    jb_device *dev = array->device;
     jb_event *ready = array->ready;
     uint64_t ids[ARRAY_READERS + 1];
     size_t n = 0;
     if (ready && ready->stream_id != stream->id) {
-        JB_FORWARD_IF_ERROR(dev->backend->stream_wait_event(dev, stream->native, ready->native));
+        JB_FORWARD_IF_ERROR(jb__event_order_before(ready, stream));
         if (atomic_load_explicit(&array->read_where_made, memory_order_relaxed))
             ids[n++] = ready->stream_id;
     }
@@ -201,7 +200,7 @@ jb_status jb_array_from_host(jb_array **out, jb_device *device, jb_dtype dtype,
         goto done;
     /* The copy may still write into the buffer: it must not go idle before the copy is done. */
     if ((status = jb__event_acquire(device, &ready)) != JB_OK ||
-        (status = jb__stream_record_hold(stream, &ready, 1, &buf, bytes > 0)) != JB_OK)
+        (status = jb__stream_record_hold(stream, ready, &buf, bytes > 0)) != JB_OK)
         goto done;
     return jb__array_wrap(out, buf, dtype, shape, ndim, ready);
 done:
@@ -290,8 +289,7 @@ jb_status jb_array_eval(jb_array *array)
 {
     JB_RETURN_IF(!array, JB_ERR_INVALID_ARGUMENT, "jb_array_eval: array is NULL");
     if (array->ready)
-        JB_FORWARD_IF_ERROR(
-            array->device->backend->event_synchronize(array->device, array->ready->native));
+        JB_FORWARD_IF_ERROR(jb__event_synchronize(array->ready));
     return JB_OK;
 }
 

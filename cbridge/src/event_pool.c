@@ -138,11 +138,3 @@ static void pool_put(jb_event *event)
         free(event);
     }
 }
-
-int jb__event_record(jb_event *event, jb_stream *stream)
-{
-    JB_FORWARD_IF_ERROR(
-        event->device->backend->event_record(event->device, event->native, stream->native));
-    event->stream_id = stream->id;
-    return JB_OK;
-}

@@ -1,12 +1,19 @@
 /*
  * Holds: the buffers that a stream's queued work still uses, kept in a ring per stream, oldest
- * first, and released in the stream's order as that work finishes. A launch records its event and
- * adds its hold in one step under the stream's lock, so holds sit in the ring in the stream's
- * order whatever other threads launch on it. Holds are stored by value, so a warm launch's hold
- * costs no allocation. Also the test hooks that make those steps' interleaving deterministic.
+ * first, and released in the stream's order as that work finishes. A launch adds its hold in one
+ * step under the stream's lock, so holds sit in the ring in the stream's order whatever other
+ * threads launch on it. Holds are stored by value, so a warm launch's hold costs no allocation.
+ *
+ * Each hold's event (an array's "ready" event too) is recorded lazily: only when a host wait,
+ * another stream or a look at the holds needs it, since a record costs a tenth of a launch. A
+ * late record also waits for the work queued after the event's; a stream whose reader needed
+ * an event with newer work behind it records every event at once from then on.
+ *
+ * Also the test hooks that make those steps' interleaving deterministic.
  */
 #include "internal.h"
 
+#include <sched.h>
 #include <stdlib.h>
 
 #ifdef JB_TEST_HOOKS
@@ -57,6 +64,85 @@ size_t jb__test_hold_count(jb_stream *stream)
 }
 #endif
 
+static int event_state(const jb_event *event)
+{
+    return atomic_load_explicit(&event->state, memory_order_acquire);
+}
+
+/* Records a pending event on its stream now: behind its work, and behind whatever was queued
+ * after it. `stream_locked`: the caller holds the stream's holds mutex (a look), and leaves an
+ * event that another thread is recording to that thread. */
+static int event_record_now(jb_event *event, bool stream_locked)
+{
+    int state = JB_EVENT_PENDING;
+    while (!atomic_compare_exchange_weak_explicit(&event->state, &state, JB_EVENT_RECORDING,
+                                                  memory_order_acquire, memory_order_acquire)) {
+        if (state == JB_EVENT_RECORDED || state == JB_EVENT_DONE ||
+            (state == JB_EVENT_RECORDING && stream_locked))
+            return JB_OK;
+        if (state == JB_EVENT_RECORDING)
+            sched_yield();
+        state = JB_EVENT_PENDING;
+    }
+    /* While it is recording, the stream's destruction waits for it (event_done). */
+    jb_stream *stream = event->stream;
+    jb_device *dev = event->device;
+    int status;
+    if (stream->generation != atomic_load_explicit(&jb__fork_generation, memory_order_relaxed)) {
+        status = jb__fail(JB_ERR_INVALID_ARGUMENT,
+                          "the array's work was queued before this process forked, and nothing "
+                          "waited for it there: a forked child cannot know when it ends (wait "
+                          "for arrays before fork)");
+    } else {
+        if (!stream_locked) {
+            pthread_mutex_lock(&stream->holds_mutex);
+            if (event->hold_seq + 1 != stream->holds_next_seq)
+                stream->eager_events = true;
+        }
+        status = dev->backend->event_record(dev, event->native, stream->native);
+        if (!stream_locked)
+            pthread_mutex_unlock(&stream->holds_mutex);
+    }
+    atomic_store_explicit(&event->state, status == JB_OK ? JB_EVENT_RECORDED : JB_EVENT_PENDING,
+                          memory_order_release);
+    return status;
+}
+
+/* The event's work is done: a pending event never needs recording. Waits out a record in
+ * progress, whose stream must outlive it. */
+static void event_done(jb_event *event)
+{
+    int state = JB_EVENT_PENDING;
+    while (!atomic_compare_exchange_weak_explicit(&event->state, &state, JB_EVENT_DONE,
+                                                  memory_order_release, memory_order_acquire)) {
+        if (state == JB_EVENT_RECORDED || state == JB_EVENT_DONE)
+            return;
+        if (state == JB_EVENT_RECORDING)
+            sched_yield();
+        state = JB_EVENT_PENDING;
+    }
+}
+
+int jb__event_synchronize(jb_event *event)
+{
+    JB_FORWARD_IF_ERROR(event_record_now(event, false));
+    if (event_state(event) == JB_EVENT_DONE)
+        return JB_OK;
+    return event->device->backend->event_synchronize(event->device, event->native);
+}
+
+int jb__event_order_before(jb_event *event, jb_stream *stream)
+{
+    /* Work queued on this same stream is ordered already; only other streams need a wait. */
+    if (event->stream_id == stream->id || event_state(event) == JB_EVENT_DONE)
+        return JB_OK;
+    JB_FORWARD_IF_ERROR(event_record_now(event, false));
+    if (event_state(event) == JB_EVENT_DONE)
+        return JB_OK;
+    return stream->device->backend->stream_wait_event(stream->device, stream->native,
+                                                      event->native);
+}
+
 /* ...or sooner, once the new holds keep this many bytes: bounds what finished work keeps from
  * reuse. A buffer counts once per allocation: a kernel's weights, held by every launch, would
  * otherwise make every launch look (a driver call). */
@@ -92,6 +178,7 @@ static void holds_free(jb_hold *holds, size_t n)
             }
             chunk[count++] = buffers[i];
         }
+        event_done(holds[h].done);
         jb__event_release(holds[h].done);
         free(holds[h].more);
     }
@@ -109,17 +196,25 @@ static int hold_fired(jb_device *dev, const jb_hold *hold)
     if (atomic_load(&test_query_fault))
         return -jb__fail(JB_ERR_BACKEND, "test hook: the event query failed (a faulted device)");
 #endif
-    return dev->backend->event_query(dev, hold->done->native);
+    switch (event_state(hold->done)) {
+    case JB_EVENT_DONE:
+        return 1;
+    case JB_EVENT_RECORDED:
+        return dev->backend->event_query(dev, hold->done->native);
+    default:
+        return 0; /* not recorded (yet): its end is unknown */
+    }
 }
 
-/* Counts the oldest holds whose events have fired (under the stream's mutex, count > 0). Work on
- * one stream finishes in order, so "fired" holds for every hold older than one that fired. A
- * query is a driver call on the launch path, so the newest hold that was already there at the
- * previous look, most likely fired, is asked first and when it fired releases those older holds
- * alone: one query per look, the newer holds going with the next one. Otherwise (or with no
- * older hold, or `every`: a trim or a refused allocation wants all that finished) ask the
- * newest, else search for the newest that fired. A failed query (a faulted device) counts
- * nothing as fired: its status is returned, the work's end being unknown. */
+/* Counts the oldest holds whose work is done (under the stream's mutex, count > 0). Work on one
+ * stream finishes in order, so "done" holds for every hold older than one that fired. A look
+ * records the newest hold's event, so the next look has one to ask: that one, most likely
+ * fired, is asked first and when it fired releases those older holds alone: one record and one
+ * query per look, the newer holds going with the next look. Otherwise search for the newest
+ * that fired; an event not recorded counts as not fired. `every` (a trim or a refused
+ * allocation wants all that finished) first asks whether the stream is idle. A failed query (a
+ * faulted device) counts nothing as fired: its status is returned, the work's end being
+ * unknown. */
 static int holds_fired(jb_stream *stream, bool every, size_t *out)
 {
     jb_device *dev = stream->device;
@@ -130,6 +225,16 @@ static int holds_fired(jb_stream *stream, bool every, size_t *out)
                        : 0; /* holds that were there at the previous look */
     stream->holds_looked_seq = stream->holds_next_seq;
     *out = 0;
+    if (every) {
+        int idle = dev->backend->stream_query(dev, stream->native);
+        if (idle < 0)
+            return -idle;
+        if (idle) {
+            *out = count;
+            return JB_OK;
+        }
+    }
+    JB_FORWARD_IF_ERROR(event_record_now(hold_at(stream, count - 1)->done, true));
     int fired_now;
     size_t guess = older && !every ? older - 1 : count - 1;
     if ((fired_now = hold_fired(dev, hold_at(stream, guess))) < 0)
@@ -236,9 +341,10 @@ static bool holds_reserve(jb_stream *stream)
     return true;
 }
 
-int jb__stream_record_hold(jb_stream *stream, jb_event *const *events, size_t num_events,
-                           jb_buffer *const *buffers, size_t count)
+int jb__stream_record_hold(jb_stream *stream, jb_event *done, jb_buffer *const *buffers,
+                           size_t count)
 {
+    jb_device *dev = stream->device;
     jb_buffer **more = count > HOLD_INLINE_BUFFERS ? malloc(count * sizeof *more) : NULL;
     bool have_memory = count <= HOLD_INLINE_BUFFERS || more;
     size_t bytes = 0;
@@ -248,18 +354,22 @@ int jb__stream_record_hold(jb_stream *stream, jb_event *const *events, size_t nu
             bytes += buffers[i]->capacity;
         }
     }
-    /* Record and hold in one step: another thread's record between them would put its hold
+    /* The event's place and the hold in one step: another thread's hold between them would sit
      * ahead of ours in the ring while its work runs after ours on the stream. */
     pthread_mutex_lock(&stream->holds_mutex);
-    int status = JB_OK;
-    for (size_t i = 0; status == JB_OK && i < num_events; i++)
-        status = jb__event_record(events[i], stream);
+    done->stream = stream;
+    done->stream_id = stream->id;
+    done->hold_seq = stream->holds_next_seq;
+    bool record_now = !count || stream->eager_events; /* without a hold, no look records it */
+    int status = record_now ? dev->backend->event_record(dev, done->native, stream->native) : JB_OK;
+    atomic_store_explicit(&done->state, record_now ? JB_EVENT_RECORDED : JB_EVENT_PENDING,
+                          memory_order_relaxed);
     JB_TEST_PAUSE(stream);
     bool room = status == JB_OK && count && have_memory && holds_reserve(stream);
     if (room) {
         jb_hold *hold = hold_at(stream, stream->holds_count);
-        hold->done = events[num_events - 1];
-        jb__event_retain(hold->done);
+        hold->done = done;
+        jb__event_retain(done);
         hold->count = count;
         hold->more = more;
         jb_buffer **kept = hold_buffers(hold);
@@ -283,7 +393,9 @@ int jb__stream_record_hold(jb_stream *stream, jb_event *const *events, size_t nu
     if (!room) {
         /* No memory to remember the hold: wait, then nothing needs holding. */
         free(more);
-        return jb__stream_wait(stream);
+        JB_FORWARD_IF_ERROR(jb__stream_wait(stream));
+        event_done(done);
+        return JB_OK;
     }
     return release_now ? release_holds(stream, RELEASE_GUESS, 0) : JB_OK;
 }

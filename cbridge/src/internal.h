@@ -235,6 +235,9 @@ struct jb_backend {
     int (*stream_create)(jb_device *dev, void **out_stream);
     void (*stream_destroy)(jb_device *dev, void *stream);
     int (*stream_synchronize)(jb_device *dev, void *stream);
+    /* 1 once every piece of work queued on the stream so far is done, 0 while some runs; a
+     * negative status (the error set) when the query fails. */
+    int (*stream_query)(jb_device *dev, void *stream);
     int (*stream_wait_event)(jb_device *dev, void *stream, void *event);
     int (*event_create)(jb_device *dev, void **out_event);
     void (*event_destroy)(jb_device *dev, void *event);
@@ -310,18 +313,34 @@ struct jb_device {
     struct jb_stream *streams;
 };
 
-/* ---- events (event_pool.c) ---- */
+/* ---- events (event_pool.c; their states, holds.c) ---- */
+/* Where an event stands. A launch's event starts pending: it is recorded on the stream only when
+ * something needs it (a wait by the host or by another stream, a look at the holds), since a
+ * record is a driver call that costs as much as a tenth of the launch. */
+typedef enum jb_event_state {
+    JB_EVENT_PENDING,   /* not recorded: the work is queued on `stream`, its end unknown */
+    JB_EVENT_RECORDING, /* one thread records it now; others wait for that to end */
+    JB_EVENT_RECORDED,  /* recorded on `stream` after the work: the driver knows its end */
+    JB_EVENT_DONE,      /* the work is known done (its hold was released); never recorded */
+} jb_event_state;
+
 struct jb_event {
     jb_device *device;
     void *native;
-    uint64_t stream_id; /* the stream of the last record: waits on that same stream are free */
+    uint64_t stream_id; /* the work's stream: waits on that same stream are free */
+    jb_stream *stream;  /* the work's stream, used only while pending (its hold keeps it alive) */
+    uint64_t hold_seq;  /* the stream's holds_next_seq before the work's hold went in */
+    _Atomic int state;  /* a jb_event_state */
     atomic_bool in_use; /* set while handed out: catches an event given to two owners */
     atomic_uint refs;   /* owners: an array, and the stream's hold on that work's buffers */
 };
 int jb__event_acquire(jb_device *dev, jb_event **out);
-int jb__event_record(jb_event *event, jb_stream *stream);
 void jb__event_retain(jb_event *event);
 void jb__event_release(jb_event *event);
+/* Waits on the host until the event's work is done. */
+int jb__event_synchronize(jb_event *event);
+/* Makes `stream`'s later work wait for the event's (nothing when it is that stream's, or done). */
+int jb__event_order_before(jb_event *event, jb_stream *stream);
 void jb__event_pool_init(jb_event_pool *pool);
 
 /* ---- streams (stream.c) ---- */
@@ -342,6 +361,9 @@ struct jb_stream {
     uint64_t holds_looked_seq; /* holds_next_seq at the last look at which fired */
     unsigned holds_since_release;
     size_t holds_bytes_since_release;
+    /* Record each hold's event at once: set when a reader needed an event with newer work
+     * queued behind it, which a late record would make it wait for too. */
+    bool eager_events;
     jb_stream *device_prev, *device_next; /* the device's streams, under its streams_mutex */
 };
 /* The calling thread's default stream for `dev`, created on first use. */
@@ -394,13 +416,14 @@ void jb__memory_counters_reset(void);
 /* A stream looks whether its holds fired once per this many new holds: a query is a driver call
  * (1.3-1.6 us on an H200), so a warm launch pays for 1/64 of one. */
 #define JB_HOLDS_PER_LOOK 64
-/* Records `events` on `stream` and keeps `count` buffers (none: no hold) alive until the last of
- * them fires, in one step under the stream's lock, so that holds sit in the ring in the stream's
- * order whatever other threads launch on it. Also releases earlier holds that fired. A failed
- * record is returned with nothing held; a failed event query (after the hold is in) is returned
- * with every hold kept. */
-int jb__stream_record_hold(jb_stream *stream, jb_event *const *events, size_t num_events,
-                           jb_buffer *const *buffers, size_t count);
+/* Keeps `count` buffers (none: no hold) alive until the work queued on `stream` so far is done,
+ * marked by `done` (acquired, not recorded: it is recorded when needed, or at once without a
+ * hold or on an eager stream), in one step under the stream's lock, so that holds sit in the
+ * ring in the stream's order whatever other threads launch on it. Also releases earlier holds
+ * that are done. A failed record is returned with nothing held; a failed query (after the hold
+ * is in) is returned with every hold kept. */
+int jb__stream_record_hold(jb_stream *stream, jb_event *done, jb_buffer *const *buffers,
+                           size_t count);
 /* Releases the stream's holds whose events have fired; all of them when `all` (the stream has
  * been synchronized and no other thread can launch on it: it is being destroyed). A failed
  * event query keeps every hold and is returned. */
@@ -414,7 +437,7 @@ jb_event *jb__stream_newest_hold_event(jb_stream *stream);
 
 /* ---- test hooks (holds.c): compiled only with JB_TEST_HOOKS, never into a normal build ---- */
 #ifdef JB_TEST_HOOKS
-/* Called by each launch between recording its events and registering its hold, on `stream`. */
+/* Called by each launch between its event and registering its hold, on `stream`. */
 typedef void (*jb_test_pause_fn)(void *ctx, jb_stream *stream);
 void jb__test_set_pause(jb_test_pause_fn fn, void *ctx);
 void jb__test_pause(jb_stream *stream);
@@ -625,7 +648,7 @@ typedef struct jb_staged_launch {
     jb_buffer *buffers[JB_KERNEL_MAX_ARRAYS];
     size_t num_outputs;
     jb_array *outputs[JB_KERNEL_MAX_ARRAYS];
-    jb_event *ready[JB_KERNEL_MAX_ARRAYS]; /* per output, recorded after the launch */
+    jb_event *ready[JB_KERNEL_MAX_ARRAYS]; /* per output: one event, marking the kernel's end */
 } jb_staged_launch;
 /* Checks the arguments, builds and configures the module, makes the outputs and orders the
  * inputs' pending work before the launch. On failure nothing stays staged. */
@@ -635,7 +658,7 @@ int jb__launch_begin(jb_staged_launch *launch, jb_custom_kernel *k, jb_stream *s
                      const int *output_ndims, const jb_launch_shape *shape);
 /* Queues the staged kernel on its stream; may be called more than once (the bench does). */
 int jb__launch_issue(const jb_staged_launch *launch);
-/* With `status` JB_OK: records the outputs' events, holds every buffer until the kernel is done
+/* With `status` JB_OK: gives the outputs their event, holds every buffer until the kernel is done
  * and hands the outputs to `outputs`. Otherwise waits for the stream and frees what was staged;
  * returns the status. */
 int jb__launch_end(jb_staged_launch *launch, int status, jb_array **outputs);

@@ -304,24 +304,27 @@ int jb__launch_begin(jb_staged_launch *l, jb_custom_kernel *k, jb_stream *stream
     int status = JB_OK;
     for (size_t i = 0; i < num_inputs; i++) {
         jb_event *input_ready = jb__array_ready_for_read(inputs[i], l->stream);
-        /* Work queued on this same stream is ordered already; only other streams need a wait. */
-        if (input_ready && input_ready->stream_id != l->stream->id &&
-            (status = dev->backend->stream_wait_event(dev, l->stream->native,
-                                                      input_ready->native)) != JB_OK)
+        if (input_ready && (status = jb__event_order_before(input_ready, l->stream)) != JB_OK)
             goto done;
         l->buffers[i] = jb__array_buffer(inputs[i]);
         l->pointers[i] = l->buffers[i]->ptr;
         l->sizes[i] = (uint64_t)jb_array_size(inputs[i]);
     }
+    /* One event marks the kernel's end for every output. */
+    jb_event *end;
+    if ((status = jb__event_acquire(dev, &end)) != JB_OK)
+        goto done;
     for (size_t i = 0; i < k->num_outputs; i++) {
+        if (i)
+            jb__event_retain(end);
+        l->ready[i] = end;
         size_t bytes = jb_dtype_size(k->output_dtypes[i]);
         for (int d = 0; d < output_ndims[i]; d++)
             bytes *= (size_t)output_shapes[i][d];
         jb_buffer *buf;
         if ((status = jb__buffer_new(dev, bytes, &buf)) != JB_OK ||
             (status = jb__array_wrap(&l->outputs[i], buf, k->output_dtypes[i], output_shapes[i],
-                                     output_ndims[i], NULL)) != JB_OK ||
-            (status = jb__event_acquire(dev, &l->ready[i])) != JB_OK)
+                                     output_ndims[i], NULL)) != JB_OK)
             goto done;
         l->buffers[num_inputs + i] = buf;
         l->pointers[num_inputs + i] = buf->ptr;
@@ -341,11 +344,10 @@ int jb__launch_issue(const jb_staged_launch *l)
 
 int jb__launch_end(jb_staged_launch *l, int status, jb_array **outputs)
 {
-    /* The last output's event marks the kernel's end: until it fires, every buffer the kernel
-     * uses stays held, whoever frees its array. */
+    /* The outputs' event marks the kernel's end: until then every buffer the kernel uses stays
+     * held, whoever frees its array. */
     if (status == JB_OK)
-        status = jb__stream_record_hold(l->stream, l->ready, l->num_outputs, l->buffers,
-                                        l->args.count);
+        status = jb__stream_record_hold(l->stream, l->ready[0], l->buffers, l->args.count);
     if (status != JB_OK) {
         /* Queued or not, nothing may reuse these buffers before the stream is past them. */
         l->dev->backend->stream_synchronize(l->dev, l->stream->native);

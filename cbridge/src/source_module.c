@@ -245,10 +245,8 @@ jb_status jb_source_module_launch(jb_source_module *m, jb_stream *stream, const 
             JB_FORWARD_IF_ERROR(jb__array_order_write(args[i].array, stream));
         } else {
             jb_event *ready = jb__array_ready_for_read(args[i].array, stream);
-            /* Work queued on this same stream is ordered already; others need a wait. */
-            if (ready && ready->stream_id != stream->id)
-                JB_FORWARD_IF_ERROR(
-                    dev->backend->stream_wait_event(dev, stream->native, ready->native));
+            if (ready)
+                JB_FORWARD_IF_ERROR(jb__event_order_before(ready, stream));
         }
         buffers[num_buffers] = jb__array_buffer(args[i].array);
         memcpy(slot, &buffers[num_buffers]->ptr, sizeof(void *));
@@ -259,7 +257,7 @@ jb_status jb_source_module_launch(jb_source_module *m, jb_stream *stream, const 
     int status = dev->backend->launch(dev, stream->native, fn, grid, block, 0, &launch);
     /* Written arrays are ready when the entry has run; all stay held until then. */
     if (status == JB_OK && (status = jb__event_acquire(dev, &done)) == JB_OK)
-        status = jb__stream_record_hold(stream, &done, 1, buffers, num_buffers);
+        status = jb__stream_record_hold(stream, done, buffers, num_buffers);
     if (status != JB_OK) {
         /* Queued or not, nothing may reuse these buffers before the stream is past them. */
         dev->backend->stream_synchronize(dev, stream->native);

@@ -205,7 +205,7 @@ int jb__stream_wait_for_readers(jb_stream *waiter, const uint64_t *ids, size_t n
     pthread_mutex_unlock(&dev->streams_mutex);
     for (size_t i = 0; i < count; i++) {
         if (status == JB_OK)
-            status = dev->backend->stream_wait_event(dev, waiter->native, events[i]->native);
+            status = jb__event_order_before(events[i], waiter);
         jb__event_release(events[i]);
     }
     if (events != stack_events)

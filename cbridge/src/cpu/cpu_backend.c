@@ -228,6 +228,16 @@ static int cpu_stream_synchronize(jb_device *dev, void *stream)
     return JB_OK;
 }
 
+static int cpu_stream_query(jb_device *dev, void *stream)
+{
+    (void)dev;
+    cpu_stream *s = stream;
+    pthread_mutex_lock(&s->mutex);
+    int idle = s->completed == s->submitted;
+    pthread_mutex_unlock(&s->mutex);
+    return idle;
+}
+
 static void cpu_stream_destroy(jb_device *dev, void *stream)
 {
     (void)dev;
@@ -346,6 +356,7 @@ const jb_backend jb__cpu_backend = {
     .stream_create = cpu_stream_create,
     .stream_destroy = cpu_stream_destroy,
     .stream_synchronize = cpu_stream_synchronize,
+    .stream_query = cpu_stream_query,
     .stream_wait_event = cpu_stream_wait_event,
     .event_create = cpu_event_create,
     .event_destroy = cpu_event_destroy,

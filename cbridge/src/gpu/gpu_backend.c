@@ -220,6 +220,17 @@ static int gpu_stream_synchronize(jb_device *dev, void *stream)
     return JB_OK;
 }
 
+static int gpu_stream_query(jb_device *dev, void *stream)
+{
+    int status = make_current(dev);
+    if (status != JB_OK)
+        return -status;
+    CUresult r = JB_GPU(cuStreamQuery)((CUstream)stream);
+    if (r == CUDA_ERROR_NOT_READY)
+        return 0;
+    return r == CUDA_SUCCESS ? 1 : -gpu_fail(r, JB_GPU_STR(cuStreamQuery));
+}
+
 static int gpu_stream_wait_event(jb_device *dev, void *stream, void *event)
 {
     JB_FORWARD_IF_ERROR(make_current(dev));
@@ -372,6 +383,7 @@ const jb_backend JB_GPU_PREFIXED(backend) = {
     .stream_create = gpu_stream_create,
     .stream_destroy = gpu_stream_destroy,
     .stream_synchronize = gpu_stream_synchronize,
+    .stream_query = gpu_stream_query,
     .stream_wait_event = gpu_stream_wait_event,
     .event_create = gpu_event_create,
     .event_destroy = gpu_event_destroy,

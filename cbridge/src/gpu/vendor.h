@@ -85,6 +85,7 @@ typedef CUcontext jb_gpu_context;
 #define cuStreamCreate hipStreamCreateWithFlags
 #define cuStreamDestroy hipStreamDestroy
 #define cuStreamSynchronize hipStreamSynchronize
+#define cuStreamQuery hipStreamQuery
 #define cuStreamWaitEvent hipStreamWaitEvent
 #define cuEventCreate hipEventCreateWithFlags
 #define cuEventDestroy hipEventDestroy
@@ -138,6 +139,7 @@ typedef int jb_gpu_context;
     X(cuStreamCreate)                                                                              \
     X(cuStreamDestroy)                                                                             \
     X(cuStreamSynchronize)                                                                         \
+    X(cuStreamQuery)                                                                               \
     X(cuStreamWaitEvent)                                                                           \
     X(cuEventCreate)                                                                               \
     X(cuEventDestroy)                                                                              \
