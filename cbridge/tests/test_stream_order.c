@@ -17,7 +17,7 @@
 #define N 4096
 #define OLD 1.0f
 #define NEW 7.0f
-#define MAX_READERS 6
+#define MAX_READERS 20
 
 static jb_device *cpu;
 static jb_custom_kernel *reader;
@@ -143,10 +143,10 @@ static void one_reader(bool by_module, bool made_on_reader_stream)
 }
 
 /* n readers on n streams, each held by its own gate; the write waits for every one of them:
- * each round keeps a different reader held last. */
-static void several_readers(int n)
+ * each round keeps a different reader held last (the first and then every `step`-th). */
+static void several_readers(int n, int step)
 {
-    for (int last = 0; last < n; last++) {
+    for (int last = 0; last < n; last += step) {
         jb_stream *streams[MAX_READERS], *b = new_stream();
         atomic_int gates[MAX_READERS];
         jb_array *ys[MAX_READERS];
@@ -268,8 +268,9 @@ int main(void)
     one_reader(false, false);
     one_reader(true, true);
     one_reader(true, false);
-    several_readers(2);
-    several_readers(MAX_READERS);
+    several_readers(2, 1);
+    several_readers(6, 1);            /* more than an array's reader slots */
+    several_readers(MAX_READERS, 19); /* more streams than a write's wait list holds unallocated */
     no_wait_for_others();
     reader_stream_freed();
 
