@@ -206,12 +206,45 @@ static int hold_fired(jb_device *dev, const jb_hold *hold)
     }
 }
 
+/* Whether hold i's event can be asked: one not recorded (yet) says nothing of its work's end. */
+static bool hold_recorded(const jb_stream *stream, size_t i)
+{
+    return event_state(hold_at(stream, i)->done) == JB_EVENT_RECORDED;
+}
+
+/* Counts the holds below `below` that are known done: up to the newest whose event was recorded
+ * and fired. Only recorded events can be asked, so each probe is the nearest recorded one at or
+ * below the midpoint, within a look's distance (each look records one). */
+static int search_fired(jb_stream *stream, size_t below, size_t *out)
+{
+    size_t fired = 0, low = 0, high = below; /* [0, fired) done; [low, high) not yet asked */
+    while (low < high) {
+        size_t mid = low + (high - low) / 2, probe = mid;
+        size_t lowest = mid - low > JB_HOLDS_PER_LOOK ? mid - JB_HOLDS_PER_LOOK : low;
+        while (probe > lowest && !hold_recorded(stream, probe))
+            probe--;
+        if (!hold_recorded(stream, probe)) { /* none to ask there: look above */
+            low = mid + 1;
+            continue;
+        }
+        int fired_now = hold_fired(stream->device, hold_at(stream, probe));
+        if (fired_now < 0)
+            return -fired_now;
+        if (fired_now)
+            fired = probe + 1, low = mid + 1;
+        else
+            high = probe;
+    }
+    *out = fired;
+    return JB_OK;
+}
+
 /* Counts the oldest holds whose work is done (under the stream's mutex, count > 0). Work on one
  * stream finishes in order, so "done" holds for every hold older than one that fired. A look
  * records the newest hold's event, so the next look has one to ask: that one, most likely
  * fired, is asked first and when it fired releases those older holds alone: one record and one
  * query per look, the newer holds going with the next look. Otherwise search for the newest
- * that fired; an event not recorded counts as not fired. `every` (a trim or a refused
+ * that fired among those recorded. `every` (a trim or a refused
  * allocation wants all that finished) first asks whether the stream is idle. A failed query (a
  * faulted device) counts nothing as fired: its status is returned, the work's end being
  * unknown. */
@@ -243,18 +276,7 @@ static int holds_fired(jb_stream *stream, bool every, size_t *out)
         *out = guess + 1;
         return JB_OK;
     }
-    size_t fired = 0, running = guess; /* holds [0, fired) fired; `running` did not */
-    while (fired < running) {
-        size_t mid = fired + (running - fired) / 2;
-        if ((fired_now = hold_fired(dev, hold_at(stream, mid))) < 0)
-            return -fired_now;
-        if (fired_now)
-            fired = mid + 1;
-        else
-            running = mid;
-    }
-    *out = fired;
-    return JB_OK;
+    return search_fired(stream, guess, out);
 }
 
 /* How a release finds the holds it lets go of. */
