@@ -206,6 +206,16 @@ static int hold_fired(jb_device *dev, const jb_hold *hold)
     }
 }
 
+/* 1 when the stream's work is all done, 0 while some runs, a negative status on a failure. */
+static int stream_idle(jb_stream *stream)
+{
+#ifdef JB_TEST_HOOKS
+    if (atomic_load(&test_query_fault))
+        return -jb__fail(JB_ERR_BACKEND, "test hook: the stream query failed (a faulted device)");
+#endif
+    return stream->device->backend->stream_query(stream->device, stream->native);
+}
+
 /* Whether hold i's event can be asked: one not recorded (yet) says nothing of its work's end. */
 static bool hold_recorded(const jb_stream *stream, size_t i)
 {
@@ -259,7 +269,7 @@ static int holds_fired(jb_stream *stream, bool every, size_t *out)
     stream->holds_looked_seq = stream->holds_next_seq;
     *out = 0;
     if (every) {
-        int idle = dev->backend->stream_query(dev, stream->native);
+        int idle = stream_idle(stream);
         if (idle < 0)
             return -idle;
         if (idle) {

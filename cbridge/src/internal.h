@@ -444,7 +444,7 @@ void jb__test_pause(jb_stream *stream);
 /* Called by jb__stream_wait between its wait for the stream and letting go of its holds. */
 void jb__test_set_sync_pause(jb_test_pause_fn fn, void *ctx);
 void jb__test_sync_pause(jb_stream *stream);
-/* While set, a query of a hold's event fails the way a faulted device's does. */
+/* While set, a query of a hold's event or of a stream fails the way a faulted device's does. */
 void jb__test_set_query_fault(bool fail);
 /* How many holds the stream keeps. */
 size_t jb__test_hold_count(jb_stream *stream);
