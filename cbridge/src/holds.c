@@ -178,7 +178,9 @@ static void holds_free(jb_hold *holds, size_t n)
             }
             chunk[count++] = buffers[i];
         }
-        event_done(holds[h].done);
+        /* With the hold its one owner nobody can read its state again: no atomic swap. */
+        if (atomic_load_explicit(&holds[h].done->refs, memory_order_acquire) != 1)
+            event_done(holds[h].done);
         jb__event_release(holds[h].done);
         free(holds[h].more);
     }

