@@ -87,22 +87,14 @@ static int event_record_now(jb_event *event, bool stream_locked)
     /* While it is recording, the stream's destruction waits for it (event_done). */
     jb_stream *stream = event->stream;
     jb_device *dev = event->device;
-    int status;
-    if (stream->generation != atomic_load_explicit(&jb__fork_generation, memory_order_relaxed)) {
-        status = jb__fail(JB_ERR_INVALID_ARGUMENT,
-                          "the array's work was queued before this process forked, and nothing "
-                          "waited for it there: a forked child cannot know when it ends (wait "
-                          "for arrays before fork)");
-    } else {
-        if (!stream_locked) {
-            pthread_mutex_lock(&stream->holds_mutex);
-            if (event->hold_seq + 1 != stream->holds_next_seq)
-                stream->eager_events = true;
-        }
-        status = dev->backend->event_record(dev, event->native, stream->native);
-        if (!stream_locked)
-            pthread_mutex_unlock(&stream->holds_mutex);
+    if (!stream_locked) {
+        pthread_mutex_lock(&stream->holds_mutex);
+        if (event->hold_seq + 1 != stream->holds_next_seq)
+            stream->eager_events = true;
     }
+    int status = dev->backend->event_record(dev, event->native, stream->native);
+    if (!stream_locked)
+        pthread_mutex_unlock(&stream->holds_mutex);
     atomic_store_explicit(&event->state, status == JB_OK ? JB_EVENT_RECORDED : JB_EVENT_PENDING,
                           memory_order_release);
     return status;
@@ -123,8 +115,27 @@ static void event_done(jb_event *event)
     }
 }
 
+/* In a forked child, the parent's work not seen done: its stream's worker (or driver context)
+ * is the parent's, so no record or wait here would see it end, and a record in progress at the
+ * fork never ends. Refused with a clear error instead of a hang. */
+static int refuse_parent_work(jb_event *event)
+{
+    if (event->generation == atomic_load_explicit(&jb__fork_generation, memory_order_relaxed))
+        return JB_OK;
+    int state = event_state(event);
+    if (state == JB_EVENT_DONE ||
+        (state == JB_EVENT_RECORDED &&
+         event->device->backend->event_query(event->device, event->native) == 1))
+        return JB_OK;
+    return jb__fail(JB_ERR_INVALID_ARGUMENT,
+                    "the array's work was queued before this process forked and was not seen "
+                    "done there: a forked child cannot know when it ends (wait for arrays "
+                    "before fork)");
+}
+
 int jb__event_synchronize(jb_event *event)
 {
+    JB_FORWARD_IF_ERROR(refuse_parent_work(event));
     JB_FORWARD_IF_ERROR(event_record_now(event, false));
     if (event_state(event) == JB_EVENT_DONE)
         return JB_OK;
@@ -136,6 +147,7 @@ int jb__event_order_before(jb_event *event, jb_stream *stream)
     /* Work queued on this same stream is ordered already; only other streams need a wait. */
     if (event->stream_id == stream->id || event_state(event) == JB_EVENT_DONE)
         return JB_OK;
+    JB_FORWARD_IF_ERROR(refuse_parent_work(event));
     JB_FORWARD_IF_ERROR(event_record_now(event, false));
     if (event_state(event) == JB_EVENT_DONE)
         return JB_OK;
@@ -394,6 +406,7 @@ int jb__stream_record_hold(jb_stream *stream, jb_event *done, jb_buffer *const *
     done->stream = stream;
     done->stream_id = stream->id;
     done->hold_seq = stream->holds_next_seq;
+    done->generation = stream->generation;
     bool record_now = !count || stream->eager_events; /* without a hold, no look records it */
     int status = record_now ? dev->backend->event_record(dev, done->native, stream->native) : JB_OK;
     atomic_store_explicit(&done->state, record_now ? JB_EVENT_RECORDED : JB_EVENT_PENDING,

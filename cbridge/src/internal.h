@@ -330,6 +330,7 @@ struct jb_event {
     uint64_t stream_id; /* the work's stream: waits on that same stream are free */
     jb_stream *stream;  /* the work's stream, used only while pending (its hold keeps it alive) */
     uint64_t hold_seq;  /* the stream's holds_next_seq before the work's hold went in */
+    unsigned generation; /* the stream's: a forked child refuses the parent's unfinished work */
     _Atomic int state;  /* a jb_event_state */
     atomic_bool in_use; /* set while handed out: catches an event given to two owners */
     atomic_uint refs;   /* owners: an array, and the stream's hold on that work's buffers */

@@ -242,6 +242,67 @@ static void test_forked_child_refuses_unknown_work(void)
     jb_array_free(gate);
 }
 
+/* Forks; the child evaluates `y` (after `prepare`, when given) and exits 0 on a clear error. */
+static void child_refuses(jb_array *y, void (*prepare)(jb_array *), const char *what)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(10); /* a hang is a failure, not a stuck test */
+        if (prepare)
+            prepare(y);
+        int status = jb_array_eval(y);
+        _exit(status == JB_ERR_INVALID_ARGUMENT && strstr(jb_last_error_message(), "forked") ? 0
+                                                                                           : 1);
+    }
+    int child = -1;
+    CHECK(pid > 0 && waitpid(pid, &child, 0) == pid, "fork");
+    CHECK(WIFEXITED(child) && WEXITSTATUS(child) == 0,
+          "%s: the child's wait for the parent's running work: status %#x (not a clear error)",
+          what, child);
+}
+
+/* Another parent thread was recording the event when the process forked: in the child, no
+ * thread will ever finish that record. */
+static void recording_at_fork(jb_array *y)
+{
+    atomic_store(&jb__array_ready_event(y)->state, JB_EVENT_RECORDING);
+}
+
+/* The parent's work whose event was recorded (another stream waited for it) or was being
+ * recorded at the fork, and is not done: the child cannot see it end either. Work seen done
+ * before the fork stays readable. */
+static void test_forked_child_refuses_running_work(void)
+{
+    jb_stream *stream, *other;
+    CHECK_OK(jb_stream_new(&stream, dev));
+    CHECK_OK(jb_stream_new(&other, dev));
+    jb_array *gate = filled(0.0f);
+    jb_array *y = launch(gated, gate, stream);
+    jb_array *z = launch(plus_one, y, other); /* records y's event on `stream` */
+    CHECK(atomic_load(&jb__array_ready_event(y)->state) == JB_EVENT_RECORDED, "y's record");
+    child_refuses(y, NULL, "recorded");
+    jb_array *w = launch(gated, gate, stream);
+    child_refuses(w, recording_at_fork, "recording");
+    set_gate(gate, 1.0f);
+    CHECK(value_of(z) == 3.0f && value_of(w) == 2.0f, "the parent's work after the forks");
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(10);
+        float v = -1.0f;
+        _exit(jb_array_read(y, &v, sizeof v) == JB_OK && v == 2.0f ? 0 : 1);
+    }
+    int child = -1;
+    CHECK(pid > 0 && waitpid(pid, &child, 0) == pid, "fork");
+    CHECK(WIFEXITED(child) && WEXITSTATUS(child) == 0,
+          "a child's read of the parent's finished work: status %#x", child);
+    jb_array_free(w);
+    jb_array_free(z);
+    jb_array_free(y);
+    jb_stream_free(other);
+    jb_stream_free(stream);
+    jb_array_free(gate);
+}
+
 /* A trim with work done but never waited for lets go of every hold: the stream is idle, though
  * no event of its work was ever recorded. */
 static void test_trim_after_unwaited_work(void)
@@ -390,6 +451,7 @@ int main(void)
     test_array_outlives_its_stream();
     test_wait_beside_stream_free();
     test_forked_child_refuses_unknown_work();
+    test_forked_child_refuses_running_work();
     test_trim_after_unwaited_work();
     test_lagging_stream_lets_go_of_finished_holds();
     test_trim_of_busy_stream();
