@@ -268,10 +268,9 @@ static int search_fired(jb_stream *stream, size_t below, size_t *out)
  * records the newest hold's event, so the next look has one to ask: that one, most likely
  * fired, is asked first and when it fired releases those older holds alone: one record and one
  * query per look, the newer holds going with the next look. Otherwise search for the newest
- * that fired among those recorded. `every` (a trim or a refused
- * allocation wants all that finished) first asks whether the stream is idle. A failed query (a
- * faulted device) counts nothing as fired: its status is returned, the work's end being
- * unknown. */
+ * that fired among those recorded. `every` (a trim or a refused allocation wants all that
+ * finished) first asks whether the stream is idle. A failed query (a faulted device) counts
+ * nothing as fired: its status is returned, the work's end being unknown. */
 static int holds_fired(jb_stream *stream, bool every, size_t *out)
 {
     jb_device *dev = stream->device;
