@@ -231,8 +231,9 @@ JB_API jb_status jb_thread_local_default_stream(jb_stream **out, jb_device *devi
  * A launch does not record that event (a driver call costing about a tenth of the launch): it is
  * recorded when something waits for the array (jb_array_eval, jb_array_read, a launch on another
  * stream) or when the stream looks at which work finished. A wait for an array with newer work
- * queued behind it on its stream then waits for that work too, once: from then on that stream
- * records every launch's event at once, as a program that waits for older arrays needs.
+ * queued behind it on its stream then waits for that work too, once: that stream then records
+ * each launch's event at once for its next 4096 launches (renewed by each such wait), as a
+ * program that waits for older arrays needs.
  */
 typedef struct jb_array jb_array;
 

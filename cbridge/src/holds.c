@@ -3,17 +3,12 @@
  * first, and released in the stream's order as that work finishes. A launch adds its hold in one
  * step under the stream's lock, so holds sit in the ring in the stream's order whatever other
  * threads launch on it. Holds are stored by value, so a warm launch's hold costs no allocation.
- *
- * Each hold's event (an array's "ready" event too) is recorded lazily: only when a host wait,
- * another stream or a look at the holds needs it, since a record costs a tenth of a launch. A
- * late record also waits for the work queued after the event's; a stream whose reader needed
- * an event with newer work behind it records every event at once from then on.
+ * Each hold's event is recorded lazily (event_state.c): a look records the newest one.
  *
  * Also the test hooks that make those steps' interleaving deterministic.
  */
 #include "internal.h"
 
-#include <sched.h>
 #include <stdlib.h>
 
 #ifdef JB_TEST_HOOKS
@@ -64,97 +59,6 @@ size_t jb__test_hold_count(jb_stream *stream)
 }
 #endif
 
-static int event_state(const jb_event *event)
-{
-    return atomic_load_explicit(&event->state, memory_order_acquire);
-}
-
-/* Records a pending event on its stream now: behind its work, and behind whatever was queued
- * after it. `stream_locked`: the caller holds the stream's holds mutex (a look), and leaves an
- * event that another thread is recording to that thread. */
-static int event_record_now(jb_event *event, bool stream_locked)
-{
-    int state = JB_EVENT_PENDING;
-    while (!atomic_compare_exchange_weak_explicit(&event->state, &state, JB_EVENT_RECORDING,
-                                                  memory_order_acquire, memory_order_acquire)) {
-        if (state == JB_EVENT_RECORDED || state == JB_EVENT_DONE ||
-            (state == JB_EVENT_RECORDING && stream_locked))
-            return JB_OK;
-        if (state == JB_EVENT_RECORDING)
-            sched_yield();
-        state = JB_EVENT_PENDING;
-    }
-    /* While it is recording, the stream's destruction waits for it (event_done). */
-    jb_stream *stream = event->stream;
-    jb_device *dev = event->device;
-    if (!stream_locked) {
-        pthread_mutex_lock(&stream->holds_mutex);
-        if (event->hold_seq + 1 != stream->holds_next_seq)
-            stream->eager_events = true;
-    }
-    int status = dev->backend->event_record(dev, event->native, stream->native);
-    if (!stream_locked)
-        pthread_mutex_unlock(&stream->holds_mutex);
-    atomic_store_explicit(&event->state, status == JB_OK ? JB_EVENT_RECORDED : JB_EVENT_PENDING,
-                          memory_order_release);
-    return status;
-}
-
-/* The event's work is done: a pending event never needs recording. Waits out a record in
- * progress, whose stream must outlive it. */
-static void event_done(jb_event *event)
-{
-    int state = JB_EVENT_PENDING;
-    while (!atomic_compare_exchange_weak_explicit(&event->state, &state, JB_EVENT_DONE,
-                                                  memory_order_release, memory_order_acquire)) {
-        if (state == JB_EVENT_RECORDED || state == JB_EVENT_DONE)
-            return;
-        if (state == JB_EVENT_RECORDING)
-            sched_yield();
-        state = JB_EVENT_PENDING;
-    }
-}
-
-/* In a forked child, the parent's work not seen done: its stream's worker (or driver context)
- * is the parent's, so no record or wait here would see it end, and a record in progress at the
- * fork never ends. Refused with a clear error instead of a hang. */
-static int refuse_parent_work(jb_event *event)
-{
-    if (event->generation == atomic_load_explicit(&jb__fork_generation, memory_order_relaxed))
-        return JB_OK;
-    int state = event_state(event);
-    if (state == JB_EVENT_DONE ||
-        (state == JB_EVENT_RECORDED &&
-         event->device->backend->event_query(event->device, event->native) == 1))
-        return JB_OK;
-    return jb__fail(JB_ERR_INVALID_ARGUMENT,
-                    "the array's work was queued before this process forked and was not seen "
-                    "done there: a forked child cannot know when it ends (wait for arrays "
-                    "before fork)");
-}
-
-int jb__event_synchronize(jb_event *event)
-{
-    JB_FORWARD_IF_ERROR(refuse_parent_work(event));
-    JB_FORWARD_IF_ERROR(event_record_now(event, false));
-    if (event_state(event) == JB_EVENT_DONE)
-        return JB_OK;
-    return event->device->backend->event_synchronize(event->device, event->native);
-}
-
-int jb__event_order_before(jb_event *event, jb_stream *stream)
-{
-    /* Work queued on this same stream is ordered already; only other streams need a wait. */
-    if (event->stream_id == stream->id || event_state(event) == JB_EVENT_DONE)
-        return JB_OK;
-    JB_FORWARD_IF_ERROR(refuse_parent_work(event));
-    JB_FORWARD_IF_ERROR(event_record_now(event, false));
-    if (event_state(event) == JB_EVENT_DONE)
-        return JB_OK;
-    return stream->device->backend->stream_wait_event(stream->device, stream->native,
-                                                      event->native);
-}
-
 /* ...or sooner, once the new holds keep this many bytes: bounds what finished work keeps from
  * reuse. A buffer counts once per allocation: a kernel's weights, held by every launch, would
  * otherwise make every launch look (a driver call). */
@@ -192,7 +96,7 @@ static void holds_free(jb_hold *holds, size_t n)
         }
         /* With the hold its one owner nobody can read its state again: no atomic swap. */
         if (atomic_load_explicit(&holds[h].done->refs, memory_order_acquire) != 1)
-            event_done(holds[h].done);
+            jb__event_done(holds[h].done);
         jb__event_release(holds[h].done);
         free(holds[h].more);
     }
@@ -210,7 +114,7 @@ static int hold_fired(jb_device *dev, const jb_hold *hold)
     if (atomic_load(&test_query_fault))
         return -jb__fail(JB_ERR_BACKEND, "test hook: the event query failed (a faulted device)");
 #endif
-    switch (event_state(hold->done)) {
+    switch (jb__event_state(hold->done)) {
     case JB_EVENT_DONE:
         return 1;
     case JB_EVENT_RECORDED:
@@ -233,7 +137,7 @@ static int stream_idle(jb_stream *stream)
 /* Whether hold i's event can be asked: one not recorded (yet) says nothing of its work's end. */
 static bool hold_recorded(const jb_stream *stream, size_t i)
 {
-    return event_state(hold_at(stream, i)->done) == JB_EVENT_RECORDED;
+    return jb__event_state(hold_at(stream, i)->done) == JB_EVENT_RECORDED;
 }
 
 /* Counts the holds below `below` that are known done: up to the newest whose event was recorded
@@ -290,7 +194,7 @@ static int holds_fired(jb_stream *stream, bool every, size_t *out)
             return JB_OK;
         }
     }
-    JB_FORWARD_IF_ERROR(event_record_now(hold_at(stream, count - 1)->done, true));
+    JB_FORWARD_IF_ERROR(jb__event_record_now(hold_at(stream, count - 1)->done, true));
     int fired_now;
     size_t guess = older && !every ? older - 1 : count - 1;
     if ((fired_now = hold_fired(dev, hold_at(stream, guess))) < 0)
@@ -406,7 +310,8 @@ int jb__stream_record_hold(jb_stream *stream, jb_event *done, jb_buffer *const *
     done->stream_id = stream->id;
     done->hold_seq = stream->holds_next_seq;
     done->generation = stream->generation;
-    bool record_now = !count || stream->eager_events; /* without a hold, no look records it */
+    /* Without a hold no look records it; an eager stream's readers want each event exact. */
+    bool record_now = !count || stream->holds_next_seq < stream->eager_until_seq;
     int status = record_now ? dev->backend->event_record(dev, done->native, stream->native) : JB_OK;
     atomic_store_explicit(&done->state, record_now ? JB_EVENT_RECORDED : JB_EVENT_PENDING,
                           memory_order_relaxed);
@@ -440,7 +345,7 @@ int jb__stream_record_hold(jb_stream *stream, jb_event *done, jb_buffer *const *
         /* No memory to remember the hold: wait, then nothing needs holding. */
         free(more);
         JB_FORWARD_IF_ERROR(jb__stream_wait(stream));
-        event_done(done);
+        jb__event_done(done);
         return JB_OK;
     }
     return release_now ? release_holds(stream, RELEASE_GUESS, 0) : JB_OK;

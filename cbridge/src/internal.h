@@ -313,7 +313,7 @@ struct jb_device {
     struct jb_stream *streams;
 };
 
-/* ---- events (event_pool.c; their states, holds.c) ---- */
+/* ---- events (event_pool.c; their states, event_state.c) ---- */
 /* Where an event stands. A launch's event starts pending: it is recorded on the stream only when
  * something needs it (a wait by the host or by another stream, a look at the holds), since a
  * record is a driver call that costs as much as a tenth of the launch. */
@@ -335,6 +335,14 @@ struct jb_event {
     atomic_bool in_use; /* set while handed out: catches an event given to two owners */
     atomic_uint refs;   /* owners: an array, and the stream's hold on that work's buffers */
 };
+/* Holds a stream records each event at once for, after a late record (event_state.c). */
+#define JB_EAGER_HOLDS 4096
+int jb__event_state(const jb_event *event);
+/* Records a pending event on its stream now (nothing when recorded or done); `stream_locked`:
+ * the caller holds the stream's holds mutex and leaves an event being recorded to its recorder. */
+int jb__event_record_now(jb_event *event, bool stream_locked);
+/* The event's work is done (its hold is released): a pending event is never recorded. */
+void jb__event_done(jb_event *event);
 int jb__event_acquire(jb_device *dev, jb_event **out);
 void jb__event_retain(jb_event *event);
 void jb__event_release(jb_event *event);
@@ -362,9 +370,9 @@ struct jb_stream {
     uint64_t holds_looked_seq; /* holds_next_seq at the last look at which fired */
     unsigned holds_since_release;
     size_t holds_bytes_since_release;
-    /* Record each hold's event at once: set when a reader needed an event with newer work
-     * queued behind it, which a late record would make it wait for too. */
-    bool eager_events;
+    /* Record each hold's event at once while holds_next_seq is below this: a reader needed an
+     * event with newer work queued behind it, which a late record makes it wait for too. */
+    uint64_t eager_until_seq;
     jb_stream *device_prev, *device_next; /* the device's streams, under its streams_mutex */
 };
 /* The calling thread's default stream for `dev`, created on first use. */

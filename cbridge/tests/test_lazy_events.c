@@ -137,7 +137,39 @@ static void test_newest_wait_stays_lazy(void)
         CHECK(value_of(y) == 3.0f, "step %d", i);
         jb_array_free(y);
     }
-    CHECK(!stream->eager_events, "waits for the newest work made the stream record eagerly");
+    CHECK(stream->eager_until_seq <= stream->holds_next_seq,
+          "waits for the newest work made the stream record eagerly");
+    jb_stream_free(stream);
+    jb_array_free(x);
+}
+
+static int event_state_of(jb_array *a)
+{
+    return atomic_load(&jb__array_ready_event(a)->state);
+}
+
+/* A late record makes the stream record at once for JB_EAGER_HOLDS launches, not for ever: a
+ * server thread that once read an older array goes back to lazy records. */
+static void test_eager_for_a_while(void)
+{
+    jb_stream *stream;
+    CHECK_OK(jb_stream_new(&stream, dev));
+    jb_array *x = filled(2.0f);
+    jb_array *older = launch(plus_one, x, stream), *newer = launch(plus_one, x, stream);
+    CHECK_OK(jb_array_eval(older)); /* newer work queued behind: a late record */
+    jb_array *y = launch(plus_one, x, stream);
+    CHECK(event_state_of(y) == JB_EVENT_RECORDED, "a launch after a late record was not eager");
+    jb_array_free(y);
+    for (int i = 1; i < JB_EAGER_HOLDS; i++)
+        jb_array_free(launch(plus_one, x, stream));
+    y = launch(plus_one, x, stream);
+    CHECK(event_state_of(y) == JB_EVENT_PENDING,
+          "the stream still records eagerly %d launches after its one late record",
+          JB_EAGER_HOLDS);
+    CHECK(value_of(y) == 3.0f && value_of(newer) == 3.0f, "the outputs");
+    jb_array_free(y);
+    jb_array_free(older);
+    jb_array_free(newer);
     jb_stream_free(stream);
     jb_array_free(x);
 }
@@ -295,13 +327,13 @@ static void test_forked_child_refuses_running_work(void)
     jb_stream *stream;
     CHECK_OK(jb_stream_new(&stream, dev));
     jb_array *gate = filled(0.0f);
-    stream->eager_events = true; /* as after a reader needed an older event */
+    stream->eager_until_seq = UINT64_MAX; /* as after a reader needed an older event */
     jb_array *y = launch(gated, gate, stream);
     CHECK(atomic_load(&jb__array_ready_event(y)->state) == JB_EVENT_RECORDED, "y's record");
     int answer = in_child(wait_is_refused, y);
     CHECK(answer == 1, "the child's wait for the parent's recorded, running work: %s",
           answer < 0 ? "it hung" : "no clear error");
-    stream->eager_events = false;
+    stream->eager_until_seq = 0;
     jb_array *w = launch(gated, gate, stream);
     answer = in_child(wait_while_recording, w);
     CHECK(answer == 1, "the child's wait for work recorded by a parent thread at the fork: %s",
@@ -352,6 +384,7 @@ int main(void)
     gated = kernel("lazy_gated", "while (*(volatile const float *)&inp[0] == 0.0f) {}\n"
                                  "out[thread_index()] = inp[0] + 1.0f;");
     test_newest_wait_stays_lazy();
+    test_eager_for_a_while();
     test_older_array_waits_only_for_its_work();
     test_other_stream_waits_for_pending_work();
     test_array_outlives_its_stream();
