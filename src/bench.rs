@@ -1,8 +1,8 @@
 //! `jitbridge bench`: the launch path's costs, each against its baseline, measured in one run.
 
 use jitbridge::{
-    Array, CustomKernel, DType, Device, KernelSpec, LaunchShape, bench_support,
-    jit_race_probe_array, race, set_lookaside_enabled,
+    Array, CustomKernel, DType, Device, KernelSpec, LaunchShape, Stream, bench_support,
+    jit_race_probe_array, race, set_lookaside_enabled, streams,
 };
 use race::Body;
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
@@ -499,6 +499,11 @@ pub fn run(device: Device, scale: &Scale) -> Result<Vec<Row>, jitbridge::Error> 
 
     // 3. The probe launch path against a bare backend launch plus event record.
     note!("bench: probe launch path");
+    // A stream of the section's own: what earlier sections did on the thread's default stream
+    // (an older array read behind newer work makes a stream record every event for a while)
+    // does not carry over.
+    let probe_stream = Stream::new(device)?;
+    let probe_installed = streams::install_thread_local_default_stream(&probe_stream)?;
     let input = Array::arange(device, race::PROBE_ELEMENTS, DType::F32)?;
     let variant = fresh_variant();
     let full_launches = |launches: i32| -> Result<f64, jitbridge::Error> {
@@ -545,6 +550,7 @@ pub fn run(device: Device, scale: &Scale) -> Result<Vec<Row>, jitbridge::Error> 
         baseline: Some(raw_ns),
         target: None,
     });
+    drop(probe_installed);
 
     // 4. Cold first launch against the bare compiler on a source of the same shape. NVRTC
     // keeps what it compiled in the driver's compute cache (~/.nv/ComputeCache), keyed by source
