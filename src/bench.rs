@@ -621,7 +621,7 @@ pub fn run(device: Device, scale: &Scale) -> Result<Vec<Row>, jitbridge::Error> 
         ("step: configure", |s| s.configure_ns),
         ("step: disk-cache store (probes skip it)", |s| s.disk_store_ns),
         ("step: first launch call", |s| s.launch_ns),
-        ("step: event record + holds", |s| s.record_ns),
+        ("step: holds (the event is recorded lazily)", |s| s.record_ns),
         ("step: wait for the kernel", |s| s.sync_ns),
         ("same source compiled again (NVRTC: a cache hit)", |s| s.compile_again_ns),
     ];

@@ -49,7 +49,7 @@ typedef struct jb_bench_cold_steps {
     double configure_ns;     /* the kernel's one-time configure step */
     double stage_ns;         /* all of the staging: lookup, build, configure, output, event */
     double launch_ns;        /* the first launch call */
-    double record_ns;        /* the output's event record and the buffer holds */
+    double record_ns;        /* the buffer holds (the output's event is recorded lazily) */
     double sync_ns;          /* waiting for the kernel to finish */
     double total_ns;         /* the first launch as a caller sees it: staging to finished */
     double compile_again_ns; /* the compiler alone, right after, on the very same source and
