@@ -280,7 +280,8 @@ impl Array {
     /// Blocks until the work that produces this array has finished. Launches record their event
     /// lazily: the first wait for an array with newer work queued behind it on its stream also
     /// waits for that work; that stream then records each launch's event at once for its next
-    /// 4096 launches (renewed by each such wait).
+    /// 4096 launches, so a program that keeps waiting for older arrays pays that again each time
+    /// those 4096 run out.
     pub fn eval(&self) -> Result<(), Error> {
         // SAFETY: `raw` is live; eval only waits.
         check(unsafe { ffi::jb_array_eval(self.raw) })

@@ -231,9 +231,10 @@ JB_API jb_status jb_thread_local_default_stream(jb_stream **out, jb_device *devi
  * A launch does not record that event (a driver call costing about a tenth of the launch): it is
  * recorded when something waits for the array (jb_array_eval, jb_array_read, a launch on another
  * stream) or when the stream looks at which work finished. A wait for an array with newer work
- * queued behind it on its stream then waits for that work too, once: that stream then records
- * each launch's event at once for its next 4096 launches (renewed by each such wait), as a
- * program that waits for older arrays needs.
+ * queued behind it on its stream then waits for that work too: that stream then records each
+ * launch's event at once for its next 4096 launches, so a program that keeps waiting for older
+ * arrays pays such waits again each time those 4096 run out (its waits in between extend
+ * nothing), and a one-off such wait is not paid for ever.
  */
 typedef struct jb_array jb_array;
 
@@ -278,8 +279,8 @@ JB_API jb_status jb_array_from_host(jb_array **out, jb_device *device, jb_dtype 
  * nearest even, i8 and u8 wrap modulo 256, bool is i != 0. */
 JB_API jb_status jb_array_arange(jb_array **out, jb_device *device, int64_t n, jb_dtype dtype);
 JB_API void jb_array_free(jb_array *array);
-/* Blocks until the work that produces the array is done (see "Arrays" above for the one time it
- * also waits for newer work on that stream). */
+/* Blocks until the work that produces the array is done (see "Arrays" above: now and then
+ * it also waits for newer work on that stream). */
 JB_API jb_status jb_array_eval(jb_array *array);
 /* Waits for the array, then copies its contents to `dst` (`dst_bytes` must equal its size). */
 JB_API jb_status jb_array_read(const jb_array *array, void *dst, size_t dst_bytes);

@@ -2,8 +2,9 @@
  * Event states. A launch's event (an array's "ready" event, a hold's "done") is recorded lazily:
  * only when a host wait, another stream or a look at the holds needs it, since a record costs a
  * tenth of a launch. A late record (newer work queued behind the event's) also waits for that
- * newer work; after one, the stream records each event at once for JB_EAGER_HOLDS more holds,
- * which a reader that keeps overlapping renews, and a one-off does not keep forever.
+ * newer work; after one, the stream records each event at once for JB_EAGER_HOLDS more holds
+ * (reads of those are not late: nothing extends the count, so a reader that keeps overlapping
+ * pays late records again each time the count runs out), and a one-off does not keep it forever.
  */
 #include "internal.h"
 
