@@ -5,8 +5,7 @@
  * what is seen, not timed. cpu only: on a GPU the test cannot write a running kernel's memory.
  * Built with JB_TEST_HOOKS (the array's buffer, the hold count).
  */
-#include "../src/internal.h"
-#include "check.h"
+#include "gated_kernels.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -15,61 +14,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-#ifndef JB_TEST_HOOKS
-#error "test_lazy_events needs a JB_TEST_HOOKS build of the library"
-#endif
-
-static jb_device *dev;
-static jb_custom_kernel *plus_one, *gated;
-
-static jb_custom_kernel *kernel(const char *name, const char *body)
-{
-    const char *in[] = {"inp"}, *out[] = {"out"};
-    jb_dtype f32[] = {JB_F32};
-    jb_kernel_spec spec = JB_KERNEL_SPEC_INIT;
-    spec.name = name;
-    spec.input_names = in, spec.input_dtypes = f32, spec.num_inputs = 1;
-    spec.output_names = out, spec.output_dtypes = f32, spec.num_outputs = 1;
-    spec.body = body;
-    jb_custom_kernel *k = NULL;
-    CHECK_OK(jb_custom_kernel_new(&k, &spec));
-    return k;
-}
-
-static jb_array *filled(float value)
-{
-    int64_t n = 1;
-    jb_array *a = NULL;
-    CHECK_OK(jb_array_from_host(&a, dev, JB_F32, &n, 1, &value));
-    CHECK_OK(jb_array_eval(a));
-    return a;
-}
-
-static jb_array *launch(jb_custom_kernel *k, jb_array *input, jb_stream *stream)
-{
-    int64_t n = 1;
-    const int64_t *shapes[] = {&n};
-    int ndims[] = {1};
-    jb_launch_shape shape = {{0, 0, 0}, {0, 0, 0}, 1};
-    jb_array *out = NULL;
-    CHECK_OK(jb_custom_kernel_launch_on(&out, k, stream, &input, 1, NULL, 0, shapes, ndims,
-                                        &shape));
-    return out;
-}
-
-static float value_of(jb_array *a)
-{
-    float v = -1.0f;
-    CHECK_OK(jb_array_read(a, &v, sizeof v));
-    return v;
-}
-
-/* The gate: a one-element array the gated kernel spins on while it holds 0. */
-static void set_gate(jb_array *gate, float value)
-{
-    *(volatile float *)jb__array_buffer(gate)->ptr = value;
-}
 
 typedef struct opener {
     jb_array *gate;
@@ -376,13 +320,8 @@ static void test_trim_after_unwaited_work(void)
 
 int main(void)
 {
-    CHECK_OK(jb_device_get(&dev, JB_DEVICE_CPU, 0));
-    if (!dev)
+    if (!gated_kernels_new("lazy"))
         return check_summary("test_lazy_events");
-    jb_array_free(filled(0.0f)); /* the thread's default stream first (tests/valgrind.supp) */
-    plus_one = kernel("lazy_plus_one", "out[thread_index()] = inp[0] + 1.0f;");
-    gated = kernel("lazy_gated", "while (*(volatile const float *)&inp[0] == 0.0f) {}\n"
-                                 "out[thread_index()] = inp[0] + 1.0f;");
     test_newest_wait_stays_lazy();
     test_eager_for_a_while();
     test_older_array_waits_only_for_its_work();
@@ -392,7 +331,6 @@ int main(void)
     test_forked_child_refuses_unknown_work();
     test_forked_child_refuses_running_work();
     test_trim_after_unwaited_work();
-    jb_custom_kernel_free(plus_one);
-    jb_custom_kernel_free(gated);
+    gated_kernels_free();
     return check_summary("test_lazy_events");
 }

@@ -1,0 +1,94 @@
+/*
+ * What the cpu tests of lazily recorded events share (test_lazy_events, test_hold_search):
+ * one-element f32 arrays, a `plus_one` kernel, and a `gated` one that spins while its input holds
+ * 0, until the test writes that (host) memory: what waits for what is seen, not timed. cpu only:
+ * on a GPU a test cannot write a running kernel's memory. Needs a JB_TEST_HOOKS build (the
+ * array's buffer).
+ */
+#ifndef JB_TEST_GATED_KERNELS_H
+#define JB_TEST_GATED_KERNELS_H
+
+#include "../src/internal.h"
+#include "check.h"
+
+#include <stdio.h>
+
+#ifndef JB_TEST_HOOKS
+#error "the gated kernels' tests need a JB_TEST_HOOKS build of the library"
+#endif
+
+static jb_device *dev;
+static jb_custom_kernel *plus_one, *gated;
+
+static jb_custom_kernel *kernel(const char *name, const char *body)
+{
+    const char *in[] = {"inp"}, *out[] = {"out"};
+    jb_dtype f32[] = {JB_F32};
+    jb_kernel_spec spec = JB_KERNEL_SPEC_INIT;
+    spec.name = name;
+    spec.input_names = in, spec.input_dtypes = f32, spec.num_inputs = 1;
+    spec.output_names = out, spec.output_dtypes = f32, spec.num_outputs = 1;
+    spec.body = body;
+    jb_custom_kernel *k = NULL;
+    CHECK_OK(jb_custom_kernel_new(&k, &spec));
+    return k;
+}
+
+static jb_array *filled(float value)
+{
+    int64_t n = 1;
+    jb_array *a = NULL;
+    CHECK_OK(jb_array_from_host(&a, dev, JB_F32, &n, 1, &value));
+    CHECK_OK(jb_array_eval(a));
+    return a;
+}
+
+static jb_array *launch(jb_custom_kernel *k, jb_array *input, jb_stream *stream)
+{
+    int64_t n = 1;
+    const int64_t *shapes[] = {&n};
+    int ndims[] = {1};
+    jb_launch_shape shape = {{0, 0, 0}, {0, 0, 0}, 1};
+    jb_array *out = NULL;
+    CHECK_OK(jb_custom_kernel_launch_on(&out, k, stream, &input, 1, NULL, 0, shapes, ndims,
+                                        &shape));
+    return out;
+}
+
+static float value_of(jb_array *a)
+{
+    float v = -1.0f;
+    CHECK_OK(jb_array_read(a, &v, sizeof v));
+    return v;
+}
+
+/* The gate: a one-element array the gated kernel spins on while it holds 0. */
+static void set_gate(jb_array *gate, float value)
+{
+    *(volatile float *)jb__array_buffer(gate)->ptr = value;
+}
+
+/* Gets the cpu device and makes the two kernels, their names starting with `prefix`; false
+ * without a cpu device. */
+static bool gated_kernels_new(const char *prefix)
+{
+    CHECK_OK(jb_device_get(&dev, JB_DEVICE_CPU, 0));
+    if (!dev)
+        return false;
+    jb_array_free(filled(0.0f)); /* the thread's default stream first (tests/valgrind.supp) */
+    char name[64];
+    snprintf(name, sizeof name, "%s_plus_one", prefix);
+    plus_one = kernel(name, "out[thread_index()] = inp[0] + 1.0f;");
+    snprintf(name, sizeof name, "%s_gated", prefix);
+    gated = kernel(name, "while (*(volatile const float *)&inp[0] == 0.0f) {}\n"
+                         "out[thread_index()] = inp[0] + 1.0f;");
+    return true;
+}
+
+static void gated_kernels_free(void)
+{
+    jb_custom_kernel_free(plus_one);
+    jb_custom_kernel_free(gated);
+}
+
+#endif
