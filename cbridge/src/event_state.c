@@ -35,7 +35,8 @@ int jb__event_record_now(jb_event *event, bool stream_locked)
     jb_device *dev = event->device;
     if (!stream_locked) {
         pthread_mutex_lock(&stream->holds_mutex);
-        if (event->hold_seq + 1 != stream->holds_next_seq)
+        if (event->hold_seq + 1 != stream->holds_next_seq ||
+            stream->unheld_work_seq > event->hold_seq)
             stream->eager_until_seq = stream->holds_next_seq + JB_EAGER_HOLDS;
     }
     int status = dev->backend->event_record(dev, event->native, stream->native);

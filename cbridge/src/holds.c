@@ -312,6 +312,8 @@ int jb__stream_record_hold(jb_stream *stream, jb_event *done, jb_buffer *const *
     done->generation = stream->generation;
     /* Without a hold no look records it; an eager stream's readers want each event exact. */
     bool record_now = !count || stream->holds_next_seq < stream->eager_until_seq;
+    if (!count) /* newer work (or a bare record) for older pending events, counted by no hold */
+        stream->unheld_work_seq = stream->holds_next_seq;
     int status = record_now ? dev->backend->event_record(dev, done->native, stream->native) : JB_OK;
     atomic_store_explicit(&done->state, record_now ? JB_EVENT_RECORDED : JB_EVENT_PENDING,
                           memory_order_relaxed);

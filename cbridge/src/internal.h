@@ -373,6 +373,7 @@ struct jb_stream {
     /* Record each hold's event at once while holds_next_seq is below this: a reader needed an
      * event with newer work queued behind it, which a late record makes it wait for too. */
     uint64_t eager_until_seq;
+    uint64_t unheld_work_seq; /* holds_next_seq when work without a hold was last queued */
     jb_stream *device_prev, *device_next; /* the device's streams, under its streams_mutex */
 };
 /* The calling thread's default stream for `dev`, created on first use. */

@@ -39,35 +39,65 @@ static void open_after(opener *o, jb_array *gate, unsigned ms)
     pthread_create(&o->thread, NULL, open_later, o);
 }
 
+/* A module entry given no array, held while the gate array holds 0: work queued without a
+ * hold. */
+static const char bare_source[] =
+    "void gated_bare(void **args, uint64_t threads) {\n"
+    "    (void)threads;\n"
+    "    while (*(const volatile float *)(intptr_t)*(const int64_t *)args[0] == 0.0f) {}\n"
+    "}\n";
+
 /* A reader that waits for an older array while newer work is queued on the stream: the late
  * record would make it wait for that work too, once; from then on the stream records every
- * event at once, and the next such wait does not wait for the gated kernel. */
-static void test_older_array_waits_only_for_its_work(void)
+ * event at once, and the next such wait does not wait for the gated work. `bare`: that work is
+ * a module entry with no array, so it holds nothing. */
+static void older_array_waits_only_for_its_work(bool bare)
 {
     jb_stream *stream;
     CHECK_OK(jb_stream_new(&stream, dev));
+    jb_source_module *module = NULL;
+    const char *entries[] = {"gated_bare"};
+    jb_source_module_spec spec = JB_SOURCE_MODULE_SPEC_INIT;
+    spec.name = "lazy_bare", spec.cpu_source = bare_source;
+    spec.entry_names = entries, spec.num_entries = 1;
+    CHECK_OK(jb_source_module_new(&module, &spec));
     jb_array *gate = filled(0.0f), *x = filled(2.0f);
     for (int round = 0; round < 2; round++) {
         set_gate(gate, 0.0f);
-        jb_array *older = launch(plus_one, x, stream);
-        jb_array *behind = launch(gated, gate, stream);
+        jb_array *older = launch(plus_one, x, stream), *behind = NULL;
+        if (bare) {
+            jb_arg arg = {.scalar = {.dtype = JB_I64,
+                                     .value.i64 = (int64_t)(intptr_t)jb__array_buffer(gate)->ptr}};
+            jb_launch_shape one = {{0, 0, 0}, {0, 0, 0}, 1};
+            CHECK_OK(jb_source_module_launch(module, stream, "gated_bare", &arg, 1, &one));
+        } else {
+            behind = launch(gated, gate, stream);
+        }
         opener o;
         open_after(&o, gate, round == 0 ? 50 : 5000);
         CHECK_OK(jb_array_eval(older));
         bool waited_for_the_gate = atomic_load(&o.opened);
         if (round == 1)
-            CHECK(!waited_for_the_gate, "round 1: waiting for an older array waited for the "
-                                        "gated kernel queued after it (the stream stayed lazy)");
+            CHECK(!waited_for_the_gate, "round 1%s: waiting for an older array waited for the "
+                                        "gated work queued after it (the stream stayed lazy)",
+                  bare ? ", work with no array" : "");
         CHECK(value_of(older) == 3.0f, "round %d: the older array holds %g, not 3", round,
               value_of(older));
         pthread_join(o.thread, NULL);
-        CHECK(value_of(behind) == 2.0f, "round %d: the gated kernel's output", round);
+        CHECK(bare || value_of(behind) == 2.0f, "round %d: the gated kernel's output", round);
         jb_array_free(older);
         jb_array_free(behind);
     }
     jb_stream_free(stream);
+    jb_source_module_free(module);
     jb_array_free(gate);
     jb_array_free(x);
+}
+
+static void test_older_array_waits_only_for_its_work(void)
+{
+    older_array_waits_only_for_its_work(false);
+    older_array_waits_only_for_its_work(true);
 }
 
 /* Waiting for the newest work keeps the stream lazy: no launch pays for a record. */
