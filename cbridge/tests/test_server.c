@@ -2,8 +2,8 @@
  * What a server does that the other tests do not (issue 12): several threads sharing one
  * installed stream, a stream freed on one thread while another still has it installed, an event
  * query that fails, and two kernels with one source and different configure hooks. Built with
- * JB_TEST_HOOKS (a test-only pause point between a launch's event record and its hold, and a
- * faulting event query); runs on the cpu, or on GPU 0 with JITBRIDGE_TEST_DEVICE=gpu:
+ * JB_TEST_HOOKS (a test-only pause point between a launch's event and its hold, and a faulting
+ * event query); runs on the cpu, or on GPU 0 with JITBRIDGE_TEST_DEVICE=gpu:
  *   make CUDA=1 build-cuda-hooks/test_server && JITBRIDGE_TEST_DEVICE=gpu build-cuda-hooks/test_server
  */
 #include "../src/internal.h"
@@ -63,7 +63,7 @@ static int launch(jb_custom_kernel *k, jb_array *in, int64_t n, jb_array **out)
     return jb_custom_kernel_launch(out, k, &in, 1, shapes, ndims, &shape);
 }
 
-/* ---- 1. one stream, two threads: the first launch pauses between record and hold ---- */
+/* ---- 1. one stream, two threads: the first launch pauses between its event and its hold ---- */
 
 typedef struct share {
     pthread_mutex_t mutex;
@@ -143,12 +143,17 @@ static void *make_fresh(void *arg)
     return NULL;
 }
 
-static void test_shared_stream(int slow_iterations)
+/* `eager`: the stream records each event at once, as after a late read. A lazy event is recorded
+ * only after its hold is in, so there the two steps apart do no harm; a record at once is made
+ * before the hold, and another thread's hold between them breaks the ring's order. */
+static void test_shared_stream(int slow_iterations, bool eager)
 {
     share sh = {.first_paused = 0};
     pthread_mutex_init(&sh.mutex, NULL);
     pthread_cond_init(&sh.cond, NULL);
     CHECK_OK(jb_stream_new(&sh.stream, dev));
+    if (eager)
+        sh.stream->eager_until_seq = UINT64_MAX;
     sh.fast_in = from_host(FAST_N, 3.0f);
     sh.slow_in = from_host(1, (float)slow_iterations);
     CHECK_OK(jb_array_eval(sh.fast_in));
@@ -385,8 +390,10 @@ int main(void)
     CHECK_OK(jb_custom_kernel_prepare(fast, dev));
     CHECK_OK(jb_custom_kernel_prepare(slow, dev));
 
-    for (int round = 0; round < 2; round++)
-        test_shared_stream(cpu ? 40000 : 4000000);
+    for (int round = 0; round < 2; round++) {
+        test_shared_stream(cpu ? 40000 : 4000000, false);
+        test_shared_stream(cpu ? 40000 : 4000000, true);
+    }
     test_free_while_installed_elsewhere(1);
     test_free_while_installed_elsewhere(0);
     test_failed_event_query();
