@@ -220,15 +220,21 @@ static int gpu_stream_synchronize(jb_device *dev, void *stream)
     return JB_OK;
 }
 
+/* A query's answer (a stream's, an event's): 1 done, 0 not yet, else a negative status. An error
+ * is not "done": the work may still use its buffers (the caller keeps them). */
+static int query_answer(CUresult r, const char *call)
+{
+    if (r == CUDA_ERROR_NOT_READY)
+        return 0;
+    return r == CUDA_SUCCESS ? 1 : -gpu_fail(r, call);
+}
+
 static int gpu_stream_query(jb_device *dev, void *stream)
 {
     int status = make_current(dev);
     if (status != JB_OK)
         return -status;
-    CUresult r = JB_GPU(cuStreamQuery)((CUstream)stream);
-    if (r == CUDA_ERROR_NOT_READY)
-        return 0;
-    return r == CUDA_SUCCESS ? 1 : -gpu_fail(r, JB_GPU_STR(cuStreamQuery));
+    return query_answer(JB_GPU(cuStreamQuery)((CUstream)stream), JB_GPU_STR(cuStreamQuery));
 }
 
 static int gpu_stream_wait_event(jb_device *dev, void *stream, void *event)
@@ -272,11 +278,7 @@ static int gpu_event_query(jb_device *dev, void *event)
     int status = make_current(dev);
     if (status != JB_OK)
         return -status;
-    /* An error is not "done": the work may still use its buffers (the caller keeps them). */
-    CUresult r = JB_GPU(cuEventQuery)((CUevent)event);
-    if (r == CUDA_ERROR_NOT_READY)
-        return 0;
-    return r == CUDA_SUCCESS ? 1 : -gpu_fail(r, JB_GPU_STR(cuEventQuery));
+    return query_answer(JB_GPU(cuEventQuery)((CUevent)event), JB_GPU_STR(cuEventQuery));
 }
 
 static int gpu_mem_alloc(jb_device *dev, size_t bytes, void **out_ptr)
