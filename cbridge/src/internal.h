@@ -328,7 +328,8 @@ struct jb_event {
     jb_device *device;
     void *native;
     uint64_t stream_id; /* the work's stream: waits on that same stream are free */
-    jb_stream *stream;  /* the work's stream, used only while pending (its hold keeps it alive) */
+    jb_stream *stream;  /* the work's stream, used only while pending (destroying the stream
+                         * first marks its pending events done, event_state.c) */
     uint64_t hold_seq;  /* the stream's holds_next_seq before the work's hold went in */
     unsigned generation; /* the stream's: a forked child refuses the parent's unfinished work */
     _Atomic int state;  /* a jb_event_state */

@@ -1,9 +1,8 @@
 /*
- * Lazily recorded events (holds.c): a launch's event is recorded only when a host wait, another
- * stream or a look at the holds needs it. These tests hold a kernel on the cpu stream behind a
- * gate that the test opens by writing the (host) memory the kernel spins on, so what waits for
- * what is seen, not timed. cpu only: on a GPU the test cannot write a running kernel's memory.
- * Built with JB_TEST_HOOKS (the array's buffer, the hold count).
+ * Lazily recorded events (event_state.c): a launch's event is recorded only when a host wait,
+ * another stream or a look at the holds needs it. These tests hold a kernel on the cpu stream
+ * behind a gate that the test opens by writing the (host) memory the kernel spins on, so what
+ * waits for what is seen, not timed (tests/gated_kernels.h).
  */
 #include "gated_kernels.h"
 
