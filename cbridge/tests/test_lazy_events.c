@@ -219,34 +219,6 @@ static void test_wait_beside_stream_free(void)
     jb_array_free(x);
 }
 
-/* Work that nobody waited for before fork: the child cannot record on the parent's stream (its
- * worker is not in the child), so a wait fails with a clear error instead of hanging. */
-static void test_forked_child_refuses_unknown_work(void)
-{
-    jb_stream *stream;
-    CHECK_OK(jb_stream_new(&stream, dev));
-    jb_array *gate = filled(0.0f);
-    jb_array *y = launch(gated, gate, stream);
-    pid_t pid = fork();
-    if (pid == 0) {
-        alarm(10); /* a hang is a failure, not a stuck test */
-        int status = jb_array_eval(y);
-        bool clear = status == JB_ERR_INVALID_ARGUMENT &&
-                     strstr(jb_last_error_message(), "forked") != NULL;
-        _exit(clear ? 0 : 1);
-    }
-    int child = -1;
-    CHECK(pid > 0 && waitpid(pid, &child, 0) == pid, "fork");
-    CHECK(WIFEXITED(child) && WEXITSTATUS(child) == 0,
-          "the child's wait for the parent's unrecorded work: status %#x (not a clear error)",
-          child);
-    set_gate(gate, 1.0f);
-    CHECK(value_of(y) == 2.0f, "the parent's gated kernel");
-    jb_array_free(y);
-    jb_stream_free(stream);
-    jb_array_free(gate);
-}
-
 /* Runs `check` in a forked child and returns its answer, or -1 when it never gave one (a hang
  * ends at alarm). A pipe carries it: under valgrind a child's exit status reports the parent's
  * threads' blocks as lost (make valgrind's note). */
@@ -275,6 +247,24 @@ static int wait_is_refused(jb_array *y)
 {
     int status = jb_array_eval(y);
     return status == JB_ERR_INVALID_ARGUMENT && strstr(jb_last_error_message(), "forked");
+}
+
+/* Work that nobody waited for before fork: the child cannot record on the parent's stream (its
+ * worker is not in the child), so a wait fails with a clear error instead of hanging. */
+static void test_forked_child_refuses_unknown_work(void)
+{
+    jb_stream *stream;
+    CHECK_OK(jb_stream_new(&stream, dev));
+    jb_array *gate = filled(0.0f);
+    jb_array *y = launch(gated, gate, stream);
+    int answer = in_child(wait_is_refused, y);
+    CHECK(answer == 1, "the child's wait for the parent's unrecorded work: %s",
+          answer < 0 ? "it hung" : "no clear error");
+    set_gate(gate, 1.0f);
+    CHECK(value_of(y) == 2.0f, "the parent's gated kernel");
+    jb_array_free(y);
+    jb_stream_free(stream);
+    jb_array_free(gate);
 }
 
 /* Another parent thread was recording the event when the process forked: in the child, no
