@@ -3,9 +3,11 @@
 #ifndef JB_TEST_CHECK_H
 #define JB_TEST_CHECK_H
 
+#include <stdatomic.h>
 #include <stdio.h>
 
-static int check_passed, check_failed;
+/* Atomic: tests check from several threads at once (a stream's worker, racing launchers). */
+static atomic_int check_passed, check_failed;
 
 #define CHECK(cond, ...)                                                                           \
     do {                                                                                           \
