@@ -1,5 +1,5 @@
 /* fork() while another thread builds: the child is not stuck on a lock the parent's builder held,
- * and it can compile and launch on the cpu with its own streams. */
+ * and it can compile and launch on the cpu with its own streams, never on its parent's. */
 #include "check.h"
 #include "jitbridge.h"
 #include "jitbridge_sys.h"
@@ -182,6 +182,64 @@ static void test_fork_during_build(void)
     rmdir(dir);
 }
 
+/* A forked child may not queue a whole-source module on a stream its parent made: the stream's
+ * worker is the parent's. The child's launch is refused before anything is built or queued. */
+static void source_module_on_parents_stream(void)
+{
+    const char *entries[] = {"fill"};
+    jb_source_module_spec spec = JB_SOURCE_MODULE_SPEC_INIT;
+    spec.name = "misuse_forked_fill";
+    spec.cpu_source = "void fill(void **args, uint64_t n) { float *y = *(float **)args[0];"
+                      " for (uint64_t i = 0; i < n; i++) y[i] = 5.0f; }\n";
+    spec.entry_names = entries, spec.num_entries = 1;
+    jb_source_module *m = NULL;
+    jb_stream *stream = NULL;
+    jb_array *y = NULL;
+    CHECK_OK(jb_source_module_new(&m, &spec));
+    CHECK_OK(jb_stream_new(&stream, cpu));
+    CHECK_OK(jb_array_arange(&y, cpu, 8, JB_F32));
+    CHECK_OK(jb_array_eval(y));
+    jb_launch_shape shape = {{0, 0, 0}, {0, 0, 0}, 8};
+    jb_arg args[] = {{.array = y, .written = 1}};
+    /* The child answers through a pipe: under valgrind its exit status also reports the
+     * parent's threads' blocks as lost, whatever the launch did. */
+    int fds[2];
+    CHECK(pipe(fds) == 0, "pipe");
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        alarm(20); /* a launch queued to the parent's worker would wait for nobody */
+        jb_counters start, end;
+        jb_counters_get(&start, sizeof start);
+        int status = jb_source_module_launch(m, stream, "fill", args, 1, &shape);
+        jb_counters_get(&end, sizeof end);
+        char answer = status != JB_ERR_INVALID_ARGUMENT ? 1
+                      : !strstr(jb_last_error_message(), "before this process forked") ? 2
+                      : end.builds != start.builds                                    ? 3
+                                                                                      : 0;
+        _exit(write(fds[1], &answer, 1) == 1 ? 0 : 1);
+    }
+    close(fds[1]);
+    CHECK(pid > 0, "fork failed");
+    char answer = -1;
+    if (read(fds[0], &answer, 1) != 1)
+        answer = -1;
+    close(fds[0]);
+    CHECK(pid > 0 && waitpid(pid, NULL, 0) == pid, "waiting for the child");
+    CHECK(answer == 0,
+          "the forked child launched on its parent's stream (answer %d: 1 launched, 2 unclear "
+          "message, 3 built, -1 none)",
+          answer);
+    /* The parent's stream still runs the module. */
+    CHECK_OK(jb_source_module_launch(m, stream, "fill", args, 1, &shape));
+    float host[8];
+    CHECK_OK(jb_array_read(y, host, sizeof host));
+    CHECK(host[0] == 5.0f && host[7] == 5.0f, "the parent's launch wrote %g", (double)host[7]);
+    jb_array_free(y);
+    jb_stream_free(stream);
+    jb_source_module_free(m);
+}
+
 int main(void)
 {
     setenv("JITBRIDGE_DISK_CACHE", "0", 1); /* the child compiles, not loads */
@@ -190,5 +248,6 @@ int main(void)
         return 1;
     }
     test_fork_during_build();
+    source_module_on_parents_stream();
     return check_summary("test_fork");
 }
