@@ -208,20 +208,16 @@ pub fn decode_loop(
                 wait_p50_ns: d.alone.wait.quantile(0.5),
             });
         }
-        match now {
-            Phase::Alone => {
-                d.alone.record(launch_ns, wait_ns);
-                if let Some(at) = &d.threshold {
-                    d.slow_alone.record(at, launch_ns, wait_ns);
-                }
+        let measured = match now {
+            Phase::Alone => Some((&mut d.alone, &mut d.slow_alone)),
+            Phase::Together => Some((&mut d.together, &mut d.slow_together)),
+            _ => None,
+        };
+        if let Some((steps, slow)) = measured {
+            steps.record(launch_ns, wait_ns);
+            if let Some(at) = &d.threshold {
+                slow.record(at, launch_ns, wait_ns);
             }
-            Phase::Together => {
-                d.together.record(launch_ns, wait_ns);
-                if let Some(at) = &d.threshold {
-                    d.slow_together.record(at, launch_ns, wait_ns);
-                }
-            }
-            _ => {}
         }
         match outcome {
             Ok(()) => tally.check(exact_f32(&host, decode_want(s)), mode_label(mode)),
