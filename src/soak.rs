@@ -700,23 +700,22 @@ pub fn run(
             batch_worker(device, stop_others, tally).map(|()| None)
         }));
     }
-    bodies.push(Box::new(move |pass: race::Pass<'_>| -> Outcome {
-        if !fork {
-            return Ok(None);
-        }
-        let _done = Done(others_running);
-        if !pass.wait() {
-            return Err(race::cancelled());
-        }
-        let fork_at = Instant::now() + Duration::from_secs_f64(seconds * FORK_AT);
-        while Instant::now() < fork_at && !stop_others.load(Ordering::Acquire) {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        if !stop_others.load(Ordering::Acquire) {
-            *child_result.lock().unwrap_or_else(|p| p.into_inner()) = fork_child(salt);
-        }
-        Ok(None)
-    }));
+    if fork {
+        bodies.push(Box::new(move |pass: race::Pass<'_>| -> Outcome {
+            let _done = Done(others_running);
+            if !pass.wait() {
+                return Err(race::cancelled());
+            }
+            let fork_at = Instant::now() + Duration::from_secs_f64(seconds * FORK_AT);
+            while Instant::now() < fork_at && !stop_others.load(Ordering::Acquire) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            if !stop_others.load(Ordering::Acquire) {
+                *child_result.lock().unwrap_or_else(|p| p.into_inner()) = fork_child(salt);
+            }
+            Ok(None)
+        }));
+    }
     // The controller: phases and samples.
     bodies.push(Box::new(move |pass: race::Pass<'_>| -> Outcome {
         if !pass.wait() {
