@@ -661,6 +661,9 @@ typedef struct jb_staged_launch {
     jb_array *outputs[JB_KERNEL_MAX_ARRAYS];
     jb_event *ready[JB_KERNEL_MAX_ARRAYS]; /* per output: one event, marking the kernel's end */
 } jb_staged_launch;
+/* Checks the scalars against the kernel's and stores each value in its slot of `slots`. */
+int jb__stage_scalars(const jb_custom_kernel *k, const jb_scalar *scalars, size_t num_scalars,
+                      unsigned char *slots);
 /* Checks the arguments, builds and configures the module, makes the outputs and orders the
  * inputs' pending work before the launch. On failure nothing stays staged. */
 int jb__launch_begin(jb_staged_launch *launch, jb_custom_kernel *k, jb_stream *stream,

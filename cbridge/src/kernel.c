@@ -181,17 +181,18 @@ int jb__resolve_launch_shape(const jb_launch_shape *shape, const jb_kernel_confi
 }
 
 /* Checks the scalars against the kernel's and stores each value in its slot. */
-static int stage_scalars(const jb_custom_kernel *k, const jb_scalar *scalars, size_t num_scalars,
-                         unsigned char *slots)
+int jb__stage_scalars(const jb_custom_kernel *k, const jb_scalar *scalars, size_t num_scalars,
+                      unsigned char *slots)
 {
     JB_RETURN_IF(num_scalars != k->num_scalars || (num_scalars && !scalars),
                  JB_ERR_INVALID_ARGUMENT, "kernel '%s' takes %zu scalars, not %zu%s", k->name,
                  k->num_scalars, num_scalars, num_scalars && !scalars ? " (scalars is NULL)" : "");
     for (size_t i = 0; i < num_scalars; i++) {
         JB_RETURN_IF(scalars[i].dtype != k->scalar_dtypes[i], JB_ERR_SHAPE,
-                     "scalar '%s' of kernel '%s' is %s, expected %s", k->scalar_names[i], k->name,
-                     jb_dtype_name(scalars[i].dtype) ? jb_dtype_name(scalars[i].dtype) : "no dtype",
-                     jb_dtype_name(k->scalar_dtypes[i]));
+                     "scalar '%s' of kernel '%s' is not a valid %s: it is %s", k->scalar_names[i],
+                     k->name, jb_dtype_name(k->scalar_dtypes[i]),
+                     jb_dtype_name(scalars[i].dtype) ? jb_dtype_name(scalars[i].dtype)
+                                                     : "no dtype");
         JB_RETURN_IF(scalars[i].dtype == JB_BOOL && scalars[i].value.boolean > 1,
                      JB_ERR_INVALID_ARGUMENT, "bool scalar '%s' of kernel '%s' is %u, not 0 or 1",
                      k->scalar_names[i], k->name, scalars[i].value.boolean);
@@ -273,7 +274,7 @@ int jb__launch_begin(jb_staged_launch *l, jb_custom_kernel *k, jb_stream *stream
     /* Only what a failure path reads is cleared: the arrays are 2.6 KB, and written as filled. */
     l->num_outputs = 0;
     JB_FORWARD_IF_ERROR(validate_launch(k, inputs, num_inputs, output_shapes, output_ndims));
-    JB_FORWARD_IF_ERROR(stage_scalars(k, scalars, num_scalars, l->scalars));
+    JB_FORWARD_IF_ERROR(jb__stage_scalars(k, scalars, num_scalars, l->scalars));
     /* Resolved with the default block size before any build, so a bad shape builds nothing. */
     const jb_kernel_config defaults = {0, 0};
     JB_FORWARD_IF_ERROR(

@@ -266,20 +266,8 @@ jb_status jb_bench_raw_launcher_step(jb_bench_raw_launcher *r, const jb_scalar *
     JB_RETURN_IF(!r || !out_launch_ns || !out_wait_ns, JB_ERR_INVALID_ARGUMENT,
                  "jb_bench_raw_launcher_step: bad arguments");
     *out_launch_ns = *out_wait_ns = 0;
-    const jb_custom_kernel *k = r->kernel;
-    JB_RETURN_IF(num_scalars != k->num_scalars || (num_scalars && !scalars),
-                 JB_ERR_INVALID_ARGUMENT, "raw launcher: kernel '%s' takes %zu scalars, not %zu",
-                 k->name, k->num_scalars, num_scalars);
-    for (size_t i = 0; i < num_scalars; i++) {
-        JB_RETURN_IF(scalars[i].dtype != k->scalar_dtypes[i] ||
-                         (scalars[i].dtype == JB_BOOL && scalars[i].value.boolean > 1),
-                     JB_ERR_SHAPE, "raw launcher: scalar '%s' of kernel '%s' is not a valid %s",
-                     k->scalar_names[i], k->name, jb_dtype_name(k->scalar_dtypes[i]));
-        /* The slot layout of the library's launch (kernel.c stage_scalars): value first, zeros. */
-        unsigned char *slot = r->launch.scalars + i * JB_SCALAR_SLOT;
-        memset(slot, 0, JB_SCALAR_SLOT);
-        memcpy(slot, &scalars[i].value, jb_dtype_size(scalars[i].dtype));
-    }
+    /* Checked and laid out as the library's launch does it (kernel.c). */
+    JB_FORWARD_IF_ERROR(jb__stage_scalars(r->kernel, scalars, num_scalars, r->launch.scalars));
     jb_device *dev = r->launch.dev;
     void *stream = r->launch.stream->native;
     uint64_t start = jb__now_ns();
