@@ -9,7 +9,7 @@
 #define JB_TEST_GATED_KERNELS_H
 
 #include "../src/internal.h"
-#include "check.h"
+#include "helpers.h"
 
 #include <stdio.h>
 
@@ -20,25 +20,10 @@
 static jb_device *dev;
 static jb_custom_kernel *plus_one, *gated;
 
-static jb_custom_kernel *kernel(const char *name, const char *body)
-{
-    const char *in[] = {"inp"}, *out[] = {"out"};
-    jb_dtype f32[] = {JB_F32};
-    jb_kernel_spec spec = JB_KERNEL_SPEC_INIT;
-    spec.name = name;
-    spec.input_names = in, spec.input_dtypes = f32, spec.num_inputs = 1;
-    spec.output_names = out, spec.output_dtypes = f32, spec.num_outputs = 1;
-    spec.body = body;
-    jb_custom_kernel *k = NULL;
-    CHECK_OK(jb_custom_kernel_new(&k, &spec));
-    return k;
-}
-
+/* One element of `value`, waited for. */
 static jb_array *filled(float value)
 {
-    int64_t n = 1;
-    jb_array *a = NULL;
-    CHECK_OK(jb_array_from_host(&a, dev, JB_F32, &n, 1, &value));
+    jb_array *a = f32_filled(dev, 1, value);
     CHECK_OK(jb_array_eval(a));
     return a;
 }
@@ -78,10 +63,10 @@ static bool gated_kernels_new(const char *prefix)
     jb_array_free(filled(0.0f)); /* the thread's default stream first (tests/valgrind.supp) */
     char name[64];
     snprintf(name, sizeof name, "%s_plus_one", prefix);
-    plus_one = kernel(name, "out[thread_index()] = inp[0] + 1.0f;");
+    plus_one = f32_kernel(name, "out[thread_index()] = inp[0] + 1.0f;");
     snprintf(name, sizeof name, "%s_gated", prefix);
-    gated = kernel(name, "while (*(volatile const float *)&inp[0] == 0.0f) {}\n"
-                         "out[thread_index()] = inp[0] + 1.0f;");
+    gated = f32_kernel(name, "while (*(volatile const float *)&inp[0] == 0.0f) {}\n"
+                             "out[thread_index()] = inp[0] + 1.0f;");
     return true;
 }
 

@@ -5,11 +5,10 @@
  *   make CUDA=1 build-cuda-hooks/test_holds && JITBRIDGE_TEST_DEVICE=gpu build-cuda-hooks/test_holds
  */
 #include "../src/internal.h"
-#include "check.h"
+#include "helpers.h"
 
 #include <pthread.h>
 #include <sched.h>
-#include <stdlib.h>
 #include <string.h>
 
 #ifndef JB_TEST_HOOKS
@@ -18,52 +17,20 @@
 
 static jb_device *dev;
 
-static jb_array *filled(int64_t n, float value)
-{
-    float *host = malloc((size_t)n * sizeof *host);
-    for (int64_t i = 0; i < n; i++)
-        host[i] = value;
-    jb_array *a = NULL;
-    CHECK_OK(jb_array_from_host(&a, dev, JB_F32, &n, 1, host));
-    free(host);
-    return a;
-}
-
-static bool all_equal(jb_array *a, int64_t n, float want)
-{
-    float *host = malloc((size_t)n * sizeof *host);
-    bool same = jb_array_read(a, host, (size_t)n * sizeof *host) == JB_OK;
-    for (int64_t i = 0; same && i < n; i++)
-        same = host[i] == want;
-    free(host);
-    return same;
-}
-
 /* Outputs of 16 MiB: the stream looks at its holds once they keep 64 MiB, long before
  * JB_HOLDS_PER_LOOK launches, so finished work does not keep gigabytes from reuse. */
 static void test_big_holds_are_looked_at_soon(void)
 {
     const int64_t small = 16, big = (16 << 20) / 4;
-    const char *in[] = {"inp"}, *out[] = {"out"};
-    jb_dtype f32[] = {JB_F32};
-    jb_kernel_spec spec = JB_KERNEL_SPEC_INIT;
-    spec.name = "holds_spread";
-    spec.input_names = in, spec.input_dtypes = f32, spec.num_inputs = 1;
-    spec.output_names = out, spec.output_dtypes = f32, spec.num_outputs = 1;
-    spec.body = "out[thread_index()] = inp[0] + 1.0f;";
-    jb_custom_kernel *k = NULL;
-    CHECK_OK(jb_custom_kernel_new(&k, &spec));
+    jb_custom_kernel *k = f32_kernel("holds_spread", "out[thread_index()] = inp[0] + 1.0f;");
     jb_stream *stream;
     CHECK_OK(jb_stream_new(&stream, dev));
     CHECK_OK(jb_install_thread_local_default_stream(stream));
-    jb_array *x = filled(small, 2.0f);
-    const int64_t *shapes[] = {&big};
-    int ndims[] = {1};
-    jb_launch_shape shape = {{0, 0, 0}, {0, 0, 0}, (uint64_t)big};
+    jb_array *x = f32_filled(dev, small, 2.0f);
     CHECK_OK(jb_stream_synchronize(stream));
     for (int i = 0; i < 4; i++) {
         jb_array *y = NULL;
-        CHECK_OK(jb_custom_kernel_launch(&y, k, &x, 1, shapes, ndims, &shape));
+        CHECK_OK(f32_launch(&y, k, &x, 1, big));
         CHECK_OK(jb_array_eval(y)); /* done: its hold may go at the next look */
         jb_array_free(y);
     }
@@ -94,23 +61,20 @@ static void test_hold_of_many_buffers(void)
                 "sum[i] = a[i] + b[i] + c[i] + d[i] + e[i] + f[i];";
     jb_custom_kernel *k = NULL;
     CHECK_OK(jb_custom_kernel_new(&k, &spec));
-    const int64_t *shapes[] = {&n};
-    int ndims[] = {1};
-    jb_launch_shape shape = {{0, 0, 0}, {0, 0, 0}, (uint64_t)n};
     int exact = 0;
     for (int round = 0; round < ROUNDS; round++) {
         jb_array *inputs[INPUTS];
         for (int i = 0; i < INPUTS; i++)
-            inputs[i] = filled(n, (float)(round % 7 + i));
+            inputs[i] = f32_filled(dev, n, (float)(round % 7 + i));
         jb_array *sum = NULL;
-        CHECK_OK(jb_custom_kernel_launch(&sum, k, inputs, INPUTS, shapes, ndims, &shape));
+        CHECK_OK(f32_launch(&sum, k, inputs, INPUTS, n));
         for (int i = 0; i < INPUTS; i++)
             jb_array_free(inputs[i]); /* only the hold keeps them now */
         /* New arrays that would take a freed input's buffer if the hold let go early. */
         jb_array *decoys[INPUTS];
         for (int i = 0; i < INPUTS; i++)
-            decoys[i] = filled(n, -1000.0f);
-        exact += sum && all_equal(sum, n, (float)(6 * (round % 7) + 15));
+            decoys[i] = f32_filled(dev, n, -1000.0f);
+        exact += sum && f32_all_equal(sum, n, (float)(6 * (round % 7) + 15));
         for (int i = 0; i < INPUTS; i++)
             jb_array_free(decoys[i]);
         jb_array_free(sum);
@@ -126,27 +90,16 @@ static void test_hold_of_many_buffers(void)
 static void test_trim_lets_go_of_every_finished_hold(void)
 {
     const int64_t n = (1 << 20) / 4;
-    const char *in[] = {"inp"}, *out[] = {"out"};
-    jb_dtype f32[] = {JB_F32};
-    jb_kernel_spec spec = JB_KERNEL_SPEC_INIT;
-    spec.name = "holds_trim";
-    spec.input_names = in, spec.input_dtypes = f32, spec.num_inputs = 1;
-    spec.output_names = out, spec.output_dtypes = f32, spec.num_outputs = 1;
-    spec.body = "out[thread_index()] = inp[0] * 2.0f;";
-    jb_custom_kernel *k = NULL;
-    CHECK_OK(jb_custom_kernel_new(&k, &spec));
+    jb_custom_kernel *k = f32_kernel("holds_trim", "out[thread_index()] = inp[0] * 2.0f;");
     jb_stream *stream;
     CHECK_OK(jb_stream_new(&stream, dev));
     CHECK_OK(jb_install_thread_local_default_stream(stream));
-    jb_array *x = filled(1, 3.0f);
-    const int64_t *shapes[] = {&n};
-    int ndims[] = {1};
-    jb_launch_shape shape = {{0, 0, 0}, {0, 0, 0}, (uint64_t)n};
+    jb_array *x = f32_filled(dev, 1, 3.0f);
     CHECK_OK(jb_stream_synchronize(stream));
     for (int round = 0; round < 2; round++) {
         for (int i = 0; i < 3; i++) {
             jb_array *y = NULL;
-            CHECK_OK(jb_custom_kernel_launch(&y, k, &x, 1, shapes, ndims, &shape));
+            CHECK_OK(f32_launch(&y, k, &x, 1, n));
             CHECK_OK(jb_array_eval(y));
             jb_array_free(y);
         }
@@ -178,28 +131,18 @@ static void test_trim_lets_go_of_every_finished_hold(void)
 static void test_weights_count_once(void)
 {
     const int64_t big = (64 << 20) / 4, small = 16;
-    const char *in[] = {"w"}, *out[] = {"out"};
-    jb_dtype f32[] = {JB_F32};
-    jb_kernel_spec spec = JB_KERNEL_SPEC_INIT;
-    spec.name = "holds_weights";
-    spec.input_names = in, spec.input_dtypes = f32, spec.num_inputs = 1;
-    spec.output_names = out, spec.output_dtypes = f32, spec.num_outputs = 1;
-    spec.body = "out[thread_index()] = w[thread_index()] + 1.0f;";
-    jb_custom_kernel *k = NULL;
-    CHECK_OK(jb_custom_kernel_new(&k, &spec));
+    jb_custom_kernel *k =
+        f32_kernel("holds_weights", "out[thread_index()] = inp[thread_index()] + 1.0f;");
     jb_stream *stream;
     CHECK_OK(jb_stream_new(&stream, dev));
     CHECK_OK(jb_install_thread_local_default_stream(stream));
-    jb_array *w = filled(big, 2.0f);
+    jb_array *w = f32_filled(dev, big, 2.0f);
     CHECK_OK(jb_stream_synchronize(stream));
-    const int64_t *shapes[] = {&small};
-    int ndims[] = {1};
-    jb_launch_shape shape = {{0, 0, 0}, {0, 0, 0}, (uint64_t)small};
     int exact = 0;
     for (int i = 0; i < JB_HOLDS_PER_LOOK / 2; i++) {
         jb_array *y = NULL;
-        CHECK_OK(jb_custom_kernel_launch(&y, k, &w, 1, shapes, ndims, &shape));
-        exact += all_equal(y, small, 3.0f);
+        CHECK_OK(f32_launch(&y, k, &w, 1, small));
+        exact += f32_all_equal(y, small, 3.0f);
         jb_array_free(y);
     }
     CHECK(exact == JB_HOLDS_PER_LOOK / 2, "%d of %d outputs exact", exact, JB_HOLDS_PER_LOOK / 2);
@@ -250,23 +193,16 @@ static void *synchronize_shared(void *arg)
 static void test_synchronize_beside_a_launch(int iterations)
 {
     enum { N = 1024 };
-    const char *in[] = {"inp"}, *out[] = {"out"};
-    jb_dtype f32[] = {JB_F32};
-    jb_kernel_spec spec = JB_KERNEL_SPEC_INIT;
-    spec.name = "holds_slow";
-    spec.input_names = in, spec.input_dtypes = f32, spec.num_inputs = 1;
-    spec.output_names = out, spec.output_dtypes = f32, spec.num_outputs = 1;
-    spec.body = "float acc = 0.0f;\n"
-                "for (int j = 0; j < (int)inp[0]; j++) acc += 1.0f;\n"
-                "out[thread_index()] = acc;";
-    jb_custom_kernel *slow = NULL;
-    CHECK_OK(jb_custom_kernel_new(&slow, &spec));
+    jb_custom_kernel *slow = f32_kernel("holds_slow",
+                                        "float acc = 0.0f;\n"
+                                        "for (int j = 0; j < (int)inp[0]; j++) acc += 1.0f;\n"
+                                        "out[thread_index()] = acc;");
     CHECK_OK(jb_custom_kernel_prepare(slow, dev));
     sync_race r = {.paused = 0};
     pthread_mutex_init(&r.mutex, NULL);
     pthread_cond_init(&r.cond, NULL);
     CHECK_OK(jb_stream_new(&r.stream, dev));
-    jb_array *count = filled(1, (float)iterations);
+    jb_array *count = f32_filled(dev, 1, (float)iterations);
     CHECK_OK(jb_array_eval(count));
 
     jb__test_set_sync_pause(pause_sync, &r);
@@ -277,12 +213,8 @@ static void test_synchronize_beside_a_launch(int iterations)
         pthread_cond_wait(&r.cond, &r.mutex);
     pthread_mutex_unlock(&r.mutex);
     CHECK_OK(jb_install_thread_local_default_stream(r.stream));
-    const int64_t n = N;
-    const int64_t *shapes[] = {&n};
-    int ndims[] = {1};
-    jb_launch_shape shape = {{0, 0, 0}, {0, 0, 0}, (uint64_t)n};
     jb_array *y = NULL;
-    CHECK_OK(jb_custom_kernel_launch(&y, slow, &count, 1, shapes, ndims, &shape));
+    CHECK_OK(f32_launch(&y, slow, &count, 1, N));
     jb_array_free(y); /* fire and forget: only the launch's hold keeps its buffer now */
     CHECK_OK(jb_uninstall_thread_local_default_stream(r.stream));
     pthread_mutex_lock(&r.mutex);
@@ -294,13 +226,13 @@ static void test_synchronize_beside_a_launch(int iterations)
 
     jb_array *decoys[4];
     for (int i = 0; i < 4; i++) {
-        decoys[i] = filled(N, 1.0f);
+        decoys[i] = f32_filled(dev, N, 1.0f);
         CHECK_OK(jb_array_eval(decoys[i]));
     }
     CHECK_OK(jb_stream_synchronize(r.stream)); /* the slow kernel has written its output */
     int intact = 0;
     for (int i = 0; i < 4; i++) {
-        intact += all_equal(decoys[i], N, 1.0f);
+        intact += f32_all_equal(decoys[i], N, 1.0f);
         jb_array_free(decoys[i]);
     }
     CHECK(intact == 4, "%d of 4 arrays made from host data (all 1.0) were overwritten by a "
@@ -329,13 +261,13 @@ static void test_second_free_is_refused(void)
 #endif
     int warnings = 0;
     CHECK_OK(jb_set_log_callback(count_double_free, &warnings));
-    jb_array *a = filled(16, 1.0f);
+    jb_array *a = f32_filled(dev, 16, 1.0f);
     jb_array_free(a);
     jb_array_free(a);
     CHECK(warnings == 1, "%d warnings for a second free", warnings);
-    jb_array *b = filled(16, 2.0f), *c = filled(16, 3.0f);
+    jb_array *b = f32_filled(dev, 16, 2.0f), *c = f32_filled(dev, 16, 3.0f);
     CHECK(b != c, "two live arrays share one record");
-    CHECK(all_equal(b, 16, 2.0f) && all_equal(c, 16, 3.0f), "arrays after a second free");
+    CHECK(f32_all_equal(b, 16, 2.0f) && f32_all_equal(c, 16, 3.0f), "arrays after a second free");
     jb_array_free(b);
     jb_array_free(c);
     CHECK_OK(jb_set_log_callback(NULL, NULL));
@@ -346,7 +278,7 @@ static void *install_and_exit(void *arg)
 {
     if (jb_install_thread_local_default_stream(arg) != JB_OK)
         return NULL;
-    jb_array_free(filled(1024, 1.0f)); /* only the stream's hold keeps its buffer now */
+    jb_array_free(f32_filled(dev, 1024, 1.0f)); /* only the stream's hold keeps its buffer now */
     return arg;
 }
 
@@ -377,19 +309,12 @@ static void test_exiting_thread_lets_go_of_its_installation(void)
 static void test_raw_launcher_keeps_its_stream_and_inputs(void)
 {
     const int64_t n = 256;
-    const char *in[] = {"inp"}, *out[] = {"out"};
-    jb_dtype f32[] = {JB_F32};
-    jb_kernel_spec spec = JB_KERNEL_SPEC_INIT;
-    spec.name = "holds_raw_plus_one";
-    spec.input_names = in, spec.input_dtypes = f32, spec.num_inputs = 1;
-    spec.output_names = out, spec.output_dtypes = f32, spec.num_outputs = 1;
-    spec.body = "out[thread_index()] = inp[thread_index()] + 1.0f;";
-    jb_custom_kernel *k = NULL;
-    CHECK_OK(jb_custom_kernel_new(&k, &spec));
+    jb_custom_kernel *k =
+        f32_kernel("holds_raw_plus_one", "out[thread_index()] = inp[thread_index()] + 1.0f;");
     jb_stream *stream;
     CHECK_OK(jb_stream_new(&stream, dev));
     CHECK_OK(jb_install_thread_local_default_stream(stream));
-    jb_array *x = filled(n, 4.0f);
+    jb_array *x = f32_filled(dev, n, 4.0f);
     const int64_t *shapes[] = {&n};
     int ndims[] = {1};
     jb_launch_shape shape = {{0, 0, 0}, {0, 0, 0}, (uint64_t)n};
@@ -398,7 +323,7 @@ static void test_raw_launcher_keeps_its_stream_and_inputs(void)
     CHECK_OK(jb_uninstall_thread_local_default_stream(stream));
     jb_stream_free(stream);
     jb_array_free(x);
-    jb_array *decoy = filled(n, -100.0f);
+    jb_array *decoy = f32_filled(dev, n, -100.0f);
     uint64_t launch_ns, wait_ns;
     CHECK_OK(jb_bench_raw_launcher_step(r, NULL, 0, &launch_ns, &wait_ns));
     float got[256];
@@ -414,16 +339,10 @@ static void test_raw_launcher_keeps_its_stream_and_inputs(void)
 
 int main(void)
 {
-    const char *which = getenv("JITBRIDGE_TEST_DEVICE");
-    if (which && strcmp(which, "gpu") == 0)
-        CHECK_OK(jb_device_get(&dev, JB_DEVICE_GPU, 0));
-    else
-        CHECK_OK(jb_device_get(&dev, JB_DEVICE_CPU, 0));
+    dev = test_device();
     if (!dev)
         return check_summary("test_holds");
-    /* The thread's default stream first: memcheck then names its worker's block by the
-     * suppressed path (tests/valgrind.supp) rather than by a stream made and freed before it. */
-    jb_array_free(filled(1, 0.0f));
+    default_stream_first(dev);
     test_big_holds_are_looked_at_soon();
     test_hold_of_many_buffers();
     test_second_free_is_refused();

@@ -7,13 +7,12 @@
  *   make CUDA=1 build-cuda-hooks/test_server && JITBRIDGE_TEST_DEVICE=gpu build-cuda-hooks/test_server
  */
 #include "../src/internal.h"
-#include "check.h"
+#include "helpers.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <pthread.h>
 #include <stdatomic.h>
-#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -27,41 +26,6 @@
 
 static jb_device *dev;
 static jb_custom_kernel *fast, *slow;
-
-static jb_custom_kernel *make_kernel(const char *name, const char *body, jb_configure_hook hook,
-                                     void *user_data)
-{
-    const char *in[] = {"inp"}, *out[] = {"out"};
-    jb_dtype f32[] = {JB_F32};
-    jb_kernel_spec spec = JB_KERNEL_SPEC_INIT;
-    spec.name = name;
-    spec.input_names = in, spec.input_dtypes = f32, spec.num_inputs = 1;
-    spec.output_names = out, spec.output_dtypes = f32, spec.num_outputs = 1;
-    spec.body = body;
-    spec.configure = hook, spec.configure_user_data = user_data;
-    jb_custom_kernel *k = NULL;
-    CHECK_OK(jb_custom_kernel_new(&k, &spec));
-    return k;
-}
-
-static jb_array *from_host(int64_t n, float value)
-{
-    float *host = malloc((size_t)n * sizeof *host);
-    for (int64_t i = 0; i < n; i++)
-        host[i] = value;
-    jb_array *a = NULL;
-    CHECK_OK(jb_array_from_host(&a, dev, JB_F32, &n, 1, host));
-    free(host);
-    return a;
-}
-
-static int launch(jb_custom_kernel *k, jb_array *in, int64_t n, jb_array **out)
-{
-    const int64_t *shapes[] = {&n};
-    int ndims[] = {1};
-    jb_launch_shape shape = {{0, 0, 0}, {0, 0, 0}, (uint64_t)n};
-    return jb_custom_kernel_launch(out, k, &in, 1, shapes, ndims, &shape);
-}
 
 /* ---- 1. one stream, two threads: the first launch pauses between its event and its hold ---- */
 
@@ -103,7 +67,7 @@ static void *first_thread(void *arg)
     share *sh = arg;
     CHECK_OK(jb_install_thread_local_default_stream(sh->stream));
     jb_array *out[1] = {NULL};
-    CHECK_OK(launch(fast, sh->fast_in, FAST_N, out));
+    CHECK_OK(f32_launch(out, fast, &sh->fast_in, 1, FAST_N));
     sh->fast_out = out[0];
     CHECK_OK(jb_uninstall_thread_local_default_stream(sh->stream));
     return NULL;
@@ -118,7 +82,7 @@ static void *second_thread(void *arg)
     pthread_mutex_unlock(&sh->mutex);
     CHECK_OK(jb_install_thread_local_default_stream(sh->stream));
     jb_array *out[1] = {NULL};
-    CHECK_OK(launch(slow, sh->slow_in, N, out));
+    CHECK_OK(f32_launch(out, slow, &sh->slow_in, 1, N));
     jb_array_free(out[0]); /* fire and forget: only the launch's hold keeps its buffer now */
     CHECK_OK(jb_uninstall_thread_local_default_stream(sh->stream));
     pthread_mutex_lock(&sh->mutex);
@@ -137,7 +101,7 @@ static void *make_fresh(void *arg)
 {
     fresh *f = arg;
     for (int i = 0; i < 4; i++) {
-        f->arrays[i] = from_host(N, 1.0f);
+        f->arrays[i] = f32_filled(dev, N, 1.0f);
         CHECK_OK(jb_array_eval(f->arrays[i]));
     }
     return NULL;
@@ -154,8 +118,8 @@ static void test_shared_stream(int slow_iterations, bool eager)
     CHECK_OK(jb_stream_new(&sh.stream, dev));
     if (eager)
         sh.stream->eager_until_seq = UINT64_MAX;
-    sh.fast_in = from_host(FAST_N, 3.0f);
-    sh.slow_in = from_host(1, (float)slow_iterations);
+    sh.fast_in = f32_filled(dev, FAST_N, 3.0f);
+    sh.slow_in = f32_filled(dev, 1, (float)slow_iterations);
     CHECK_OK(jb_array_eval(sh.fast_in));
     CHECK_OK(jb_array_eval(sh.slow_in));
 
@@ -221,7 +185,7 @@ static void *launch_on_installed(void *arg)
     /* The owner has freed the stream; it is still this thread's default, and must still work. */
     for (int i = 0; i < 40; i++) {
         jb_array *out[1] = {NULL};
-        CHECK_OK(launch(fast, st->in, FAST_N, out));
+        CHECK_OK(f32_launch(out, fast, &st->in, 1, FAST_N));
         float values[FAST_N] = {0};
         CHECK_OK(jb_array_read(out[0], values, sizeof values));
         CHECK(values[FAST_N - 1] == 7.0f, "launch %d on a stream freed elsewhere: %g", i,
@@ -238,7 +202,7 @@ static void test_free_while_installed_elsewhere(int uninstall)
     installed st = {.uninstall = uninstall};
     pthread_mutex_init(&st.mutex, NULL);
     pthread_cond_init(&st.cond, NULL);
-    st.in = from_host(FAST_N, 3.0f);
+    st.in = f32_filled(dev, FAST_N, 3.0f);
     CHECK_OK(jb_array_eval(st.in));
     CHECK_OK(jb_stream_new(&st.stream, dev));
     pthread_t t;
@@ -264,14 +228,14 @@ static void test_failed_event_query(void)
 {
     jb_stream *stream;
     CHECK_OK(jb_stream_new(&stream, dev));
-    jb_array *in = from_host(FAST_N, 3.0f);
+    jb_array *in = f32_filled(dev, FAST_N, 3.0f);
     CHECK_OK(jb_array_eval(in));
     CHECK_OK(jb_install_thread_local_default_stream(stream));
     jb__test_set_query_fault(true);
     int launched = 2 * JB_HOLDS_PER_LOOK + JB_HOLDS_PER_LOOK / 2, errors = 0;
     for (int i = 0; i < launched; i++) {
         jb_array *out[1] = {NULL};
-        int status = launch(fast, in, FAST_N, out);
+        int status = f32_launch(out, fast, &in, 1, FAST_N);
         if (status != JB_OK) {
             errors++;
             CHECK(status == JB_ERR_BACKEND && strstr(jb_last_error_message(), "event query"),
@@ -317,21 +281,21 @@ static void test_configure_per_kernel(void)
     /* 64 threads a block fits a launch; 2048 does not, which the launch must then say. */
     hook_record small = {0, 64}, large = {0, 2048};
     const char *body = "out[thread_index()] = inp[thread_index()] + 5.0f;";
-    jb_custom_kernel *a = make_kernel("server_configured", body, record_hook, &small);
-    jb_custom_kernel *b = make_kernel("server_configured", body, record_hook, &large);
+    jb_custom_kernel *a = f32_kernel_configured("server_configured", body, record_hook, &small);
+    jb_custom_kernel *b = f32_kernel_configured("server_configured", body, record_hook, &large);
     CHECK(strcmp(jb_custom_kernel_module_name(a), jb_custom_kernel_module_name(b)) == 0,
           "one source should be one module: %s, %s", jb_custom_kernel_module_name(a),
           jb_custom_kernel_module_name(b));
-    jb_array *in = from_host(4096, 1.0f);
+    jb_array *in = f32_filled(dev, 4096, 1.0f);
     for (int round = 0; round < 2; round++) {
         jb_array *out[1] = {NULL};
-        CHECK_OK(launch(a, in, 4096, out));
+        CHECK_OK(f32_launch(out, a, &in, 1, 4096));
         float values[4096];
         CHECK_OK(jb_array_read(out[0], values, sizeof values));
         CHECK(values[4095] == 6.0f, "kernel a: %g", values[4095]);
         jb_array_free(out[0]);
         out[0] = NULL;
-        int status = launch(b, in, 4096, out);
+        int status = f32_launch(out, b, &in, 1, 4096);
         CHECK(status == JB_ERR_INVALID_ARGUMENT && strstr(jb_last_error_message(), "fit"),
               "kernel b ran with 2048 threads a block from its own hook? status %d: %s", status,
               jb_last_error_message());
@@ -371,22 +335,15 @@ static void test_disk_state_is_the_callers(void)
 
 int main(void)
 {
-    const char *which = getenv("JITBRIDGE_TEST_DEVICE");
-    if (which && strcmp(which, "gpu") == 0)
-        CHECK_OK(jb_device_get(&dev, JB_DEVICE_GPU, 0));
-    else
-        CHECK_OK(jb_device_get(&dev, JB_DEVICE_CPU, 0));
+    dev = test_device();
     if (!dev)
         return check_summary("test_server");
     bool cpu = jb_device_get_kind(dev) == JB_DEVICE_CPU;
-    fast = make_kernel("server_fast", "out[thread_index()] = inp[thread_index()] * 2.0f + 1.0f;",
-                       NULL, NULL);
+    fast = f32_kernel("server_fast", "out[thread_index()] = inp[thread_index()] * 2.0f + 1.0f;");
     /* Long enough (tens of milliseconds) to still run while the test looks at its buffer. */
-    slow = make_kernel("server_slow",
-                       "float acc = 0.0f;\n"
-                       "for (int j = 0; j < (int)inp[0]; j++) acc += 1.0f;\n"
-                       "out[thread_index()] = acc;",
-                       NULL, NULL);
+    slow = f32_kernel("server_slow", "float acc = 0.0f;\n"
+                                     "for (int j = 0; j < (int)inp[0]; j++) acc += 1.0f;\n"
+                                     "out[thread_index()] = acc;");
     CHECK_OK(jb_custom_kernel_prepare(fast, dev));
     CHECK_OK(jb_custom_kernel_prepare(slow, dev));
 

@@ -5,7 +5,7 @@
  * for as long as the test wants: no timing decides whether it passes.
  */
 #include "jitbridge.h"
-#include "check.h"
+#include "helpers.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -48,24 +48,12 @@ static const jb_launch_shape shape = {{0, 0, 0}, {0, 0, 0}, N};
 
 static jb_array *filled(float value)
 {
-    static float host[N];
-    for (int i = 0; i < N; i++)
-        host[i] = value;
-    int64_t n = N;
-    jb_array *a = NULL;
-    CHECK_OK(jb_array_from_host(&a, cpu, JB_F32, &n, 1, host));
-    return a;
+    return f32_filled(cpu, N, value);
 }
 
 static bool all_equal(jb_array *a, float want)
 {
-    static float host[N];
-    if (!a || jb_array_read(a, host, sizeof host) != JB_OK)
-        return false;
-    for (int i = 0; i < N; i++)
-        if (host[i] != want)
-            return false;
-    return true;
+    return f32_all_equal(a, N, want);
 }
 
 static jb_scalar gate_scalar(atomic_int *gate)

@@ -9,13 +9,11 @@
  *   make CUDA=1 build-cuda-hooks/test_stream_walk && JITBRIDGE_TEST_DEVICE=gpu build-cuda-hooks/test_stream_walk
  */
 #include "../src/internal.h"
-#include "check.h"
+#include "helpers.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <time.h>
 
 #ifndef JB_TEST_HOOKS
@@ -28,27 +26,12 @@
 static jb_device *dev;
 static jb_custom_kernel *kernel;
 
-static jb_array *filled(int64_t n, float value)
-{
-    float *host = malloc((size_t)n * sizeof *host);
-    for (int64_t i = 0; i < n; i++)
-        host[i] = value;
-    jb_array *a = NULL;
-    CHECK_OK(jb_array_from_host(&a, dev, JB_F32, &n, 1, host));
-    free(host);
-    return a;
-}
-
 /* One launch of `kernel` on the calling thread's current stream; the output is freed at once,
  * so only the launch's hold keeps its buffer. */
 static int launch_and_forget(jb_array *in)
 {
-    const int64_t n = N;
-    const int64_t *shapes[] = {&n};
-    int ndims[] = {1};
-    jb_launch_shape shape = {{0, 0, 0}, {0, 0, 0}, (uint64_t)n};
     jb_array *out = NULL;
-    int status = jb_custom_kernel_launch(&out, kernel, &in, 1, shapes, ndims, &shape);
+    int status = f32_launch(&out, kernel, &in, 1, N);
     jb_array_free(out);
     return status;
 }
@@ -262,26 +245,14 @@ static void test_trim_reaches_every_stream(void)
 
 int main(void)
 {
-    const char *which = getenv("JITBRIDGE_TEST_DEVICE");
-    if (which && strcmp(which, "gpu") == 0)
-        CHECK_OK(jb_device_get(&dev, JB_DEVICE_GPU, 0));
-    else
-        CHECK_OK(jb_device_get(&dev, JB_DEVICE_CPU, 0));
+    dev = test_device();
     if (!dev)
         return check_summary("test_stream_walk");
-    /* The thread's default stream first: memcheck then names its worker's block by the
-     * suppressed path (tests/valgrind.supp) rather than by a stream made and freed before it. */
-    jb_array_free(filled(1, 0.0f));
-    const char *in[] = {"inp"}, *out[] = {"out"};
-    jb_dtype f32[] = {JB_F32};
-    jb_kernel_spec spec = JB_KERNEL_SPEC_INIT;
-    spec.name = "stream_walk_plus_one";
-    spec.input_names = in, spec.input_dtypes = f32, spec.num_inputs = 1;
-    spec.output_names = out, spec.output_dtypes = f32, spec.num_outputs = 1;
-    spec.body = "out[thread_index()] = inp[thread_index()] + 1.0f;";
-    CHECK_OK(jb_custom_kernel_new(&kernel, &spec));
+    default_stream_first(dev);
+    kernel =
+        f32_kernel("stream_walk_plus_one", "out[thread_index()] = inp[thread_index()] + 1.0f;");
     CHECK_OK(jb_custom_kernel_prepare(kernel, dev));
-    g.input = filled(N, 1.0f);
+    g.input = f32_filled(dev, N, 1.0f);
     CHECK_OK(jb_array_eval(g.input));
     test_trim_does_not_block_stream_creation();
     test_trim_skips_a_dying_stream();

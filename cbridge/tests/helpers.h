@@ -1,0 +1,94 @@
+/*
+ * What several C tests share: kernels of one f32 input `inp` and one f32 output `out`, their
+ * one-dimensional launch, f32 arrays filled with one value, the check that every element holds
+ * one value, and the device the hook tests run on. static inline: a test that uses only some of
+ * them stays -Wall clean.
+ */
+#ifndef JB_TEST_HELPERS_H
+#define JB_TEST_HELPERS_H
+
+#include "check.h"
+#include "jitbridge.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* `hook` and `user_data` go to the spec's configure fields (NULL: none). */
+static inline jb_custom_kernel *f32_kernel_configured(const char *name, const char *body,
+                                                      jb_configure_hook hook, void *user_data)
+{
+    const char *in[] = {"inp"}, *out[] = {"out"};
+    jb_dtype f32[] = {JB_F32};
+    jb_kernel_spec spec = JB_KERNEL_SPEC_INIT;
+    spec.name = name;
+    spec.input_names = in, spec.input_dtypes = f32, spec.num_inputs = 1;
+    spec.output_names = out, spec.output_dtypes = f32, spec.num_outputs = 1;
+    spec.body = body;
+    spec.configure = hook, spec.configure_user_data = user_data;
+    jb_custom_kernel *k = NULL;
+    CHECK_OK(jb_custom_kernel_new(&k, &spec));
+    return k;
+}
+
+static inline jb_custom_kernel *f32_kernel(const char *name, const char *body)
+{
+    return f32_kernel_configured(name, body, NULL, NULL);
+}
+
+/* Launches `k` on the thread's default stream, n threads and one output of n elements. */
+static inline jb_status f32_launch(jb_array **out, jb_custom_kernel *k, jb_array *const *inputs,
+                                   size_t num_inputs, int64_t n)
+{
+    const int64_t *shapes[] = {&n};
+    int ndims[] = {1};
+    jb_launch_shape shape = {{0, 0, 0}, {0, 0, 0}, (uint64_t)n};
+    return jb_custom_kernel_launch(out, k, inputs, num_inputs, shapes, ndims, &shape);
+}
+
+/* n elements of `value` on `device`, not waited for. */
+static inline jb_array *f32_filled(jb_device *device, int64_t n, float value)
+{
+    float *host = malloc((size_t)n * sizeof *host);
+    for (int64_t i = 0; i < n; i++)
+        host[i] = value;
+    jb_array *a = NULL;
+    CHECK_OK(jb_array_from_host(&a, device, JB_F32, &n, 1, host));
+    free(host);
+    return a;
+}
+
+/* Whether `a` (of n elements) reads back as `want` everywhere; false for no array. */
+static inline bool f32_all_equal(jb_array *a, int64_t n, float want)
+{
+    if (!a)
+        return false;
+    float *host = malloc((size_t)n * sizeof *host);
+    bool same = jb_array_read(a, host, (size_t)n * sizeof *host) == JB_OK;
+    for (int64_t i = 0; same && i < n; i++)
+        same = host[i] == want;
+    free(host);
+    return same;
+}
+
+/* GPU 0 with JITBRIDGE_TEST_DEVICE=gpu, else the cpu; NULL when there is none. */
+static inline jb_device *test_device(void)
+{
+    const char *which = getenv("JITBRIDGE_TEST_DEVICE");
+    jb_device *device = NULL;
+    if (which && strcmp(which, "gpu") == 0)
+        CHECK_OK(jb_device_get(&device, JB_DEVICE_GPU, 0));
+    else
+        CHECK_OK(jb_device_get(&device, JB_DEVICE_CPU, 0));
+    return device;
+}
+
+/* The thread's default stream first: memcheck then names its worker's block by the suppressed
+ * path (tests/valgrind.supp) rather than by a stream made and freed before it. */
+static inline void default_stream_first(jb_device *device)
+{
+    jb_array_free(f32_filled(device, 1, 0.0f));
+}
+
+#endif
