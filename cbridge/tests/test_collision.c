@@ -7,8 +7,9 @@
  * first keeps working. Built with JB_TEST_HOOKS (a source module's name is private); cpu.
  */
 #include "../src/internal.h"
-#include "check.h"
+#include "helpers.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,37 +21,30 @@
 
 static jb_device *dev;
 
-static jb_custom_kernel *scaling_kernel(const char *name, const char *body)
+/* The kernel `name` whose output is its input times `factor`. */
+static jb_custom_kernel *scaling_kernel(const char *name, float factor)
 {
-    const char *in[] = {"inp"}, *out[] = {"out"};
-    jb_dtype f32[] = {JB_F32};
-    jb_kernel_spec spec = JB_KERNEL_SPEC_INIT;
-    spec.name = name;
-    spec.input_names = in, spec.input_dtypes = f32, spec.num_inputs = 1;
-    spec.output_names = out, spec.output_dtypes = f32, spec.num_outputs = 1;
-    spec.body = body;
-    jb_custom_kernel *k = NULL;
-    CHECK_OK(jb_custom_kernel_new(&k, &spec));
-    return k;
+    char body[96];
+    snprintf(body, sizeof body, "out[thread_index()] = inp[thread_index()] * %.1ff;", factor);
+    return f32_kernel(name, body);
 }
 
-/* Gives `k` the module name of `owner`, as a hash collision would. */
-static void take_module_name(jb_custom_kernel *k, const jb_custom_kernel *owner)
+/* A kernel of `owner`'s name that scales by `factor`, given `owner`'s module name as a hash
+ * collision would. */
+static jb_custom_kernel *colliding_kernel(const jb_custom_kernel *owner, float factor)
 {
+    jb_custom_kernel *k = scaling_kernel(owner->name, factor);
     free(k->module_name);
     k->module_name = jb__strdup(owner->module_name);
     k->module_name_hash = owner->module_name_hash;
+    return k;
 }
 
 /* Launches `k` on 0..N-1; JB_OK with every element equal to factor * i, else the status. */
 static int launch_scaled(jb_custom_kernel *k, jb_array *x, float factor, bool *exact)
 {
-    const int64_t n = N;
-    const int64_t *shapes[] = {&n};
-    int ndims[] = {1};
-    jb_launch_shape shape = {{0, 0, 0}, {0, 0, 0}, N};
     jb_array *y = NULL;
-    int status = jb_custom_kernel_launch(&y, k, &x, 1, shapes, ndims, &shape);
+    int status = f32_launch(&y, k, &x, 1, N);
     *exact = false;
     if (status != JB_OK) {
         CHECK(y == NULL, "a refused launch handed out an array");
@@ -73,11 +67,8 @@ static bool refused_as_collision(int status)
 /* The first kernel's module is in the cache; the second, with its name, is refused. */
 static void second_source_refused(jb_array *x)
 {
-    jb_custom_kernel *first =
-        scaling_kernel("collide_twice", "out[thread_index()] = inp[thread_index()] * 2.0f;");
-    jb_custom_kernel *second =
-        scaling_kernel("collide_twice", "out[thread_index()] = inp[thread_index()] * 3.0f;");
-    take_module_name(second, first);
+    jb_custom_kernel *first = scaling_kernel("collide_twice", 2.0f);
+    jb_custom_kernel *second = colliding_kernel(first, 3.0f);
     bool exact;
     CHECK_OK(launch_scaled(first, x, 2.0f, &exact));
     CHECK(exact, "the first kernel before the second's launch");
@@ -99,11 +90,8 @@ static void second_source_refused(jb_array *x)
 /* The other order: the colliding kernel builds first, and the name's owner is the one refused. */
 static void first_builder_keeps_the_name(jb_array *x)
 {
-    jb_custom_kernel *owner =
-        scaling_kernel("collide_five", "out[thread_index()] = inp[thread_index()] * 5.0f;");
-    jb_custom_kernel *early =
-        scaling_kernel("collide_five", "out[thread_index()] = inp[thread_index()] * 7.0f;");
-    take_module_name(early, owner);
+    jb_custom_kernel *owner = scaling_kernel("collide_five", 5.0f);
+    jb_custom_kernel *early = colliding_kernel(owner, 7.0f);
     bool exact;
     CHECK_OK(launch_scaled(early, x, 7.0f, &exact));
     CHECK(exact, "the kernel that built the module first");

@@ -141,21 +141,49 @@ static const char fake_source[] =
     "OK(nvrtcGetProgramLogSize) OK(nvrtcGetProgramLog) OK(nvrtcGetErrorString)\n"
     "OK(nvrtcVersion) OK(nvrtcGetCUBIN) OK(nvrtcGetCUBINSize)\n";
 
-static void fake_driver(const char *self, const char *dir, int mode, const char *expected)
+/* Writes `text` to dir/name. */
+static void write_file(const char *dir, const char *name, const char *text)
+{
+    char path[128];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *file = fopen(path, "w");
+    CHECK(file != NULL, "%s", path);
+    fputs(text, file);
+    fclose(file);
+}
+
+/* Runs `command`, its output (at most size - 1 bytes) into `text`; its status as pclose gives
+ * it, -1 when it did not start. */
+static int run_child(const char *command, char *text, size_t size)
+{
+    FILE *out = popen(command, "r");
+    size_t len = out ? fread(text, 1, size - 1, out) : 0;
+    text[len] = '\0';
+    return out ? pclose(out) : -1;
+}
+
+/* Builds dir/`source` with `flags` into dir/`name`/lib64/libcuda.so.1 (the NVRTC names link to
+ * it), unless a run before built it. */
+static void build_driver(const char *dir, const char *name, const char *flags, const char *source)
 {
     char command[2048];
     snprintf(command, sizeof command,
-             "mkdir -p %s/m%d/lib64 && cd %s/m%d/lib64 && cc -shared -fPIC -w -DMODE=%d "
-             "-x c %s/fake.c -o libcuda.so.1 && for m in 13 12 11; do "
-             "ln -sf libcuda.so.1 libnvrtc.so.$m; done",
-             dir, mode, dir, mode, mode, dir);
+             "mkdir -p %s/%s/lib64 && cd %s/%s/lib64 && [ -e libcuda.so.1 ] || { cc -shared "
+             "-fPIC -w %s -x c %s/%s -o libcuda.so.1 && for m in 13 12 11; do "
+             "ln -sf libcuda.so.1 libnvrtc.so.$m; done; }",
+             dir, name, dir, name, flags, dir, source);
     CHECK(system(command) == 0, "%s", command);
-    snprintf(command, sizeof command, "CUDA_PATH=%s/m%d %s child", dir, mode, self);
-    FILE *out = popen(command, "r");
-    char text[4096] = "";
-    size_t len = out ? fread(text, 1, sizeof text - 1, out) : 0;
-    text[len] = '\0';
-    int status = out ? pclose(out) : -1;
+}
+
+static void fake_driver(const char *self, const char *dir, int mode, const char *expected)
+{
+    char name[16], flags[16], command[2048];
+    snprintf(name, sizeof name, "m%d", mode);
+    snprintf(flags, sizeof flags, "-DMODE=%d", mode);
+    build_driver(dir, name, flags, "fake.c");
+    snprintf(command, sizeof command, "CUDA_PATH=%s/%s %s child", dir, name, self);
+    char text[4096];
+    int status = run_child(command, text, sizeof text);
     CHECK(status == 0, "mode %d: the child failed (%d): %s", mode, status, text);
     CHECK(strstr(text, "status 4 count 0") != NULL, "mode %d: %s", mode, text);
     CHECK(strstr(text, expected) != NULL, "mode %d: %s does not say %s", mode, text, expected);
@@ -168,18 +196,10 @@ static const char *working_driver(const char *self, const char *dir, const char 
 {
     static char text[4096];
     char command[2048];
-    snprintf(command, sizeof command,
-             "mkdir -p %s/%s/lib64 && cd %s/%s/lib64 && [ -e libcuda.so.1 ] || { cc -shared "
-             "-fPIC -w %s -x c %s/working.c -o libcuda.so.1 && for m in 13 12 11; do "
-             "ln -sf libcuda.so.1 libnvrtc.so.$m; done; }",
-             dir, name, dir, name, flags, dir);
-    CHECK(system(command) == 0, "%s", command);
+    build_driver(dir, name, flags, "working.c");
     snprintf(command, sizeof command, "env %s CUDA_PATH=%s/%s %s working %s/%s/lib64/libcuda.so.1",
              env, dir, name, self, dir, name);
-    FILE *out = popen(command, "r");
-    size_t len = out ? fread(text, 1, sizeof text - 1, out) : 0;
-    text[len] = '\0';
-    int status = out ? pclose(out) : -1;
+    int status = run_child(command, text, sizeof text);
     CHECK(status == 0, "%s: the child failed (%d): %s", command, status, text);
     return text;
 }
@@ -187,12 +207,7 @@ static const char *working_driver(const char *self, const char *dir, const char 
 /* The stream-ordered allocator where the device has one, the plain calls otherwise. */
 static void test_working_drivers(const char *self, const char *dir)
 {
-    char path[128];
-    snprintf(path, sizeof path, "%s/working.c", dir);
-    FILE *source = fopen(path, "w");
-    CHECK(source != NULL, "%s", path);
-    fputs(working_source, source);
-    fclose(source);
+    write_file(dir, "working.c", working_source);
     const char *ordered = "from_host 0: \nalloc 0 free 0 async_alloc 1 async_free 1 live 0";
     const char *plain = "from_host 0: \nalloc 1 free 1 async_alloc 0 async_free 0 live 0";
     const char *text = working_driver(self, dir, "pools", "", "");
@@ -235,12 +250,7 @@ int main(int argc, char **argv)
     }
     char dir[] = "/tmp/jb-test-fake-driver-XXXXXX";
     CHECK(mkdtemp(dir) != NULL, "mkdtemp");
-    char path[128];
-    snprintf(path, sizeof path, "%s/fake.c", dir);
-    FILE *source = fopen(path, "w");
-    CHECK(source != NULL, "%s", path);
-    fputs(fake_source, source);
-    fclose(source);
+    write_file(dir, "fake.c", fake_source);
     fake_driver(argv[0], dir, 1, "cuInit failed: CUDA_ERROR_FAKE (a fake driver)");
     fake_driver(argv[0], dir, 2, "cuDeviceGet failed: CUDA_ERROR_FAKE (a fake driver)");
     fake_driver(argv[0], dir, 3, "libcuda.so.1 has no cuMemAlloc_v2");
