@@ -1012,7 +1012,19 @@ fn setuid_copy(base: &Path) -> Option<PathBuf> {
     std::fs::copy(std::env::current_exe().unwrap(), &host).unwrap();
     std::os::unix::fs::chown(&host, Some(65534), Some(65534)).unwrap();
     std::fs::set_permissions(&host, std::fs::Permissions::from_mode(0o4755)).unwrap();
-    let output = child_command_of(&host, &base.join("cache"), "euid").output().unwrap();
+    // Another test thread that forks while the copy is open for writing holds that descriptor
+    // until its child execs: until then running the copy fails with "Text file busy".
+    let output = (0..200)
+        .map(|_| child_command_of(&host, &base.join("cache"), "euid").output())
+        .find(|run| match run {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                false
+            }
+            _ => true,
+        })
+        .expect("the copy stayed busy for 2 s")
+        .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     if stdout.contains("EUID 65534") {
         return Some(host);
