@@ -1,5 +1,7 @@
-//! Raw declarations of cbridge/include/jitbridge.h and jitbridge_sys.h. Everything here is unsafe to call; the safe
-//! types of this crate are the supported way in.
+//! Raw declarations of cbridge/include/jitbridge.h and jitbridge_sys.h. Everything here is
+//! unsafe to call; the safe types of this crate are the supported way in. This module names no
+//! other module of the crate but `counters`, a leaf of plain data: the raw layer sits below
+//! everything else.
 #![allow(non_camel_case_types, missing_docs)]
 
 use std::os::raw::{c_char, c_int, c_void};
@@ -147,6 +149,26 @@ pub struct jb_launch_shape {
     pub grid: [u32; 3],
     pub block: [u32; 3],
     pub total_threads: u64,
+}
+
+/// `jb_bench_cold_steps`: where one cold first launch of the probe spent its time, in
+/// nanoseconds.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct jb_bench_cold_steps {
+    pub compile_ns: f64,
+    pub load_ns: f64,
+    pub get_function_ns: f64,
+    pub disk_store_ns: f64,
+    pub configure_ns: f64,
+    pub stage_ns: f64,
+    pub launch_ns: f64,
+    pub record_ns: f64,
+    pub sync_ns: f64,
+    pub total_ns: f64,
+    /// The compiler alone, right after, on the very same source and options: NVRTC answers it
+    /// from its compute cache, so it is no baseline for a first compile.
+    pub compile_again_ns: f64,
 }
 
 /// `jb_log_fn`: called with the user data, a `jb_log_level` and the message.
@@ -300,7 +322,7 @@ unsafe extern "C" {
         device: *mut jb_device,
     ) -> c_int;
     pub fn jb_bench_cold_probe_steps(
-        out: *mut crate::bench_support::ColdSteps,
+        out: *mut jb_bench_cold_steps,
         input: *mut jb_array,
         variant: c_int,
     ) -> c_int;

@@ -31,14 +31,15 @@ mod stream;
 pub mod disk_cache;
 pub mod rocm_faults;
 
-// Raw declarations, and support for this crate's tests, harness and benchmarks: public for the
-// `jitbridge` command and the integration tests, kept off the API page.
-#[doc(hidden)]
-pub mod bench_support;
+// Public for the `jitbridge` command and the integration tests, kept off the API page: the raw
+// declarations of both headers, the safe forms of jitbridge_sys.h's tool entry points, and the
+// race-probe harness.
 #[doc(hidden)]
 pub mod ffi;
 #[doc(hidden)]
 pub mod race;
+#[doc(hidden)]
+pub mod sys_tools;
 
 pub use array::{Array, Bf16, DType, Element, F16};
 pub use cache::{lookaside_enabled, set_lookaside_enabled};

@@ -8,7 +8,6 @@
 use crate::array::{Array, DType};
 use crate::device::Device;
 use crate::error::{Error, ErrorCode};
-use crate::ffi;
 use crate::stream::streams;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -22,21 +21,6 @@ pub type ThreadOutcome = Result<bool, Error>;
 
 /// The warm hitter's outcome: launches made, or the first error or inexact output.
 pub type HitterOutcome = Result<u64, Error>;
-
-/// The locks a test-only build removed (bits: 1 jit cache, 2 event pool, 4 configure); 0 for
-/// every normal build.
-pub fn removed_locks() -> i32 {
-    // SAFETY: no arguments.
-    unsafe { ffi::jb_removed_locks() }
-}
-
-/// The race probe's kernel body, as the library writes it: for tools and tests that build the
-/// probe's kernel themselves.
-pub fn probe_body() -> &'static str {
-    // SAFETY: a static NUL-terminated string, valid for the process.
-    let body = unsafe { std::ffi::CStr::from_ptr(ffi::jb_race_probe_body()) };
-    body.to_str().expect("the probe body is ASCII")
-}
 
 /// Elements in each probe input, as the mission's tests use.
 pub const PROBE_ELEMENTS: usize = 256;

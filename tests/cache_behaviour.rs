@@ -65,7 +65,7 @@ fn configure_race(device: Device, hook: jitbridge::ConfigureHook, calls: &Atomic
         name: "configured_once",
         inputs: &[("inp", DType::F32)],
         outputs: &[("out", DType::F32)],
-        body: jitbridge::race::probe_body(),
+        body: jitbridge::sys_tools::probe_body(),
         header: None,
         configure: Some(hook),
         ..Default::default()

@@ -198,7 +198,7 @@ fn a_raw_decode_soak_alone_is_exact() {
 /// stays usable after them: the next good step's output is exact.
 #[test]
 fn raw_launcher_refuses_bad_input_and_stays_usable() {
-    use jitbridge::bench_support::RawLauncher;
+    use jitbridge::sys_tools::RawLauncher;
     use jitbridge::{
         Array, CustomKernel, DType, Device, ErrorCode, KernelSpec, LaunchShape, Scalar,
     };

@@ -1,10 +1,28 @@
-//! Baselines for `jitbridge bench`; not for production paths, and not on the API page.
+//! The entry points of `jitbridge_sys.h` (the C library's header for tools, tests and
+//! benchmarks) in safe form, for the `jitbridge` command and this crate's tests: the probe's
+//! body, the lock-removal status, the benchmarks' baselines and the raw decode control. Not for
+//! production paths, and not on the API page.
 
 use crate::array::Array;
 use crate::device::Device;
 use crate::error::{Error, check};
 use crate::ffi;
 use crate::kernel::{CustomKernel, LaunchShape, Scalar};
+
+/// The locks a test-only build removed (bits: 1 jit cache, 2 event pool, 4 configure); 0 for
+/// every normal build.
+pub fn removed_locks() -> i32 {
+    // SAFETY: no arguments.
+    unsafe { ffi::jb_removed_locks() }
+}
+
+/// The race probe's kernel body, as the library writes it: for tools and tests that build the
+/// probe's kernel themselves.
+pub fn probe_body() -> &'static str {
+    // SAFETY: a static NUL-terminated string, valid for the process.
+    let body = unsafe { std::ffi::CStr::from_ptr(ffi::jb_race_probe_body()) };
+    body.to_str().expect("the probe body is ASCII")
+}
 
 /// Nanoseconds per bare backend launch of the probe plus an event record, into one
 /// preallocated output on the thread's default stream.
@@ -23,25 +41,8 @@ pub fn compile_only(kernel: &CustomKernel, device: Device) -> Result<f64, Error>
     Ok(ns)
 }
 
-/// Where one cold first launch of the probe spent its time, in nanoseconds; laid out exactly as
-/// `jb_bench_cold_steps`.
-#[repr(C)]
-#[derive(Debug, Default, Clone, Copy)]
-pub struct ColdSteps {
-    pub compile_ns: f64,
-    pub load_ns: f64,
-    pub get_function_ns: f64,
-    pub disk_store_ns: f64,
-    pub configure_ns: f64,
-    pub stage_ns: f64,
-    pub launch_ns: f64,
-    pub record_ns: f64,
-    pub sync_ns: f64,
-    pub total_ns: f64,
-    /// The compiler alone, right after, on the very same source and options: NVRTC answers it
-    /// from its compute cache, so it is no baseline for a first compile.
-    pub compile_again_ns: f64,
-}
+/// Where one cold first launch of the probe spent its time, in nanoseconds.
+pub type ColdSteps = ffi::jb_bench_cold_steps;
 
 /// One first launch of the probe `variant` (not built yet), timed step by step.
 pub fn cold_probe_steps(input: &Array, variant: i32) -> Result<ColdSteps, Error> {

@@ -3,9 +3,10 @@
 //! output is done). Through the library (`launch_with_scalars`, then `eval`), or as the raw
 //! control (the backend's launch, event record and event wait of a launch staged once).
 
-use super::{Phase, Tally, exact_f32};
-use crate::bench::Histogram;
-use jitbridge::bench_support::RawLauncher;
+use super::worker_loops::exact_f32;
+use super::{Phase, Tally};
+use crate::histogram::Histogram;
+use jitbridge::sys_tools::RawLauncher;
 use jitbridge::{Array, CustomKernel, DType, Device, KernelSpec, LaunchShape, Scalar, streams};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::Instant;

@@ -1,0 +1,93 @@
+//! Section 5 of the bench: the first launch in a new process, with and without an entry in the
+//! disk cache. The bench runs `jitbridge __first-launch` (below) as its child processes.
+
+use super::{fresh_variant, median};
+use crate::args::{Command, device_or_default, parse_args, print_help};
+use crate::{Failure, Outcome};
+use jitbridge::{Counters, Device, race, sys_tools};
+use std::time::Instant;
+
+/// Runs `jitbridge __first-launch` twice on one fresh cache folder: the first compiles and
+/// stores, the second loads. Returns (cold, warm) nanoseconds, each the median of `rounds`.
+pub fn first_launch_in_new_processes(
+    device: Device,
+    rounds: usize,
+) -> Result<(f64, f64), jitbridge::Error> {
+    let failed = |what: String| jitbridge::Error::new_other(what);
+    let exe = std::env::current_exe().map_err(|e| failed(e.to_string()))?;
+    let device_arg = device.spec();
+    let once = |dir: &std::path::Path, salt: &str| -> Result<(f64, u64), jitbridge::Error> {
+        let out = std::process::Command::new(&exe)
+            .args(["__first-launch", &device_arg, salt])
+            .env("JITBRIDGE_CACHE_DIR", dir)
+            .env_remove("JITBRIDGE_DISK_CACHE")
+            .output()
+            .map_err(|e| failed(e.to_string()))?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let field = |name: &str| {
+            text.split_whitespace().find_map(|kv| kv.strip_prefix(name)?.parse::<f64>().ok())
+        };
+        match (out.status.success(), field("first_launch_ns="), field("disk_hits=")) {
+            (true, Some(ns), Some(hits)) => Ok((ns, hits as u64)),
+            _ => Err(failed(format!("first-launch child failed: {text}"))),
+        }
+    };
+    let (mut cold, mut warm) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        let dir = std::env::temp_dir().join(format!("jb-bench-{}-{round}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        // Each round's source is new to the host: the cold child compiles it from nothing.
+        let salt = format!("salt {}", fresh_variant());
+        let (ns, hits) = once(&dir, &salt)?;
+        assert_eq!(hits, 0, "a fresh folder held an entry");
+        cold.push(ns);
+        let (ns, hits) = once(&dir, &salt)?;
+        if hits != 1 {
+            return Err(failed("the second process did not load from disk".into()));
+        }
+        warm.push(ns);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    Ok((median(cold), median(warm)))
+}
+
+/// For `jitbridge bench`: in a fresh process, time the first launch of a fixed kernel (the
+/// device already opened) and print it with the counters.
+pub fn first_launch(args: &[String]) -> Outcome {
+    const HIDDEN: Command = Command {
+        name: "__first-launch",
+        usage: "jitbridge __first-launch [cpu|gpu|cuda|rocm[:N]] [SALT]",
+        about: "(internal, for bench) time one first launch in this process",
+        details: "",
+    };
+    let Some(args) = parse_args(&HIDDEN, args, &[])? else {
+        print_help(&HIDDEN);
+        return Ok(true);
+    };
+    if let Some(extra) = args.positional.get(2) {
+        return Err(Failure::Usage(format!("unexpected argument '{extra}'"), &HIDDEN));
+    }
+    let device = device_or_default(args.positional.first().map(String::as_str))?;
+    // A salt makes the source one no process compiled before (NVRTC's compute cache misses).
+    let body = match args.positional.get(1) {
+        Some(salt) => format!("{} /* {salt} */", sys_tools::probe_body()),
+        None => sys_tools::probe_body().to_string(),
+    };
+    let input = jitbridge::Array::arange(device, 256, jitbridge::DType::F32)?;
+    input.eval()?;
+    let kernel = jitbridge::CustomKernel::new(&jitbridge::KernelSpec {
+        name: "bench_first_launch",
+        inputs: &[("inp", jitbridge::DType::F32)],
+        outputs: &[("out", jitbridge::DType::F32)],
+        body: &body,
+        ..Default::default()
+    })?;
+    let start = Instant::now();
+    let out = kernel.launch(&[&input], &[&[256]], jitbridge::LaunchShape::Threads(256))?;
+    out[0].eval()?;
+    let ns = start.elapsed().as_nanos();
+    let exact = race::probe_output_exact(&out[0].to_vec::<f32>()?);
+    let c = Counters::read();
+    out!("first_launch_ns={ns} builds={} disk_hits={} exact={exact}", c.builds, c.disk_hits);
+    Ok(exact)
+}

@@ -1,0 +1,173 @@
+//! `jitbridge cache`: show or maintain the disk cache of compiled code.
+
+use crate::args::{Command, Opt, parse_args, print_help};
+use crate::{Failure, Outcome};
+
+pub const CACHE: Command = Command {
+    name: "cache",
+    usage: "jitbridge cache [show | clear | prune SIZE | verify [--fix]]",
+    about: "show or maintain the disk cache of compiled code",
+    details:
+        "  show          the folder, its state, entries and size (the default); creates nothing
+  clear         remove every entry
+  prune SIZE    remove the oldest entries until at most SIZE bytes remain
+  verify        check every entry as the library would before loading it (type, owner, mode,
+                links, size, contents) and name each bad one (exit status 1 if any)
+  verify --fix  the same, removing each bad entry
+
+Each action applies the library's trust rules: on a folder it would refuse (owned by another
+user, writable by group or others, or under a parent others can write) it fails, naming the
+folder and the fix. A failure to remove an entry is an error (exit status 2).
+
+SIZE is a whole number of bytes with an optional unit K, M, G or T, alone or followed by B or
+iB, in any case; units are powers of 1024 (100M, 100MB and 100MiB are all 104857600 bytes).",
+};
+
+/// Bytes as a person reads them, exact in parentheses: "512 bytes", "15.6 KiB (16000 bytes)".
+pub fn readable_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if bytes < 1024 {
+        return format!("{bytes} bytes");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {} ({bytes} bytes)", UNITS[unit])
+}
+
+pub fn cache_command(args: &[String]) -> Outcome {
+    use jitbridge::disk_cache;
+    let Some(args) = parse_args(&CACHE, args, &[Opt { flag: "--fix", value: None }])? else {
+        print_help(&CACHE);
+        return Ok(true);
+    };
+    let usage = |message: String| Failure::Usage(message, &CACHE);
+    // Looks only: neither this nor anything below creates the folder.
+    let show = || -> Outcome {
+        out!("folder   {}", disk_cache::dir());
+        out!("state    {}", disk_cache::state());
+        let (entries, bytes) = disk_cache::stats()?;
+        out!("entries  {entries}");
+        out!("size     {}", readable_bytes(bytes));
+        Ok(true)
+    };
+    let words: Vec<&str> = args.positional.iter().map(String::as_str).collect();
+    let (action, rest) = words.split_first().map_or(("show", &[][..]), |(a, r)| (*a, r));
+    let takes = |n: usize| match rest.get(n) {
+        None => Ok(()),
+        Some(extra) => Err(usage(format!("unexpected argument '{extra}' after `cache {action}`"))),
+    };
+    if args.has("--fix") && action != "verify" {
+        return Err(usage(format!("--fix belongs to `cache verify`, not `cache {action}`")));
+    }
+    match action {
+        "show" => {
+            takes(0)?;
+            show()
+        }
+        "clear" => {
+            takes(0)?;
+            let removed = disk_cache::prune(0)?;
+            out!("removed  {removed} entries");
+            Ok(true)
+        }
+        "prune" => {
+            let size = rest.first().ok_or_else(|| {
+                usage("cache prune needs a SIZE: the bytes to keep, such as 100M or 1GiB".into())
+            })?;
+            takes(1)?;
+            let removed = disk_cache::prune(parse_size(size).map_err(usage)?)?;
+            out!("removed  {removed} entries");
+            show()
+        }
+        "verify" => {
+            takes(0)?;
+            let fix = args.has("--fix");
+            let report = disk_cache::check(fix)?;
+            let folder = disk_cache::dir();
+            for p in &report.problems {
+                out!("bad      {folder}/{}: {}", p.entry, p.problem);
+            }
+            out!("valid    {}", report.valid);
+            out!("invalid  {}", report.invalid);
+            if fix && report.invalid > 0 {
+                out!("removed  {} bad entries", report.invalid);
+            }
+            Ok(fix || report.invalid == 0)
+        }
+        other => Err(usage(format!(
+            "unknown cache action '{other}' (show, clear, prune SIZE or verify [--fix])"
+        ))),
+    }
+}
+
+/// Bytes in `text`: digits, then an optional K, M, G or T, alone or followed by B or iB, in
+/// any case; all units are powers of 1024.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let unit = unit.to_ascii_lowercase();
+    let power = match unit.as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 1,
+        "m" | "mb" | "mib" => 2,
+        "g" | "gb" | "gib" => 3,
+        "t" | "tb" | "tib" => 4,
+        _ => {
+            return Err(format!(
+                "'{text}' is not a size: a whole number with an optional unit K, M, G or T \
+                 (100M, 100MB, 1G, 1GiB)"
+            ));
+        }
+    };
+    if digits.is_empty() {
+        return Err(format!("'{text}' is not a size: it needs a number (100M, 1GiB)"));
+    }
+    digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(1u64 << (10 * power)))
+        .ok_or_else(|| format!("'{text}' is too large a size (at most 16 EiB - 1 byte)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{parse_size, readable_bytes};
+
+    #[test]
+    fn bytes_read_as_kib_and_mib() {
+        assert_eq!(readable_bytes(0), "0 bytes");
+        assert_eq!(readable_bytes(1023), "1023 bytes");
+        assert_eq!(readable_bytes(16000), "15.6 KiB (16000 bytes)");
+        assert_eq!(readable_bytes(3 << 20), "3.0 MiB (3145728 bytes)");
+        assert_eq!(readable_bytes(5 << 30), "5.0 GiB (5368709120 bytes)");
+    }
+
+    #[test]
+    fn sizes_take_every_spelling_of_a_unit() {
+        let mib = 1u64 << 20;
+        for text in ["100M", "100m", "100MB", "100mb", "100MiB", "100mib"] {
+            assert_eq!(parse_size(text), Ok(100 * mib), "{text}");
+        }
+        for text in ["1G", "1GB", "1GiB", "1g"] {
+            assert_eq!(parse_size(text), Ok(1 << 30), "{text}");
+        }
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("4096B"), Ok(4096));
+        assert_eq!(parse_size("2K"), Ok(2048));
+        assert_eq!(parse_size("0"), Ok(0));
+    }
+
+    #[test]
+    fn bad_sizes_are_refused_with_a_reason() {
+        for text in ["", "M", "1.5G", "-1M", "10X", "10MBB", " 10M"] {
+            let error = parse_size(text).expect_err(text);
+            assert!(error.contains("is not a size"), "{text}: {error}");
+        }
+        assert!(parse_size("16777216T").unwrap_err().contains("too large"));
+        assert!(parse_size("99999999999999999999").unwrap_err().contains("too large"));
+    }
+}

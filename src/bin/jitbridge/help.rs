@@ -1,0 +1,52 @@
+//! `jitbridge help`: the overview of the commands, and each command's own help.
+
+use crate::args::{Command, print_help};
+use crate::{Failure, Outcome, VERSION, bench, cache, info, run, soak};
+
+pub const HELP: Command = Command {
+    name: "help",
+    usage: "jitbridge help [COMMAND]",
+    about: "print this help, or a command's",
+    details: "",
+};
+
+pub const COMMANDS: [&Command; 6] =
+    [&run::RUN, &bench::BENCH, &soak::SOAK, &cache::CACHE, &info::INFO, &HELP];
+
+pub fn command(name: &str) -> Option<&'static Command> {
+    COMMANDS.iter().copied().find(|c| c.name == name)
+}
+
+pub fn print_overview() {
+    out!("jitbridge {}: run-time compiled kernels behind a locked module cache", VERSION);
+    out!();
+    out!("usage: jitbridge [COMMAND] [OPTIONS]");
+    out!();
+    out!("commands:");
+    for c in COMMANDS {
+        out!("  {:<7} {}", c.name, c.about);
+    }
+    out!();
+    out!("`jitbridge help COMMAND` or `jitbridge COMMAND --help` shows a command's options;");
+    out!("`jitbridge --version` prints the version. Without a command, `run` runs.");
+}
+
+pub fn help_command(args: &[String]) -> Outcome {
+    match args {
+        [] => print_overview(),
+        [name] if name == "--help" || name == "-h" => print_help(&HELP),
+        [name] => match command(name) {
+            Some(c) => print_help(c),
+            None => {
+                return Err(Failure::Usage(
+                    format!("no command '{name}' (run, bench, soak, cache, info, help)"),
+                    &HELP,
+                ));
+            }
+        },
+        [_, extra, ..] => {
+            return Err(Failure::Usage(format!("unexpected argument '{extra}'"), &HELP));
+        }
+    }
+    Ok(true)
+}
