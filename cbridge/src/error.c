@@ -142,50 +142,92 @@ const char *jb_version(void)
     return JB_VERSION_STRING;
 }
 
-/* The callback and its data change together under the write lock; a warning holds the read
- * lock while it calls, so replacing the callback waits for the calls in progress. */
-static pthread_rwlock_t log_lock = PTHREAD_RWLOCK_INITIALIZER;
-pthread_rwlock_t *const jb__log_lock = &log_lock; /* taken by fork.c's handlers */
-static jb_log_fn log_fn;
-static void *log_user_data;
-/* Set while this thread runs the callback: the callback's own warnings go to stderr, and it
+/*
+ * The callback never runs under a lock. The callback and its data are one record; a warning
+ * takes a reference to the current record under log_mutex, lets go, calls, and gives the
+ * reference back. jb_set_log_callback puts a new record in place and waits (log_idle) until the
+ * old record's calls have returned before freeing it, so a replaced user_data is never used
+ * after the replacement returns. log_mutex guards pointers and counts only, never a call: a
+ * callback may fork, or wait for a thread that forks, and fork's prepare takes it at once.
+ */
+typedef struct log_sink {
+    jb_log_fn fn;
+    void *user_data;
+    unsigned calls; /* in progress, under log_mutex */
+} log_sink;
+static pthread_mutex_t log_mutex = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t log_idle = PTHREAD_COND_INITIALIZER;
+static log_sink *log_current; /* NULL: warnings go to stderr */
+/* The record this thread is calling, or NULL: the callback's own warnings go to stderr, and it
  * cannot replace itself (that would wait for itself). */
-static _Thread_local bool tls_in_log_callback;
+static _Thread_local log_sink *tls_calling;
 
 jb_status jb_set_log_callback(jb_log_fn fn, void *user_data)
 {
-    JB_RETURN_IF(tls_in_log_callback, JB_ERR_INVALID_ARGUMENT,
+    JB_RETURN_IF(tls_calling, JB_ERR_INVALID_ARGUMENT,
                  "jb_set_log_callback called from inside the log callback");
-    pthread_rwlock_wrlock(&log_lock);
-    log_fn = fn;
-    log_user_data = fn ? user_data : NULL;
-    pthread_rwlock_unlock(&log_lock);
+    log_sink *fresh = NULL;
+    if (fn) {
+        fresh = malloc(sizeof *fresh);
+        JB_RETURN_IF(!fresh, JB_ERR_OUT_OF_MEMORY, "no memory for the log callback");
+        *fresh = (log_sink){fn, user_data, 0};
+    }
+    pthread_mutex_lock(&log_mutex);
+    log_sink *old = log_current;
+    log_current = fresh;
+    while (old && old->calls > 0)
+        pthread_cond_wait(&log_idle, &log_mutex);
+    pthread_mutex_unlock(&log_mutex);
+    free(old);
     return JB_OK;
+}
+
+void jb__log_fork(jb_fork_phase phase)
+{
+    if (phase == JB_FORK_PREPARE) {
+        pthread_mutex_lock(&log_mutex);
+    } else if (phase == JB_FORK_PARENT) {
+        pthread_mutex_unlock(&log_mutex);
+    } else {
+        pthread_mutex_init(&log_mutex, NULL);
+        pthread_cond_init(&log_idle, NULL);
+        /* Only this thread exists here: the calls still counted were other threads'. (A
+         * replaced record this thread is calling stays allocated: its replacer is gone.) */
+        if (log_current)
+            log_current->calls = tls_calling == log_current;
+    }
 }
 
 /* Calls the callback (else prints). The callback may call the library: the thread's last error,
  * which the caller may be about to read, is put back afterwards. */
 static void deliver(const char *text)
 {
-    if (!tls_in_log_callback && pthread_rwlock_rdlock(&log_lock) == 0) {
-        if (log_fn) {
-            int status = tls_status;
-            char *long_message = tls_long;
-            char short_message[JB_SHORT_MESSAGE];
-            memcpy(short_message, tls_short, sizeof short_message);
-            tls_long = NULL;
-            tls_in_log_callback = true;
-            log_fn(log_user_data, JB_LOG_WARNING, text);
-            tls_in_log_callback = false;
-            pthread_rwlock_unlock(&log_lock);
-            set_long(long_message); /* the key too: it held the callback's message, freed here */
-            memcpy(tls_short, short_message, sizeof short_message);
-            tls_status = status;
-            return;
-        }
-        pthread_rwlock_unlock(&log_lock);
+    log_sink *sink = NULL;
+    if (!tls_calling) {
+        pthread_mutex_lock(&log_mutex);
+        if ((sink = log_current))
+            sink->calls++;
+        pthread_mutex_unlock(&log_mutex);
     }
-    fprintf(stderr, "jitbridge: warning: %s\n", text);
+    if (!sink) {
+        fprintf(stderr, "jitbridge: warning: %s\n", text);
+        return;
+    }
+    int status = tls_status;
+    char *long_message = tls_long;
+    char short_message[JB_SHORT_MESSAGE];
+    memcpy(short_message, tls_short, sizeof short_message);
+    tls_long = NULL;
+    tls_calling = sink;
+    sink->fn(sink->user_data, JB_LOG_WARNING, text);
+    tls_calling = NULL;
+    set_long(long_message); /* the key too: it held the callback's message, freed here */
+    memcpy(tls_short, short_message, sizeof short_message);
+    tls_status = status;
+    pthread_mutex_lock(&log_mutex);
+    if (--sink->calls == 0 && sink != log_current)
+        pthread_cond_broadcast(&log_idle); /* a replacement waits for this record's last call */
+    pthread_mutex_unlock(&log_mutex);
 }
 
 /* Warnings held back on this thread, oldest first. */
@@ -222,7 +264,7 @@ void jb__warn(const char *fmt, ...)
     va_start(args, fmt);
     vsnprintf(text, sizeof text, fmt, args);
     va_end(args);
-    if (tls_hold_depth == 0 || tls_in_log_callback) {
+    if (tls_hold_depth == 0 || tls_calling) {
         deliver(text);
         return;
     }

@@ -4,14 +4,15 @@
  * the moment of fork; the parent lets go in reverse; the child, whose only thread is the forking
  * one, initializes each lock anew. The order follows how the locks nest in normal use:
  *
- *   1. the log callback's lock (a callback may call the library and build under it)
- *   2. the module cache's lock, as writer (waits for a build in progress), then the registry
+ *   1. the module cache's lock, as writer (waits for a build in progress), then the registry
  *      of per-thread cache state
- *   3. the disk cache folder's locks (taken by a build, under 2): reattach, then state text
- *   4. per device, devices in order: the stream list, each stream's holds, the event pool, the
+ *   2. the disk cache folder's locks (taken by a build, under 1): reattach, then state text
+ *   3. per device, devices in order: the stream list, each stream's holds, the event pool, the
  *      buffer cache (a hold's release returns events and buffers)
- *   5. the cpu backend's private compile folder (a build takes it under 2); the child makes
+ *   4. the cpu backend's private compile folder (a build takes it under 1); the child makes
  *      its own folder and serials
+ *   5. the log callback's record (a leaf: held for a pointer and a count, never across a call,
+ *      so a callback may fork or wait for a thread that forks)
  *
  * Per-event and per-module mutexes and the cpu streams' worker state are not taken: in the
  * child, streams made before the fork (and their events) are not used (jb__fork_generation).
@@ -25,33 +26,33 @@ atomic_uint jb__fork_generation;
 
 static void fork_prepare(void)
 {
-    pthread_rwlock_wrlock(jb__log_lock);
     jb__jit_cache_fork(JB_FORK_PREPARE);
     pthread_mutex_lock(jb__disk_locks[0]);
     pthread_mutex_lock(jb__disk_locks[1]);
     jb__devices_fork(JB_FORK_PREPARE);
     jb__private_dir_fork(JB_FORK_PREPARE);
+    jb__log_fork(JB_FORK_PREPARE);
 }
 
 static void fork_parent(void)
 {
+    jb__log_fork(JB_FORK_PARENT);
     jb__private_dir_fork(JB_FORK_PARENT);
     jb__devices_fork(JB_FORK_PARENT);
     pthread_mutex_unlock(jb__disk_locks[1]);
     pthread_mutex_unlock(jb__disk_locks[0]);
     jb__jit_cache_fork(JB_FORK_PARENT);
-    pthread_rwlock_unlock(jb__log_lock);
 }
 
 static void fork_child(void)
 {
     atomic_fetch_add(&jb__fork_generation, 1);
+    jb__log_fork(JB_FORK_CHILD);
     jb__private_dir_fork(JB_FORK_CHILD);
     jb__devices_fork(JB_FORK_CHILD);
     pthread_mutex_init(jb__disk_locks[1], NULL);
     pthread_mutex_init(jb__disk_locks[0], NULL);
     jb__jit_cache_fork(JB_FORK_CHILD);
-    pthread_rwlock_init(jb__log_lock, NULL);
 }
 
 /* At load, before any thread of the library exists; kept in a static link by stream.c's use of

@@ -48,11 +48,11 @@ typedef enum jb_fork_phase { JB_FORK_PREPARE, JB_FORK_PARENT, JB_FORK_CHILD } jb
 /* Counts the forks this process descends from: a stream made under another value belongs to
  * an ancestor, whose worker threads do not exist here. */
 extern atomic_uint jb__fork_generation;
-extern pthread_rwlock_t *const jb__log_lock;     /* error.c */
 extern pthread_mutex_t *const jb__disk_locks[2]; /* disk_dir.c, in the order they nest */
 void jb__jit_cache_fork(jb_fork_phase phase);    /* the module cache and thread registry */
 void jb__devices_fork(jb_fork_phase phase);      /* each device's streams, events, buffers */
 void jb__private_dir_fork(jb_fork_phase phase);  /* cpu/private_dir.c: the compile folder */
+void jb__log_fork(jb_fork_phase phase);          /* error.c: the log callback's record */
 
 /* ---- small utilities (util.c) ---- */
 uint64_t jb__now_ns(void);

@@ -6,13 +6,16 @@
  * the callback may call the library.
  */
 #include "check.h"
+#include "deadline.h"
 #include "jitbridge_sys.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -240,6 +243,94 @@ static void thread_exit_frees_the_restored_error(void)
     CHECK_OK(jb_set_log_callback(NULL, NULL));
 }
 
+/* ---- fork and the callback: the callback runs under no library lock, so a fork from inside
+ * it, or by a thread it waits for, takes every lock at once; the child can then log. ---- */
+
+/* Waits up to 10 s for `pid`: true when it exited 0. */
+static bool child_exited_cleanly(pid_t pid)
+{
+    int status = 0;
+    for (int waited = 0; waited < 10000; waited += 5) {
+        pid_t done = waitpid(pid, &status, WNOHANG);
+        if (done == pid)
+            return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        if (done < 0)
+            return false;
+        nanosleep(&(struct timespec){.tv_nsec = 5000000}, NULL);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    return false;
+}
+
+static atomic_int children_ok, children_forked;
+
+static void fork_inside(void *user_data, jb_log_level level, const char *message)
+{
+    (void)user_data, (void)level, (void)message;
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(0);
+    atomic_fetch_add(&children_forked, 1);
+    atomic_fetch_add(&children_ok, pid > 0 && child_exited_cleanly(pid));
+}
+
+static atomic_long child_sink_calls;
+
+static void count_in_child(void *user_data, jb_log_level level, const char *message)
+{
+    (void)user_data, (void)level, (void)message;
+    atomic_fetch_add(&child_sink_calls, 1);
+}
+
+/* A thread the callback waits for forks; its child replaces the callback (which must not wait
+ * for the parent's call in progress: its thread is not in the child) and logs through it. */
+static void *fork_and_log_in_child(void *arg)
+{
+    (void)arg;
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(10); /* a hang in the child is a failure seen by the parent */
+        if (jb_set_log_callback(count_in_child, NULL) != JB_OK)
+            _exit(2);
+        jb__warn("from the forked child");
+        _exit(atomic_load(&child_sink_calls) == 1 ? 0 : 3);
+    }
+    atomic_fetch_add(&children_forked, 1);
+    atomic_fetch_add(&children_ok, pid > 0 && child_exited_cleanly(pid));
+    return NULL;
+}
+
+static void wait_for_a_forking_thread(void *user_data, jb_log_level level, const char *message)
+{
+    (void)user_data, (void)level, (void)message;
+    pthread_t thread;
+    if (pthread_create(&thread, NULL, fork_and_log_in_child, NULL) == 0)
+        pthread_join(thread, NULL);
+}
+
+static void fork_from_the_callback(void)
+{
+    deadline d;
+    deadline_start(&d, 20, "a fork inside the log callback");
+    CHECK_OK(jb_set_log_callback(fork_inside, NULL));
+    jb__warn("fork in here");
+    CHECK_OK(jb_set_log_callback(NULL, NULL));
+    deadline_end(&d);
+    CHECK(atomic_load(&children_forked) == 1 && atomic_load(&children_ok) == 1,
+          "forked %d, clean %d", atomic_load(&children_forked), atomic_load(&children_ok));
+
+    deadline_start(&d, 20, "a fork by a thread the log callback waits for");
+    CHECK_OK(jb_set_log_callback(wait_for_a_forking_thread, NULL));
+    jb__warn("a thread of mine forks");
+    CHECK_OK(jb_set_log_callback(NULL, NULL));
+    deadline_end(&d);
+    CHECK(atomic_load(&children_forked) == 2 && atomic_load(&children_ok) == 2,
+          "forked %d, clean %d (a child that could not replace the callback or log through "
+          "it exits 2 or 3, one that hung is killed)",
+          atomic_load(&children_forked), atomic_load(&children_ok));
+}
+
 int main(void)
 {
     a_callback_may_call_the_library();
@@ -247,5 +338,6 @@ int main(void)
     concurrent_warnings_while_replacing();
     callback_cannot_replace_itself_or_recurse();
     thread_exit_frees_the_restored_error();
+    fork_from_the_callback();
     return check_summary("test_log");
 }
