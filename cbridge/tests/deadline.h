@@ -3,14 +3,25 @@
  * watchdog thread says which step hung and ends the test process with a failure, so a deadlock
  * costs seconds and a message, never a stuck CI run. A forked child is not watched (the
  * watchdog thread is not copied): a child arms alarm() itself.
+ *
+ * Every fork in the tests goes through fork_with_deadline (fork() must return in the parent in
+ * time: the library's fork handlers take every lock it has and wait for a build in progress;
+ * the child gets an alarm) and wait_child_with_deadline (a child past its time is killed and
+ * the test fails).
  */
 #ifndef JB_TEST_DEADLINE_H
 #define JB_TEST_DEADLINE_H
 
+#include "check.h"
+
+#include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -65,6 +76,60 @@ static inline void deadline_end(deadline *d)
     pthread_join(d->thread, NULL);
     pthread_cond_destroy(&d->ended);
     pthread_mutex_destroy(&d->mutex);
+}
+
+/* How long fork() may take in the parent: its handlers wait for a build in progress. */
+#define FORK_DEADLINE_S 30
+
+/* fork(), which must return in the parent within FORK_DEADLINE_S; the child gets
+ * alarm(child_seconds), so a hung child ends (SIGALRM) even while its parent blocks on a pipe.
+ * `what` names the fork in the failure message. Returns what fork returns. */
+static inline pid_t fork_with_deadline(const char *what, unsigned child_seconds)
+{
+    fflush(stdout);
+    fflush(stderr);
+    char label[160];
+    snprintf(label, sizeof label, "%s: fork()", what);
+    deadline d;
+    deadline_start(&d, FORK_DEADLINE_S, label);
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(child_seconds); /* the watchdog thread is the parent's alone */
+        return 0;
+    }
+    deadline_end(&d);
+    CHECK(pid > 0, "%s: fork() failed: %s", what, strerror(errno));
+    return pid;
+}
+
+/* Waits for the child `pid` (from fork_with_deadline) for up to `seconds`; past that, kills it
+ * and fails the test. A child ended by its alarm fails the test too. Returns the child's wait
+ * status, or -1 when there was no child to wait for or it was killed here. */
+static inline int wait_child_with_deadline(pid_t pid, unsigned seconds, const char *what)
+{
+    if (pid <= 0)
+        return -1;
+    int status = 0;
+    for (unsigned long waited_ms = 0;; waited_ms += 10) {
+        pid_t done = waitpid(pid, &status, WNOHANG);
+        if (done == pid) {
+            CHECK(!WIFSIGNALED(status) || WTERMSIG(status) != SIGALRM,
+                  "%s: the child hung until its alarm (a deadlock?)", what);
+            return status;
+        }
+        if (done < 0 && errno != EINTR) {
+            CHECK(false, "%s: waitpid: %s", what, strerror(errno));
+            return -1;
+        }
+        if (waited_ms >= seconds * 1000UL) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            CHECK(false, "%s: the child did not finish within %u s and was killed (a deadlock?)",
+                  what, seconds);
+            return -1;
+        }
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    }
 }
 
 #endif

@@ -1,6 +1,7 @@
 /* fork() while another thread builds: the child is not stuck on a lock the parent's builder held,
  * and it can compile and launch on the cpu with its own streams, never on its parent's. */
 #include "check.h"
+#include "deadline.h"
 #include "jitbridge.h"
 #include "jitbridge_sys.h"
 
@@ -15,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define CHILD_DEADLINE_MS 30000
+#define CHILD_DEADLINE_S 30
 
 static jb_device *cpu;
 static const char *in_names[] = {"x"}, *out_names[] = {"y"};
@@ -143,23 +144,11 @@ static void test_fork_during_build(void)
     pthread_create(&opener, NULL, open_gate_later, &fd);
     sleep_ms(50); /* the opener is asleep; the build still holds the lock */
 
-    pid_t pid = fork();
+    pid_t pid = fork_with_deadline("a fork during a build", CHILD_DEADLINE_S);
     if (pid == 0)
         exit(child_main(explicit_stream)); /* exit: its atexit work must spare the parent too */
-    CHECK(pid > 0, "fork failed");
-    int wstatus = 0;
-    pid_t done = 0;
-    for (int waited = 0; pid > 0 && waited < CHILD_DEADLINE_MS; waited += 10) {
-        if ((done = waitpid(pid, &wstatus, WNOHANG)) != 0)
-            break;
-        sleep_ms(10);
-    }
-    if (pid > 0 && done == 0) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &wstatus, 0);
-    }
-    CHECK(done == pid, "the forked child did not finish in %d ms (killed)", CHILD_DEADLINE_MS);
-    CHECK(done != pid || (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0),
+    int wstatus = wait_child_with_deadline(pid, CHILD_DEADLINE_S + 5, "a fork during a build");
+    CHECK(wstatus < 0 || (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0),
           "the forked child failed: exit status %d (see child_main)",
           WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1);
 
@@ -205,10 +194,10 @@ static void source_module_on_parents_stream(void)
      * parent's threads' blocks as lost, whatever the launch did. */
     int fds[2];
     CHECK(pipe(fds) == 0, "pipe");
-    pid_t pid = fork();
+    /* The alarm: a launch queued to the parent's worker would wait for nobody. */
+    pid_t pid = fork_with_deadline("a launch on the parent's stream", 20);
     if (pid == 0) {
         close(fds[0]);
-        alarm(20); /* a launch queued to the parent's worker would wait for nobody */
         jb_counters start, end;
         jb_counters_get(&start, sizeof start);
         int status = jb_source_module_launch(m, stream, "fill", args, 1, &shape);
@@ -220,12 +209,11 @@ static void source_module_on_parents_stream(void)
         _exit(write(fds[1], &answer, 1) == 1 ? 0 : 1);
     }
     close(fds[1]);
-    CHECK(pid > 0, "fork failed");
     char answer = -1;
-    if (read(fds[0], &answer, 1) != 1)
+    if (pid < 0 || read(fds[0], &answer, 1) != 1)
         answer = -1;
     close(fds[0]);
-    CHECK(pid > 0 && waitpid(pid, NULL, 0) == pid, "waiting for the child");
+    wait_child_with_deadline(pid, 25, "a launch on the parent's stream");
     CHECK(answer == 0,
           "the forked child launched on its parent's stream (answer %d: 1 launched, 2 unclear "
           "message, 3 built, -1 none)",

@@ -4,6 +4,7 @@
  * behind a gate that the test opens by writing the (host) memory the kernel spins on, so what
  * waits for what is seen, not timed (tests/gated_kernels.h).
  */
+#include "deadline.h"
 #include "gated_kernels.h"
 
 #include <pthread.h>
@@ -220,25 +221,24 @@ static void test_wait_beside_stream_free(void)
 }
 
 /* Runs `check` in a forked child and returns its answer, or -1 when it never gave one (a hang
- * ends at alarm). A pipe carries it: under valgrind a child's exit status reports the parent's
- * threads' blocks as lost (make valgrind's note). */
+ * ends at its deadline). A pipe carries it: under valgrind a child's exit status reports the
+ * parent's threads' blocks as lost (make valgrind's note). */
 static int in_child(int (*check)(jb_array *), jb_array *y)
 {
     int fds[2];
     CHECK(pipe(fds) == 0, "pipe");
-    pid_t pid = fork();
+    pid_t pid = fork_with_deadline("a child's look at the parent's work", 10);
     if (pid == 0) {
         close(fds[0]);
-        alarm(10); /* a hang is a failure, not a stuck test */
         char answer = (char)check(y);
         _exit(write(fds[1], &answer, 1) == 1 ? 0 : 1);
     }
     close(fds[1]);
     char answer = -1;
-    if (read(fds[0], &answer, 1) != 1)
+    if (pid < 0 || read(fds[0], &answer, 1) != 1)
         answer = -1;
     close(fds[0]);
-    CHECK(pid > 0 && waitpid(pid, NULL, 0) == pid, "fork");
+    wait_child_with_deadline(pid, 15, "a child's look at the parent's work");
     return answer;
 }
 

@@ -8,6 +8,7 @@
  *    not take its caller's CC.
  */
 #include "check.h"
+#include "deadline.h"
 #include "jitbridge.h"
 
 #include <errno.h>
@@ -52,10 +53,10 @@ static int build(void)
 
 static pid_t dead_pid(void)
 {
-    pid_t pid = fork();
+    pid_t pid = fork_with_deadline("a child that exits at once", 10);
     if (pid == 0)
         _exit(0);
-    waitpid(pid, NULL, 0);
+    wait_child_with_deadline(pid, 15, "a child that exits at once");
     return pid;
 }
 
@@ -97,13 +98,13 @@ static void test_sweep(void)
     unsigned long long ns = pid_namespace();
 
     /* A real leftover: a process killed after it compiled. */
-    pid_t killed = fork();
+    pid_t killed = fork_with_deadline("a child killed after it compiled", 60);
     if (killed == 0) {
         build();
         raise(SIGKILL);
         _exit(1);
     }
-    waitpid(killed, NULL, 0);
+    wait_child_with_deadline(killed, 65, "a child killed after it compiled");
 
     char victim[256], victim_file[300];
     snprintf(victim, sizeof victim, "%s/victim", root);
@@ -138,12 +139,13 @@ static void test_sweep(void)
     snprintf(cmd, sizeof cmd, "ls %s | grep -q '^%s'", tmp, killed_prefix);
     CHECK(system(cmd) == 0, "the killed process left no folder to sweep");
 
-    pid_t pid = fork(); /* a new process: its first compile sweeps */
+    /* A new process: its first compile sweeps. */
+    pid_t pid = fork_with_deadline("a child whose compile sweeps", 60);
     if (pid == 0)
         _exit(build() == JB_OK ? 0 : 1);
-    int ws = 0;
-    waitpid(pid, &ws, 0);
-    CHECK(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "the sweeping process could not compile");
+    int ws = wait_child_with_deadline(pid, 65, "a child whose compile sweeps");
+    CHECK(ws != -1 && WIFEXITED(ws) && WEXITSTATUS(ws) == 0,
+          "the sweeping process could not compile");
 
     CHECK(system(cmd) != 0, "the killed process's folder was not swept");
     CHECK(!exists(dead), "a dead process's folder was not swept: %s", dead);
