@@ -13,6 +13,7 @@
  *  - A thread's long error message (a compiler log) is freed when the thread ends.
  */
 #include "check.h"
+#include "deadline.h"
 #include "jitbridge.h"
 
 #include <dirent.h>
@@ -29,6 +30,11 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+/* Each scenario is a child that ends within this (valgrind included), or fails the test. */
+#define SCENARIO_DEADLINE_S 300
+/* A child of a scenario compiles once. */
+#define CHILD_DEADLINE_S 60
 
 static char root[] = "/tmp/jb-process-XXXXXX";
 static char fake_cc[128];
@@ -122,23 +128,22 @@ static void scenario_fork(void)
     CHECK_OK(build("parent"));
     char mine[512] = "", other[512];
     CHECK(find_dir(getpid(), mine, sizeof mine), "the parent has no private directory");
-    pid_t child = fork();
+    pid_t child = fork_with_deadline("a child that compiles", CHILD_DEADLINE_S);
     if (child == 0) {
         /* exit(), not _exit(): the atexit handlers run, as in a real child that ends */
         bool built = build("child") == JB_OK;
         exit(built && find_dir(getpid(), other, sizeof other) ? 0 : 1);
     }
-    int ws = 0;
-    waitpid(child, &ws, 0);
-    CHECK(WIFEXITED(ws) && WEXITSTATUS(ws) == 0,
+    int ws = wait_child_with_deadline(child, CHILD_DEADLINE_S + 5, "a child that compiles");
+    CHECK(ws != -1 && WIFEXITED(ws) && WEXITSTATUS(ws) == 0,
           "the child could not compile in a private directory of its own");
     struct stat st;
     CHECK(stat(mine, &st) == 0, "the child's exit removed the parent's directory %s", mine);
     CHECK(!find_dir(child, other, sizeof other), "the child left its directory %s", other);
-    child = fork();
+    child = fork_with_deadline("a child that never compiles", CHILD_DEADLINE_S);
     if (child == 0)
         exit(0); /* a child that never compiled: its atexit handler sees the parent's path */
-    waitpid(child, &ws, 0);
+    wait_child_with_deadline(child, CHILD_DEADLINE_S + 5, "a child that never compiles");
     CHECK(stat(mine, &st) == 0, "an idle child's exit removed the parent's directory %s", mine);
     CHECK_OK(build("parent again"));
 
@@ -148,18 +153,34 @@ static void scenario_fork(void)
     CHECK(find_dir(getpid(), mine, sizeof mine), "no private directory after the cleaner");
 }
 
+/* Where the host takes children away, a compile whose end the library missed would wait for the
+ * compile timeout: a short one fails such a scenario in seconds, not the default 10 minutes. */
+#define SHORT_COMPILE_TIMEOUT_MS "20000"
+
+/* Builds; on a failure says why and returns false, and the scenario stops: a compile whose end
+ * is never seen costs one timeout, not one per build. */
+static bool builds(const char *mark, const char *host)
+{
+    int status = build(mark);
+    CHECK(status == JB_OK, "%s: a compile failed: %s", host, jb_last_error_message());
+    return status == JB_OK;
+}
+
 static void scenario_sigchld_ignored(void)
 {
     use_tmpdir("sigign");
+    setenv("JITBRIDGE_COMPILE_TIMEOUT_MS", SHORT_COMPILE_TIMEOUT_MS, 1);
     signal(SIGCHLD, SIG_IGN);
-    CHECK_OK(build("SIG_IGN"));
+    if (!builds("SIG_IGN", "SIGCHLD ignored"))
+        return;
     check_failure_reported("SIGCHLD ignored");
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = SIG_DFL;
     sa.sa_flags = SA_NOCLDWAIT;
     sigaction(SIGCHLD, &sa, NULL);
-    CHECK_OK(build("SA_NOCLDWAIT"));
+    if (!builds("SA_NOCLDWAIT", "SA_NOCLDWAIT"))
+        return;
     check_failure_reported("SA_NOCLDWAIT");
 }
 
@@ -182,11 +203,14 @@ static void *reaper(void *arg)
 static void scenario_reaper_thread(void)
 {
     use_tmpdir("reaper");
+    setenv("JITBRIDGE_COMPILE_TIMEOUT_MS", SHORT_COMPILE_TIMEOUT_MS, 1);
     pthread_t thread;
     pthread_create(&thread, NULL, reaper, NULL);
-    for (int i = 0; i < 4; i++)
-        CHECK_OK(build("reaped"));
-    check_failure_reported("a thread reaping with waitpid(-1)");
+    bool built = true;
+    for (int i = 0; built && i < 4; i++)
+        built = builds("reaped", "a thread reaping with waitpid(-1)");
+    if (built)
+        check_failure_reported("a thread reaping with waitpid(-1)");
     atomic_store(&reaper_stop, true);
     pthread_join(thread, NULL);
     CHECK(atomic_load(&reaped) == 0, "the host's reaper took %d of the library's children",
@@ -348,18 +372,15 @@ static void scenario_thread_exit(void)
 
 static void run(const char *name, void (*scenario)(void))
 {
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
+    pid_t pid = fork_with_deadline(name, SCENARIO_DEADLINE_S);
     if (pid == 0) {
         check_passed = check_failed = 0; /* the child counts its own */
         scenario();
         exit(check_summary(name));
     }
-    int ws = 0;
-    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR)
-        ;
-    CHECK(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "scenario %s failed (wait status %#x)", name, ws);
+    int ws = wait_child_with_deadline(pid, SCENARIO_DEADLINE_S + 5, name);
+    CHECK(ws != -1 && WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "scenario %s failed (wait status %#x)",
+          name, ws);
 }
 
 int main(void)
