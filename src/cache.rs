@@ -34,3 +34,13 @@ pub fn lookaside_enabled() -> bool {
     // SAFETY: reads an atomic flag.
     unsafe { ffi::jb_lookaside_enabled() != 0 }
 }
+
+/// Forgets every remembered compile failure. A kernel whose source the compiler rejected is not
+/// compiled again in this process: its later launches return the same `Compile` error at once,
+/// without the compiler (timeouts, a killed compiler and other "not now" failures are never
+/// remembered). After fixing what made the compiler fail (a header, `$CC`), call this so the
+/// next launch of each such kernel compiles again.
+pub fn forget_build_failures() {
+    // SAFETY: no arguments; empties a list under its own lock.
+    unsafe { ffi::jb_forget_build_failures() };
+}

@@ -367,5 +367,6 @@ unsafe extern "C" {
 
     pub fn jb_counters_get(out: *mut jb_counters, out_size: usize) -> c_int;
     pub fn jb_counters_reset();
+    pub fn jb_forget_build_failures() -> c_int;
     pub fn jb_removed_locks() -> c_int;
 }

@@ -42,7 +42,7 @@ pub mod race;
 pub mod sys_tools;
 
 pub use array::{Array, Bf16, DType, Element, F16};
-pub use cache::{lookaside_enabled, set_lookaside_enabled};
+pub use cache::{forget_build_failures, lookaside_enabled, set_lookaside_enabled};
 pub use counters::{Counters, MemoryStats};
 pub use device::{Device, DeviceKind, GpuBackend, cpu_compiler, gpu_backend, gpu_backends};
 pub use error::{Error, ErrorCode};

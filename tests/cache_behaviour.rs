@@ -15,7 +15,7 @@ fn cpu() -> Device {
 }
 
 #[test]
-fn failed_build_inserts_nothing_and_the_next_call_retries() {
+fn failed_build_inserts_nothing_and_retries_once_forgotten() {
     let _turn = common::serial();
     let dir = std::env::temp_dir().join(format!("jb-retry-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -41,6 +41,10 @@ fn failed_build_inserts_nothing_and_the_next_call_retries() {
     assert_eq!((delta.builds, delta.build_failures), (0, 1));
 
     std::fs::write(&header_path, "#define JB_RETRY_VALUE 10.0f\n").unwrap();
+    // A rejection is remembered: the same error, without the compiler, until forgotten.
+    let again = kernel.launch(&[&x], &[&[4]], LaunchShape::Threads(4)).unwrap_err();
+    assert_eq!(again.message(), err.message());
+    jitbridge::forget_build_failures();
     let y = kernel.launch(&[&x], &[&[4]], LaunchShape::Threads(4)).unwrap();
     assert_eq!(y[0].to_vec::<f32>().unwrap(), [10.0, 11.0, 12.0, 13.0]);
     assert_eq!(Counters::read().since(&before).builds, 1, "the same key built on retry");

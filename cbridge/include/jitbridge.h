@@ -540,6 +540,21 @@ typedef struct jb_counters {
                                    * tried again */
 } jb_counters;
 
+/*
+ * Failure memory. A kernel (or whole-source module) whose source the compiler rejected is not
+ * compiled again: later launches on that device return the same error (JB_ERR_COMPILE, the
+ * compiler's log included) at once, without the compiler and without holding up other threads'
+ * first launches. Each failure is remembered with the source and the compiler's identity, so
+ * another source or another compiler compiles afresh. Only rejections are remembered: a
+ * compile that timed out, was killed, could not start or ran out of memory is tried again by
+ * the next launch. Each recalled failure counts as a build failure (jb_counters). At most 1024
+ * failures (16 MiB with their logs) are kept, the oldest forgotten first. Nothing is ever
+ * inserted into the module cache for a failure.
+ */
+/* Forgets every remembered failure (after the compiler or its environment was fixed): the next
+ * launch of each such kernel compiles again. */
+JB_API jb_status jb_forget_build_failures(void);
+
 /* Pass sizeof(jb_counters): a caller built against an older header gets the fields it knows. */
 JB_API jb_status jb_counters_get(jb_counters *out, size_t out_size);
 /* Sets every counter to zero (the live, reserved and idle bytes stay: they are states; the

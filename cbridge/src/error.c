@@ -116,6 +116,15 @@ int jb__fail_with_log(int status, const char *log, const char *fmt, ...)
     return status;
 }
 
+int jb__fail_with_text(int status, const char *text)
+{
+    size_t first_line = strcspn(text, "\n");
+    snprintf(tls_short, sizeof tls_short, "%.*s", (int)first_line, text);
+    tls_status = status;
+    set_long(text[first_line] || first_line >= sizeof tls_short ? jb__strdup(text) : NULL);
+    return status;
+}
+
 void jb__error_append(const char *fmt, ...)
 {
     char extra[512];

@@ -5,7 +5,7 @@
  * one, initializes each lock anew. The order follows how the locks nest in normal use:
  *
  *   1. the module cache's lock, as writer (waits for a build in progress), then the registry
- *      of per-thread cache state
+ *      of per-thread cache state, then the failure memory (a build takes it under the cache's)
  *   2. the disk cache folder's locks (taken by a build, under 1): reattach, then state text
  *   3. per device, devices in order: the stream list, each stream's holds, the event pool, the
  *      buffer cache (a hold's release returns events and buffers)
@@ -27,6 +27,7 @@ atomic_uint jb__fork_generation;
 static void fork_prepare(void)
 {
     jb__jit_cache_fork(JB_FORK_PREPARE);
+    pthread_mutex_lock(jb__build_failures_lock);
     pthread_mutex_lock(jb__disk_locks[0]);
     pthread_mutex_lock(jb__disk_locks[1]);
     jb__devices_fork(JB_FORK_PREPARE);
@@ -41,6 +42,7 @@ static void fork_parent(void)
     jb__devices_fork(JB_FORK_PARENT);
     pthread_mutex_unlock(jb__disk_locks[1]);
     pthread_mutex_unlock(jb__disk_locks[0]);
+    pthread_mutex_unlock(jb__build_failures_lock);
     jb__jit_cache_fork(JB_FORK_PARENT);
 }
 
@@ -52,6 +54,7 @@ static void fork_child(void)
     jb__devices_fork(JB_FORK_CHILD);
     pthread_mutex_init(jb__disk_locks[1], NULL);
     pthread_mutex_init(jb__disk_locks[0], NULL);
+    pthread_mutex_init(jb__build_failures_lock, NULL);
     jb__jit_cache_fork(JB_FORK_CHILD);
 }
 

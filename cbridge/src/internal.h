@@ -30,6 +30,9 @@ void jb__warn_hold(void);
 void jb__warn_release(void);
 /* Adds text to the end of this thread's last error message (before its log, if any). */
 void jb__error_append(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Sets this thread's last error to `status` and `text`, a whole message as
+ * jb_last_error_message gave it (a failure remembered, then recalled); returns `status`. */
+int jb__fail_with_text(int status, const char *text);
 
 #define JB_RETURN_IF(cond, status, ...)                                                            \
     do {                                                                                           \
@@ -49,6 +52,7 @@ typedef enum jb_fork_phase { JB_FORK_PREPARE, JB_FORK_PARENT, JB_FORK_CHILD } jb
  * an ancestor, whose worker threads do not exist here. */
 extern atomic_uint jb__fork_generation;
 extern pthread_mutex_t *const jb__disk_locks[2]; /* disk_dir.c, in the order they nest */
+extern pthread_mutex_t *const jb__build_failures_lock; /* build_failures.c */
 void jb__jit_cache_fork(jb_fork_phase phase);    /* the module cache and thread registry */
 void jb__devices_fork(jb_fork_phase phase);      /* each device's streams, events, buffers */
 void jb__private_dir_fork(jb_fork_phase phase);  /* cpu/private_dir.c: the compile folder */
@@ -599,6 +603,21 @@ int jb__kernel_configured(jb_kernel_entry *kernel, jb_configure_hook hook, void 
 int jb__module_build(jb_device *dev, const char *module_name, const char *source,
                      unsigned flags, const char *const *kernel_names, size_t num_kernels,
                      bool use_disk_cache, jb_module **out, bool *from_disk);
+
+/* ---- failure memory (build_failures.c): a source the compiler rejected is not compiled again.
+ * jb__module_build calls them in this order, under the cache's write lock. ---- */
+/* True, with the remembered error set and *status its status, when the compiler with the same
+ * identity rejected `source` for `module_name` on `dev` before. */
+bool jb__build_failure_recall(jb_device *dev, const char *module_name, const char *source,
+                              int *status);
+/* Called before a compile: forgets a rejection left over by an earlier compile. */
+void jb__build_failure_start(void);
+/* A backend's compile calls it when the compiler ran to its end and rejected the source (not a
+ * timeout, a signal, a failure to start or out of memory): only then is the failure kept. */
+void jb__compile_rejected(void);
+/* After a compile: remembers its failure when the compiler rejected the source. */
+void jb__build_failure_remember(jb_device *dev, const char *module_name, const char *source,
+                                int status);
 
 /* ---- custom kernels: spec and launch (kernel.c), names and source (kernel_source.c) ---- */
 #define JB_KERNEL_MAX_ARRAYS 64 /* inputs and outputs together; also the most scalars */

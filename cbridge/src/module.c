@@ -201,10 +201,16 @@ int jb__module_build(jb_device *dev, const char *module_name, const char *source
         }
         jb__disk_reject(&key); /* the loader refused it: evict, then compile afresh */
     }
+    int status;
+    if (jb__build_failure_recall(dev, module_name, source, &status)) {
+        jb__disk_key_free(&key);
+        return status;
+    }
     char saved[4096];
     bool is_saved = save_source(dev, module_name, source, saved, sizeof saved);
     uint64_t start = jb__now_ns();
-    int status = dev->backend->compile(dev, module_name, source, flags, &code);
+    jb__build_failure_start();
+    status = dev->backend->compile(dev, module_name, source, flags, &code);
     jb__build_steps.compile_ns = jb__now_ns() - start;
     if (status == JB_ERR_COMPILE) {
         if (is_saved)
@@ -212,6 +218,7 @@ int jb__module_build(jb_device *dev, const char *module_name, const char *source
         else
             jb__error_append(" (set JITBRIDGE_SAVE_SOURCE=DIR to keep the source)");
     }
+    jb__build_failure_remember(dev, module_name, source, status);
     if (status == JB_OK)
         status = jb__module_create(dev, &code, source, kernel_names, num_kernels, out);
     start = jb__now_ns();

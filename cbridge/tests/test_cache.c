@@ -93,7 +93,8 @@ static void test_distinct_kernels_first_launch(void)
         first_launch_round("distinct kernels", round, 200 + round * THREADS, 1, THREADS);
 }
 
-/* A build that fails inserts nothing: once its cause is gone, the same key builds. */
+/* A build that fails inserts nothing: once its cause is gone and the failure forgotten (it was a
+ * rejection, so it is remembered), the same key builds. */
 static void test_failed_build_is_retried(void)
 {
     char dir[] = "/tmp/jb-test-XXXXXX";
@@ -136,6 +137,11 @@ static void test_failed_build_is_retried(void)
     FILE *f = fopen(header_path, "w");
     fputs("#define JB_TEST_VALUE 10.0f\n", f);
     fclose(f);
+    /* The rejection is remembered until forgotten: the fixed header is not seen before that. */
+    status = jb_custom_kernel_launch(&out, kernel, &in, 1, shapes, ndims, &shape);
+    CHECK(status == JB_ERR_COMPILE, "the remembered failure was compiled again: %s",
+          jb_status_name(status));
+    CHECK_OK(jb_forget_build_failures());
     CHECK_OK(jb_custom_kernel_launch(&out, kernel, &in, 1, shapes, ndims, &shape));
     float values[4] = {0};
     CHECK_OK(jb_array_read(out, values, sizeof values));

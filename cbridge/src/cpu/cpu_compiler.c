@@ -102,6 +102,7 @@ static int compile_failed(const jb_child *c, const char *module_name)
         return jb__fail_with_log(JB_ERR_COMPILE, log,
                                  "compiling '%s' with '%s': the compiler was killed by signal %d",
                                  module_name, compiler_line, WTERMSIG(ws));
+    jb__compile_rejected(); /* it ran to its end and said no: the same source fails again */
     return jb__fail_with_log(JB_ERR_COMPILE, log, "compiling '%s' with '%s': exit status %d",
                              module_name, compiler_line, WEXITSTATUS(ws));
 }

@@ -156,6 +156,8 @@ static int gpu_compile(jb_device *dev, const char *module_name, const char *sour
                 log[0] = '\0';
             log[log_size] = '\0';
         }
+        if (r == NVRTC_ERROR_COMPILATION) /* the source, not a resource: it fails again */
+            jb__compile_rejected();
         status = jb__fail_with_log(JB_ERR_COMPILE, log, "compiling '%s' for %s: %s", module_name,
                                    dev->arch, JB_GPU(nvrtcGetErrorString)(r));
         free(log);

@@ -105,6 +105,7 @@ typedef CUcontext jb_gpu_context;
 #define nvrtcResult hiprtcResult
 #define nvrtcProgram hiprtcProgram
 #define NVRTC_SUCCESS HIPRTC_SUCCESS
+#define NVRTC_ERROR_COMPILATION HIPRTC_ERROR_COMPILATION
 #define nvrtcCreateProgram hiprtcCreateProgram
 #define nvrtcCompileProgram hiprtcCompileProgram
 #define nvrtcDestroyProgram hiprtcDestroyProgram
