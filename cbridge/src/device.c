@@ -110,6 +110,31 @@ static void devices_ready(void)
     jb__warn_release();
 }
 
+#ifdef JB_TEST_HOOKS
+static pthread_once_t second_cpu_once = PTHREAD_ONCE_INIT;
+static jb_device *second_cpu;
+
+static void second_cpu_init(void)
+{
+    if (num_devices >= JB_MAX_DEVICES)
+        return;
+    jb_device *dev = &devices[num_devices];
+    cpu_device_init(dev);
+    dev->ordinal = 1;
+    device_common_init(dev, num_devices);
+    second_cpu = dev;
+}
+
+int jb__test_second_cpu(jb_device **out)
+{
+    devices_ready();
+    pthread_once(&second_cpu_once, second_cpu_init);
+    *out = second_cpu;
+    JB_RETURN_IF(!second_cpu, JB_ERR_NO_DEVICE, "test hook: no room for a second cpu device");
+    return JB_OK;
+}
+#endif
+
 void jb__memory_counters_add(jb_counters *out)
 {
     int n = atomic_load_explicit(&ready_devices, memory_order_acquire);

@@ -112,6 +112,7 @@ int jb__disk_open_entry(int dir, const char *name, struct stat *st, const char *
             *problem = "cannot be opened";
         return -1;
     }
+    JB_TEST_POINT(JB_TEST_ENTRY_OPENED, name);
     if (fstat(fd, st) != 0)
         *problem = "cannot be examined";
     else

@@ -450,7 +450,7 @@ int jb__stream_wait(jb_stream *stream);
  * stream's work that holds buffers so far is done; NULL when nothing is held: that work is done. */
 jb_event *jb__stream_newest_hold_event(jb_stream *stream);
 
-/* ---- test hooks (holds.c): compiled only with JB_TEST_HOOKS, never into a normal build ---- */
+/* ---- test hooks (holds.c, test_points.c): JB_TEST_HOOKS builds only, never a normal one ---- */
 #ifdef JB_TEST_HOOKS
 /* Called by each launch between its event and registering its hold, on `stream`. */
 typedef void (*jb_test_pause_fn)(void *ctx, jb_stream *stream);
@@ -470,9 +470,30 @@ void jb__test_set_unlink_pause(jb_test_pause_fn fn, void *ctx);
 void jb__test_set_source_module_name(jb_source_module *m, const char *module_name);
 #define JB_TEST_PAUSE(stream) jb__test_pause(stream)
 #define JB_TEST_SYNC_PAUSE(stream) jb__test_sync_pause(stream)
+/* Points where a test runs code of its own (test_points.c), so that it can tell which path a
+ * call took, or act between two steps, every run. `arg` is the point's subject. */
+typedef enum jb_test_point {
+    JB_TEST_LOOKASIDE_HIT, /* jit_cache.c: a hit in the thread's lookaside; arg: module name */
+    JB_TEST_INDEX_HIT,     /* jit_cache.c: a hit in the published index; arg: module name */
+    JB_TEST_CACHE_MISSED,  /* jit_cache.c: a miss under the read lock, before the write lock is
+                            * asked for; arg: the cache key */
+    JB_TEST_ENTRY_OPENED,  /* disk_cache.c: an entry opened, before it is checked; arg: its
+                            * file name in the cache folder */
+    JB_TEST_POINTS
+} jb_test_point;
+typedef void (*jb_test_point_fn)(void *ctx, const char *arg);
+/* Sets (or with NULL clears) the function `point` calls. */
+void jb__test_set_point(jb_test_point point, jb_test_point_fn fn, void *ctx);
+void jb__test_point(jb_test_point point, const char *arg);
+/* A second cpu device with its own index (the device table's next free one): one kernel object
+ * launched on two devices where the machine has only the cpu. Never counted among the devices
+ * (not listed, not locked by fork: a test that uses it does not fork). */
+int jb__test_second_cpu(jb_device **out);
+#define JB_TEST_POINT(point, arg) jb__test_point(point, arg)
 #else
 #define JB_TEST_PAUSE(stream) ((void)0)
 #define JB_TEST_SYNC_PAUSE(stream) ((void)0)
+#define JB_TEST_POINT(point, arg) ((void)0)
 #endif
 
 /* ---- arrays (array.c) ---- */

@@ -253,6 +253,7 @@ static int cache_lookup_or_build(thread_state *ts, jb_device *dev, const char *n
         return JB_OK;
     }
     count(&ts->misses);
+    JB_TEST_POINT(JB_TEST_CACHE_MISSED, key);
 
     int status = JB_OK;
     jb__warn_hold(); /* a build's warnings reach the callback once the lock is let go */
@@ -317,12 +318,14 @@ int jb__get_jit_module(jb_device *dev, const char *name, uint64_t name_hash,
         jb_module *module = jb__table_find(&ts->lookaside, hash, &key, lookaside_equal);
         if (module) {
             count(&ts->hits);
+            JB_TEST_POINT(JB_TEST_LOOKASIDE_HIT, name);
             *out = module;
             return JB_OK;
         }
         /* This thread's first lookup of the key: a built one is found without the lock. */
         if ((module = jb__published_find(&the_index, hash, &key, lookaside_equal))) {
             count(&ts->hits);
+            JB_TEST_POINT(JB_TEST_INDEX_HIT, name);
             *out = module;
             lookaside_remember(ts, dev->index, name, hash, module);
             return JB_OK;
