@@ -122,6 +122,62 @@ static int event_state_of(jb_array *a)
     return atomic_load(&jb__array_ready_event(a)->state);
 }
 
+/* Whether `a`'s event says its work is done: marked done, or recorded and fired. */
+static bool event_done(jb_array *a)
+{
+    jb_event *ev = jb__array_ready_event(a);
+    int state = atomic_load(&ev->state);
+    return state == JB_EVENT_DONE ||
+           (state == JB_EVENT_RECORDED && dev->backend->event_query(dev, ev->native) == 1);
+}
+
+static const char *state_name(int state)
+{
+    static const char *const names[] = {"pending", "recording", "recorded", "done"};
+    _Static_assert(JB_EVENT_PENDING == 0 && JB_EVENT_RECORDING == 1 && JB_EVENT_RECORDED == 2 &&
+                       JB_EVENT_DONE == 3,
+                   "names in the order of the states");
+    return state >= 0 && state < 4 ? names[state] : "unknown";
+}
+
+/* Holds let go of after a synchronize, or when their stream is freed, mark their events done:
+ * an older array's event is never left pending, to be recorded later on a stream that no
+ * longer runs its work (or no longer exists). */
+static bool test_released_holds_mark_events_done(void)
+{
+    enum { LAUNCHES = 4 };
+    jb_array *x = filled(1.0f), *ys[LAUNCHES];
+    for (int freed = 0; freed < 2; freed++) {
+        jb_stream *stream;
+        CHECK_OK(jb_stream_new(&stream, dev));
+        for (int i = 0; i < LAUNCHES; i++)
+            ys[i] = launch(plus_one, x, stream);
+        if (freed)
+            jb_stream_free(stream);
+        else
+            CHECK_OK(jb_stream_synchronize(stream));
+        bool all_done = true;
+        for (int i = 0; i < LAUNCHES; i++) {
+            CHECK(event_done(ys[i]),
+                  "after %s, the event of launch %d of %d is %s, not done: the released hold "
+                  "did not mark it",
+                  freed ? "its stream's free" : "a synchronize", i + 1, LAUNCHES,
+                  state_name(event_state_of(ys[i])));
+            all_done = all_done && event_done(ys[i]);
+        }
+        if (!all_done)
+            return false; /* a read now would record on a stream that may be gone */
+        if (!freed)
+            jb_stream_free(stream);
+        for (int i = 0; i < LAUNCHES; i++) {
+            CHECK(value_of(ys[i]) == 2.0f, "launch %d's output", i + 1);
+            jb_array_free(ys[i]);
+        }
+    }
+    jb_array_free(x);
+    return true;
+}
+
 /* A late record makes the stream record at once for JB_EAGER_HOLDS launches, not for ever: a
  * server thread that once read an older array goes back to lazy records. */
 static void test_eager_for_a_while(void)
@@ -340,6 +396,9 @@ static void test_trim_after_unwaited_work(void)
 int main(void)
 {
     if (!gated_kernels_new("lazy"))
+        return check_summary("test_lazy_events");
+    /* First, and alone when it fails: events left pending make later tests crash. */
+    if (!test_released_holds_mark_events_done())
         return check_summary("test_lazy_events");
     test_newest_wait_stays_lazy();
     test_eager_for_a_while();
