@@ -4,7 +4,10 @@
 //! test that needs a memory limit re-runs itself as a child under RLIMIT_AS.
 #![cfg(target_os = "linux")]
 
+#[path = "../common/mod.rs"]
 mod common;
+
+mod waste;
 
 use jitbridge::streams;
 use jitbridge::{
