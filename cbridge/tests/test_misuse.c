@@ -435,6 +435,59 @@ static void bad_launches(void)
     jb_custom_kernel_free(k);
 }
 
+/* Scalars of the wrong dtype, number or value: refused before anything is built or run. */
+static void bad_scalars(void)
+{
+    const char *in[] = {"x"}, *outn[] = {"y"}, *scalar_names[] = {"scale", "negate"};
+    jb_dtype f32[] = {JB_F32}, scalar_dtypes[] = {JB_F32, JB_BOOL};
+    jb_kernel_spec spec = JB_KERNEL_SPEC_INIT;
+    spec.name = "misuse_scalars";
+    spec.input_names = in, spec.input_dtypes = f32, spec.num_inputs = 1;
+    spec.output_names = outn, spec.output_dtypes = f32, spec.num_outputs = 1;
+    spec.scalar_names = scalar_names, spec.scalar_dtypes = scalar_dtypes, spec.num_scalars = 2;
+    spec.body = "y[thread_index()] = (negate ? -scale : scale) * x[thread_index()];";
+    jb_custom_kernel *k = NULL;
+    CHECK_OK(jb_custom_kernel_new(&k, &spec));
+    jb_array *x = NULL, *out[1] = {NULL};
+    CHECK_OK(jb_array_arange(&x, cpu, 8, JB_F32));
+    int64_t n = 8;
+    const int64_t *shapes[] = {&n};
+    int ndims[] = {1};
+    jb_launch_shape threads = {{0, 0, 0}, {0, 0, 0}, 8};
+    jb_scalar good[] = {{.dtype = JB_F32, .value.f32 = 2.0f}, {.dtype = JB_BOOL}};
+    jb_scalar as_i32[] = {{.dtype = JB_I32, .value.i32 = 2}, {.dtype = JB_BOOL}};
+    jb_scalar as_f64[] = {{.dtype = JB_F64, .value.f64 = 2.0}, {.dtype = JB_BOOL}};
+    jb_scalar no_dtype[] = {{.dtype = (jb_dtype)999}, {.dtype = JB_BOOL}};
+    jb_scalar bool_of_2[] = {{.dtype = JB_F32, .value.f32 = 2.0f},
+                             {.dtype = JB_BOOL, .value.boolean = 2}};
+    jb_counters_get(&before, sizeof before);
+    const jb_scalar *wrong_dtypes[] = {as_i32, as_f64, no_dtype};
+    for (size_t i = 0; i < sizeof wrong_dtypes / sizeof *wrong_dtypes; i++) {
+        EXPECT(jb_custom_kernel_launch_on(out, k, NULL, &x, 1, wrong_dtypes[i], 2, shapes, ndims,
+                                          &threads),
+               JB_ERR_SHAPE);
+        CHECK(strstr(jb_last_error_message(), "scalar 'scale'") != NULL,
+              "a wrong scalar dtype's message does not name the scalar: %s",
+              jb_last_error_message());
+    }
+    EXPECT(jb_custom_kernel_launch_on(out, k, NULL, &x, 1, bool_of_2, 2, shapes, ndims, &threads),
+           JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_custom_kernel_launch_on(out, k, NULL, &x, 1, good, 1, shapes, ndims, &threads),
+           JB_ERR_INVALID_ARGUMENT);
+    EXPECT(jb_custom_kernel_launch_on(out, k, NULL, &x, 1, NULL, 2, shapes, ndims, &threads),
+           JB_ERR_INVALID_ARGUMENT);
+    CHECK(out[0] == NULL, "a launch with bad scalars left an output");
+    counters_unchanged("launches with bad scalars (nothing may be built)");
+    CHECK_OK(jb_custom_kernel_launch_on(out, k, NULL, &x, 1, good, 2, shapes, ndims, &threads));
+    float host[8] = {0};
+    if (out[0])
+        CHECK_OK(jb_array_read(out[0], host, sizeof host));
+    CHECK(host[7] == 14.0f, "the scaling kernel computed %g, not 14", (double)host[7]);
+    jb_array_free(out[0]);
+    jb_array_free(x);
+    jb_custom_kernel_free(k);
+}
+
 int main(void)
 {
     setenv("JITBRIDGE_DISK_CACHE", "0", 1); /* this test's kernels stay off the user's cache */
@@ -446,5 +499,6 @@ int main(void)
     bad_probe_inputs();
     bad_names();
     bad_launches();
+    bad_scalars();
     return check_summary("test_misuse");
 }
