@@ -7,7 +7,7 @@ use common::finish;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-const COMMANDS: [&str; 5] = ["run", "bench", "cache", "info", "help"];
+const COMMANDS: [&str; 6] = ["run", "bench", "soak", "cache", "info", "help"];
 
 fn jitbridge() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_jitbridge"));
@@ -77,6 +77,37 @@ fn unknown_arguments_are_errors_everywhere() {
     assert_usage_error(&["cache", "bogus"], "unknown cache action 'bogus'");
     assert_usage_error(&["bench", "--json=yes"], "--json takes no value");
     assert_usage_error(&["--version", "extra"], "--version takes no arguments");
+}
+
+/// A word that is no command, and a top-level argument the command does not take, show the
+/// main usage and the commands there are; a command's own bad arguments show that command's.
+#[test]
+fn a_bad_command_or_top_level_argument_shows_the_main_usage() {
+    let main_usage = "usage: jitbridge [COMMAND] [OPTIONS]\n";
+    for (args, says) in [
+        (&["frob"][..], "no command 'frob'"),
+        (&["version"], "no command 'version' (the version: jitbridge --version)"),
+        (&["help", "nope"], "no command 'nope'"),
+        (&["--version", "extra"], "--version takes no arguments"),
+        (&["--bogus"], "unknown option '--bogus'"),
+        (&["--bogus=1", "run"], "unknown option '--bogus=1'"),
+    ] {
+        assert_usage_error(args, says);
+        let (_, _, stderr) = run(args);
+        assert!(stderr.contains(main_usage), "{args:?} does not show the main usage: {stderr}");
+        assert!(stderr.contains("commands: run, bench, soak, cache, info, help\n"), "{stderr}");
+        assert!(!stderr.contains("jitbridge help [COMMAND]"), "{args:?}: help's usage: {stderr}");
+    }
+    for (args, usage) in [
+        (&["--threads", "0"][..], "usage: jitbridge run "),
+        (&["run", "--bogus"], "usage: jitbridge run "),
+        (&["help", "run", "extra"], "usage: jitbridge help [COMMAND]"),
+    ] {
+        let (code, _, stderr) = run(args);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(stderr.contains(usage), "{args:?} does not show {usage:?}: {stderr}");
+        assert!(!stderr.contains(main_usage), "{args:?} shows the main usage: {stderr}");
+    }
 }
 
 #[test]

@@ -120,7 +120,7 @@ pub fn text_args() -> Result<Vec<String>, Failure> {
         .skip(1)
         .map(|arg| {
             arg.into_string().map_err(|arg| {
-                Failure::Usage(format!("argument {arg:?} is not valid UTF-8"), &crate::help::HELP)
+                Failure::Usage(format!("argument {arg:?} is not valid UTF-8"), &crate::help::MAIN)
             })
         })
         .collect()

@@ -30,7 +30,7 @@ mod run;
 mod soak;
 
 use args::{Command, text_args};
-use help::HELP;
+use help::MAIN;
 use std::process::ExitCode;
 
 fn write_line(args: std::fmt::Arguments<'_>) {
@@ -70,7 +70,7 @@ fn dispatch(args: &[String]) -> Outcome {
             Ok(true)
         }
         Some("--version" | "-V") => {
-            Err(Failure::Usage("--version takes no arguments".into(), &HELP))
+            Err(Failure::Usage("--version takes no arguments".into(), &MAIN))
         }
         Some("--help" | "-h") => help::help_command(rest),
         Some("help") => help::help_command(rest),
@@ -82,11 +82,11 @@ fn dispatch(args: &[String]) -> Outcome {
         Some("__first-launch") => bench::new_process::first_launch(rest),
         // `jitbridge` alone, or with run's options only, runs.
         None => run::run_command(args),
-        Some(first) if first.starts_with('-') => run::run_command(args),
-        Some(other) => Err(Failure::Usage(
-            format!("no command '{other}' (run, bench, soak, cache, info, help)"),
-            &HELP,
-        )),
+        Some(first) if run::takes_option(first) => run::run_command(args),
+        Some(first) if first.starts_with('-') => {
+            Err(Failure::Usage(format!("unknown option '{first}'"), &MAIN))
+        }
+        Some(other) => Err(help::no_such_command(other)),
     }
 }
 
@@ -97,7 +97,12 @@ fn main() -> ExitCode {
         Err(Failure::Usage(message, c)) => {
             note!("jitbridge: {message}");
             note!("usage: {}", c.usage);
-            note!("(`jitbridge help {}` for more)", c.name);
+            if c.name == MAIN.name {
+                note!("commands: {}", help::command_names());
+                note!("(`jitbridge help` for more)");
+            } else {
+                note!("(`jitbridge help {}` for more)", c.name);
+            }
             ExitCode::from(2)
         }
         Err(Failure::Error(message)) => {

@@ -38,13 +38,21 @@ pub struct RunOptions {
     device: Option<String>,
 }
 
+const OPTIONS: [Opt; 3] = [
+    Opt { flag: "--threads", value: Some("the number of threads per round, 1 to 1024") },
+    Opt { flag: "--rounds", value: Some("the number of rounds, 1 to 100000") },
+    DEVICE_OPT,
+];
+
+/// True when `arg` is one of run's options (`--threads`, `--threads=8`): `jitbridge` with
+/// only those runs `run`.
+pub fn takes_option(arg: &str) -> bool {
+    let flag = arg.split_once('=').map_or(arg, |(flag, _)| flag);
+    OPTIONS.iter().any(|o| o.flag == flag)
+}
+
 pub fn run_command(args: &[String]) -> Outcome {
-    let opts = [
-        Opt { flag: "--threads", value: Some("the number of threads per round, 1 to 1024") },
-        Opt { flag: "--rounds", value: Some("the number of rounds, 1 to 100000") },
-        DEVICE_OPT,
-    ];
-    let Some(args) = parse_args(&RUN, args, &opts)? else {
+    let Some(args) = parse_args(&RUN, args, &OPTIONS)? else {
         print_help(&RUN);
         return Ok(true);
     };
