@@ -58,13 +58,17 @@ impl Device {
     }
 
     /// GPU `ordinal` of the first GPU backend that has devices (cuda, then rocm). Without one,
-    /// the error says what was not found and which variable to set.
+    /// [`ErrorCode::NoDevice`] says what was not found and which variable to set; in a build
+    /// without a GPU backend, [`ErrorCode::Unsupported`] names the feature that adds one.
     pub fn gpu(ordinal: i32) -> Result<Device, Error> {
         Device::get(DeviceKind::Gpu, ordinal)
     }
 
     /// The device called `name`: `cpu`, `gpu`, `cuda` or `rocm`, each with an optional `:N`
     /// (`gpu:N` is GPU N of the first GPU backend that has devices). Also `name.parse()`.
+    /// A backend this build lacks (`gpu`: every GPU backend) is [`ErrorCode::Unsupported`], a
+    /// device the backend does not have [`ErrorCode::NoDevice`], a malformed name
+    /// [`ErrorCode::InvalidArgument`].
     ///
     /// ```
     /// let cpu = jitbridge::Device::lookup("cpu:0")?;

@@ -110,6 +110,20 @@ fn a_bad_command_or_top_level_argument_shows_the_main_usage() {
     }
 }
 
+/// `--device cuda` and `--device gpu` in a build without a GPU backend: one code, one message.
+#[cfg(not(any(feature = "cuda", feature = "rocm")))]
+#[test]
+fn a_gpu_this_build_lacks_is_unsupported_by_any_name() {
+    for device in ["gpu", "cuda", "rocm:0"] {
+        let (code, stdout, stderr) = run(&["run", "--device", device, "--rounds", "1"]);
+        assert_eq!(code, 2, "{device}: {stderr}");
+        assert!(stdout.is_empty(), "{device}: {stdout}");
+        let says =
+            format!("jitbridge: unsupported: no device {device}: jitbridge was built without");
+        assert!(stderr.starts_with(&says), "{device}: {stderr}");
+    }
+}
+
 #[test]
 fn an_argument_that_is_not_utf8_is_a_usage_error() {
     use std::os::unix::ffi::OsStrExt;

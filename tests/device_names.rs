@@ -77,3 +77,26 @@ fn each_gpu_backend_has_devices_or_says_why() {
         }
     }
 }
+
+/// In a build without a GPU backend, asking for `gpu` is what asking for `cuda` is: one code
+/// (unsupported) and one message, naming the build option that adds a backend.
+#[cfg(not(any(feature = "cuda", feature = "rocm")))]
+#[test]
+fn gpu_in_a_build_without_one_is_unsupported_like_cuda() {
+    for name in ["gpu", "gpu:0", "gpu:3", "cuda", "cuda:0", "rocm:1"] {
+        let err = Device::lookup(name).unwrap_err();
+        assert_eq!(err.code(), ErrorCode::Unsupported, "{name}: {err}");
+        assert!(
+            err.message().starts_with(&format!(
+                "unsupported: no device {name}: jitbridge was built without "
+            )),
+            "{name}: {err}"
+        );
+        assert!(err.message().contains("(cargo feature '"), "{name}: {err}");
+    }
+    for ordinal in [0, 5] {
+        let err = Device::gpu(ordinal).unwrap_err();
+        assert_eq!(err.code(), ErrorCode::Unsupported, "gpu({ordinal}): {err}");
+        assert!(err.message().contains("built without a GPU backend"), "{err}");
+    }
+}

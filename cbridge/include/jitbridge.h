@@ -125,11 +125,13 @@ JB_API const char *jb_gpu_backend_name(void);
 /* Number of devices of `kind`. For GPUs: those of the first GPU backend that has devices (0 when
  * none has). */
 JB_API jb_status jb_device_count(int *out, jb_device_kind kind);
-/* The `ordinal`-th device of `kind`. JB_ERR_NO_DEVICE (with the driver's reason) if absent. */
+/* The `ordinal`-th device of `kind`. JB_ERR_NO_DEVICE (with the driver's reason) if absent;
+ * JB_ERR_UNSUPPORTED for a GPU in a library built without a GPU backend. */
 JB_API jb_status jb_device_get(jb_device **out, jb_device_kind kind, int ordinal);
 /* The device called `name`: "cpu", "gpu", "cuda", "rocm", each optionally ":N" (default 0).
  * JB_ERR_INVALID_ARGUMENT for a malformed name; JB_ERR_UNSUPPORTED for a backend this library
- * was built without; JB_ERR_NO_DEVICE when the backend has no such device, with the reason
+ * was built without ("gpu": without any GPU backend), naming the build option that adds it;
+ * JB_ERR_NO_DEVICE when the backend has no such device, with the reason
  * (what was not found and which variable to set, or what the driver said). */
 JB_API jb_status jb_device_lookup(jb_device **out, const char *name);
 /* How many devices `backend` ("cpu", "gpu", "cuda", "rocm") has: JB_OK with at least 1, or the

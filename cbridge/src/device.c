@@ -36,7 +36,7 @@ static const char *const known_gpu_backends[] = {"cuda", "rocm"};
 static jb_device devices[JB_MAX_DEVICES];
 static int num_gpus;
 static int num_devices;
-static char no_gpu_reason[1100] = "jitbridge was built without a GPU backend (features cuda, rocm)";
+static char no_gpu_reason[1100]; /* why no GPU backend that was built has a device */
 static pthread_once_t devices_once = PTHREAD_ONCE_INIT;
 /* Devices set up so far: the counters read this without setting devices up. */
 static atomic_int ready_devices;
@@ -199,11 +199,28 @@ const char *jb_gpu_backend_name(void)
 #endif
 }
 
+/* `asked` names a backend this library was built without (`backend`: "cuda" or "rocm"; NULL:
+ * "gpu" in a build with no GPU backend). One code and one message shape for both. */
+static int built_without(const char *asked, const char *backend)
+{
+    if (backend)
+        return jb__fail(JB_ERR_UNSUPPORTED,
+                        "no device %s: jitbridge was built without the %s backend (cargo feature "
+                        "'%s', or make %s=1)",
+                        asked, backend, backend, strcmp(backend, "cuda") == 0 ? "CUDA" : "ROCM");
+    return jb__fail(JB_ERR_UNSUPPORTED,
+                    "no device %s: jitbridge was built without a GPU backend (cargo feature "
+                    "'cuda' or 'rocm', or make CUDA=1 or ROCM=1)",
+                    asked);
+}
+
 /* The GPU backend called `name` ("gpu": the default one); sets the error when there is none. */
 static int find_gpu_backend(const gpu_backend **out, const char *name, const char *asked)
 {
     *out = NULL;
     if (strcmp(name, "gpu") == 0) {
+        if (NUM_GPU_BACKENDS == 0)
+            return built_without(asked, NULL);
         *out = default_gpu_backend();
         JB_RETURN_IF(!*out, JB_ERR_NO_DEVICE, "no device %s: %s", asked, no_gpu_reason);
         return JB_OK;
@@ -217,10 +234,8 @@ static int find_gpu_backend(const gpu_backend **out, const char *name, const cha
         }
     }
     for (size_t k = 0; k < sizeof known_gpu_backends / sizeof known_gpu_backends[0]; k++)
-        JB_RETURN_IF(strcmp(known_gpu_backends[k], name) == 0, JB_ERR_UNSUPPORTED,
-                     "no device %s: jitbridge was built without the %s backend (cargo feature "
-                     "'%s', or make %s=1)",
-                     asked, name, name, strcmp(name, "cuda") == 0 ? "CUDA" : "ROCM");
+        if (strcmp(known_gpu_backends[k], name) == 0)
+            return built_without(asked, known_gpu_backends[k]);
     return jb__fail(JB_ERR_INVALID_ARGUMENT,
                     "unknown device '%s': expected cpu, gpu, cuda or rocm, each with an optional "
                     ":N",
@@ -304,6 +319,11 @@ jb_status jb_device_get(jb_device **out, jb_device_kind kind, int ordinal)
                      ordinal);
         *out = &devices[num_gpus];
         return JB_OK;
+    }
+    if (NUM_GPU_BACKENDS == 0) {
+        char asked[32];
+        snprintf(asked, sizeof asked, "gpu:%d", ordinal);
+        return built_without(asked, NULL);
     }
     const gpu_backend *gpu = default_gpu_backend();
     JB_RETURN_IF(!gpu, JB_ERR_NO_DEVICE, "no GPU %d: %s", ordinal, no_gpu_reason);
