@@ -222,6 +222,35 @@ fn progress_is_plain_lines_when_not_on_a_terminal() {
     assert!(stdout.contains("exact        yes, every output"), "{stdout}");
 }
 
+/// `info` in a new process: the disk cache's state on a line of its own (it used to read
+/// "(off (JITBRIDGE_DISK_CACHE=0))") and what the cache holds, not the process's counters
+/// (always 0 there).
+#[test]
+fn info_shows_the_disk_cache_state_and_size_not_empty_counters() {
+    let (code, stdout, stderr) = run(&["info"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("\ncache state  off (JITBRIDGE_DISK_CACHE=0)\n"), "{stdout}");
+    assert!(!stdout.contains("(("), "doubled parentheses: {stdout}");
+    assert!(!stdout.contains("counters") && !stdout.contains("builds 0"), "{stdout}");
+    let dir = std::env::temp_dir().join(format!("jitbridge-info-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let with_cache = |args: &[&str]| {
+        let mut command = jitbridge();
+        command.env_remove("JITBRIDGE_DISK_CACHE").env("JITBRIDGE_CACHE_DIR", &dir).args(args);
+        let output = finish(command, Duration::from_secs(120));
+        assert!(output.status.success(), "{args:?}: {}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let empty = with_cache(&["info"]);
+    assert!(empty.contains("\ncache state  on"), "{empty}");
+    assert!(empty.contains("\ncache size   0 entries, 0 bytes\n"), "{empty}");
+    with_cache(&["__first-launch", "cpu"]); // stores one entry
+    let one = with_cache(&["info"]);
+    assert!(one.contains(&format!("\ndisk cache   {}\n", dir.display())), "{one}");
+    assert!(one.contains("\ncache size   1 entry, "), "{one}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Only `--cfg jitbridge_remove_lock` removes a lock; CI also runs this test built with a stray
 /// JITBRIDGE_REMOVE_LOCK in the environment, which must change nothing.
 #[cfg(not(jitbridge_remove_lock))]

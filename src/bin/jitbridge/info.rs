@@ -1,14 +1,15 @@
-//! `jitbridge info`: what this build and this host have: backends, devices, the compiler, the
-//! disk cache, the counters and device memory.
+//! `jitbridge info`: what this build and this host have: backends, devices (with their idle
+//! caps), the compiler and the disk cache (its folder, state and size).
 
 use crate::args::{Command, no_positional, parse_args, print_help};
+use crate::cache::readable_bytes;
 use crate::{Failure, Outcome, VERSION};
-use jitbridge::{Counters, Device, sys_tools};
+use jitbridge::{Device, disk_cache, sys_tools};
 
 pub const INFO: Command = Command {
     name: "info",
     usage: "jitbridge info",
-    about: "print the backend, the devices, the compiler, the disk cache and the counters",
+    about: "print the backends, the devices, the compiler and the disk cache",
     details: "",
 };
 
@@ -29,60 +30,27 @@ pub fn info() -> Result<(), Failure> {
     for backend in jitbridge::gpu_backends() {
         out!("{:<12} {}", backend.name, backend.state());
     }
+    let mib = |bytes: u64| bytes as f64 / (1u64 << 20) as f64;
     for device in Device::all()? {
         out!(
-            "device {:<5} {:<7} {} ({}), {:.1} GiB",
+            "device {:<5} {:<7} {} ({}), {:.1} GiB, idle cap {:.1} MiB",
             device.index(),
             device.spec(),
             device.name(),
             device.arch(),
-            device.total_memory() as f64 / (1u64 << 30) as f64
+            device.total_memory() as f64 / (1u64 << 30) as f64,
+            mib(device.idle_cap())
         );
     }
-    out!("disk cache   {} ({})", jitbridge::disk_cache::dir(), jitbridge::disk_cache::state());
-    let c = Counters::read();
-    out!(
-        "counters     builds {} failures {} hits {} misses {} configures {} build time {:.1} ms",
-        c.builds,
-        c.build_failures,
-        c.hits,
-        c.misses,
-        c.configures,
-        c.build_ns as f64 / 1e6
-    );
-    let mib = |bytes: u64| bytes as f64 / (1u64 << 20) as f64;
-    let caps: Vec<String> = Device::all()?
-        .iter()
-        .map(|d| format!("{} {:.1} MiB", d.index(), mib(d.idle_cap())))
-        .collect();
-    out!(
-        "memory       live {:.1} MiB (peak {:.1}) reserved {:.1} idle {:.1} (cap per device {}) \
-         allocations {} frees {} reuses {} retries {}",
-        mib(c.mem_live_bytes),
-        mib(c.mem_peak_live_bytes),
-        mib(c.mem_reserved_bytes),
-        mib(c.mem_idle_bytes),
-        caps.join(", "),
-        c.mem_allocations,
-        c.mem_frees,
-        c.mem_reuses,
-        c.mem_retries
-    );
-    for device in Device::all()? {
-        let s = device.memory_stats();
-        out!(
-            "  on {:<9} live {:.1} MiB (peak {:.1}) reserved {:.1} idle {:.1} \
-             allocations {} frees {} reuses {} retries {}",
-            device.spec(),
-            mib(s.live_bytes),
-            mib(s.peak_live_bytes),
-            mib(s.reserved_bytes),
-            mib(s.idle_bytes),
-            s.allocations,
-            s.frees,
-            s.reuses,
-            s.retries
-        );
+    // What is on disk, not this process's counters: a new process has built nothing yet.
+    out!("disk cache   {}", disk_cache::dir());
+    out!("cache state  {}", disk_cache::state());
+    match disk_cache::stats() {
+        Ok((entries, bytes)) => {
+            let noun = if entries == 1 { "entry" } else { "entries" };
+            out!("cache size   {entries} {noun}, {}", readable_bytes(bytes));
+        }
+        Err(e) => out!("cache size   unknown: {e}"),
     }
     if sys_tools::removed_locks() != 0 {
         out!("WARNING      test-only build without locks (mask {})", sys_tools::removed_locks());
