@@ -8,7 +8,13 @@
 //! one link, at most 64 MiB. A folder owned by another user or writable by group or others, or
 //! under a parent that others may write (without the sticky bit) or another user owns, is
 //! refused, and a read-only or full disk turns the cache off, each with one warning; kernels
-//! still run.
+//! still run. A transient failure (out of descriptors or memory, a network disk's I/O error)
+//! evicts nothing and turns nothing off for good: setting up is tried again at a later build.
+//!
+//! The library removes only what it made, and only in a folder marked as its own with
+//! `CACHEDIR.TAG` (a folder it creates, or finds empty or holding only its own kinds of files,
+//! it marks). Any other folder (`$HOME`, `.`) is shared: entries are stored and served there,
+//! but nothing is swept or removed, and [`prune`] and [`check`] with `fix` refuse it.
 //!
 //! The functions here never create the folder, and they apply the same trust rules: on a
 //! folder the library refuses they fail with a message that names it and the fix.
@@ -27,8 +33,11 @@ pub fn dir() -> String {
     }
 }
 
-/// "on", "on, read-only: `<why>`" (entries served, none stored), or why the cache is off (or would
-/// be: before the first compile, nothing is created).
+/// "on"; "on, shared: `<why>`" (a folder not marked as the cache's own: nothing is removed);
+/// "on, read-only: `<why>`" (entries served, none stored); "off for now: `<why>`" (a transient
+/// failure while setting up, tried again at a later build); "off: `<why>`" (for the life of the
+/// process) or "off (JITBRIDGE_DISK_CACHE=...)". Before the first compile: what would happen
+/// (nothing is created).
 pub fn state() -> String {
     // SAFETY: returns a library-owned string, copied at once.
     c_str(unsafe { ffi::jb_disk_cache_state() })
@@ -44,6 +53,7 @@ pub fn stats() -> Result<(u64, u64), Error> {
 
 /// Removes whatever is not an entry at an entry's name (a FIFO, a directory), then entries,
 /// oldest first, until at most `max_bytes` remain; returns how many went. `prune(0)` clears.
+/// A folder that does not exist yet is an empty cache; a shared folder is an error.
 pub fn prune(max_bytes: u64) -> Result<u64, Error> {
     let mut removed = 0;
     // SAFETY: valid out pointer.

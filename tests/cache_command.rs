@@ -147,3 +147,37 @@ fn fix_belongs_to_verify() {
     assert_eq!(code, 2);
     assert!(stderr.contains("--fix belongs to `cache verify`"), "{stderr}");
 }
+
+/// On a machine where nothing was compiled yet, pruning reports an empty cache (the library
+/// used to sort a NULL list, which UBSan aborts on) and creates nothing.
+#[test]
+fn pruning_a_folder_that_does_not_exist_yet_reports_an_empty_cache() {
+    let dir = fresh_dir("fresh-prune");
+    for args in [&["prune", "1M"][..], &["clear"], &["verify", "--fix"]] {
+        let (code, stdout, stderr) = cache(&dir, args);
+        assert_eq!(code, 0, "{args:?}: {stdout}{stderr}");
+        let said = if args[0] == "verify" { "invalid  0" } else { "removed  0 entries" };
+        assert!(stdout.contains(said), "{args:?}: {stdout}");
+    }
+    assert!(!dir.exists(), "pruning created the folder");
+}
+
+/// A folder that is not the cache's own (no CACHEDIR.TAG, and files of the user's in it) is
+/// never cleared, pruned or fixed: an error that says why, and every file stays.
+#[test]
+fn a_shared_folder_is_never_cleared() {
+    let dir = folder_with_genuine_entry("shared");
+    std::fs::write(dir.join("notes.txt"), b"the user's").unwrap();
+    for args in [&["clear"][..], &["prune", "0"], &["verify", "--fix"]] {
+        let (code, stdout, stderr) = cache(&dir, args);
+        assert_ne!(code, 0, "{args:?} succeeded on a shared folder: {stdout}");
+        assert!(stderr.contains("CACHEDIR.TAG"), "{args:?}: {stderr}");
+    }
+    let (code, stdout, stderr) = cache(&dir, &["show"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("state    on, shared"), "{stdout}");
+    assert!(stdout.contains("entries  1"), "{stdout}");
+    assert!(dir.join(&genuine_entry().0).exists(), "an entry of a shared folder was removed");
+    assert_eq!(std::fs::read(dir.join("notes.txt")).unwrap(), b"the user's");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

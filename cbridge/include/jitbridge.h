@@ -572,26 +572,41 @@ JB_API void jb_counters_reset(void);
  * others, one link, at most 64 MiB). A folder owned by another user or writable by group or
  * others, or under a parent others can write (without the sticky bit) or another user owns, is
  * refused (the cache is off); a read-only or full disk stops new entries while those there are
- * still served: each with one warning (see jb_set_log_callback), never an error.
+ * still served: each with one warning (see jb_set_log_callback), never an error. A transient
+ * failure (out of descriptors or memory, an interrupted call, a network disk's I/O error) is
+ * "not now": it evicts no entry, stops nothing, and while setting up leaves the cache off only
+ * until a later build tries again (after 50 ms, doubling up to 30 s).
+ * The library removes or replaces only what it made, and only in a folder marked as its own
+ * with CACHEDIR.TAG (the Cache Directory Tagging convention; backup tools skip such a folder).
+ * It marks a folder it creates or finds empty, and one holding nothing but its kinds of files
+ * (entries, and a tmp/ of its temporaries: an older version's cache). Any other folder
+ * ($HOME, ".") is shared: entries are stored and served there, beside the user's files, but
+ * nothing is swept or removed, no tmp/ is made, and clear, prune and fix are refused.
  * Probe kernels never use it. None of these functions creates the folder; each applies the
  * same trust rules and fails (naming the folder and the fix) on a folder the library refuses.
  */
 /* The folder (owned by the library, valid for the process; "" when none could be chosen). */
 JB_API jb_status jb_disk_cache_dir(const char **out);
-/* "on", "on, read-only: <why>" (entries are served, none stored), or why the cache is off (or
- * would be, before the first compile). Owned by the library; valid until the next call on this
- * thread. */
+/* "on"; "on, shared: <why>" (a folder not marked as the cache's own: nothing removed);
+ * "on, read-only: <why>" (entries are served, none stored); "off for now: <why>" (a transient
+ * failure while setting up: tried again at a later build); "off: <why>" (refused for the life
+ * of the process) or "off (JITBRIDGE_DISK_CACHE=...)". Before the first build: what would
+ * happen, creating nothing. Owned by the library; valid until the next call on this thread. */
 JB_API const char *jb_disk_cache_state(void);
 /* Entries (regular files at entry names) and their total bytes; 0 and 0 with no folder yet. */
 JB_API jb_status jb_disk_cache_stats(uint64_t *entries, uint64_t *bytes);
 /* Removes whatever is not an entry at an entry's name, then entries, oldest first, until at
- * most `max_bytes` remain (0 clears the cache). *removed counts what went, also on failure. */
+ * most `max_bytes` remain (0 clears the cache). *removed counts what went, also on failure.
+ * A folder that does not exist yet is an empty cache (0 removed); a shared folder (not marked
+ * as the cache's own) is refused with JB_ERR_UNSUPPORTED, nothing removed. */
 JB_API jb_status jb_disk_cache_prune(uint64_t max_bytes, uint64_t *removed);
 /* Called once per bad entry: its file name and what is wrong; both valid during the call. */
 typedef void (*jb_disk_cache_report_fn)(void *user_data, const char *entry, const char *problem);
 /* Checks every entry as the library would before loading it (type, owner, mode, links, size),
  * then its contents (magic, version, lengths, checksum). Reports each bad one to `report` (may
- * be NULL) and, when `fix` is nonzero, removes it. */
+ * be NULL) and, when `fix` is nonzero, removes it (a shared folder is refused, as by prune).
+ * An entry that cannot be read now (a transient failure) stops the check with JB_ERR_SYSTEM,
+ * never counted bad or removed. */
 JB_API jb_status jb_disk_cache_check(uint64_t *valid, uint64_t *invalid, int fix,
                                      jb_disk_cache_report_fn report, void *user_data);
 /* jb_disk_cache_check without a report or fix: counts good and bad entries. */

@@ -1,7 +1,9 @@
 /*
  * `jitbridge cache`: statistics, pruning and verification of the disk cache. The folder is
  * reached under the library's own trust rules and never created here; every failure is an
- * error that says what could not be done, never a quiet "removed 0 entries".
+ * error that says what could not be done, never a quiet "removed 0 entries". Only what sits at
+ * entry names is looked at, and removed only in a folder that is the cache's own (disk_dir.c:
+ * marked with CACHEDIR.TAG, or holding nothing else); a shared folder is refused.
  */
 #include "internal.h"
 
@@ -21,13 +23,6 @@ typedef struct entry_info {
     time_t mtime;
     bool regular; /* anything else at an entry's name (FIFO, directory, link) is junk */
 } entry_info;
-
-static bool is_entry_name(const char *name, size_t len)
-{
-    size_t suffix = strlen(JB_DISK_ENTRY_SUFFIX);
-    return len < sizeof((entry_info *)0)->name && len > suffix &&
-           strcmp(name + len - suffix, JB_DISK_ENTRY_SUFFIX) == 0;
-}
 
 /* Lists what sits at entry names in the folder `dir` (not tmp/); the caller frees *out. */
 static int list_entries(int dir, entry_info **out, size_t *count, uint64_t *total)
@@ -50,7 +45,7 @@ static int list_entries(int dir, entry_info **out, size_t *count, uint64_t *tota
     while ((e = readdir(d))) {
         size_t len = strlen(e->d_name);
         struct stat st;
-        if (!is_entry_name(e->d_name, len) ||
+        if (len >= sizeof((entry_info *)0)->name || !jb__disk_is_entry_name(e->d_name) ||
             fstatat(dir, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
             continue;
         if (*count == capacity) {
@@ -65,7 +60,7 @@ static int list_entries(int dir, entry_info **out, size_t *count, uint64_t *tota
             *out = grown;
         }
         entry_info *info = &(*out)[(*count)++];
-        memcpy(info->name, e->d_name, len + 1); /* is_entry_name checked the length */
+        memcpy(info->name, e->d_name, len + 1); /* the length was checked */
         info->regular = S_ISREG(st.st_mode);
         info->bytes = info->regular ? (uint64_t)st.st_size : 0;
         info->mtime = st.st_mtime;
@@ -75,10 +70,24 @@ static int list_entries(int dir, entry_info **out, size_t *count, uint64_t *tota
     return JB_OK;
 }
 
-static int open_and_list(int *dir, entry_info **list, size_t *count, uint64_t *total)
+/* Opens and lists the folder; `removing` refuses a folder that is not the cache's own. */
+static int open_and_list(int *dir, bool removing, entry_info **list, size_t *count,
+                         uint64_t *total)
 {
-    JB_FORWARD_IF_ERROR(jb__disk_open_for_maintenance(dir));
-    int status = list_entries(*dir, list, count, total);
+    bool ours;
+    JB_FORWARD_IF_ERROR(jb__disk_open_for_maintenance(dir, &ours));
+    int status = JB_OK;
+    if (removing && !ours) {
+        const char *why;
+        status = jb__fail(JB_ERR_UNSUPPORTED,
+                          "the cache folder %s is not marked as the cache's own (no "
+                          "CACHEDIR.TAG) and holds other files: nothing was removed; give the "
+                          "cache a folder of its own with JITBRIDGE_CACHE_DIR",
+                          jb__disk_folder(&why));
+        *list = NULL;
+    } else {
+        status = list_entries(*dir, list, count, total);
+    }
     if (status != JB_OK && *dir >= 0)
         close(*dir);
     return status;
@@ -97,7 +106,7 @@ jb_status jb_disk_cache_stats(uint64_t *entries, uint64_t *bytes)
     entry_info *list;
     size_t count;
     int dir;
-    JB_FORWARD_IF_ERROR(open_and_list(&dir, &list, &count, bytes));
+    JB_FORWARD_IF_ERROR(open_and_list(&dir, false, &list, &count, bytes));
     *entries = 0;
     for (size_t i = 0; i < count; i++)
         *entries += list[i].regular;
@@ -128,8 +137,9 @@ jb_status jb_disk_cache_prune(uint64_t max_bytes, uint64_t *removed)
     size_t count;
     uint64_t total;
     int dir;
-    JB_FORWARD_IF_ERROR(open_and_list(&dir, &list, &count, &total));
-    qsort(list, count, sizeof *list, removal_order);
+    JB_FORWARD_IF_ERROR(open_and_list(&dir, true, &list, &count, &total));
+    if (count > 0) /* list is NULL when empty: qsort's pointer must not be */
+        qsort(list, count, sizeof *list, removal_order);
     int status = JB_OK;
     for (size_t i = 0; i < count && status == JB_OK && (total > max_bytes || !list[i].regular);
          i++) {
@@ -144,17 +154,24 @@ jb_status jb_disk_cache_prune(uint64_t max_bytes, uint64_t *removed)
     return status;
 }
 
-/* What is wrong with one entry, as the library would see it before loading it, or NULL. */
-static const char *entry_problem(int dir, const char *name)
+/* What is wrong with one entry, as the library would see it before loading it, or NULL; or
+ * NULL with *err set when it cannot be told now (a transient failure). */
+static const char *entry_problem(int dir, const char *name, int *err)
 {
     struct stat st;
     const char *problem;
     int fd = jb__disk_open_entry(dir, name, &st, &problem);
+    if (fd < 0 && !problem && errno != ENOENT)
+        *err = errno;
     if (fd < 0)
-        return problem ? problem : "disappeared while being checked";
+        return problem || *err ? problem : "disappeared while being checked";
     size_t size = 0;
     unsigned char *data = jb__disk_read_entry(fd, &st, &size);
+    if (!data && jb__errno_is_transient(errno))
+        *err = errno;
     close(fd);
+    if (*err)
+        return NULL;
     if (!data)
         problem = "cannot be read";
     else if (!jb__disk_entry_check(data, size, NULL))
@@ -172,10 +189,17 @@ jb_status jb_disk_cache_check(uint64_t *valid, uint64_t *invalid, int fix,
     size_t count;
     uint64_t total;
     int dir;
-    JB_FORWARD_IF_ERROR(open_and_list(&dir, &list, &count, &total));
+    JB_FORWARD_IF_ERROR(open_and_list(&dir, fix, &list, &count, &total));
     int status = JB_OK;
     for (size_t i = 0; i < count && status == JB_OK; i++) {
-        const char *problem = entry_problem(dir, list[i].name);
+        int err = 0;
+        const char *problem = entry_problem(dir, list[i].name, &err);
+        if (err) {
+            const char *why, *folder = jb__disk_folder(&why);
+            status = jb__fail(JB_ERR_SYSTEM, "cannot check %s/%s now: %s (nothing was removed)",
+                              folder, list[i].name, strerror(err));
+            break;
+        }
         if (!problem) {
             (*valid)++;
             continue;

@@ -15,6 +15,11 @@
  *   byte is read (regular, ours, not writable by others, one link, at most MAX_ENTRY_BYTES).
  *   Opens never block: a FIFO where an entry belongs is removed, not waited on.
  * - Temporary names are random (getrandom), retried on a clash: PIDs repeat across containers.
+ * - Only in a folder marked as the cache's own (disk_dir.c) is anything removed: junk at an
+ *   entry's name, an entry the loader refuses. In a shared folder an entry is replaced only by
+ *   a newer copy over a file of the cache's own format, and junk is stepped around.
+ * - A transient failure (out of descriptors or memory, a network disk's EIO) while opening or
+ *   reading an entry is a miss that evicts nothing; while storing, that store is skipped.
  */
 #include "internal.h"
 
@@ -24,7 +29,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -32,7 +36,6 @@
 /* Real code objects are far smaller (a cpu shared object ~20 KiB, a large cubin a few MiB); the
  * cap bounds what is read whole under the module cache's write lock. */
 #define MAX_ENTRY_BYTES (64u << 20)
-#define TMP_NAME_TRIES 8
 
 static const char magic[8] = {'J', 'B', 'C', 'A', 'C', 'H', 'E', '\0'};
 
@@ -108,15 +111,20 @@ int jb__disk_open_entry(int dir, const char *name, struct stat *st, const char *
     if (fd < 0) {
         if (errno == ELOOP)
             *problem = "is a symbolic link";
-        else if (errno != ENOENT)
+        else if (errno != ENOENT && !jb__errno_is_transient(errno))
             *problem = "cannot be opened";
         return -1;
     }
     JB_TEST_POINT(JB_TEST_ENTRY_OPENED, name);
-    if (fstat(fd, st) != 0)
-        *problem = "cannot be examined";
-    else
-        *problem = jb__disk_entry_problem(st);
+    if (fstat(fd, st) != 0) {
+        int err = errno;
+        close(fd);
+        errno = err;
+        if (!jb__errno_is_transient(err))
+            *problem = "cannot be examined";
+        return -1;
+    }
+    *problem = jb__disk_entry_problem(st);
     if (*problem) {
         close(fd);
         return -1;
@@ -157,9 +165,12 @@ unsigned char *jb__disk_read_entry(int fd, const struct stat *st, size_t *out_si
 {
     size_t size = (size_t)st->st_size;
     unsigned char *data = malloc(size);
+    errno = data ? 0 : ENOMEM;
     if (data && jb__read_up_to(fd, data, size) != size) {
         free(data);
         data = NULL;
+        if (errno == 0)
+            errno = EBADMSG; /* shorter than its size said: not a transient failure */
     }
     *out_size = size;
     return data;
@@ -173,18 +184,24 @@ bool jb__disk_load(const jb_disk_key *key, jb_blob *out)
     struct stat st;
     const char *problem;
     int fd = jb__disk_open_entry(dir, key->file, &st, &problem);
-    if (fd < 0 && !problem) {
+    size_t size = 0;
+    unsigned char *data = NULL;
+    bool not_now = fd < 0 && !problem; /* missing, or a transient failure: nothing evicted */
+    if (fd >= 0) {
+        data = jb__disk_read_entry(fd, &st, &size);
+        not_now = !data && jb__errno_is_transient(errno);
+        close(fd);
+    }
+    if (not_now) {
         atomic_fetch_add(&counter_disk_misses, 1);
         return false;
     }
-    size_t size = 0;
-    unsigned char *data = fd >= 0 ? jb__disk_read_entry(fd, &st, &size) : NULL;
-    if (fd >= 0)
-        close(fd);
     size_t payload_at = data ? jb__disk_entry_check(data, size, key) : 0;
     if (!payload_at) {
         free(data);
-        if (problem) /* not a file we may read: out of the way, so the rebuilt entry can land */
+        /* Not a file we may read: out of the way (in our own folder), so the rebuilt entry can
+         * land. */
+        if (problem && jb__disk_folder_is_ours())
             jb__disk_remove(dir, key->file);
         atomic_fetch_add(&counter_disk_rejected, 1);
         return false; /* a miss; the rebuilt entry replaces it */
@@ -203,7 +220,7 @@ void jb__disk_accept(void)
 void jb__disk_reject(const jb_disk_key *key)
 {
     int dir = jb__disk_dir_fd();
-    if (dir >= 0)
+    if (dir >= 0 && jb__disk_folder_is_ours()) /* elsewhere the rebuilt entry replaces it */
         unlinkat(dir, key->file, 0);
     atomic_fetch_add(&counter_disk_rejected, 1);
 }
@@ -221,41 +238,36 @@ static bool write_all(int fd, const void *buf, size_t bytes)
     return jb__write_all(fd, buf, bytes);
 }
 
-static void random_name(char *out, size_t len)
+/* Whether what sits at `file` may be replaced in a shared folder: nothing, or a regular file
+ * of the cache's own format (its magic). */
+static bool replaceable(int dir, const char *file)
 {
-    uint64_t r[2];
-    if (getrandom(r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) {
-        static atomic_uint_fast64_t serial;
-        r[0] = jb__now_ns() ^ ((uint64_t)getpid() << 40);
-        r[1] = jb__fnv1a64(r, sizeof r[0], atomic_fetch_add(&serial, 1) + JB_FNV_SEED);
-    }
-    snprintf(out, len, "%016" PRIx64 "%016" PRIx64 ".tmp", r[0], r[1]);
-}
-
-/* Creates a fresh temporary in tmp/; a clash with another writer's name tries another name. */
-static int create_temporary(int tmp, char *name, size_t len)
-{
-    int fd = -1;
-    for (int i = 0; i < TMP_NAME_TRIES && fd < 0; i++) {
-        random_name(name, len);
-        fd = openat(tmp, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK,
-                    0600);
-        if (fd < 0 && errno != EEXIST)
-            break;
-    }
-    return fd;
+    int fd = openat(dir, file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0)
+        return errno == ENOENT;
+    struct stat st;
+    char head[sizeof magic];
+    bool ours = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+                jb__read_up_to(fd, head, sizeof head) == sizeof head &&
+                memcmp(head, magic, sizeof magic) == 0;
+    close(fd);
+    return ours;
 }
 
 /* Moves the written temporary into place. Something that is not an entry at that name (a
- * directory) is removed, or else stepped around: true unless the disk itself failed. */
+ * directory) is removed in our own folder, or else stepped around: true unless the disk itself
+ * failed. */
 static bool publish(int tmp, const char *name, int dir, const char *file)
 {
-    if (renameat(tmp, name, dir, file) == 0)
-        return true;
-    if (errno != EISDIR && errno != ENOTEMPTY && errno != EEXIST && errno != ENOTDIR)
-        return false;
-    if (jb__disk_remove(dir, file) == 0 && renameat(tmp, name, dir, file) == 0)
-        return true;
+    bool ours = jb__disk_folder_is_ours();
+    if (ours || replaceable(dir, file)) {
+        if (renameat(tmp, name, dir, file) == 0)
+            return true;
+        if (errno != EISDIR && errno != ENOTEMPTY && errno != EEXIST && errno != ENOTDIR)
+            return false;
+        if (ours && jb__disk_remove(dir, file) == 0 && renameat(tmp, name, dir, file) == 0)
+            return true;
+    }
     unlinkat(tmp, name, 0);
     return true;
 }
@@ -277,7 +289,7 @@ static int write_entry(int dir, int tmp, const jb_disk_key *key, const jb_blob *
                        const char **what)
 {
     char name[64];
-    int fd = create_temporary(tmp, name, sizeof name);
+    int fd = jb__disk_create_temporary(tmp, name, sizeof name);
     if (fd < 0) {
         *what = "cannot write to the cache folder (%s)";
         return errno;
@@ -316,7 +328,7 @@ void jb__disk_store(const jb_disk_key *key, const jb_blob *code)
      * before it was renamed into place: once more, in the folder set up again. */
     if (err == ENOENT && jb__disk_reattach())
         err = write_entry(jb__disk_dir_fd(), jb__disk_tmp_fd(), key, code, &what);
-    if (err)
+    if (err && !jb__errno_is_transient(err)) /* a transient one skips this store only */
         jb__disk_stop_storing(what, strerror(err));
 }
 

@@ -11,24 +11,49 @@
  * - Refused: a folder not owned by the effective user or writable by group or others; a parent
  *   owned by another user (not root), or writable by others (or by a group not ours) without
  *   the sticky bit. Loading a planted shared object is running its code.
+ * - Ours: the library removes or replaces only what it made (temporaries by their name pattern,
+ *   entries by their name and format), and sweeps, prunes or fixes only a folder marked as its
+ *   own with CACHEDIR.TAG (the Cache Directory Tagging convention, which backup tools honour).
+ *   A folder it creates or finds empty, or one that holds nothing but its kinds of files (entry
+ *   names, and a tmp/ of temporary names: an older version's cache), it marks. Any other
+ *   unmarked folder ($HOME, ".") is shared: entries are loaded and stored there (temporaries
+ *   beside them, no tmp/ is made), nothing is swept or removed, an entry is replaced only by
+ *   one of its own kind, and prune, clear and verify --fix refuse it.
+ * - Not now: a transient failure (EMFILE, ENOMEM, EIO ...) while setting up leaves the cache off
+ *   for now and tries again at a later build, after a delay that doubles up to 30 s; only a
+ *   lasting refusal (ownership, permissions, a path that cannot be a folder) turns it off.
  */
 #include "internal.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #define STALE_TMP_SECONDS 3600
 #define DIR_OPEN_FLAGS (O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
+#define TAG_NAME "CACHEDIR.TAG"
+#define TAG_SIGNATURE "Signature: 8a477f597d28d172789f06886806bc55" /* the convention's */
+#define TEMPORARY_SUFFIX ".tmp"
+#define TMP_NAME_TRIES 8
+#define FIRST_RETRY_NS (50ull * 1000 * 1000)
+#define LAST_RETRY_NS (30ull * 1000 * 1000 * 1000)
+
+static const char tag_text[] =
+    TAG_SIGNATURE "\n"
+    "# This file marks the folder as jitbridge's cache of compiled code: jitbridge removes\n"
+    "# files only in a folder so marked, and only its own. Backup tools that honour cache\n"
+    "# directory tags (https://bford.info/cachedir/) leave the folder out.\n";
 
 static char start_cwd[PATH_MAX];
 static char cache_dir[PATH_MAX];
@@ -38,11 +63,13 @@ static pthread_once_t choose_once = PTHREAD_ONCE_INIT;
 static char state_text[PATH_MAX + 512] = "not yet used";
 /* Taken by changes to state_text after setup and by the copy each caller gets. */
 static pthread_mutex_t state_mutex = PTHREAD_MUTEX_INITIALIZER;
-static atomic_int dir_fd = -1, tmp_fd = -1;
-static pthread_mutex_t reattach_mutex = PTHREAD_MUTEX_INITIALIZER;
-pthread_mutex_t *const jb__disk_locks[2] = {&reattach_mutex, &state_mutex}; /* fork.c's order */
-static atomic_bool usable, storing, warned, set_up;
-static pthread_once_t setup_once = PTHREAD_ONCE_INIT;
+static atomic_int dir_fd = -1, tmp_fd = -1; /* tmp_fd: where temporaries go (tmp/, or the folder) */
+/* One setup attempt or reattach at a time; also guards retry_delay_ns. */
+static pthread_mutex_t setup_mutex = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t *const jb__disk_locks[2] = {&setup_mutex, &state_mutex}; /* fork.c's order */
+static atomic_bool usable, storing, shared, warned, set_up, attempted;
+static atomic_uint_fast64_t retry_at_ns; /* no setup attempt before this (after a transient one) */
+static uint64_t retry_delay_ns;
 
 /* A relative JITBRIDGE_CACHE_DIR means the directory the process started in, not wherever the
  * host has chdir'd to by the first compile. */
@@ -203,14 +230,18 @@ static int walk(char *resolved, bool create, const char *variable, char walked[P
 /*
  * Reaches `path` from "/" through handles, creating missing folders 0700 when `create`.
  * Returns the folder's handle; or -1 with *missing set (it does not exist and `create` is
- * false), or -1 with `why` saying what was refused and how to fix it.
+ * false), or -1 with `why` saying what was refused and how to fix it, and *err the failing
+ * call's errno (0 when a folder broke a rule: that lasts).
  */
-static int open_trusted(const char *path, bool create, bool *missing, char *why, size_t why_len)
+static int open_trusted(const char *path, bool create, bool *missing, char *why, size_t why_len,
+                        int *err)
 {
     char resolved[PATH_MAX], walked[PATH_MAX], fix[PATH_MAX + 96];
     *missing = false;
+    *err = 0;
     if (!resolve(path, resolved, sizeof resolved)) {
-        say(why, why_len, "cannot resolve the cache folder %s (%s)", path, strerror(errno));
+        *err = errno;
+        say(why, why_len, "cannot resolve the cache folder %s (%s)", path, strerror(*err));
         return -1;
     }
     const char *bad;
@@ -221,11 +252,11 @@ static int open_trusted(const char *path, bool create, bool *missing, char *why,
             bad, fix);
     else if (fd < 0 && errno == ENOENT && !create)
         *missing = true;
-    else if (fd < 0)
+    else if (fd < 0 && (*err = errno))
         say(why, why_len, "cannot %s the cache folder %s (%s at %s)",
-            create ? "create" : "open", path, strerror(errno), walked);
-    else if (fstat(fd, &st) != 0)
-        say(why, why_len, "cannot examine the cache folder %s (%s)", path, strerror(errno));
+            create ? "create" : "open", path, strerror(*err), walked);
+    else if (fstat(fd, &st) != 0 && (*err = errno))
+        say(why, why_len, "cannot examine the cache folder %s (%s)", path, strerror(*err));
     else if ((bad = untrusted_folder(&st, fix, sizeof fix, walked)))
         say(why, why_len, "refusing the cache folder %s: it %s; fix: %s", path, bad, fix);
     else
@@ -259,6 +290,188 @@ bool jb__trusted_folder_path(const char *path, const char *variable, char *resol
     return seen && !bad;
 }
 
+/* ---- what in the folder is ours ---- */
+
+static bool lowercase_hex(const char *text, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!((text[i] >= '0' && text[i] <= '9') || (text[i] >= 'a' && text[i] <= 'f')))
+            return false;
+    return true;
+}
+
+static bool digits_then(const char **text, char end)
+{
+    const char *p = *text;
+    while (*p >= '0' && *p <= '9')
+        p++;
+    if (p == *text || *p != end)
+        return false;
+    *text = p + 1;
+    return true;
+}
+
+bool jb__disk_is_entry_name(const char *name)
+{
+    return strlen(name) == JB_DISK_ENTRY_HEX + strlen(JB_DISK_ENTRY_SUFFIX) &&
+           lowercase_hex(name, JB_DISK_ENTRY_HEX) &&
+           strcmp(name + JB_DISK_ENTRY_HEX, JB_DISK_ENTRY_SUFFIX) == 0;
+}
+
+/* Today's random names (32 hex digits), and an older version's <entry>.<pid>.<serial>.tmp. */
+static bool is_temporary_name(const char *name)
+{
+    size_t len = strlen(name), hex = 32, entry = JB_DISK_ENTRY_HEX + strlen(JB_DISK_ENTRY_SUFFIX);
+    if (len == hex + strlen(TEMPORARY_SUFFIX) && lowercase_hex(name, hex))
+        return strcmp(name + hex, TEMPORARY_SUFFIX) == 0;
+    char head[64];
+    if (len <= entry + 1 || entry >= sizeof head)
+        return false;
+    memcpy(head, name, entry);
+    head[entry] = '\0';
+    const char *rest = name + entry + 1;
+    return jb__disk_is_entry_name(head) && name[entry] == '.' && digits_then(&rest, '.') &&
+           digits_then(&rest, '.') && strcmp(rest - 1, TEMPORARY_SUFFIX) == 0;
+}
+
+static void temporary_name(char *out, size_t len)
+{
+    uint64_t r[2];
+    if (getrandom(r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) {
+        static atomic_uint_fast64_t serial;
+        r[0] = jb__now_ns() ^ ((uint64_t)getpid() << 40);
+        r[1] = jb__fnv1a64(r, sizeof r[0], atomic_fetch_add(&serial, 1) + JB_FNV_SEED);
+    }
+    snprintf(out, len, "%016" PRIx64 "%016" PRIx64 TEMPORARY_SUFFIX, r[0], r[1]);
+}
+
+int jb__disk_create_temporary(int dir, char *name, size_t len)
+{
+    int fd = -1;
+    for (int i = 0; i < TMP_NAME_TRIES && fd < 0; i++) {
+        temporary_name(name, len);
+        fd = openat(dir, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK,
+                    0600);
+        if (fd < 0 && errno != EEXIST)
+            break;
+    }
+    return fd;
+}
+
+/* A failure to be told apart from "no": -1 when errno is transient, else `otherwise`. */
+static int unless_transient(int otherwise)
+{
+    return jb__errno_is_transient(errno) ? -1 : otherwise;
+}
+
+/* 1 when `dir` holds a CACHEDIR.TAG (a regular file that begins with the signature), 0 when
+ * not, -1 (errno) when that cannot be told now. */
+static int marked(int dir)
+{
+    int fd = openat(dir, TAG_NAME, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0)
+        return unless_transient(0);
+    char head[sizeof TAG_SIGNATURE - 1];
+    struct stat st;
+    errno = 0;
+    int answer = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+                 jb__read_up_to(fd, head, sizeof head) == sizeof head &&
+                 memcmp(head, TAG_SIGNATURE, sizeof head) == 0;
+    if (!answer && errno)
+        answer = unless_transient(0);
+    int err = errno;
+    close(fd);
+    errno = err;
+    return answer;
+}
+
+/* 1 when every name in `dir` is of a kind the cache makes (entry names, and `tmp`, a folder of
+ * temporary names, at the top), 0 when anything else is there, -1 (errno) when it cannot be
+ * listed now. */
+static int holds_only_ours(int dir, bool top)
+{
+    int fd = openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        int answer = unless_transient(0), err = errno;
+        if (fd >= 0)
+            close(fd);
+        errno = err;
+        return answer;
+    }
+    int answer = 1;
+    struct dirent *e;
+    while (answer == 1 && (errno = 0, e = readdir(d))) {
+        const char *name = e->d_name;
+        if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0 ||
+            (top ? jb__disk_is_entry_name(name) : is_temporary_name(name)))
+            continue;
+        if (!top || strcmp(name, "tmp") != 0) {
+            answer = 0;
+            continue;
+        }
+        int sub = openat(dir, name, DIR_OPEN_FLAGS); /* a file or link named tmp is not ours */
+        answer = sub >= 0 ? holds_only_ours(sub, false) : unless_transient(0);
+        if (sub >= 0)
+            close(sub);
+    }
+    if (answer == 1 && errno) /* readdir failed */
+        answer = unless_transient(0);
+    int err = errno;
+    closedir(d);
+    errno = err;
+    return answer;
+}
+
+/* Marks `dir` as the cache's own: 0, or -1 (errno). Written under a temporary name and linked
+ * into place, so no process reads half a tag and a tag already there is kept. */
+static int write_tag(int dir)
+{
+    char name[64];
+    int fd = jb__disk_create_temporary(dir, name, sizeof name);
+    if (fd < 0)
+        return -1;
+    bool ok = jb__write_all(fd, tag_text, sizeof tag_text - 1) && fsync(fd) == 0;
+    int err = errno;
+    ok = close(fd) == 0 && ok;
+    if (ok && linkat(dir, name, dir, TAG_NAME, 0) != 0 && errno != EEXIST) {
+        ok = false;
+        err = errno;
+    }
+    unlinkat(dir, name, 0);
+    errno = err;
+    return ok ? 0 : -1;
+}
+
+/* Whether the cache may manage `dir` (*ours), marking it when it holds only the cache's kinds
+ * of files: 0, or -1 (errno) when that cannot be told now. */
+static int claim(int dir, bool *ours)
+{
+    int is_marked = marked(dir);
+    if (is_marked == 0) {
+        int only_ours = holds_only_ours(dir, true);
+        if (only_ours == 1 && write_tag(dir) != 0 && jb__errno_is_transient(errno))
+            return -1;
+        is_marked = only_ours == 1 ? marked(dir) : only_ours; /* ours, or another's, tag */
+    }
+    *ours = is_marked == 1;
+    return is_marked < 0 ? -1 : 0;
+}
+
+/* ---- setting up ---- */
+
+__attribute__((format(printf, 1, 2))) static void set_state(const char *fmt, ...)
+{
+    char text[sizeof state_text];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    pthread_mutex_lock(&state_mutex);
+    memcpy(state_text, text, sizeof text);
+    pthread_mutex_unlock(&state_mutex);
+}
+
 /* One warning per process, then memory-only. */
 void jb__disk_turn_off(const char *fmt, const char *detail)
 {
@@ -266,9 +479,7 @@ void jb__disk_turn_off(const char *fmt, const char *detail)
     atomic_store(&storing, false);
     char text[sizeof state_text];
     say(text, sizeof text, fmt, detail);
-    pthread_mutex_lock(&state_mutex);
-    memcpy(state_text, text, sizeof text);
-    pthread_mutex_unlock(&state_mutex);
+    set_state("%s", text);
     if (!atomic_exchange(&warned, true))
         jb__warn("%s; compiled code is kept in memory only", text);
 }
@@ -280,24 +491,26 @@ void jb__disk_stop_storing(const char *fmt, const char *detail)
         return; /* said already, or the cache is off */
     char why[sizeof state_text];
     say(why, sizeof why, fmt, detail);
-    pthread_mutex_lock(&state_mutex);
-    say(state_text, sizeof state_text, "on, read-only: %s", why);
-    pthread_mutex_unlock(&state_mutex);
+    set_state("on, read-only: %s", why);
     if (!atomic_exchange(&warned, true))
         jb__warn("%s; new compiled code is not stored on disk", why);
 }
 
-/* The folder's tmp/, made 0700 if missing; whatever else sits at that name is removed first. */
+/* The marked folder's tmp/, made 0700 if missing: its handle, or -1 (errno). Whatever else
+ * sits at that name is left as it is: temporaries then go beside the entries. */
 static int open_tmp(int dir)
 {
     int fd = openat(dir, "tmp", DIR_OPEN_FLAGS);
-    if (fd < 0 && (errno == ENOTDIR || errno == ELOOP))
-        unlinkat(dir, "tmp", 0);
-    if (fd < 0 && (mkdirat(dir, "tmp", 0700) == 0 || errno == EEXIST))
+    if (fd < 0 && errno == ENOENT && (mkdirat(dir, "tmp", 0700) == 0 || errno == EEXIST))
         fd = openat(dir, "tmp", DIR_OPEN_FLAGS);
     struct stat st;
-    if (fd >= 0 && (fstat(fd, &st) != 0 || st.st_uid != geteuid() ||
-                    (st.st_mode & (S_IWGRP | S_IWOTH)))) {
+    if (fd >= 0 && fstat(fd, &st) != 0) {
+        int err = errno;
+        close(fd);
+        errno = err;
+        return -1;
+    }
+    if (fd >= 0 && (st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH)))) {
         close(fd);
         errno = EPERM;
         return -1;
@@ -305,10 +518,11 @@ static int open_tmp(int dir)
     return fd;
 }
 
-/* Temporaries old enough that no live writer can still own them: left by killed writers. */
-static void sweep_stale_temporaries(void)
+/* Temporaries (by name, regular files) old enough that no live writer can still own them: left
+ * by killed writers. Only in a marked folder's tmp/. */
+static void sweep_stale_temporaries(int tmp)
 {
-    int fd = openat(tmp_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int fd = openat(tmp, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
     if (!dir) {
         if (fd >= 0)
@@ -319,36 +533,81 @@ static void sweep_stale_temporaries(void)
     struct dirent *e;
     while ((e = readdir(dir))) {
         struct stat st;
-        if (e->d_name[0] == '.' || fstatat(tmp_fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
-            continue;
-        if (now - st.st_mtime > STALE_TMP_SECONDS)
-            unlinkat(tmp_fd, e->d_name, S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0);
+        if (is_temporary_name(e->d_name) &&
+            fstatat(tmp, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+            now - st.st_mtime > STALE_TMP_SECONDS)
+            unlinkat(tmp, e->d_name, 0);
     }
     closedir(dir);
 }
 
-static void setup(void)
+typedef enum attach_result { ATTACHED, NOT_NOW, REFUSED } attach_result;
+
+/* Opens the folder (creating it), claims it, and opens where temporaries go; publishes the
+ * handles on success. Otherwise `why` says what failed: NOT_NOW is transient. */
+static attach_result attach(char *why, size_t why_len)
+{
+    bool missing, ours = false;
+    int err;
+    int dir = open_trusted(cache_dir, true, &missing, why, why_len, &err);
+    if (dir < 0)
+        return err && jb__errno_is_transient(err) ? NOT_NOW : REFUSED;
+    if (claim(dir, &ours) != 0) {
+        say(why, why_len, "cannot look into the cache folder %s (%s)", cache_dir,
+            strerror(errno));
+        close(dir);
+        return NOT_NOW;
+    }
+    int tmp = ours ? open_tmp(dir) : -1;
+    if (tmp < 0 && ours && jb__errno_is_transient(errno)) {
+        say(why, why_len, "cannot open %s/tmp (%s)", cache_dir, strerror(errno));
+        close(dir);
+        return NOT_NOW;
+    }
+    if (tmp >= 0)
+        sweep_stale_temporaries(tmp);
+    atomic_store(&shared, !ours);
+    atomic_store(&dir_fd, dir);
+    atomic_store(&tmp_fd, tmp >= 0 ? tmp : dir);
+    return ATTACHED;
+}
+
+static const char shared_text[] = "on, shared: the folder is not marked as the cache's own (no "
+                                  TAG_NAME ") and holds other files, so nothing in it is swept "
+                                  "or removed";
+
+static void set_state_on(void)
+{
+    set_state("%s", atomic_load(&shared) ? shared_text : "on");
+}
+
+/* Under setup_mutex. A transient failure leaves set_up false and the next try for later. */
+static void attempt_setup(void)
 {
     const char *value, *why;
+    char text[sizeof state_text];
+    atomic_store(&attempted, true);
     if (jb__disk_cache_disabled(&value)) {
-        say(state_text, sizeof state_text, "off (JITBRIDGE_DISK_CACHE=%s)", value);
+        set_state("off (JITBRIDGE_DISK_CACHE=%s)", value);
     } else if (!jb__disk_folder(&why)[0]) {
-        jb__disk_turn_off("%s", why);
+        jb__disk_turn_off("off: %s", why);
     } else {
-        char refused[sizeof state_text];
-        bool missing;
-        dir_fd = open_trusted(cache_dir, true, &missing, refused, sizeof refused);
-        if (dir_fd < 0) {
-            jb__disk_turn_off("%s", refused);
+        attach_result result = attach(text, sizeof text);
+        if (result == NOT_NOW) {
+            retry_delay_ns = retry_delay_ns ? 2 * retry_delay_ns : FIRST_RETRY_NS;
+            if (retry_delay_ns > LAST_RETRY_NS)
+                retry_delay_ns = LAST_RETRY_NS;
+            atomic_store(&retry_at_ns, jb__now_ns() + retry_delay_ns);
+            set_state("off for now: %s; a passing failure, tried again at a build after %llu ms",
+                      text, (unsigned long long)(retry_delay_ns / 1000000));
+            return;
+        }
+        if (result == REFUSED) {
+            jb__disk_turn_off("off: %s", text);
         } else {
-            say(state_text, sizeof state_text, "on");
             atomic_store(&usable, true);
             atomic_store(&storing, true);
-            tmp_fd = open_tmp(dir_fd); /* two steps: clang refuses comparing an atomic store */
-            if (tmp_fd < 0)
-                jb__disk_stop_storing("cannot use the cache folder's tmp/ (%s)", strerror(errno));
-            else
-                sweep_stale_temporaries();
+            set_state_on();
         }
     }
     atomic_store(&set_up, true);
@@ -356,8 +615,15 @@ static void setup(void)
 
 bool jb__disk_cache_usable(void)
 {
-    jb__warn_hold(); /* setup's warning reaches the callback after the once */
-    pthread_once(&setup_once, setup);
+    if (atomic_load(&set_up))
+        return atomic_load(&usable);
+    if (jb__now_ns() < atomic_load(&retry_at_ns))
+        return false;
+    jb__warn_hold(); /* setup's warning reaches the callback after the lock */
+    pthread_mutex_lock(&setup_mutex);
+    if (!atomic_load(&set_up) && jb__now_ns() >= atomic_load(&retry_at_ns))
+        attempt_setup();
+    pthread_mutex_unlock(&setup_mutex);
     jb__warn_release();
     return atomic_load(&usable);
 }
@@ -372,43 +638,68 @@ int jb__disk_tmp_fd(void)
     return jb__disk_cache_usable() && atomic_load(&storing) ? tmp_fd : -1;
 }
 
+bool jb__disk_folder_is_ours(void)
+{
+    return !atomic_load(&shared);
+}
+
 /* The folder or its tmp/ was removed under a long-running process (a cache cleaner): set up
  * again. The old handles stay open, as another thread may be using them: one per removal. */
 bool jb__disk_reattach(void)
 {
-    pthread_mutex_lock(&reattach_mutex);
+    if (!jb__disk_cache_usable())
+        return false;
+    pthread_mutex_lock(&setup_mutex);
     struct stat st;
-    int dir = jb__disk_dir_fd(), tmp = -1;
-    if (dir >= 0 && fstat(dir, &st) == 0 && st.st_nlink == 0) {
-        char refused[sizeof state_text];
-        bool missing;
-        dir = open_trusted(cache_dir, true, &missing, refused, sizeof refused);
-        if (dir < 0)
-            jb__disk_turn_off("%s", refused);
-        else
-            atomic_store(&dir_fd, dir);
+    int dir = atomic_load(&dir_fd);
+    bool attached = true;
+    if (fstat(dir, &st) == 0 && st.st_nlink == 0) {
+        char text[sizeof state_text];
+        attach_result result = attach(text, sizeof text);
+        if (result == REFUSED)
+            jb__disk_turn_off("off: %s", text);
+        else if (result == ATTACHED)
+            set_state_on();
+        attached = result == ATTACHED; /* NOT_NOW: this store is skipped, the next tries */
+    } else if (!atomic_load(&shared)) {
+        int tmp = open_tmp(dir);
+        atomic_store(&tmp_fd, tmp >= 0 ? tmp : dir);
     }
-    if (dir >= 0 && (tmp = open_tmp(dir)) >= 0)
-        atomic_store(&tmp_fd, tmp);
-    pthread_mutex_unlock(&reattach_mutex);
-    return tmp >= 0;
+    pthread_mutex_unlock(&setup_mutex);
+    return attached;
 }
 
-int jb__disk_open_for_maintenance(int *out)
+int jb__disk_open_for_maintenance(int *out, bool *ours)
 {
     *out = -1;
+    *ours = true;
     const char *why;
     const char *folder = jb__disk_folder(&why);
     JB_RETURN_IF(!folder[0], JB_ERR_UNSUPPORTED, "%s", why);
     if (atomic_load(&set_up) && atomic_load(&usable)) {
         *out = fcntl(dir_fd, F_DUPFD_CLOEXEC, 0);
         JB_RETURN_IF(*out < 0, JB_ERR_SYSTEM, "cannot duplicate a handle: %s", strerror(errno));
+        *ours = !atomic_load(&shared);
         return JB_OK;
     }
     char refused[sizeof state_text];
     bool missing;
-    *out = open_trusted(folder, false, &missing, refused, sizeof refused);
+    int err;
+    *out = open_trusted(folder, false, &missing, refused, sizeof refused, &err);
     JB_RETURN_IF(*out < 0 && !missing, JB_ERR_SYSTEM, "%s", refused);
+    if (*out < 0)
+        return JB_OK;
+    int kind = marked(*out);
+    if (kind == 0)
+        kind = holds_only_ours(*out, true); /* it would be marked at the first build */
+    if (kind < 0) {
+        err = errno;
+        close(*out);
+        *out = -1;
+        return jb__fail(JB_ERR_SYSTEM, "cannot look into the cache folder %s: %s", folder,
+                        strerror(err));
+    }
+    *ours = kind == 1;
     return JB_OK;
 }
 
@@ -424,7 +715,7 @@ jb_status jb_disk_cache_dir(const char **out)
 const char *jb_disk_cache_state(void)
 {
     static _Thread_local char preview[sizeof state_text];
-    if (atomic_load(&set_up)) {
+    if (atomic_load(&attempted)) {
         /* A copy of this thread's: another thread may turn the cache off meanwhile. */
         pthread_mutex_lock(&state_mutex);
         memcpy(preview, state_text, sizeof preview);
@@ -434,16 +725,20 @@ const char *jb_disk_cache_state(void)
     /* Not used yet in this process: say what would happen, creating nothing. */
     const char *value, *why;
     const char *folder = jb__disk_folder(&why);
+    char refused[sizeof state_text];
     bool missing;
-    int fd = -1;
+    int fd = -1, err;
     if (jb__disk_cache_disabled(&value))
         say(preview, sizeof preview, "off (JITBRIDGE_DISK_CACHE=%s)", value);
     else if (!folder[0])
         say(preview, sizeof preview, "off: %s", why);
-    else if ((fd = open_trusted(folder, false, &missing, preview, sizeof preview)) >= 0)
-        say(preview, sizeof preview, "on");
+    else if ((fd = open_trusted(folder, false, &missing, refused, sizeof refused, &err)) >= 0)
+        say(preview, sizeof preview, "%s",
+            marked(fd) == 0 && holds_only_ours(fd, true) == 0 ? shared_text : "on");
     else if (missing)
         say(preview, sizeof preview, "on (the folder is created, 0700, at the first compile)");
+    else
+        say(preview, sizeof preview, "off: %s", refused);
     if (fd >= 0)
         close(fd);
     return preview;

@@ -6,7 +6,8 @@
  *
  *   1. the module cache's lock, as writer (waits for a build in progress), then the registry
  *      of per-thread cache state, then the failure memory (a build takes it under the cache's)
- *   2. the disk cache folder's locks (taken by a build, under 1): reattach, then state text
+ *   2. the disk cache folder's locks (taken by a build, under 1): setup (and reattach), then
+ *      state text
  *   3. per device, devices in order: the stream list, each stream's holds, the event pool, the
  *      buffer cache (a hold's release returns events and buffers)
  *   4. the cpu backend's private compile folder (a build takes it under 1); the child makes

@@ -61,6 +61,9 @@ void jb__log_fork(jb_fork_phase phase);          /* error.c: the log callback's 
 /* ---- small utilities (util.c) ---- */
 uint64_t jb__now_ns(void);
 uint64_t jb__fnv1a64(const void *data, size_t len, uint64_t seed);
+/* Whether a failed call's errno means "not now" (out of descriptors or memory, interrupted,
+ * would block, a network disk's I/O error): retried later, never a reason to evict or give up. */
+bool jb__errno_is_transient(int err);
 #define JB_FNV_SEED 0xcbf29ce484222325ULL
 char *jb__strdup(const char *s);
 /* write() until done, retrying on EINTR; false on any error (errno tells). */
@@ -527,15 +530,24 @@ bool jb__disk_cache_usable(void);
  * also while storing is stopped). */
 int jb__disk_dir_fd(void);
 int jb__disk_tmp_fd(void);
+/* Whether the folder is marked as the cache's own (CACHEDIR.TAG): only then may anything in it
+ * be removed, or replaced by what is not an entry's newer copy. */
+bool jb__disk_folder_is_ours(void);
+/* Whether `name` is an entry's file name (JB_DISK_ENTRY_HEX lowercase hex digits, the suffix). */
+bool jb__disk_is_entry_name(const char *name);
+/* Creates a new temporary file, 0600, under a random name (written to `name`) in `dir`: its fd,
+ * or -1 (errno). */
+int jb__disk_create_temporary(int dir, char *name, size_t len);
 /* Turns the cache off for this process with one warning (fmt has one %s for detail). */
 void jb__disk_turn_off(const char *fmt, const char *detail);
-/* Sets up again after the folder or its tmp/ was removed; whether storing can go on. */
+/* Sets up again after the folder or its tmp/ was removed; whether storing can go on now. */
 bool jb__disk_reattach(void);
 /* Stops storing new entries, loads go on, with one warning (fmt has one %s for detail). */
 void jb__disk_stop_storing(const char *fmt, const char *detail);
 /* A handle on the folder for `jitbridge cache`, under the same trust rules, creating nothing:
- * *out is -1 when the folder does not exist yet. The caller closes it. */
-int jb__disk_open_for_maintenance(int *out);
+ * *out is -1 when the folder does not exist yet; *ours says whether anything in it may be
+ * removed (marked, or holding only the cache's kinds of files). The caller closes it. */
+int jb__disk_open_for_maintenance(int *out, bool *ours);
 /* Whether no one but root and us can rename or replace anything at or under `path` (each folder
  * from "/" on, checked on its handle); `resolved` gets the path with its links resolved; `why`
  * names the fix, with the environment `variable` that chose the path. */
@@ -544,6 +556,7 @@ bool jb__trusted_folder_path(const char *path, const char *variable, char *resol
 
 /* ---- the disk cache's entries (disk_cache.c) ---- */
 #define JB_DISK_ENTRY_SUFFIX ".jbc"
+#define JB_DISK_ENTRY_HEX 32 /* hex digits before the suffix: jb__disk_key's two hashes */
 typedef struct jb_disk_key {
     char *text; /* every input of the compile, compared on read */
     size_t bytes;

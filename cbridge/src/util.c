@@ -27,6 +27,12 @@ uint64_t jb__fnv1a64(const void *data, size_t len, uint64_t seed)
     return h;
 }
 
+bool jb__errno_is_transient(int err)
+{
+    return err == EMFILE || err == ENFILE || err == ENOMEM || err == ENOBUFS || err == EINTR ||
+           err == EAGAIN || err == EWOULDBLOCK || err == EIO || err == ETIMEDOUT;
+}
+
 bool jb__write_all(int fd, const void *data, size_t bytes)
 {
     const char *p = data;

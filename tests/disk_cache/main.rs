@@ -10,6 +10,7 @@ mod failing_disk;
 mod folder;
 mod maintenance;
 mod planted_code;
+mod shared_folder;
 mod store_and_load;
 
 use jitbridge::{Array, Counters, CustomKernel, DType, Device, KernelSpec, LaunchShape};

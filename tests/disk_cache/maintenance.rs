@@ -47,7 +47,8 @@ fn clearing_a_read_only_folder_is_an_error() {
     let dir = base.join("cache");
     run_child(&dir, "61");
     std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
-    for path in [entries(&dir).pop().unwrap(), dir.join("tmp"), dir.clone()] {
+    let tag = dir.join("CACHEDIR.TAG");
+    for path in [entries(&dir).pop().unwrap(), dir.join("tmp"), tag, dir.clone()] {
         std::os::unix::fs::chown(&path, Some(65534), Some(65534)).unwrap();
     }
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o500)).unwrap();

@@ -126,19 +126,28 @@ fn probes_never_use_the_disk_cache() {
     let _ = std::fs::remove_dir_all(&dir); // never even created: the probe did not look
 }
 
+/// In the cache's own folder, temporaries (by their name) left by killed writers are swept and
+/// fresh ones kept; nothing else in tmp/ is touched, however old.
 #[test]
 fn stale_temporaries_are_swept_and_fresh_ones_kept() {
     let dir = fresh_dir("sweep");
-    std::fs::create_dir_all(dir.join("tmp")).unwrap();
-    let stale = dir.join("tmp/killed-writer.tmp");
-    let fresh = dir.join("tmp/live-writer.tmp");
-    std::fs::write(&stale, b"half an entry").unwrap();
-    std::fs::write(&fresh, b"half an entry").unwrap();
+    run_child(&dir, "12"); // the folder is made, and marked as the cache's own
+    assert!(dir.join("CACHEDIR.TAG").is_file());
+    let stale = dir.join("tmp/0123456789abcdef0123456789abcdef.tmp");
+    let fresh = dir.join("tmp/fedcba9876543210fedcba9876543210.tmp");
+    let not_ours = dir.join("tmp/killed-writer.tmp");
+    for path in [&stale, &fresh, &not_ours] {
+        std::fs::write(path, b"half an entry").unwrap();
+    }
     let two_hours_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
-    std::fs::File::options().write(true).open(&stale).unwrap().set_modified(two_hours_ago).unwrap();
+    for path in [&stale, &not_ours] {
+        let file = std::fs::File::options().write(true).open(path).unwrap();
+        file.set_modified(two_hours_ago).unwrap();
+    }
     run_child(&dir, "13");
     assert!(!stale.exists(), "a temporary left by a killed writer was not swept");
     assert!(fresh.exists(), "a temporary a live writer may own was removed");
+    assert!(not_ours.exists(), "a file not named like a temporary was swept");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -17,7 +17,9 @@ pub const CACHE: Command = Command {
 
 Each action applies the library's trust rules: on a folder it would refuse (owned by another
 user, writable by group or others, or under a parent others can write) it fails, naming the
-folder and the fix. A failure to remove an entry is an error (exit status 2).
+folder and the fix. clear, prune and verify --fix act only in a folder that is the cache's own
+(marked with CACHEDIR.TAG, or holding nothing else); in a shared one ($HOME, .) they fail and
+remove nothing. A failure to remove an entry is an error (exit status 2).
 
 SIZE is a whole number of bytes with an optional unit K, M, G or T, alone or followed by B or
 iB, in any case; units are powers of 1024 (100M, 100MB and 100MiB are all 104857600 bytes).",

@@ -1,0 +1,429 @@
+/*
+ * The disk cache's folder and failures that pass:
+ * - a folder that is not the cache's own ($HOME, ".") loses nothing: no sweep, no file named
+ *   tmp replaced, no prune, clear or fix; a folder the cache makes, or finds holding only its
+ *   kinds of files, is marked with CACHEDIR.TAG and managed;
+ * - a transient failure (here: out of descriptors) while loading evicts nothing, while storing
+ *   stops nothing, and while setting up turns nothing off: the cache is set up at a later build;
+ * - prune, stats and verify of a folder that does not exist yet report an empty cache.
+ * The folder is chosen once per process, so each case runs in a child of its own (its exit
+ * status is its count of failed checks) before the parent uses the library.
+ */
+#include "../src/internal.h"
+#include "check.h"
+#include "deadline.h"
+#include "helpers.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TAG_SIGNATURE "Signature: 8a477f597d28d172789f06886806bc55"
+
+static char base[] = "/tmp/jb-disk-folder-XXXXXX";
+
+/* ---- small file helpers ---- */
+
+static void path_of(char *out, size_t len, const char *dir, const char *name)
+{
+    snprintf(out, len, "%s/%s", dir, name);
+}
+
+static void write_file(const char *dir, const char *name, const char *text, int age_seconds)
+{
+    char path[512];
+    path_of(path, sizeof path, dir, name);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL, "cannot write %s", path);
+    if (!f)
+        return;
+    fputs(text, f);
+    fclose(f);
+    if (age_seconds) {
+        struct timeval then[2] = {{time(NULL) - age_seconds, 0}, {time(NULL) - age_seconds, 0}};
+        utimes(path, then);
+    }
+}
+
+/* The file's text, or "" when it is not a regular file that can be read. */
+static const char *read_file(const char *dir, const char *name)
+{
+    static char text[4096];
+    char path[512];
+    path_of(path, sizeof path, dir, name);
+    struct stat st;
+    text[0] = '\0';
+    FILE *f = lstat(path, &st) == 0 && S_ISREG(st.st_mode) ? fopen(path, "r") : NULL;
+    if (f) {
+        text[fread(text, 1, sizeof text - 1, f)] = '\0';
+        fclose(f);
+    }
+    return text;
+}
+
+static bool exists(const char *dir, const char *name)
+{
+    char path[512];
+    struct stat st;
+    path_of(path, sizeof path, dir, name);
+    return lstat(path, &st) == 0;
+}
+
+/* Regular files at entry names (32 lowercase hex digits, ".jbc"); -1 without a folder. */
+static int count_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        const char *name = e->d_name;
+        bool entry = strlen(name) == 36 && strcmp(name + 32, ".jbc") == 0 &&
+                     strspn(name, "0123456789abcdef") == 32;
+        n += entry && strcmp(read_file(dir, name), "") != 0;
+    }
+    closedir(d);
+    return n;
+}
+
+/* base/name made with `mode`; its path (one of a few kept). */
+static char *new_folder(const char *name, mode_t mode)
+{
+    static char dirs[16][300];
+    static int used;
+    char *dir = dirs[used++ % 16];
+    snprintf(dir, sizeof dirs[0], "%s/%s", base, name);
+    CHECK(mkdir(dir, 0700) == 0 && chmod(dir, mode) == 0, "mkdir %s", dir);
+    return dir;
+}
+
+static void make_dir(const char *dir, const char *name, int age_seconds)
+{
+    char path[512];
+    path_of(path, sizeof path, dir, name);
+    CHECK(mkdir(path, 0700) == 0, "mkdir %s", path);
+    struct timeval then[2] = {{time(NULL) - age_seconds, 0}, {time(NULL) - age_seconds, 0}};
+    utimes(path, then);
+}
+
+/* ---- running a case in a child ---- */
+
+static void run_case(const char *name, const char *cache_dir, void (*body)(const char *dir))
+{
+    pid_t pid = fork_with_deadline(name, 60);
+    if (pid == 0) {
+        check_failed = check_passed = 0; /* the child's own count */
+        setenv("JITBRIDGE_CACHE_DIR", cache_dir, 1);
+        unsetenv("JITBRIDGE_DISK_CACHE"); /* on, whatever the run says: it is what is tested */
+        body(cache_dir);
+        _exit(check_failed > 125 ? 125 : check_failed);
+    }
+    int status = wait_child_with_deadline(pid, 120, name);
+    CHECK(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s: %s %d", name,
+          WIFEXITED(status) ? "exit status (failed checks, or 1 for a sanitizer's report)"
+                            : "killed by signal",
+          WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+    printf("%s: done\n", name);
+}
+
+static jb_device *cpu(void)
+{
+    jb_device *device = NULL;
+    CHECK_OK(jb_device_get(&device, JB_DEVICE_CPU, 0));
+    return device;
+}
+
+/* Builds (and so stores) a kernel whose source depends on `salt`. */
+static jb_status build_salted(int salt)
+{
+    char body[128];
+    snprintf(body, sizeof body, "out[thread_index()] = inp[thread_index()] + %d.0f;", salt);
+    jb_custom_kernel *k = f32_kernel("disk_folder_test", body);
+    jb_status status = jb_custom_kernel_prepare(k, cpu());
+    jb_custom_kernel_free(k);
+    return status;
+}
+
+/* Descriptors used up, as by a busy server for a moment: until give_back_descriptors. */
+static int held_fds[4096], held_count;
+static struct rlimit saved_limit;
+
+static void use_up_descriptors(void)
+{
+    getrlimit(RLIMIT_NOFILE, &saved_limit);
+    struct rlimit low = saved_limit;
+    low.rlim_cur = low.rlim_max < 256 ? low.rlim_max : 256;
+    CHECK(setrlimit(RLIMIT_NOFILE, &low) == 0, "setrlimit: %s", strerror(errno));
+    held_count = 0;
+    int fd;
+    while (held_count < 4096 && (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0)
+        held_fds[held_count++] = fd;
+    CHECK(errno == EMFILE, "descriptors ran out with %s", strerror(errno));
+}
+
+static void give_back_descriptors(void)
+{
+    while (held_count > 0)
+        close(held_fds[--held_count]);
+    setrlimit(RLIMIT_NOFILE, &saved_limit);
+}
+
+/* ---- 8. a folder that does not exist yet is an empty cache ---- */
+
+static void missing_folder(const char *dir)
+{
+    uint64_t removed = 99, entries = 99, bytes = 99, valid = 99, invalid = 99;
+    CHECK_OK(jb_disk_cache_prune(0, &removed));
+    CHECK(removed == 0, "prune removed %llu", (unsigned long long)removed);
+    CHECK_OK(jb_disk_cache_prune(1 << 20, &removed));
+    CHECK_OK(jb_disk_cache_stats(&entries, &bytes));
+    CHECK(entries == 0 && bytes == 0, "stats %llu %llu", (unsigned long long)entries,
+          (unsigned long long)bytes);
+    CHECK_OK(jb_disk_cache_check(&valid, &invalid, 1, NULL, NULL));
+    CHECK(valid == 0 && invalid == 0, "check %llu %llu", (unsigned long long)valid,
+          (unsigned long long)invalid);
+    CHECK(!exists(dir, ""), "looking created the folder %s", dir);
+}
+
+/* ---- 4. what is the cache's own ---- */
+
+/* A folder the cache makes is marked with the convention's exact signature line. */
+static void new_folder_is_marked(const char *dir)
+{
+    CHECK_OK(build_salted(1));
+    CHECK(strncmp(read_file(dir, "CACHEDIR.TAG"), TAG_SIGNATURE "\n",
+                  strlen(TAG_SIGNATURE) + 1) == 0,
+          "CACHEDIR.TAG: \"%s\"", read_file(dir, "CACHEDIR.TAG"));
+    CHECK(count_entries(dir) == 1, "%d entries", count_entries(dir));
+    CHECK(strcmp(jb_disk_cache_state(), "on") == 0, "state: %s", jb_disk_cache_state());
+    uint64_t removed = 0;
+    CHECK_OK(jb_disk_cache_prune(0, &removed));
+    CHECK(removed == 1 && count_entries(dir) == 0, "clear removed %llu, %d left",
+          (unsigned long long)removed, count_entries(dir));
+}
+
+static const char *const stale_temporary = "0123456789abcdef0123456789abcdef.tmp";
+static const char *const old_style_temporary =
+    "00112233445566778899aabbccddeeff.jbc.4242.7.tmp"; /* an older version's name */
+
+/* The user's folder (".", $HOME): every file of theirs stays as it was, a file named tmp
+ * included; the cache works there all the same, and removes nothing. */
+static void shared_folder_loses_nothing(const char *dir)
+{
+    CHECK(chdir(dir) == 0, "chdir %s", dir);
+    setenv("JITBRIDGE_CACHE_DIR", ".", 1);
+    CHECK_OK(build_salted(2));
+    CHECK(strcmp(read_file(dir, "tmp"), "the user's file named tmp") == 0,
+          "the file named tmp became \"%s\"", read_file(dir, "tmp"));
+    CHECK(strcmp(read_file(dir, "notes.txt"), "two hours old") == 0, "notes.txt changed");
+    CHECK(strcmp(read_file(dir, "ffeeddccbbaa99887766554433221100.tmp"), "mine") == 0,
+          "a file named like a temporary, in a folder not the cache's own, was removed");
+    CHECK(!exists(dir, "CACHEDIR.TAG"), "a shared folder was marked as the cache's");
+    CHECK(count_entries(dir) == 1, "the entry was not stored beside the user's files: %d",
+          count_entries(dir));
+    CHECK(strncmp(jb_disk_cache_state(), "on, shared", 10) == 0, "state: %s",
+          jb_disk_cache_state());
+    uint64_t removed = 0, valid = 0, invalid = 0;
+    CHECK(jb_disk_cache_prune(0, &removed) == JB_ERR_UNSUPPORTED && removed == 0,
+          "clear of a shared folder: %s", jb_last_error_message());
+    CHECK(strstr(jb_last_error_message(), "CACHEDIR.TAG"), "%s", jb_last_error_message());
+    CHECK(jb_disk_cache_check(&valid, &invalid, 1, NULL, NULL) == JB_ERR_UNSUPPORTED,
+          "verify --fix of a shared folder: %s", jb_last_error_message());
+    CHECK_OK(jb_disk_cache_check(&valid, &invalid, 0, NULL, NULL));
+    CHECK(valid == 1 && count_entries(dir) == 1, "verify: %llu valid, %d entries",
+          (unsigned long long)valid, count_entries(dir));
+}
+
+/* A tmp/ of the user's in a shared folder: nothing in it is swept, however old. */
+static void shared_tmp_folder_is_not_swept(const char *dir)
+{
+    CHECK_OK(build_salted(3));
+    CHECK(strcmp(read_file(dir, "tmp/draft.txt"), "the user's") == 0, "tmp/draft.txt went");
+    CHECK(strcmp(read_file(dir, "tmp/0123456789abcdef0123456789abcdef.tmp"), "mine too") == 0,
+          "an old temporary-like file in a shared folder's tmp/ was swept");
+    CHECK(count_entries(dir) == 1, "%d entries", count_entries(dir));
+}
+
+/* An older version's folder (entries and a tmp/ of its temporaries, no tag) is adopted:
+ * marked, its stale temporaries swept, its entries served. */
+static void older_cache_folder_is_adopted(const char *dir)
+{
+    CHECK_OK(build_salted(4));
+    CHECK(strncmp(read_file(dir, "CACHEDIR.TAG"), TAG_SIGNATURE, strlen(TAG_SIGNATURE)) == 0,
+          "not marked: \"%s\"", read_file(dir, "CACHEDIR.TAG"));
+    char name[128];
+    snprintf(name, sizeof name, "tmp/%s", stale_temporary);
+    CHECK(!exists(dir, name), "a stale temporary of the adopted folder stayed");
+    snprintf(name, sizeof name, "tmp/%s", old_style_temporary);
+    CHECK(!exists(dir, name), "an older version's stale temporary stayed");
+    CHECK(strcmp(jb_disk_cache_state(), "on") == 0, "state: %s", jb_disk_cache_state());
+}
+
+/* In the cache's own folder, a file named tmp (not a folder) stays: temporaries go beside
+ * the entries, and a temporary-like name that is not the cache's is never swept. */
+static void own_folder_keeps_a_file_named_tmp(const char *dir)
+{
+    CHECK_OK(build_salted(5));
+    CHECK(strcmp(read_file(dir, "tmp"), "a file") == 0, "the file named tmp became \"%s\"",
+          read_file(dir, "tmp"));
+    CHECK(count_entries(dir) == 1, "%d entries", count_entries(dir));
+}
+
+static void own_folder_sweeps_only_temporaries(const char *dir)
+{
+    CHECK_OK(build_salted(6));
+    char name[128];
+    snprintf(name, sizeof name, "tmp/%s", stale_temporary);
+    CHECK(!exists(dir, name), "a stale temporary stayed");
+    CHECK(exists(dir, "tmp/fedcba98765432100123456789abcdef.tmp"), "a fresh temporary went");
+    CHECK(strcmp(read_file(dir, "tmp/notes.tmp"), "not a temporary") == 0,
+          "a file not named like a temporary was swept");
+    CHECK(exists(dir, "tmp/old-folder"), "a folder in tmp/ was removed");
+}
+
+/* ---- 6 and 7. a transient failure is "not now" ---- */
+
+/* Out of descriptors while loading a good entry: a miss, and the entry stays; while storing:
+ * that store is skipped, and storing goes on. */
+static void transient_failures_evict_and_stop_nothing(const char *dir)
+{
+    jb_disk_key key = {0};
+    jb_blob code = {.data = (unsigned char *)"compiled code", .size = 13}, loaded = {0};
+    CHECK(jb__disk_cache_usable(), "state: %s", jb_disk_cache_state());
+    CHECK_OK(jb__disk_key(cpu(), "a source", &key));
+    jb__disk_store(&key, &code);
+    CHECK(exists(dir, key.file), "the entry was not stored");
+
+    use_up_descriptors();
+    bool hit = jb__disk_load(&key, &loaded);
+    give_back_descriptors();
+    CHECK(!hit, "loaded without a descriptor?");
+    CHECK(exists(dir, key.file), "a good entry was evicted for a moment of EMFILE");
+    CHECK(jb__disk_load(&key, &loaded) && loaded.size == code.size &&
+              memcmp(loaded.data, code.data, code.size) == 0,
+          "the entry does not load once descriptors are back");
+    free(loaded.data);
+
+    jb_disk_key other = {0};
+    CHECK_OK(jb__disk_key(cpu(), "another source", &other));
+    use_up_descriptors();
+    jb__disk_store(&other, &code);
+    give_back_descriptors();
+    CHECK(strcmp(jb_disk_cache_state(), "on") == 0,
+          "a moment of EMFILE while storing stopped the cache storing: %s",
+          jb_disk_cache_state());
+    jb__disk_store(&other, &code);
+    CHECK(exists(dir, other.file), "the next store did not land");
+    jb__disk_key_free(&key);
+    jb__disk_key_free(&other);
+}
+
+/* Out of descriptors at the first build: the cache is off for now, says so, and is set up at
+ * a later build; nothing is lost but that build's entry. */
+static void transient_setup_failure_is_retried(const char *dir)
+{
+    cpu(); /* devices first: their set-up is not what this case is about */
+    use_up_descriptors();
+    jb_status status = build_salted(7); /* the compiler cannot start either */
+    give_back_descriptors();
+    (void)status;
+    CHECK(strncmp(jb_disk_cache_state(), "off for now", 11) == 0, "state: %s",
+          jb_disk_cache_state());
+    CHECK(strstr(jb_disk_cache_state(), strerror(EMFILE)), "state: %s", jb_disk_cache_state());
+    int salt = 100;
+    for (uint64_t start = jb__now_ns(); count_entries(dir) <= 0 && salt < 400; salt++) {
+        CHECK_OK(build_salted(salt));
+        if (jb__now_ns() - start > 10ull * 1000 * 1000 * 1000)
+            break;
+        nanosleep(&(struct timespec){.tv_nsec = 20 * 1000 * 1000}, NULL);
+    }
+    CHECK(count_entries(dir) > 0, "nothing was stored after the descriptors came back (%d "
+          "builds); state: %s", salt - 100, jb_disk_cache_state());
+    CHECK(strcmp(jb_disk_cache_state(), "on") == 0, "state: %s", jb_disk_cache_state());
+}
+
+/* A lasting refusal turns the cache off, and says so: no retry makes it on. */
+static void lasting_refusal_turns_off(const char *dir)
+{
+    (void)dir;
+    CHECK_OK(build_salted(8));
+    CHECK(strncmp(jb_disk_cache_state(), "off: refusing", 13) == 0, "state: %s",
+          jb_disk_cache_state());
+    nanosleep(&(struct timespec){.tv_nsec = 100 * 1000 * 1000}, NULL);
+    CHECK(!jb__disk_cache_usable(), "a refused folder came on");
+}
+
+int main(void)
+{
+    if (!mkdtemp(base)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    char missing[400], fresh[400], setup[400], name[128];
+    snprintf(missing, sizeof missing, "%s/not/yet", base);
+    run_case("8. a folder that does not exist yet", missing, missing_folder);
+    snprintf(fresh, sizeof fresh, "%s/fresh", base);
+    run_case("4. a folder the cache makes", fresh, new_folder_is_marked);
+
+    char *shared = new_folder("shared", 0700);
+    write_file(shared, "tmp", "the user's file named tmp", 7200);
+    write_file(shared, "notes.txt", "two hours old", 7200);
+    write_file(shared, "ffeeddccbbaa99887766554433221100.tmp", "mine", 7200);
+    run_case("4. a shared folder, as JITBRIDGE_CACHE_DIR=.", shared, shared_folder_loses_nothing);
+
+    char *shared_tmp = new_folder("shared-tmp", 0700);
+    make_dir(shared_tmp, "tmp", 0);
+    write_file(shared_tmp, "tmp/draft.txt", "the user's", 7200);
+    write_file(shared_tmp, "tmp/0123456789abcdef0123456789abcdef.tmp", "mine too", 7200);
+    write_file(shared_tmp, "photo.jpg", "not the cache's", 0);
+    run_case("4. a shared folder with a tmp/ of the user's", shared_tmp,
+             shared_tmp_folder_is_not_swept);
+
+    char *older = new_folder("older", 0700);
+    make_dir(older, "tmp", 0);
+    snprintf(name, sizeof name, "tmp/%s", stale_temporary);
+    write_file(older, name, "half an entry", 7200);
+    snprintf(name, sizeof name, "tmp/%s", old_style_temporary);
+    write_file(older, name, "half an entry", 7200);
+    write_file(older, "00112233445566778899aabbccddeeff.jbc", "an entry", 0);
+    run_case("4. an older version's unmarked folder", older, older_cache_folder_is_adopted);
+
+    char *own_file_tmp = new_folder("own-file-tmp", 0700);
+    write_file(own_file_tmp, "CACHEDIR.TAG", TAG_SIGNATURE "\n", 0);
+    write_file(own_file_tmp, "tmp", "a file", 0);
+    run_case("4. a marked folder with a file named tmp", own_file_tmp,
+             own_folder_keeps_a_file_named_tmp);
+
+    char *own = new_folder("own", 0700);
+    write_file(own, "CACHEDIR.TAG", TAG_SIGNATURE "\n", 0);
+    make_dir(own, "tmp", 0);
+    snprintf(name, sizeof name, "tmp/%s", stale_temporary);
+    write_file(own, name, "left by a killed writer", 7200);
+    write_file(own, "tmp/fedcba98765432100123456789abcdef.tmp", "a live writer's", 0);
+    write_file(own, "tmp/notes.tmp", "not a temporary", 7200);
+    make_dir(own, "tmp/old-folder", 7200);
+    run_case("4. a marked folder's sweep", own, own_folder_sweeps_only_temporaries);
+
+    run_case("6. transient failures while loading and storing",
+             new_folder("transient", 0700), transient_failures_evict_and_stop_nothing);
+    snprintf(setup, sizeof setup, "%s/setup", base);
+    run_case("7. a transient failure while setting up", setup,
+             transient_setup_failure_is_retried);
+    run_case("7. a lasting refusal", new_folder("refused", 0777), lasting_refusal_turns_off);
+
+    char command[400];
+    snprintf(command, sizeof command, "rm -rf '%s'", base);
+    CHECK(system(command) == 0, "%s", command);
+    return check_summary("test_disk_folder");
+}
