@@ -8,28 +8,59 @@
  */
 #include "internal.h"
 
-#include <sched.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 int jb__event_state(const jb_event *event)
 {
     return atomic_load_explicit(&event->state, memory_order_acquire);
 }
 
+static bool recording(int state)
+{
+    return state == JB_EVENT_RECORDING || state == JB_EVENT_RECORDING_WAITED;
+}
+
+/* Sleeps until the event, seen `state` (recording), is no longer recording, or a moment later:
+ * the caller looks again. A futex, never a yield loop: a real-time thread spinning on a core
+ * would keep a lower-priority recorder there from ever finishing. */
+static void wait_while_recording(jb_event *event, int state)
+{
+    if (state == JB_EVENT_RECORDING &&
+        !atomic_compare_exchange_strong_explicit(&event->state, &state, JB_EVENT_RECORDING_WAITED,
+                                                 memory_order_acquire, memory_order_acquire))
+        return; /* it changed meanwhile */
+    /* _Atomic int is an int here (Linux, gcc and clang): the futex word is the state. */
+    syscall(SYS_futex, (int *)&event->state, FUTEX_WAIT_PRIVATE, JB_EVENT_RECORDING_WAITED, NULL,
+            NULL, 0);
+}
+
+/* Ends a record: publishes `state` and wakes the threads that sleep on the event. */
+static void end_recording(jb_event *event, int state)
+{
+    if (atomic_exchange_explicit(&event->state, state, memory_order_release) ==
+        JB_EVENT_RECORDING_WAITED)
+        syscall(SYS_futex, (int *)&event->state, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
 /* Records a pending event on its stream now: behind its work, and behind whatever was queued
  * after it. `stream_locked`: the caller holds the stream's holds mutex (a look), and leaves an
- * event that another thread is recording to that thread. */
+ * event that another thread is recording to that thread (which waits for that mutex). */
 int jb__event_record_now(jb_event *event, bool stream_locked)
 {
     int state = JB_EVENT_PENDING;
     while (!atomic_compare_exchange_weak_explicit(&event->state, &state, JB_EVENT_RECORDING,
                                                   memory_order_acquire, memory_order_acquire)) {
         if (state == JB_EVENT_RECORDED || state == JB_EVENT_DONE ||
-            (state == JB_EVENT_RECORDING && stream_locked))
+            (recording(state) && stream_locked))
             return JB_OK;
-        if (state == JB_EVENT_RECORDING)
-            sched_yield();
+        if (recording(state))
+            wait_while_recording(event, state);
         state = JB_EVENT_PENDING;
     }
+    JB_TEST_RECORD_PAUSE(event->stream);
     /* While it is recording, the stream's destruction waits for it (event_done). */
     jb_stream *stream = event->stream;
     jb_device *dev = event->device;
@@ -42,8 +73,7 @@ int jb__event_record_now(jb_event *event, bool stream_locked)
     int status = dev->backend->event_record(dev, event->native, stream->native);
     if (!stream_locked)
         pthread_mutex_unlock(&stream->holds_mutex);
-    atomic_store_explicit(&event->state, status == JB_OK ? JB_EVENT_RECORDED : JB_EVENT_PENDING,
-                          memory_order_release);
+    end_recording(event, status == JB_OK ? JB_EVENT_RECORDED : JB_EVENT_PENDING);
     return status;
 }
 
@@ -56,8 +86,8 @@ void jb__event_done(jb_event *event)
                                                   memory_order_release, memory_order_acquire)) {
         if (state == JB_EVENT_RECORDED || state == JB_EVENT_DONE)
             return;
-        if (state == JB_EVENT_RECORDING)
-            sched_yield();
+        if (recording(state))
+            wait_while_recording(event, state);
         state = JB_EVENT_PENDING;
     }
 }

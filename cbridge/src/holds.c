@@ -45,6 +45,22 @@ void jb__test_sync_pause(jb_stream *stream)
         fn(atomic_load(&test_sync_pause_ctx), stream);
 }
 
+static _Atomic(jb_test_pause_fn) test_record_pause;
+static void *_Atomic test_record_pause_ctx;
+
+void jb__test_set_record_pause(jb_test_pause_fn fn, void *ctx)
+{
+    atomic_store(&test_record_pause_ctx, ctx);
+    atomic_store(&test_record_pause, fn);
+}
+
+void jb__test_record_pause(jb_stream *stream)
+{
+    jb_test_pause_fn fn = atomic_load(&test_record_pause);
+    if (fn)
+        fn(atomic_load(&test_record_pause_ctx), stream);
+}
+
 void jb__test_set_query_fault(bool fail)
 {
     atomic_store(&test_query_fault, fail);

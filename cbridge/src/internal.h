@@ -329,6 +329,7 @@ typedef enum jb_event_state {
     JB_EVENT_RECORDING, /* one thread records it now; others wait for that to end */
     JB_EVENT_RECORDED,  /* recorded on `stream` after the work: the driver knows its end */
     JB_EVENT_DONE,      /* the work is known done (its hold was released); never recorded */
+    JB_EVENT_RECORDING_WAITED, /* recording, and threads sleep until it ends (a futex) */
 } jb_event_state;
 
 struct jb_event {
@@ -468,6 +469,10 @@ void jb__test_set_query_fault(bool fail);
 size_t jb__test_hold_count(jb_stream *stream);
 /* Called (stream.c) by the release that drops a stream's last reference, before it unlinks it. */
 void jb__test_set_unlink_pause(jb_test_pause_fn fn, void *ctx);
+/* Called (event_state.c) by a record made when needed, between claiming the event and
+ * recording it, with the event's stream. */
+void jb__test_set_record_pause(jb_test_pause_fn fn, void *ctx);
+void jb__test_record_pause(jb_stream *stream);
 /* Gives the source module another module name (and its hash): two sources meeting in one hash,
  * without searching for a real 64-bit collision. */
 void jb__test_set_source_module_name(jb_source_module *m, const char *module_name);
@@ -493,10 +498,12 @@ void jb__test_point(jb_test_point point, const char *arg);
  * (not listed, not locked by fork: a test that uses it does not fork). */
 int jb__test_second_cpu(jb_device **out);
 #define JB_TEST_POINT(point, arg) jb__test_point(point, arg)
+#define JB_TEST_RECORD_PAUSE(stream) jb__test_record_pause(stream)
 #else
 #define JB_TEST_PAUSE(stream) ((void)0)
 #define JB_TEST_SYNC_PAUSE(stream) ((void)0)
 #define JB_TEST_POINT(point, arg) ((void)0)
+#define JB_TEST_RECORD_PAUSE(stream) ((void)0)
 #endif
 
 /* ---- arrays (array.c) ---- */
