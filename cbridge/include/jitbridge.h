@@ -280,6 +280,12 @@ JB_API jb_status jb_array_from_host(jb_array **out, jb_device *device, jb_dtype 
 /* A one-dimensional array 0, 1, ..., n-1 (n >= 0) of `dtype` on `device`: f16 and bf16 round to
  * nearest even, i8 and u8 wrap modulo 256, bool is i != 0. */
 JB_API jb_status jb_array_arange(jb_array **out, jb_device *device, int64_t n, jb_dtype dtype);
+/* Frees the caller's array (its buffer lives on while queued work uses it). Accepts NULL. Freeing
+ * an array twice, or using it after this call, is undefined behaviour, as with free(): its memory
+ * may already belong to a new array, which a second free would then free. As a help against that
+ * bug, a second free is caught (a warning, nothing freed) as long as the memory was not reused:
+ * until 16 more arrays were freed on the thread that freed it, if that thread also makes arrays
+ * (and is still running). AddressSanitizer builds of the library report every second free. */
 JB_API void jb_array_free(jb_array *array);
 /* Blocks until the work that produces the array is done (see "Arrays" above: now and then
  * it also waits for newer work on that stream). */

@@ -28,8 +28,12 @@ struct jb_array {
 /* Each thread keeps a few freed array records and reuses them: a warm launch's output array
  * costs no malloc (a record freed here and reused there would cost two, one on each side). */
 #define THREAD_ARRAYS 32
+/* A freed record is reused (or given back to malloc) only after this many more records were
+ * freed on its thread: a second free of an array until then finds the record still freed and is
+ * caught. A help against a common bug, not a promise: a second free is undefined (jitbridge.h). */
+#define QUARANTINE 16
 /* Under AddressSanitizer records go back to malloc, so that a use after free or a second free
- * is caught there instead of hidden by reuse. */
+ * is caught there, every one. */
 #if defined(__SANITIZE_ADDRESS__)
 #define KEEP_RECORDS 0
 #elif defined(__has_feature)
@@ -41,8 +45,9 @@ struct jb_array {
 #define KEEP_RECORDS 1
 #endif
 
+/* Freed records, oldest first from `first`: taken from the front, given from the back. */
 typedef struct thread_arrays {
-    size_t count;
+    size_t first, count;
     jb_array *records[THREAD_ARRAYS];
 } thread_arrays;
 
@@ -54,11 +59,33 @@ static thread_arrays *thread_arrays_create(void)
 static void thread_arrays_destroy(thread_arrays *ta)
 {
     for (size_t i = 0; i < ta->count; i++)
-        free(ta->records[i]);
+        free(ta->records[(ta->first + i) % THREAD_ARRAYS]);
     free(ta);
 }
 
 JB_THREAD_LOCAL(thread_arrays, this_thread_arrays, thread_arrays_create, thread_arrays_destroy)
+
+/* The oldest freed record, once QUARANTINE newer ones are behind it; else NULL. */
+static jb_array *take_record(thread_arrays *ta)
+{
+    if (!ta || ta->count <= QUARANTINE)
+        return NULL;
+    jb_array *record = ta->records[ta->first];
+    ta->first = (ta->first + 1) % THREAD_ARRAYS;
+    ta->count--;
+    return record;
+}
+
+/* Keeps a freed record; a full ring gives its oldest back to malloc (out of quarantine). */
+static void keep_record(thread_arrays *ta, jb_array *record)
+{
+    if (ta->count == THREAD_ARRAYS) {
+        free(ta->records[ta->first]);
+        ta->first = (ta->first + 1) % THREAD_ARRAYS;
+        ta->count--;
+    }
+    ta->records[(ta->first + ta->count++) % THREAD_ARRAYS] = record;
+}
 
 jb_buffer *jb__array_buffer(const jb_array *array)
 {
@@ -138,8 +165,9 @@ void jb__array_set_ready(jb_array *array, jb_event *ready)
 int jb__array_wrap(jb_array **out, jb_buffer *buf, jb_dtype dtype, const int64_t *shape, int ndim,
                    jb_event *ready)
 {
-    thread_arrays *ta = this_thread_arrays();
-    jb_array *array = ta && ta->count ? ta->records[--ta->count] : malloc(sizeof *array);
+    jb_array *array = take_record(this_thread_arrays());
+    if (!array)
+        array = malloc(sizeof *array);
     if (!array) {
         jb__buffer_release(buf);
         jb__event_release(ready);
@@ -269,7 +297,7 @@ void jb_array_free(jb_array *array)
 {
     if (!array)
         return;
-    /* A kept record still reads as freed: a second free of it is refused, not a corruption. */
+    /* A record in quarantine still reads as freed: that second free is caught. */
     if (!array->buffer) {
         jb__warn("jb_array_free: the array was freed already; this call does nothing");
         return;
@@ -279,8 +307,8 @@ void jb_array_free(jb_array *array)
     array->buffer = NULL, array->ready = NULL;
     /* A thread that only frees (or is exiting) gives the record back to malloc. */
     thread_arrays *ta = this_thread_arrays_tls;
-    if (KEEP_RECORDS && ta && ta->count < THREAD_ARRAYS)
-        ta->records[ta->count++] = array;
+    if (KEEP_RECORDS && ta)
+        keep_record(ta, array);
     else
         free(array);
 }
