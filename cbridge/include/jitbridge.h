@@ -483,8 +483,9 @@ typedef struct jb_source_module_spec {
  * entry writes must say so (`written`): the write is then queued after the work that made the
  * array and after every kernel on another stream that reads it (launched before this call as a
  * custom kernel's input or a module's unwritten argument), and its contents are ready once the
- * entry has run. Streams that did not read it since it was last made or written are not waited
- * for (past 4 reading streams, every stream of the device is). */
+ * entry has run. Only streams that read it are waited for, however many: those that read it
+ * since it was last made or written (past 4 of them, also one whose older read of it that stream
+ * has not yet let go of). */
 typedef struct jb_arg {
     jb_array *array;
     int written;

@@ -21,7 +21,8 @@ struct jb_array {
     jb_event *ready; /* NULL: nothing pending */
     /* Who read the contents `ready` marks: a write on another stream must wait for them. */
     atomic_bool read_where_made; /* read on `ready`'s own stream */
-    atomic_bool read_by_many;    /* more reading streams than slots: a write waits for all */
+    atomic_bool read_by_many;    /* more reading streams than slots: a write looks for them in
+                                  * every stream's holds */
     _Atomic uint64_t readers[ARRAY_READERS]; /* other reading streams' ids; 0: a free slot */
 };
 
@@ -143,8 +144,11 @@ int jb__array_order_write(jb_array *array, jb_stream *stream)
         if (id && id != stream->id)
             ids[n++] = id;
     }
-    bool every = atomic_load_explicit(&array->read_by_many, memory_order_relaxed);
-    return n || every ? jb__stream_wait_for_readers(stream, ids, n, every) : JB_OK;
+    /* Past the slots, the reading streams are those whose holds still keep the buffer: a hold
+     * lasts until its work is done, so a read whose hold is gone needs no wait. */
+    const jb_buffer *held =
+        atomic_load_explicit(&array->read_by_many, memory_order_relaxed) ? array->buffer : NULL;
+    return n || held ? jb__stream_wait_for_readers(stream, ids, n, held) : JB_OK;
 }
 
 void jb__array_written(jb_array *array, jb_event *done)

@@ -276,11 +276,24 @@ int jb__stream_wait(jb_stream *stream)
     return release_holds(stream, RELEASE_WAITED, before);
 }
 
-jb_event *jb__stream_newest_hold_event(jb_stream *stream)
+/* Whether some hold of the stream keeps `buffer` (under its mutex). */
+static bool holds_buffer(jb_stream *stream, const jb_buffer *buffer)
+{
+    for (size_t h = stream->holds_count; h-- > 0;) {
+        jb_hold *hold = hold_at(stream, h);
+        jb_buffer **buffers = hold_buffers(hold);
+        for (size_t i = 0; i < hold->count; i++)
+            if (buffers[i] == buffer)
+                return true;
+    }
+    return false;
+}
+
+jb_event *jb__stream_newest_hold_event(jb_stream *stream, const jb_buffer *buffer)
 {
     jb_event *newest = NULL;
     pthread_mutex_lock(&stream->holds_mutex);
-    if (stream->holds_count) {
+    if (stream->holds_count && (!buffer || holds_buffer(stream, buffer))) {
         newest = hold_at(stream, stream->holds_count - 1)->done;
         jb__event_retain(newest);
     }

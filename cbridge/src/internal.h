@@ -393,9 +393,10 @@ int jb__stream_check_process(const jb_stream *stream, const char *what);
 void jb__stream_retain(jb_stream *stream);
 /* Drops a reference; the last one waits for the stream's work and destroys it. */
 void jb__stream_release(jb_stream *stream);
-/* Makes `waiter` wait for the work queued so far on the device's streams named in `ids` (all
- * but `waiter` when `every`); streams gone are done. */
-int jb__stream_wait_for_readers(jb_stream *waiter, const uint64_t *ids, size_t n, bool every);
+/* Makes `waiter` wait for the work queued so far on the device's streams named in `ids`, and on
+ * those whose holds keep `held` (when not NULL); streams gone are done. */
+int jb__stream_wait_for_readers(jb_stream *waiter, const uint64_t *ids, size_t n,
+                                const struct jb_buffer *held);
 
 /* ---- buffers (buffer.c) ---- */
 typedef struct jb_buffer {
@@ -451,8 +452,9 @@ int jb__stream_release_holds(jb_stream *stream, bool all);
  * thread's launch during the wait keeps its hold). Returns the wait's status. */
 int jb__stream_wait(jb_stream *stream);
 /* The event of the stream's newest hold (a reference for the caller), which fires once the
- * stream's work that holds buffers so far is done; NULL when nothing is held: that work is done. */
-jb_event *jb__stream_newest_hold_event(jb_stream *stream);
+ * stream's work that holds buffers so far is done; NULL when nothing is held: that work is done.
+ * With `buffer` not NULL, only when some hold keeps that buffer (else NULL). */
+jb_event *jb__stream_newest_hold_event(jb_stream *stream, const jb_buffer *buffer);
 
 /* ---- test hooks (holds.c, test_points.c): JB_TEST_HOOKS builds only, never a normal one ---- */
 #ifdef JB_TEST_HOOKS
@@ -516,7 +518,8 @@ int jb__array_wrap(jb_array **out, jb_buffer *buf, jb_dtype dtype, const int64_t
 void jb__array_set_ready(jb_array *array, jb_event *ready);
 /* The array's ready event for a kernel that reads it on `stream`, noting the read: a later
  * write on another stream waits for it (jb__array_order_write). On the stream that made the
- * contents this costs a load; reads on others fill a few slots, then mark "read everywhere". */
+ * contents this costs a load; reads on others fill a few slots, then mark "read by many" (a
+ * write then finds the readers by their holds). */
 jb_event *jb__array_ready_for_read(jb_array *array, const jb_stream *stream);
 /* Orders a write of the array on `stream` after the work that made it and after every read
  * on another stream since (write after read): waits queued on `stream`, nothing blocks. */

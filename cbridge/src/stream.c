@@ -170,7 +170,8 @@ void jb_stream_free(jb_stream *stream)
     jb__stream_release(stream);
 }
 
-int jb__stream_wait_for_readers(jb_stream *waiter, const uint64_t *ids, size_t n, bool every)
+int jb__stream_wait_for_readers(jb_stream *waiter, const uint64_t *ids, size_t n,
+                                const jb_buffer *held)
 {
     enum { STACK_EVENTS = 16 };
     jb_event *stack_events[STACK_EVENTS], **events = stack_events;
@@ -181,11 +182,11 @@ int jb__stream_wait_for_readers(jb_stream *waiter, const uint64_t *ids, size_t n
      * still running) linked; the waits, driver calls, are queued after it is let go. */
     pthread_mutex_lock(&dev->streams_mutex);
     for (jb_stream *s = dev->streams; s; s = s->device_next) {
-        bool wanted = every;
-        for (size_t i = 0; !wanted && i < n; i++)
-            wanted = s->id == ids[i];
+        bool named = false;
+        for (size_t i = 0; !named && i < n; i++)
+            named = s->id == ids[i];
         /* A parent's stream has no worker here: its work never ends in this process. */
-        if (!wanted || s == waiter || !from_this_process(s))
+        if ((!named && !held) || s == waiter || !from_this_process(s))
             continue;
         if (count == capacity) {
             jb_event **grown = malloc(2 * capacity * sizeof *grown);
@@ -199,7 +200,7 @@ int jb__stream_wait_for_readers(jb_stream *waiter, const uint64_t *ids, size_t n
                 free(events);
             events = grown, capacity *= 2;
         }
-        if ((events[count] = jb__stream_newest_hold_event(s)) != NULL)
+        if ((events[count] = jb__stream_newest_hold_event(s, named ? NULL : held)) != NULL)
             count++;
     }
     pthread_mutex_unlock(&dev->streams_mutex);
