@@ -155,13 +155,16 @@ JB_API uint64_t jb_device_total_memory(const jb_device *device);
  * Device memory. A freed array's buffer stays idle on its device for reuse by a request of
  * close size (at most 1/8 larger); a device keeps at most its idle cap of idle bytes, oldest
  * freed first, and keeps its reserved memory within 5/4 of the most live bytes (since the last
- * jb_counters_reset) where idle buffers allow. An allocation the driver refuses for lack of memory frees the device's idle
- * buffers and tries once more. A buffer that queued work still uses is not idle before that
- * work is done and its stream has let go of it: a stream looks once per 64 launches on it (or
- * once its new work holds 64 MiB); jb_stream_synchronize lets go at once, and so do a refused
- * allocation and jb_device_trim, for every stream of the device whose work has finished. The idle cap
- * defaults to 1/16 of the device's memory (1 GiB where unknown); JITBRIDGE_IDLE_CAP (bytes,
- * optionally with K, M, G or T, binary: "512M", "2GiB") sets every device's at start.
+ * jb_counters_reset) where idle buffers allow. An allocation the driver refuses for lack of
+ * memory frees the device's idle buffers and tries once more. A buffer that queued work still
+ * uses is not idle before that work is done and its stream has let go of it: a stream looks once
+ * per 64 launches on it (or once its new work holds 64 MiB); jb_stream_synchronize lets go at
+ * once; an allocation that no idle buffer serves first has every stream of the device whose
+ * work is all done let go (so memory freed on a thread that then went quiet serves the others);
+ * and a refused allocation and jb_device_trim have every stream let go of its finished work's.
+ * The idle cap defaults to 1/16 of the device's memory (1 GiB where unknown);
+ * JITBRIDGE_IDLE_CAP (bytes, optionally with K, M, G or T, binary: "512M", "2GiB") sets every
+ * device's at start.
  */
 /* Frees every idle buffer of `device`; *out_freed (if not NULL) gets the bytes given back. */
 JB_API jb_status jb_device_trim(uint64_t *out_freed, jb_device *device);

@@ -190,6 +190,33 @@ static int allocate(jb_device *dev, size_t bytes, size_t capacity, jb_buffer *bu
     return status;
 }
 
+/* Gives `buf` out for `bytes`, with one reference. */
+static void hand_out(jb_buffer *buf, size_t bytes, jb_buffer **out)
+{
+    buf->bytes = bytes;
+    atomic_init(&buf->refs, 1);
+    atomic_init(&buf->looked, false);
+    *out = buf;
+}
+
+bool jb__buffer_reuse(jb_device *dev, size_t bytes, jb_buffer **out)
+{
+    if (!bytes || bytes > MAX_BUFFER_BYTES)
+        return false;
+    jb_buffer_cache *c = &dev->buffers;
+    pthread_mutex_lock(&c->mutex);
+    jb_buffer *buf = take_idle(c, bytes);
+    if (buf) {
+        c->reuses++;
+        count_live(c, bytes);
+    }
+    pthread_mutex_unlock(&c->mutex);
+    if (!buf)
+        return false;
+    hand_out(buf, bytes, out);
+    return true;
+}
+
 int jb__buffer_alloc(jb_device *dev, size_t bytes, jb_buffer **out)
 {
     *out = NULL;
@@ -241,10 +268,7 @@ int jb__buffer_alloc(jb_device *dev, size_t bytes, jb_buffer **out)
         buf->capacity = capacity;
         buf->bucket = capacity ? bucket_of(capacity) : -1;
     }
-    buf->bytes = bytes;
-    atomic_init(&buf->refs, 1);
-    atomic_init(&buf->looked, false);
-    *out = buf;
+    hand_out(buf, bytes, out);
     return JB_OK;
 }
 

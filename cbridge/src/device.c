@@ -173,6 +173,7 @@ void jb__devices_fork(jb_fork_phase phase)
             for (jb_stream *s = dev->streams; s; s = s->device_next)
                 jb__mutex_init_spinning(&s->holds_mutex);
             pthread_mutex_init(&dev->streams_mutex, NULL);
+            atomic_store(&dev->walking_streams, false); /* its walker is the parent's */
         }
     }
 }

@@ -289,6 +289,17 @@ static bool holds_buffer(jb_stream *stream, const jb_buffer *buffer)
     return false;
 }
 
+void jb__stream_release_if_idle(jb_stream *stream)
+{
+    pthread_mutex_lock(&stream->holds_mutex);
+    uint64_t before = stream->holds_next_seq;
+    size_t count = stream->holds_count;
+    pthread_mutex_unlock(&stream->holds_mutex);
+    /* Idle after `before` was read: the work of every hold added before it is done. */
+    if (count && stream_idle(stream) == 1)
+        release_holds(stream, RELEASE_WAITED, before);
+}
+
 jb_event *jb__stream_newest_hold_event(jb_stream *stream, const jb_buffer *buffer)
 {
     jb_event *newest = NULL;

@@ -318,6 +318,7 @@ struct jb_device {
      * holds, so finished work nobody synchronized does not keep its memory. */
     pthread_mutex_t streams_mutex;
     struct jb_stream *streams;
+    atomic_bool walking_streams; /* an allocation lets go of idle streams' holds (stream.c) */
 };
 
 /* ---- events (event_pool.c; their states, event_state.c) ---- */
@@ -411,8 +412,11 @@ typedef struct jb_buffer {
     struct jb_buffer *older, *newer;             /* while idle: the device's idle list */
 } jb_buffer;
 int jb__buffer_alloc(jb_device *dev, size_t bytes, jb_buffer **out);
-/* jb__buffer_alloc that, on running out of memory, first lets go of the device's streams' fired
- * holds and tries once more (stream.c). */
+/* An idle buffer for `bytes` (not 0), if one fits: true with *out set; false changes nothing. */
+bool jb__buffer_reuse(jb_device *dev, size_t bytes, jb_buffer **out);
+/* A buffer for `bytes` (stream.c): an idle one if one fits; else, before reserved memory grows,
+ * every idle stream of the device lets go of its holds and jb__buffer_alloc runs; on running out
+ * of memory, every stream lets go of its fired holds and it tries once more. */
 int jb__buffer_new(jb_device *dev, size_t bytes, jb_buffer **out);
 /* Frees every idle buffer of the device; returns the bytes freed. */
 uint64_t jb__buffer_trim(jb_device *dev);
@@ -451,6 +455,9 @@ int jb__stream_release_holds(jb_stream *stream, bool all);
 /* Waits for the stream's work, then releases the holds added before the wait began (another
  * thread's launch during the wait keeps its hold). Returns the wait's status. */
 int jb__stream_wait(jb_stream *stream);
+/* Releases every hold of the stream if its work is all done, asked without holding its lock (a
+ * busy stream or a failed query keeps them): for streams that went quiet. */
+void jb__stream_release_if_idle(jb_stream *stream);
 /* The event of the stream's newest hold (a reference for the caller), which fires once the
  * stream's work that holds buffers so far is done; NULL when nothing is held: that work is done.
  * With `buffer` not NULL, only when some hold keeps that buffer (else NULL). */

@@ -228,11 +228,12 @@ static bool retain_unless_dying(jb_stream *stream)
     return true;
 }
 
-/* Lets go of the fired holds of every stream of `dev` (a failed query keeps that stream's). The
- * queries are driver calls and each takes a stream's holds mutex: they run outside streams_mutex,
- * on streams referenced under it a batch at a time, so stream creation and destruction on other
- * threads never wait for the walk. */
-static void release_fired_holds(jb_device *dev)
+typedef void (*stream_visit)(jb_stream *stream);
+
+/* Calls `visit` on every stream of `dev` made in this process. Visits make driver calls and take
+ * a stream's holds mutex: they run outside streams_mutex, on streams referenced under it a batch
+ * at a time, so stream creation and destruction on other threads never wait for the walk. */
+static void for_each_stream(jb_device *dev, stream_visit visit)
 {
     enum { BATCH = 32 };
     jb_stream *batch[BATCH];
@@ -249,20 +250,35 @@ static void release_fired_holds(jb_device *dev)
         jb__stream_release(resume);
         resume = s ? batch[n - 1] : NULL; /* s: the batch filled up before the list's end */
         for (size_t i = 0; i < n; i++) {
-            jb__stream_release_holds(batch[i], false);
+            visit(batch[i]);
             if (batch[i] != resume)
                 jb__stream_release(batch[i]); /* maybe the last: destroys it */
         }
     } while (resume);
 }
 
+/* Lets go of the stream's fired holds (a failed query keeps them). */
+static void release_fired(jb_stream *stream)
+{
+    jb__stream_release_holds(stream, false);
+}
+
 int jb__buffer_new(jb_device *dev, size_t bytes, jb_buffer **out)
 {
+    if (jb__buffer_reuse(dev, bytes, out))
+        return JB_OK;
+    /* Before reserved memory grows: finished work on a stream that went quiet still holds what
+     * its arrays' owners freed, and no launch there will look again. One walk at a time: a
+     * thread that misses meanwhile does not wait for it. */
+    if (!atomic_exchange_explicit(&dev->walking_streams, true, memory_order_acquire)) {
+        for_each_stream(dev, jb__stream_release_if_idle);
+        atomic_store_explicit(&dev->walking_streams, false, memory_order_release);
+    }
     int status = jb__buffer_alloc(dev, bytes, out);
     if (status != JB_ERR_OUT_OF_MEMORY || bytes > ((size_t)1 << JB_BUFFER_MAX_LOG2))
         return status;
     /* Finished work that no one synchronized may still hold the memory: let go, try again. */
-    release_fired_holds(dev);
+    for_each_stream(dev, release_fired);
     return jb__buffer_alloc(dev, bytes, out);
 }
 
@@ -271,7 +287,7 @@ jb_status jb_device_trim(uint64_t *out_freed, jb_device *device)
     if (out_freed)
         *out_freed = 0;
     JB_RETURN_IF(!device, JB_ERR_INVALID_ARGUMENT, "jb_device_trim: device is NULL");
-    release_fired_holds(device);
+    for_each_stream(device, release_fired);
     uint64_t freed = jb__buffer_trim(device);
     if (out_freed)
         *out_freed = freed;

@@ -59,6 +59,22 @@ static inline jb_array *f32_filled(jb_device *device, int64_t n, float value)
     return a;
 }
 
+/* Leaves `count` idle buffers of n f32 on `device`, made on the thread's default stream, which is
+ * then synchronized: launches whose outputs take them allocate nothing, and so do not first let
+ * go of the holds of every idle stream (what a test of a stream's own looks must not see). */
+static inline void f32_idle_buffers(jb_device *device, int64_t n, int count)
+{
+    jb_array **arrays = calloc((size_t)count, sizeof *arrays);
+    for (int i = 0; i < count; i++)
+        arrays[i] = f32_filled(device, n, 0.0f);
+    for (int i = 0; i < count; i++)
+        jb_array_free(arrays[i]);
+    free(arrays);
+    jb_stream *stream = NULL;
+    CHECK_OK(jb_thread_local_default_stream(&stream, device));
+    CHECK_OK(jb_stream_synchronize(stream));
+}
+
 /* Whether `a` (of n elements) reads back as `want` everywhere; false for no array. */
 static inline bool f32_all_equal(jb_array *a, int64_t n, float want)
 {
