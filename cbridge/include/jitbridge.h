@@ -198,6 +198,9 @@ JB_API const char *jb_cpu_compiler(void);
  * thread exits; a thread may install a stream of its own as that default.
  */
 typedef struct jb_stream jb_stream;
+/* On the cpu, each stream runs its work on a thread of its own, which has this name (top -H,
+ * a debugger, /proc/PID/task/TID/comm) from its start until the stream is destroyed. */
+#define JB_CPU_STREAM_THREAD_NAME "jb cpu stream"
 
 /* A new stream on `device`, owned by the caller (jb_stream_free). */
 JB_API jb_status jb_stream_new(jb_stream **out, jb_device *device);
