@@ -1,6 +1,9 @@
 #![cfg(feature = "cuda")]
 //! Runs in CI: the CUDA headers are there but no NVIDIA driver is. A cuda build must still start,
-//! use the cpu, and say exactly what is missing when a CUDA device is asked for.
+//! use the cpu, and say exactly what is missing when a CUDA device is asked for. Each test runs
+//! in a child process: a build that crashes instead of answering fails with the signal named.
+
+mod common;
 
 use jitbridge::{DType, Device, DeviceKind, ErrorCode, gpu_backends};
 
@@ -12,6 +15,9 @@ fn cuda_devices() -> usize {
 
 #[test]
 fn asking_for_a_missing_cuda_device_gives_a_clear_error() {
+    if common::run_in_child("asking_for_a_missing_cuda_device_gives_a_clear_error", &[]).is_some() {
+        return;
+    }
     let n = cuda_devices();
     let err = Device::lookup(&format!("cuda:{n}")).unwrap_err();
     assert_eq!(err.code(), ErrorCode::NoDevice, "{err}");
@@ -39,6 +45,9 @@ fn asking_for_a_missing_cuda_device_gives_a_clear_error() {
 
 #[test]
 fn the_cpu_computes_and_is_the_default_without_a_gpu() {
+    if common::run_in_child("the_cpu_computes_and_is_the_default_without_a_gpu", &[]).is_some() {
+        return;
+    }
     let default = Device::default_device().unwrap();
     if Device::count(DeviceKind::Gpu).unwrap() == 0 {
         assert_eq!(default.backend(), "cpu");

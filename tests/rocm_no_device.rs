@@ -1,12 +1,19 @@
 #![cfg(feature = "rocm")]
 //! Runs in CI: HIP is installed there but no AMD GPU is, and asking for one must give a clear
 //! error rather than a crash. Where HIP is installed, libamdhip64 must load and every call the
-//! backend makes must resolve in it: the driver itself then says there is no device.
+//! backend makes must resolve in it: the driver itself then says there is no device. The test
+//! runs in a child process: a build that crashes instead of answering fails with the signal
+//! named.
+
+mod common;
 
 use jitbridge::{Device, DeviceKind, ErrorCode, gpu_backends};
 
 #[test]
 fn asking_for_a_missing_gpu_gives_a_clear_error() {
+    if common::run_in_child("asking_for_a_missing_gpu_gives_a_clear_error", &[]).is_some() {
+        return;
+    }
     let rocm = gpu_backends().into_iter().find(|b| b.name == "rocm").expect("rocm is listed");
     assert!(rocm.built, "a rocm build lists rocm as built");
     let n = rocm.devices.unwrap_or(0);

@@ -42,6 +42,45 @@ pub fn finish(mut command: Command, limit: Duration) -> Output {
     Output { status, stdout: out.join().unwrap().unwrap(), stderr: err.join().unwrap().unwrap() }
 }
 
+/// Set in a child that `run_in_child` starts: names the test the child runs.
+pub const CHILD: &str = "JITBRIDGE_TEST_CHILD";
+
+/// In the parent: runs test `name` of this binary again in a child process with CHILD set (and
+/// `env`), fails with the child's output unless it passes, and returns that output. A crash
+/// (the child ended by a signal) or a hang (past 2 minutes) fails with a message that says so,
+/// so a test whose body might crash the process still reports. In the child: None, so the
+/// caller runs the body.
+pub fn run_in_child(name: &str, env: &[(&str, &str)]) -> Option<String> {
+    use std::os::unix::process::ExitStatusExt;
+    if std::env::var(CHILD).as_deref() == Ok(name) {
+        return None;
+    }
+    let _turn = serial(); // one child at a time: some measure the child's memory
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command
+        .args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD, name)
+        .envs(env.iter().copied());
+    let out = finish(command, Duration::from_secs(120));
+    let text =
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    if let Some(signal) = out.status.signal() {
+        let what = match signal {
+            6 => " (SIGABRT)",
+            7 => " (SIGBUS)",
+            9 => " (SIGKILL)",
+            11 => " (SIGSEGV)",
+            _ => "",
+        };
+        panic!(
+            "the child running {name} ({env:?}) crashed: killed by signal {signal}{what}:\n{text}"
+        );
+    }
+    assert!(out.status.success(), "the child running {name} ({env:?}) failed:\n{text}");
+    assert!(text.contains("1 passed"), "the child ran no test {name}:\n{text}");
+    Some(text)
+}
+
 /// Scenarios read process-wide counters, so the tests of one binary take turns.
 pub fn serial() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());

@@ -16,8 +16,6 @@ use jitbridge::{
 use std::process::Command;
 
 const MIB: u64 = 1 << 20;
-/// Set in a child this file starts: names the test the child runs under a memory limit.
-const CHILD: &str = "JITBRIDGE_DEVICE_MEMORY_CHILD";
 
 /// A kernel whose one output is as large as asked while only thread 0 writes: device memory of
 /// any size without host data of that size (which would count against the limit too).
@@ -66,27 +64,6 @@ fn limit_address_space(extra: u64) {
     assert_eq!(rc, 0, "setrlimit(RLIMIT_AS) failed");
 }
 
-/// In the parent: runs test `name` of this binary again in a child with CHILD set (and `env`),
-/// fails with the child's output unless it passes, and returns that output. In the child: None,
-/// so the caller runs the body.
-fn run_in_child(name: &str, env: &[(&str, &str)]) -> Option<String> {
-    if std::env::var(CHILD).as_deref() == Ok(name) {
-        return None;
-    }
-    let _turn = common::serial(); // the child's memory, not this process's, is measured
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([name, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD, name)
-        .envs(env.iter().copied())
-        .output()
-        .unwrap();
-    let text =
-        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "the child running {name} ({env:?}) failed:\n{text}");
-    assert!(text.contains("1 passed"), "the child ran no test {name}:\n{text}");
-    Some(text)
-}
-
 /// A kernel and its input, made and compiled on `stream` (installed as this thread's default
 /// before): nothing of it is left on a stream of the thread's own, whose holds would only be let
 /// go at the thread's exit, in the middle of a later test's measurement.
@@ -107,7 +84,9 @@ fn warm_up(device: Device, stream: &Stream) -> Warm {
 /// one of them but not both. Power-of-two classes kept 1 GiB idle and failed the 400 MiB.
 #[test]
 fn a_freed_600_mib_output_makes_room_for_400_mib_under_a_limit() {
-    if run_in_child("a_freed_600_mib_output_makes_room_for_400_mib_under_a_limit", &[]).is_some() {
+    if common::run_in_child("a_freed_600_mib_output_makes_room_for_400_mib_under_a_limit", &[])
+        .is_some()
+    {
         return;
     }
     let cpu = Device::cpu().unwrap();
@@ -130,7 +109,7 @@ fn a_freed_600_mib_output_makes_room_for_400_mib_under_a_limit() {
 #[test]
 fn a_read_and_dropped_output_is_given_back_without_a_stream_synchronize() {
     let name = "a_read_and_dropped_output_is_given_back_without_a_stream_synchronize";
-    if run_in_child(name, &[]).is_some() {
+    if common::run_in_child(name, &[]).is_some() {
         return;
     }
     let cpu = Device::cpu().unwrap();
@@ -155,7 +134,9 @@ fn a_read_and_dropped_output_is_given_back_without_a_stream_synchronize() {
 /// buffers and succeeds on its one retry, and the retry is counted.
 #[test]
 fn a_refused_allocation_frees_the_idle_buffers_and_retries_once() {
-    if run_in_child("a_refused_allocation_frees_the_idle_buffers_and_retries_once", &[]).is_some() {
+    if common::run_in_child("a_refused_allocation_frees_the_idle_buffers_and_retries_once", &[])
+        .is_some()
+    {
         return;
     }
     let cpu = Device::cpu().unwrap();
@@ -321,7 +302,7 @@ fn the_idle_cap_is_honoured(device: Device) {
 fn the_idle_cap_comes_from_the_environment() {
     const NAME: &str = "the_idle_cap_comes_from_the_environment";
     const EXPECT: &str = "JITBRIDGE_TEST_EXPECTED_IDLE_CAP";
-    let Ok(value) = std::env::var(CHILD) else {
+    let Ok(value) = std::env::var(common::CHILD) else {
         let default = Device::cpu().unwrap().total_memory() / 16;
         let default = default.to_string();
         for (text, expected) in [
@@ -332,12 +313,14 @@ fn the_idle_cap_comes_from_the_environment() {
             ("2G", "2147483648"),
             ("1T", "1099511627776"),
         ] {
-            let out = run_in_child(NAME, &[("JITBRIDGE_IDLE_CAP", text), (EXPECT, expected)]);
+            let out =
+                common::run_in_child(NAME, &[("JITBRIDGE_IDLE_CAP", text), (EXPECT, expected)]);
             assert!(!out.unwrap().contains("JITBRIDGE_IDLE_CAP"), "{text}: no warning");
         }
         for bad in ["", "1.5G", "64 M", "-1", "64m", "64MB", "0x10", "99999999999999999999", "16E"]
         {
-            let out = run_in_child(NAME, &[("JITBRIDGE_IDLE_CAP", bad), (EXPECT, &default)]);
+            let out =
+                common::run_in_child(NAME, &[("JITBRIDGE_IDLE_CAP", bad), (EXPECT, &default)]);
             assert!(
                 out.unwrap().contains(&format!("JITBRIDGE_IDLE_CAP=\"{bad}\"")),
                 "{bad:?} is refused with a warning"
