@@ -4,8 +4,8 @@
  * the cpu is still the default and works, and asking for cuda says what the driver said. Then a
  * working fake (host memory for device memory) with and without the stream-ordered allocator:
  * which calls buffers use, data intact, every allocation freed, out-of-memory and a failed wait
- * mapped. Runs where no real driver loads (CI); elsewhere, and in builds without cuda, it checks
- * nothing.
+ * mapped. Runs where no real driver loads (CI); elsewhere, and in builds without cuda, it says it
+ * skipped and why.
  */
 #include "check.h"
 #include "jitbridge_sys.h"
@@ -245,8 +245,8 @@ int main(int argc, char **argv)
     void *real = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     if (real) {
         dlclose(real);
-        printf("test_fake_driver: a real driver loads here, so no fake can be tested\n");
-        return check_summary("test_fake_driver");
+        printf("test_fake_driver: skipped: a real driver loads here, so no fake can be tested\n");
+        return 0;
     }
     char dir[] = "/tmp/jb-test-fake-driver-XXXXXX";
     CHECK(mkdtemp(dir) != NULL, "mkdtemp");
@@ -258,8 +258,11 @@ int main(int argc, char **argv)
     char command[128];
     snprintf(command, sizeof command, "rm -rf %s", dir);
     CHECK(system(command) == 0, "%s", command);
+    return check_summary("test_fake_driver");
 #else
     (void)argv;
+    printf("test_fake_driver: skipped: this build has no cuda backend (make CUDA=1 test runs it, "
+           "as CI does)\n");
+    return 0;
 #endif
-    return check_summary("test_fake_driver");
 }
