@@ -10,7 +10,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-# The number after "key": inside object "obj" of one-line JSON (obj empty: top level).
+# The number after "key": inside object "obj" of the soak's one-line JSON (docs/JSON.md; obj
+# empty: the first "key" anywhere).
 get() {
     local obj=$1 key=$2 file=$3
     if [ -n "$obj" ]; then
@@ -20,6 +21,7 @@ get() {
     fi
 }
 us() { awk -v ns="${1:-0}" 'BEGIN { printf "%.1f", ns / 1000 }'; }
+ratio() { awk -v a="${1:-0}" -v b="${2:-0}" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
 
 table() {
     local dir=$1
@@ -36,7 +38,7 @@ table() {
             "$(us "$(get decode_alone p99_ns "$f")")" "$(us "$(get decode_together p99_ns "$f")")" \
             "$(us "$(get alone_launch p99_ns "$f")")" "$(us "$(get together_launch p99_ns "$f")")" \
             "$(us "$(get alone_wait p99_ns "$f")")" "$(us "$(get together_wait p99_ns "$f")")" \
-            "$(get "" p99_ratio "$f")" \
+            "$(ratio "$(get decode_together p99_ns "$f")" "$(get decode_alone p99_ns "$f")")" \
             "$(get slow_together over "$f")" "$(get slow_together steps "$f")" \
             "$(get slow_together launch_dominated "$f")" "$(get slow_together wait_dominated "$f")" \
             "$(get slow_alone over "$f")" "$(get slow_alone steps "$f")" \

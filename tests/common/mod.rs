@@ -1,7 +1,10 @@
 //! The mission's concurrency scenarios, written once; each backend's test file instantiates them
-//! with `jit_module_concurrency_tests!`.
+//! with `jit_module_concurrency_tests!`. Also what several test binaries share: running a command
+//! to its end (`finish`), a JSON reader (`json`) and a pseudo-terminal (`pty`).
 #![allow(dead_code)]
 
+pub mod json;
+pub mod pty;
 mod temporary_cache;
 
 use jitbridge::race::{self, Probe};

@@ -23,11 +23,14 @@ mod bench;
 mod cache;
 mod help;
 mod histogram;
+mod host;
 mod info;
 mod json;
 mod progress;
+mod rows;
 mod run;
 mod soak;
+mod table;
 
 use args::{Command, text_args};
 use help::MAIN;

@@ -1,25 +1,37 @@
-//! Progress on stderr while a long command runs.
+//! Progress on stderr while a long command runs: one line redrawn in place on a terminal, a
+//! plain line per step otherwise (a log or a pipe keeps every step, and no carriage return).
 
 use std::io::{self, IsTerminal, Write};
 
-/// Shows "round i/n" on stderr: redrawn in place on a terminal, one plain line each otherwise.
 pub struct Progress {
     terminal: bool,
+    /// A line is on the terminal, not yet ended.
+    open: bool,
 }
 
 impl Progress {
     pub fn new() -> Self {
-        Progress { terminal: io::stderr().is_terminal() }
+        Progress { terminal: io::stderr().is_terminal(), open: false }
     }
-    pub fn round(&self, done: usize, total: usize) {
+
+    pub fn terminal(&self) -> bool {
+        self.terminal
+    }
+
+    /// Shows `line`: in place of the last one on a terminal (the rest of it cleared), as a line
+    /// of its own otherwise.
+    pub fn show(&mut self, line: &str) {
         if self.terminal {
-            let _ = write!(io::stderr(), "\rround {done}/{total}");
+            let _ = write!(io::stderr(), "\r{line}\x1b[K");
+            self.open = true;
         } else {
-            note!("round {done}/{total}");
+            note!("{line}");
         }
     }
-    pub fn finish(&self) {
-        if self.terminal {
+
+    /// Ends the redrawn line, so that what follows starts on a line of its own.
+    pub fn finish(&mut self) {
+        if std::mem::take(&mut self.open) {
             note!();
         }
     }

@@ -75,7 +75,7 @@ pub fn run(options: RunOptions) -> Outcome {
     let start = Instant::now();
     let mut all_exact = true;
     let mut failures = Vec::new();
-    let progress = (options.rounds >= 4).then(Progress::new);
+    let mut progress = (options.rounds >= 4).then(Progress::new);
     for round in 0..options.rounds {
         // Every round first-launches a variant no earlier round built.
         let variant = round as i32;
@@ -84,7 +84,7 @@ pub fn run(options: RunOptions) -> Outcome {
         let outcomes = match outcomes {
             Ok(outcomes) => outcomes,
             Err(e) => {
-                if let Some(p) = &progress {
+                if let Some(p) = &mut progress {
                     p.finish();
                 }
                 return Err(e.into());
@@ -100,11 +100,11 @@ pub fn run(options: RunOptions) -> Outcome {
                 }
             }
         }
-        if let Some(p) = &progress {
-            p.round(round + 1, options.rounds);
+        if let Some(p) = &mut progress {
+            p.show(&format!("round {}/{}", round + 1, options.rounds));
         }
     }
-    if let Some(p) = &progress {
+    if let Some(p) = &mut progress {
         p.finish();
     }
     let elapsed = start.elapsed();

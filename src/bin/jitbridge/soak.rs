@@ -15,6 +15,9 @@ mod workers;
 use crate::args::{
     Command, DEVICE_OPT, Opt, device_or_default, no_positional, parse_args, parse_count, print_help,
 };
+use crate::json::{Object, json_list, json_string};
+use crate::progress::Progress;
+use crate::rows::Results;
 use crate::{Failure, Outcome};
 pub use decode::DecodeMode;
 use decode::Decoded;
@@ -33,8 +36,8 @@ pub use workers::Workers;
 
 pub const SOAK: Command = Command {
     name: "soak",
-    usage: "jitbridge soak [--seconds N] [--json] [--device cpu|gpu|cuda|rocm[:N]] [--workers LIST]
-                      [--decode library|raw]",
+    usage: "jitbridge soak [--seconds N] [--json] [--check] [--device cpu|gpu|cuda|rocm[:N]]
+                      [--workers LIST] [--decode library|raw]",
     about: "live like a server for a while: checks every output, memory and decode latency",
     details: "A decode loop launches a warm kernel on its own stream; embedding and rerank workers
 first-launch a new kernel (a new shape or variant) every 250 ms and launch their recent ones on
@@ -50,7 +53,8 @@ alone phase and with the others, and for those which part exceeded its alone p50
 reserved vs peak live device bytes over
 time, RSS growth after warm-up (/proc/self/statm), builds and hits, and whether each target was
 met: every output exact; decode p99 with the others at most 1.1x alone; reserved at most 1.25x
-peak live; RSS growth after warm-up under 1%.
+peak live; RSS growth after warm-up at most 1%. RSS growth is judged on runs of at least 60 s
+only: a shorter run prints it and says it is too short to judge.
 
 RSS growth is measured from the RSS floor (least RSS sampled) of the third quarter of the phase
 with the others to that of its last quarter, less the modules loaded meanwhile at their measured
@@ -67,9 +71,14 @@ To attribute the decode p99 with the others, run one soak per worker (--workers 
 rerank, ...) and one with --workers none; and each again with --decode raw: a p99 that rises
 under --decode raw as well comes from the driver or the device, not from jitbridge's path.
 
+It takes --seconds and a few seconds more (set-up, and the forked child's wait); progress goes
+to stderr, one updating line on a terminal, a line per phase otherwise.
+
 options:
-  --seconds N   how long, 1 to 86400 (default 30)
-  --json        one JSON object on stdout instead of the table
+  --seconds N   how long, 1 to 86400 (default 30; RSS growth is judged from 60)
+  --json        one JSON object on stdout instead of the table: the schema shared with
+                `jitbridge bench --json`, described in docs/JSON.md
+  --check       exit with status 1 when a judged target is missed (for CI)
   --device D    cpu, gpu, cuda or rocm, with an optional :N (default: as for run)
   --workers L   the other workers that run beside decode: a comma list of embed (first-launch
                 worker), rerank (another), shared (two threads sharing one stream), batch
@@ -81,26 +90,28 @@ options:
                 event's wait, of a launch the library staged once into one fixed output (no
                 lookup, array, hold or allocation); every output is still checked exactly
 
-exit status: 0 when every output was exact and the memory targets (reserved, RSS) were met,
-1 when not (the latency target is printed, never judged here: it depends on the host's load),
-2 on an error",
+exit status: 0 when every output was exact (with --check: and every judged target was met),
+1 when not, 2 on an error. The latency target was set for the H200 host: on a loaded host it
+is missed without a fault of the library, so judge it with --check on the host it is for",
 };
 
 /// Most seconds `soak --seconds` takes: a day.
 const MAX_SOAK_SECONDS: u64 = 86_400;
 
+const OPTIONS: [Opt; 6] = [
+    Opt { flag: "--seconds", value: Some("how long to run, 1 to 86400 seconds") },
+    Opt { flag: "--json", value: None },
+    Opt { flag: "--check", value: None },
+    DEVICE_OPT,
+    Opt {
+        flag: "--workers",
+        value: Some("a comma list of embed, rerank, shared, batch, fork; or all, or none"),
+    },
+    Opt { flag: "--decode", value: Some("library or raw") },
+];
+
 pub fn soak_command(args: &[String]) -> Outcome {
-    let opts = [
-        Opt { flag: "--seconds", value: Some("how long to run, 1 to 86400 seconds") },
-        Opt { flag: "--json", value: None },
-        DEVICE_OPT,
-        Opt {
-            flag: "--workers",
-            value: Some("a comma list of embed, rerank, shared, batch, fork; or all, or none"),
-        },
-        Opt { flag: "--decode", value: Some("library or raw") },
-    ];
-    let Some(args) = parse_args(&SOAK, args, &opts)? else {
+    let Some(args) = parse_args(&SOAK, args, &OPTIONS)? else {
         print_help(&SOAK);
         return Ok(true);
     };
@@ -119,13 +130,32 @@ pub fn soak_command(args: &[String]) -> Outcome {
         None => DecodeMode::Library,
     };
     let device = device_or_default(args.get("--device"))?;
-    let report = run(device, seconds as f64, workers, mode)?;
+    let date = crate::host::now_utc();
+    let start = Instant::now();
+    let report = run(device, seconds as f64, workers, mode, true)?;
+    let options = Object::new()
+        .count("seconds", seconds as u64)
+        .raw("workers", json_list(workers.names().iter().map(|n| json_string(n))))
+        .flag("all_workers", workers == Workers::ALL)
+        .text("decode", mode.name())
+        .build();
+    let results = Results {
+        command: "soak",
+        device,
+        options,
+        date,
+        seconds: start.elapsed().as_secs_f64(),
+        rows: report.rows(),
+        details: print::details_json(&report),
+    };
     if args.has("--json") {
-        print::print_json(device, &report);
+        results.print_json();
     } else {
-        print::print_table(device, &report);
+        print::print_details(device, &report);
+        results.print_table();
     }
-    Ok(report.passed())
+    // A wrong output fails the run on its own; a missed target only under --check.
+    Ok(report.exact() && (!args.has("--check") || results.missed() == 0))
 }
 
 /// How often the controller samples memory and RSS.
@@ -196,6 +226,41 @@ impl Drop for Done<'_> {
     }
 }
 
+/// The soak's phases on stderr, each with the seconds gone; nothing when not shown.
+struct PhaseProgress {
+    shown: Option<Progress>,
+    start: Instant,
+    seconds: f64,
+}
+
+impl PhaseProgress {
+    fn terminal(&self) -> bool {
+        self.shown.as_ref().is_some_and(Progress::terminal)
+    }
+    fn tell(&mut self, what: &str) {
+        let gone = self.start.elapsed().as_secs_f64();
+        if let Some(shown) = &mut self.shown {
+            shown.show(&format!("soak: {gone:.0} of {} s, {what}", self.seconds));
+        }
+    }
+    /// Waits until `t`; on a terminal the line counts the seconds meanwhile.
+    fn wait_until(&mut self, t: Instant, what: &str) {
+        self.tell(what);
+        while let Some(left) = t.checked_duration_since(Instant::now()) {
+            let terminal = self.terminal();
+            std::thread::sleep(if terminal { left.min(Duration::from_secs(1)) } else { left });
+            if terminal {
+                self.tell(what);
+            }
+        }
+    }
+    fn finish(&mut self) {
+        if let Some(shown) = &mut self.shown {
+            shown.finish();
+        }
+    }
+}
+
 /// Where each phase ends, as fractions of the run.
 const WARM_END: f64 = 0.05;
 const ALONE_END: f64 = 0.20;
@@ -206,12 +271,13 @@ const TOGETHER_END: f64 = 0.85;
 const FORK_AT: f64 = TOGETHER_WARM_END + (TOGETHER_END - TOGETHER_WARM_END) / 4.0;
 
 /// Runs the soak on `device` for `seconds`, with the other `workers` beside a decode loop that
-/// launches as `mode` says.
+/// launches as `mode` says; with `show_progress`, the phases on stderr.
 pub fn run(
     device: Device,
     seconds: f64,
     workers: Workers,
     mode: DecodeMode,
+    show_progress: bool,
 ) -> Result<Report, jitbridge::Error> {
     let fork = workers.fork;
     let phase = &AtomicU8::new(Phase::Warm as u8);
@@ -367,32 +433,36 @@ pub fn run(
             }
         };
         let set = |p: Phase| phase.store(p as u8, Ordering::Release);
-        let sleep_until = |t: Instant| {
-            let now = Instant::now();
-            if t > now {
-                std::thread::sleep(t - now);
-            }
-        };
-        sleep_until(at(WARM_END));
+        let mut progress =
+            PhaseProgress { shown: show_progress.then(Progress::new), start, seconds };
+        progress.wait_until(at(WARM_END), "decode alone, warming up");
         set(Phase::Alone);
-        sleep_until(at(ALONE_END));
+        progress.wait_until(at(ALONE_END), "decode alone");
         set(Phase::TogetherWarm);
         others_started.store(true, Ordering::Release);
-        sleep_until(at(TOGETHER_WARM_END));
+        progress.wait_until(at(TOGETHER_WARM_END), "with the others, warming up");
         set(Phase::Together);
+        progress.tell("with the others");
         samples.push(sample(start));
+        let mut told = Instant::now();
         while Instant::now() < at(TOGETHER_END) {
             std::thread::sleep(SAMPLE_EVERY);
             samples.push(sample(start));
+            if told.elapsed() >= Duration::from_secs(1) && progress.terminal() {
+                progress.tell("with the others");
+                told = Instant::now();
+            }
         }
         // Alone again once every other worker has finished its last step.
         set(Phase::TogetherWarm);
+        progress.tell("stopping the others");
         stop_others.store(true, Ordering::Release);
         while others_running.load(Ordering::Acquire) > 0 {
             std::thread::sleep(Duration::from_millis(1));
         }
         set(Phase::Alone);
-        sleep_until(at(1.0));
+        progress.wait_until(at(1.0), "decode alone again");
+        progress.finish();
         let end = sample(start);
         set(Phase::Stop);
         *controller_result.lock().unwrap_or_else(|p| p.into_inner()) = Some((samples, end.rss));

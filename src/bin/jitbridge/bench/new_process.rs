@@ -1,15 +1,36 @@
 //! Section 5 of the bench: the first launch in a new process, with and without an entry in the
 //! disk cache. The bench runs `jitbridge __first-launch` (below) as its child processes.
 
-use super::{fresh_variant, median};
+use super::{Context, fresh_variant, median};
 use crate::args::{Command, device_or_default, parse_args, print_help};
+use crate::rows::{H200_CUDA, Row, Target, Unit};
 use crate::{Failure, Outcome};
 use jitbridge::{Counters, Device, race, sys_tools};
 use std::time::Instant;
 
+/// Section 5: a new process's first launch, loaded from the disk cache against compiled.
+pub fn new_process_first_launch(
+    context: &mut Context<'_>,
+    rows: &mut Vec<Row>,
+) -> Result<(), jitbridge::Error> {
+    let (cold, warm) =
+        first_launch_in_new_processes(context.device, context.scale.new_process_rounds)?;
+    rows.push(
+        Row::new("5 new process", "first launch, entry on disk vs no entry", warm, Unit::Ns)
+            .against(cold)
+            .target(Target {
+                max_value: Some(300_000.0),
+                max_ratio: None,
+                text: "warm <= 0.3 ms",
+                set_for: H200_CUDA,
+            }),
+    );
+    Ok(())
+}
+
 /// Runs `jitbridge __first-launch` twice on one fresh cache folder: the first compiles and
 /// stores, the second loads. Returns (cold, warm) nanoseconds, each the median of `rounds`.
-pub fn first_launch_in_new_processes(
+fn first_launch_in_new_processes(
     device: Device,
     rounds: usize,
 ) -> Result<(f64, f64), jitbridge::Error> {

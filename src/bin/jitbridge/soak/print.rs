@@ -1,9 +1,11 @@
-//! The soak's report, as a table or as JSON.
+//! What the soak saw beyond its targets: as lines before the targets' table, and as the JSON's
+//! `details`.
 
 use super::Workers;
 use super::decode::Slow;
 use super::report::{Latency, Report, Sample};
-use crate::json::{json_number, json_string};
+use crate::json::{Object, json_list, json_string};
+use crate::table::{self, Align};
 use jitbridge::Device;
 
 /// The workers that ran, and a note when not all did.
@@ -49,32 +51,42 @@ fn some_samples(samples: &[Sample]) -> Vec<Sample> {
     picked
 }
 
-pub fn print_table(device: Device, r: &Report) {
+/// What the soak saw, line by line, before its targets' table.
+pub fn print_details(device: Device, r: &Report) {
     out!(
         "jitbridge soak: {} {} ({}), {} s, {} cores",
         device.backend(),
         device.name(),
         device.arch(),
         r.seconds,
-        std::thread::available_parallelism().map_or(1, |n| n.get())
+        crate::host::cores()
     );
     out!("decode mode  {} ({})", r.decode_mode.name(), r.decode_mode.parts());
     out!("workers      {}", workers_line(r.workers));
-    for (part, label, l) in [
+    let latencies: Vec<Vec<String>> = [
         ("decode step", "alone", &r.decode_alone),
         ("  launch", "alone", &r.alone_launch),
         ("  wait", "alone", &r.alone_wait),
         ("decode step", "with others", &r.decode_together),
         ("  launch", "with others", &r.together_launch),
         ("  wait", "with others", &r.together_wait),
-    ] {
-        out!(
-            "{part:<12} {label:<12} p50 {:>10}  p99 {:>10}  max {:>10}  ({} steps)",
-            us(l.p50_ns),
-            us(l.p99_ns),
-            us(l.max_ns),
-            l.steps
-        );
+    ]
+    .into_iter()
+    .map(|(part, phase, l)| {
+        let (p50, p99, max) = (us(l.p50_ns), us(l.p99_ns), us(l.max_ns));
+        vec![part.into(), phase.into(), p50, p99, max, l.steps.to_string()]
+    })
+    .collect();
+    let columns = [
+        ("latency", Align::Left),
+        ("phase", Align::Left),
+        ("p50", Align::Right),
+        ("p99", Align::Right),
+        ("max", Align::Right),
+        ("steps", Align::Right),
+    ];
+    for line in table::lines(&columns, &latencies) {
+        out!("{line}");
     }
     match &r.threshold {
         None => out!("slow steps   none measured (no decode step alone before the others)"),
@@ -110,23 +122,22 @@ pub fn print_table(device: Device, r: &Report) {
         r.driver_allocations,
         r.driver_frees
     );
-    out!(
-        "memory       {:>7}  {:>12} {:>12} {:>12} {:>12}",
-        "at",
-        "live",
-        "peak live",
-        "reserved",
-        "RSS"
-    );
-    for s in some_samples(&r.samples) {
-        out!(
-            "             {:>6.1}s  {:>12} {:>12} {:>12} {:>12}",
-            s.at,
-            mib(s.live),
-            mib(s.peak_live),
-            mib(s.reserved),
-            mib(s.rss)
-        );
+    let samples: Vec<Vec<String>> = some_samples(&r.samples)
+        .iter()
+        .map(|s| {
+            let at = format!("{:.1} s", s.at);
+            vec![at, mib(s.live), mib(s.peak_live), mib(s.reserved), mib(s.rss)]
+        })
+        .collect();
+    let columns = [
+        ("memory at", Align::Right),
+        ("live", Align::Right),
+        ("peak live", Align::Right),
+        ("reserved", Align::Right),
+        ("RSS", Align::Right),
+    ];
+    for line in table::lines(&columns, &samples) {
+        out!("{line}");
     }
     out!(
         "RSS floor    {} early after warm-up, {} late, {} at the end",
@@ -137,121 +148,73 @@ pub fn print_table(device: Device, r: &Report) {
     for e in &r.first_errors {
         out!("error        {e}");
     }
-    out!("{:<36} {:<52} {:<14} met", "target", "value", "target");
-    for (name, value, target, met) in r.targets() {
-        let met = match met {
-            Some(true) => "met",
-            Some(false) => "missed",
-            None => "not measured",
-        };
-        out!("{name:<36} {value:<52} {target:<14} {met}");
-    }
 }
 
-pub fn print_json(device: Device, r: &Report) {
+/// What the soak saw beyond its rows, for the JSON's `details` (docs/JSON.md).
+pub fn details_json(r: &Report) -> String {
     let latency = |l: &Latency| {
-        format!(
-            "{{\"steps\":{},\"p50_ns\":{},\"p99_ns\":{},\"max_ns\":{}}}",
-            l.steps, l.p50_ns, l.p99_ns, l.max_ns
-        )
+        Object::new()
+            .count("steps", l.steps)
+            .count("p50_ns", l.p50_ns)
+            .count("p99_ns", l.p99_ns)
+            .count("max_ns", l.max_ns)
+            .build()
     };
-    let samples: Vec<String> = r
-        .samples
-        .iter()
-        .map(|s| {
-            format!(
-                "{{\"at_s\":{},\"live\":{},\"peak_live\":{},\"reserved\":{},\"rss\":{},\"modules\":{}}}",
-                s.at, s.live, s.peak_live, s.reserved, s.rss, s.modules
-            )
-        })
-        .collect();
-    let targets: Vec<String> = r
-        .targets()
-        .iter()
-        .map(|(name, value, target, met)| {
-            format!(
-                "{{\"name\":{},\"value\":{},\"target\":{},\"met\":{}}}",
-                json_string(name),
-                json_string(value),
-                json_string(target),
-                met.map_or("null".into(), |m| m.to_string())
-            )
-        })
-        .collect();
-    let errors: Vec<String> = r.first_errors.iter().map(|e| json_string(e)).collect();
     let slow = |s: &Slow| {
-        format!(
-            "{{\"steps\":{},\"over\":{},\"launch_dominated\":{},\"wait_dominated\":{},\
-             \"mean_launch_ns\":{},\"mean_wait_ns\":{}}}",
-            s.steps,
-            s.over,
-            s.launch_dominated,
-            s.wait_dominated,
-            s.mean_launch_ns(),
-            s.mean_wait_ns()
-        )
+        Object::new()
+            .count("steps", s.steps)
+            .count("over", s.over)
+            .count("launch_dominated", s.launch_dominated)
+            .count("wait_dominated", s.wait_dominated)
+            .count("mean_launch_ns", s.mean_launch_ns())
+            .count("mean_wait_ns", s.mean_wait_ns())
+            .build()
     };
     let threshold = r.threshold.map_or("null".into(), |t| {
-        format!(
-            "{{\"total_p99_ns\":{},\"launch_p50_ns\":{},\"wait_p50_ns\":{}}}",
-            t.total_p99_ns, t.launch_p50_ns, t.wait_p50_ns
-        )
+        Object::new()
+            .count("total_p99_ns", t.total_p99_ns)
+            .count("launch_p50_ns", t.launch_p50_ns)
+            .count("wait_p50_ns", t.wait_p50_ns)
+            .build()
     });
-    let names: Vec<String> = r.workers.names().iter().map(|n| json_string(n)).collect();
-    let parts = format!(
-        "\"decode_mode\":{},\"workers\":[{}],\"all_workers\":{},\"alone_launch\":{},\
-         \"alone_wait\":{},\"together_launch\":{},\"together_wait\":{},\"slow_threshold\":{},\
-         \"slow_alone\":{},\"slow_together\":{}",
-        json_string(r.decode_mode.name()),
-        names.join(","),
-        r.workers == Workers::ALL,
-        latency(&r.alone_launch),
-        latency(&r.alone_wait),
-        latency(&r.together_launch),
-        latency(&r.together_wait),
-        threshold,
-        slow(&r.slow_alone),
-        slow(&r.slow_together)
-    );
-    out!(
-        "{{\"backend\":{},\"device\":{},\"seconds\":{},\"decode_alone\":{},\"decode_together\":{},\
-         \"p99_ratio\":{},\"checked\":{},\"inexact\":{},\"errors\":{},\"first_errors\":[{}],\
-         \"child\":{},\"child_ok\":{},\"exact\":{},\"first_launches\":{},\"builds\":{},\
-         \"disk_hits\":{},\"hits\":{},\"driver_allocations\":{},\"driver_frees\":{},\
-         \"reserved_ratio\":{},\"rss_warm\":{},\
-         \"rss_late\":{},\"rss_end\":{},\"rss_growth\":{},\
-         \"module_rss\":{},\"modules_after_warm\":{},\"rss_growth_net\":{},{},\"samples\":[{}],\
-         \"targets\":[{}],\"passed\":{}}}",
-        json_string(&device.backend()),
-        json_string(&device.name()),
-        r.seconds,
-        latency(&r.decode_alone),
-        latency(&r.decode_together),
-        json_number(Some(r.p99_ratio())),
-        r.checked,
-        r.inexact,
-        r.errors,
-        errors.join(","),
-        json_string(&r.child),
-        r.child_ok,
-        r.exact(),
-        r.first_launches,
-        r.builds,
-        r.disk_hits,
-        r.hits,
-        r.driver_allocations,
-        r.driver_frees,
-        json_number(r.reserved_ratio()),
-        r.rss_warm,
-        r.rss_late,
-        r.rss_end,
-        json_number(Some(r.rss_growth())),
-        r.module_rss,
-        r.modules_after_warm,
-        json_number(Some(r.rss_growth_net())),
-        parts,
-        samples.join(","),
-        targets.join(","),
-        r.passed()
-    );
+    let samples = r.samples.iter().map(|s| {
+        Object::new()
+            .number("at_s", s.at)
+            .count("live", s.live)
+            .count("peak_live", s.peak_live)
+            .count("reserved", s.reserved)
+            .count("rss", s.rss)
+            .count("modules", s.modules)
+            .build()
+    });
+    Object::new()
+        .raw("decode_alone", latency(&r.decode_alone))
+        .raw("decode_together", latency(&r.decode_together))
+        .raw("alone_launch", latency(&r.alone_launch))
+        .raw("alone_wait", latency(&r.alone_wait))
+        .raw("together_launch", latency(&r.together_launch))
+        .raw("together_wait", latency(&r.together_wait))
+        .raw("slow_threshold", threshold)
+        .raw("slow_alone", slow(&r.slow_alone))
+        .raw("slow_together", slow(&r.slow_together))
+        .count("checked", r.checked)
+        .count("inexact", r.inexact)
+        .count("errors", r.errors)
+        .raw("first_errors", json_list(r.first_errors.iter().map(|e| json_string(e))))
+        .text("child", &r.child)
+        .flag("child_ok", r.child_ok)
+        .flag("exact", r.exact())
+        .count("first_launches", r.first_launches)
+        .count("builds", r.builds)
+        .count("disk_hits", r.disk_hits)
+        .count("hits", r.hits)
+        .count("driver_allocations", r.driver_allocations)
+        .count("driver_frees", r.driver_frees)
+        .raw("samples", json_list(samples))
+        .count("rss_warm", r.rss_warm)
+        .count("rss_late", r.rss_late)
+        .count("rss_end", r.rss_end)
+        .count("module_rss", r.module_rss)
+        .count("modules_after_warm", r.modules_after_warm)
+        .build()
 }

@@ -1,13 +1,19 @@
-//! What a soak saw, and its targets.
+//! What a soak saw, and its targets as rows.
 
 use super::decode::{Slow, Threshold};
 use super::{DecodeMode, Workers};
 use crate::histogram::Histogram;
+use crate::rows::{ANY_HOST, H200, Row, Target, Unit};
 
 /// The targets, from the server-life issue.
 pub const MAX_P99_RATIO: f64 = 1.1;
 pub const MAX_RESERVED_RATIO: f64 = 1.25;
 pub const MAX_RSS_GROWTH: f64 = 0.01;
+/// The shortest soak whose RSS growth is judged. The floors compared are the least RSS of a
+/// tenth of the run each (the third and last quarter of the phase with the others, after the
+/// allocator's warm-up in its first half). On 2 busy cores (2026-12-01) runs of 10 to 30 s moved
+/// them by 0.2 to 1.35% with no leak (arena warm-up, the fork), runs of 60 s by 0.53 to 0.57%.
+pub const MIN_RSS_SECONDS: u64 = 60;
 
 /// Device memory and RSS at one moment, `at` seconds into the run.
 #[derive(Clone, Copy, Debug)]
@@ -94,78 +100,89 @@ impl Report {
     pub fn exact(&self) -> bool {
         self.inexact == 0 && self.errors == 0 && self.child_ok
     }
-    pub fn p99_ratio(&self) -> f64 {
-        self.decode_together.p99_ns as f64 / self.decode_alone.p99_ns.max(1) as f64
-    }
-    /// The most reserved / peak live seen after warm-up (None without a sample).
-    pub fn reserved_ratio(&self) -> Option<f64> {
-        self.samples
-            .iter()
-            .filter(|s| s.peak_live > 0)
-            .map(|s| s.reserved as f64 / s.peak_live as f64)
-            .max_by(f64::total_cmp)
-    }
-    /// RSS growth after warm-up: from the first floor to the last, as a fraction of the first.
-    pub fn rss_growth(&self) -> f64 {
-        self.rss_late.saturating_sub(self.rss_warm) as f64 / self.rss_warm.max(1) as f64
-    }
-    /// The same, less the modules loaded after warm-up at their measured price: what the
-    /// target judges.
-    pub fn rss_growth_net(&self) -> f64 {
+    /// RSS growth after warm-up, from the first floor to the last, less the modules loaded
+    /// meanwhile at their measured price: what the target judges, against the first floor.
+    pub fn rss_growth_net_bytes(&self) -> u64 {
         let modules = self.modules_after_warm * self.module_rss;
-        self.rss_late.saturating_sub(self.rss_warm + modules) as f64 / self.rss_warm.max(1) as f64
+        self.rss_late.saturating_sub(self.rss_warm + modules)
     }
-    /// Each target: name, measured text, target text, met (None: not measurable here).
-    pub fn targets(&self) -> Vec<(&'static str, String, String, Option<bool>)> {
-        let reserved = self.reserved_ratio();
-        vec![
-            (
-                "every output exact",
-                format!(
-                    "{} checked, {} inexact, {} errors, child {}",
-                    self.checked, self.inexact, self.errors, self.child
-                ),
-                "all exact, no error".into(),
-                Some(self.exact()),
-            ),
-            (
-                "decode p99 with others vs alone",
-                format!(
-                    "{:.2}x (workers {}, decode {})",
-                    self.p99_ratio(),
-                    self.workers.describe(),
-                    self.decode_mode.name()
-                ),
-                format!("<= {MAX_P99_RATIO}x"),
-                Some(self.p99_ratio() <= MAX_P99_RATIO),
-            ),
-            (
-                "reserved vs peak live device bytes",
-                reserved.map_or("no sample".into(), |r| format!("{r:.3}x")),
-                format!("<= {MAX_RESERVED_RATIO}x"),
-                reserved.map(|r| r <= MAX_RESERVED_RATIO),
-            ),
-            (
-                "RSS growth after warm-up, less modules",
-                format!(
-                    "{:.3}% ({:.3}% less {} modules at {} KiB)",
-                    self.rss_growth_net() * 100.0,
-                    self.rss_growth() * 100.0,
-                    self.modules_after_warm,
-                    self.module_rss / 1024
-                ),
-                format!("< {}%", MAX_RSS_GROWTH * 100.0),
-                Some(self.rss_growth_net() < MAX_RSS_GROWTH),
-            ),
-        ]
+    /// The worst sample after warm-up by reserved / peak live (None without a sample).
+    fn worst_reserved(&self) -> Option<&Sample> {
+        self.samples.iter().filter(|s| s.peak_live > 0).max_by(|a, b| {
+            (a.reserved as f64 / a.peak_live as f64)
+                .total_cmp(&(b.reserved as f64 / b.peak_live as f64))
+        })
     }
-}
 
-impl Report {
-    /// What the exit status judges: exactness and the memory targets, not latency.
-    pub fn passed(&self) -> bool {
-        self.exact()
-            && self.reserved_ratio().is_none_or(|r| r <= MAX_RESERVED_RATIO)
-            && self.rss_growth_net() < MAX_RSS_GROWTH
+    /// The targets as rows. Exactness and device memory are judged on every run; the decode
+    /// p99 too (its target was set for the H200 host); RSS growth only on a run of at least
+    /// MIN_RSS_SECONDS.
+    pub fn rows(&self) -> Vec<Row> {
+        let wrong = self.inexact + self.errors + u64::from(!self.child_ok);
+        let outputs = format!(
+            "wrong outputs and errors ({} checked; forked child: {})",
+            self.checked, self.child
+        );
+        let decode = format!(
+            "step p99, with the others vs alone (workers {}, decode {})",
+            self.workers.describe(),
+            self.decode_mode.name()
+        );
+        let (reserved, peak) = self
+            .worst_reserved()
+            .map_or((0.0, None), |s| (s.reserved as f64, Some(s.peak_live as f64)));
+        let rss = format!(
+            "RSS growth after warm-up, less {} modules at {} KiB",
+            self.modules_after_warm,
+            self.module_rss / 1024
+        );
+        let rss_row = Row::new("memory", rss, self.rss_growth_net_bytes() as f64, Unit::Bytes)
+            .against(self.rss_warm as f64)
+            .target(Target {
+                max_value: None,
+                max_ratio: Some(MAX_RSS_GROWTH),
+                text: "<= 1%",
+                set_for: ANY_HOST,
+            });
+        let reserved_row = Row::new(
+            "memory",
+            "reserved vs peak live device bytes, the worst sample",
+            reserved,
+            Unit::Bytes,
+        );
+        let reserved_row = match peak {
+            Some(peak) => reserved_row.against(peak),
+            None => reserved_row,
+        };
+        vec![
+            Row::new("outputs", outputs, wrong as f64, Unit::Outputs).target(Target {
+                max_value: Some(0.0),
+                max_ratio: None,
+                text: "none",
+                set_for: ANY_HOST,
+            }),
+            Row::new("decode", decode, self.decode_together.p99_ns as f64, Unit::Ns)
+                .against(self.decode_alone.p99_ns as f64)
+                .target(Target {
+                    max_value: None,
+                    max_ratio: Some(MAX_P99_RATIO),
+                    text: "<= 1.1x",
+                    set_for: H200,
+                }),
+            reserved_row.target(Target {
+                max_value: None,
+                max_ratio: Some(MAX_RESERVED_RATIO),
+                text: "<= 1.25x",
+                set_for: ANY_HOST,
+            }),
+            if self.seconds < MIN_RSS_SECONDS as f64 {
+                rss_row.not_judged(format!(
+                    "too short to judge RSS growth: needs {MIN_RSS_SECONDS} s (this run: {} s)",
+                    self.seconds
+                ))
+            } else {
+                rss_row
+            },
+        ]
     }
 }

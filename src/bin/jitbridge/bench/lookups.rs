@@ -1,17 +1,140 @@
-//! The measures of sections 1 and 2 of the bench: hit lookups, and latencies of hits and of new
-//! threads' first launches while other threads build.
+//! Sections 1, 2 and 2b of the bench: hit lookups (the lookaside against the plain read-lock
+//! protocol), and the latencies of hits and of new threads' first launches while other threads
+//! build.
 
-use super::fresh_variant;
+use super::{Context, fresh_variant};
 use crate::histogram::Histogram;
+use crate::rows::{H200, Row, Target, Unit, pretty_ns};
 use jitbridge::{
     Array, CustomKernel, DType, Device, KernelSpec, LaunchShape, jit_race_probe_array, race,
+    set_lookaside_enabled,
 };
 use race::Body;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-/// Keys the lookup benchmark cycles through.
-pub const WARM_KEYS: usize = 16;
+/// Section 1: nanoseconds per hit lookup at 1 to 16 threads (and the host's core count), with
+/// the lookaside against the plain protocol.
+pub fn hit_lookups(context: &mut Context<'_>, rows: &mut Vec<Row>) -> Result<(), jitbridge::Error> {
+    let (device, lookups) = (context.device, context.scale.lookups_per_thread);
+    let kernels = context.warm_kernels()?;
+    let cores = crate::host::cores();
+    let mut thread_counts = vec![1, 2, 4, 8, 16];
+    if !thread_counts.contains(&cores) {
+        thread_counts.push(cores);
+        thread_counts.sort_unstable();
+    }
+    for threads in thread_counts {
+        set_lookaside_enabled(false);
+        let plain = lookup_ns(device, kernels, threads, lookups);
+        set_lookaside_enabled(true);
+        let lookaside = lookup_ns(device, kernels, threads, lookups)?;
+        let row = Row::new("1 hit lookup", format!("{threads} threads"), lookaside, Unit::Ns)
+            .against(plain?);
+        rows.push(if threads == 16 {
+            row.target(Target {
+                max_value: Some(30.0),
+                max_ratio: Some(1.0 / 20.0),
+                text: "<= 30 ns, >= 20x faster",
+                set_for: H200,
+            })
+        } else {
+            row
+        });
+    }
+    Ok(())
+}
+
+/// Section 2: warm hits from two threads while two others build new keys; the lookaside, the
+/// plain protocol, and a control loop that calls no jitbridge code (the host's own tail).
+pub fn hits_during_builds(
+    context: &mut Context<'_>,
+    rows: &mut Vec<Row>,
+) -> Result<(), jitbridge::Error> {
+    let (device, builds_each) = (context.device, context.scale.builds_each);
+    let kernels = context.warm_kernels()?;
+    let mut histograms = Vec::new();
+    for (enabled, what) in [(false, HitLoop::Hit), (true, HitLoop::Hit), (true, HitLoop::NoCall)] {
+        set_lookaside_enabled(enabled);
+        let histogram = hit_latency_under_builds(device, kernels, what, 2, 2, builds_each);
+        set_lookaside_enabled(true);
+        let histogram = histogram?;
+        let (max, p99, samples) = (histogram.max, histogram.quantile(0.99), histogram.total());
+        let mode = match (enabled, what) {
+            (_, HitLoop::NoCall) => "control, no jitbridge call",
+            (true, _) => "lookaside",
+            (false, _) => "plain protocol",
+        };
+        let row = Row::new(
+            "2 hit during builds",
+            format!("max, {mode} ({samples} hits)"),
+            max as f64,
+            Unit::Ns,
+        );
+        rows.push(if enabled && what == HitLoop::Hit {
+            row.target(Target {
+                max_value: Some(50_000.0),
+                max_ratio: None,
+                text: "max <= 50 us",
+                set_for: H200,
+            })
+        } else {
+            row
+        });
+        rows.push(Row::new("2 hit during builds", format!("p99, {mode}"), p99 as f64, Unit::Ns));
+        if enabled {
+            histograms.push((mode, histogram));
+        }
+    }
+    for (mode, histogram) in &histograms {
+        for (lower, count) in histogram.log2_buckets() {
+            let upper = if lower == 0 { 1 } else { lower * 2 };
+            let bucket =
+                format!("{mode}: [{}, {})", pretty_ns(lower as f64), pretty_ns(upper as f64));
+            rows.push(Row::new("2 hit histogram", bucket, count as f64, Unit::Samples));
+        }
+    }
+    Ok(())
+}
+
+/// Section 2b: a new thread's first launch of a warm kernel while two threads build, with the
+/// published index and with the plain protocol.
+pub fn new_thread_launches(
+    context: &mut Context<'_>,
+    rows: &mut Vec<Row>,
+) -> Result<(), jitbridge::Error> {
+    let (device, new_threads) = (context.device, context.scale.new_threads);
+    let kernels = context.warm_kernels()?;
+    for enabled in [false, true] {
+        set_lookaside_enabled(enabled);
+        let histogram = new_thread_first_launch(device, &kernels[0], new_threads, 2);
+        set_lookaside_enabled(true);
+        let histogram = histogram?;
+        let mode = if enabled { "published index" } else { "plain protocol" };
+        let max = Row::new(
+            "2b new thread launch",
+            format!("max, {mode} ({} threads)", histogram.total()),
+            histogram.max as f64,
+            Unit::Ns,
+        );
+        rows.push(if enabled {
+            max.target(Target {
+                max_value: Some(1_000_000.0),
+                max_ratio: None,
+                text: "max <= 1 ms",
+                set_for: H200,
+            })
+        } else {
+            max
+        });
+        let p99 = histogram.quantile(0.99) as f64;
+        rows.push(Row::new("2b new thread launch", format!("p99, {mode}"), p99, Unit::Ns));
+    }
+    Ok(())
+}
+
+/// Keys the lookup sections cycle through.
+const WARM_KEYS: usize = 16;
 
 pub fn warm_kernels(device: Device, salt: &str) -> Result<Vec<CustomKernel>, jitbridge::Error> {
     (0..WARM_KEYS)
@@ -31,13 +154,13 @@ pub fn warm_kernels(device: Device, salt: &str) -> Result<Vec<CustomKernel>, jit
 }
 
 /// Every thread's result, or the first error (a thread that could not start, or failed).
-pub fn all_ok<T>(results: Vec<Result<T, jitbridge::Error>>) -> Result<Vec<T>, jitbridge::Error> {
+fn all_ok<T>(results: Vec<Result<T, jitbridge::Error>>) -> Result<Vec<T>, jitbridge::Error> {
     results.into_iter().collect()
 }
 
 /// Lowers a counter when dropped, however the thread holding it ends: the others stop
 /// waiting on it.
-pub struct CountDown<'a>(&'a AtomicUsize);
+struct CountDown<'a>(&'a AtomicUsize);
 
 impl Drop for CountDown<'_> {
     fn drop(&mut self) {
@@ -46,7 +169,7 @@ impl Drop for CountDown<'_> {
 }
 
 /// Nanoseconds per hit lookup, seen by each of `threads` threads hitting at once.
-pub fn lookup_ns(
+fn lookup_ns(
     device: Device,
     kernels: &[CustomKernel],
     threads: usize,
@@ -76,7 +199,7 @@ pub fn lookup_ns(
 
 /// What each timed step of the section 2 loop does.
 #[derive(Clone, Copy, PartialEq)]
-pub enum HitLoop {
+enum HitLoop {
     /// A warm hit: `prepare` of a built kernel.
     Hit,
     /// The control: the same loop and clock reads, touching no jitbridge code, so its tail is
@@ -86,7 +209,7 @@ pub enum HitLoop {
 
 /// Latencies (ns) of warm hits from `hitters` threads while `builders` threads build
 /// `builds_each` new probe variants each.
-pub fn hit_latency_under_builds(
+fn hit_latency_under_builds(
     device: Device,
     kernels: &[CustomKernel],
     what: HitLoop,
@@ -143,7 +266,7 @@ pub fn hit_latency_under_builds(
 /// Latencies (ns) of first launches of a warm kernel, each on a new thread, while `builders`
 /// threads keep building new probe variants. New threads start one after another, for at most
 /// about 20 s.
-pub fn new_thread_first_launch(
+fn new_thread_first_launch(
     device: Device,
     kernel: &CustomKernel,
     new_threads: usize,
