@@ -21,7 +21,8 @@ pub struct SourceModuleSpec<'a> {
     pub cpu_source: Option<&'a str>,
     /// Source for cuda and rocm devices.
     pub gpu_source: Option<&'a str>,
-    /// The entry points' names.
+    /// The entry points' names: each a function the source defines (a name it only uses, such
+    /// as `memcpy`, fails the first launch with [`ErrorCode::Load`](crate::ErrorCode::Load)).
     pub entries: &'a [&'a str],
     /// Compile options; part of the module's identity.
     pub options: CompileOptions<'a>,

@@ -290,6 +290,47 @@ fn gpu_two_entry_points() {
     two_entry_points(Device::gpu(0).unwrap());
 }
 
+/// An entry the source does not define is an error naming it, never another object's function:
+/// on the cpu, dlsym on the module also searched libc and libm, so `abort` (the source calls
+/// memcpy) bound to libc's and the launch ran it. The module's own entry is then not built either.
+fn entries_the_source_lacks_are_refused(device: Device) {
+    let cpu_source = "#include <string.h>\n\
+        void copy(void **args, uint64_t threads) {\n\
+            memcpy(*(float **)args[1], *(float **)args[0], threads * sizeof(float));\n\
+        }\n";
+    let gpu_source = "extern \"C\" __global__ void copy(const float *x, float *y) {\n\
+            y[threadIdx.x] = x[threadIdx.x];\n\
+        }\n";
+    let x = Array::arange(device, 4, DType::F32).unwrap();
+    for lacking in ["abort", "exit", "puts", "memcpy", "sqrtf"] {
+        let m = SourceModule::new(&SourceModuleSpec {
+            name: "lacking_entry",
+            cpu_source: Some(cpu_source),
+            gpu_source: Some(gpu_source),
+            entries: &["copy", lacking],
+            ..Default::default()
+        })
+        .unwrap();
+        let mut y = Array::from_slice(device, &[0.0f32; 4], &[4]).unwrap();
+        let launched =
+            m.launch("copy", &mut [Arg::In(&x), Arg::Out(&mut y)], LaunchShape::Threads(4));
+        let err = launched.expect_err(lacking);
+        assert_eq!(err.code(), ErrorCode::Load, "{lacking}: {err}");
+        assert!(err.message().contains(&format!("'{lacking}'")), "{lacking}: {err}");
+    }
+}
+
+#[test]
+fn cpu_entries_the_source_lacks_are_refused() {
+    entries_the_source_lacks_are_refused(Device::cpu().unwrap());
+}
+
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+#[test]
+fn gpu_entries_the_source_lacks_are_refused() {
+    entries_the_source_lacks_are_refused(Device::gpu(0).unwrap());
+}
+
 const CHILD: &str = "JB_SOURCE_MODULE_CHILD";
 
 /// In a child process: builds a source module and a kernel with a parameter and options, runs

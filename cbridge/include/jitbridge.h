@@ -463,10 +463,12 @@ JB_API jb_status jb_custom_kernel_launch_on(jb_array **outputs, jb_custom_kernel
  * source is C11: each entry is `void name(void **args, uint64_t threads)`, where args[i] points
  * at argument i's value, as in cuLaunchKernel (an array: `*(float **)args[0]`), and the entry
  * runs every thread itself (threads = the launch's total). With `dtypes` set, the source starts
- * with the dtype declarations custom kernels get (f16, bf16, f32_to_bf16, ...). The library
- * cannot see an entry's parameters: arguments that do not match them in number or type, and an
- * entry that indexes past an array, are the caller's bugs (on the cpu, memory corruption of the
- * host process), as with cuLaunchKernel.
+ * with the dtype declarations custom kernels get (f16, bf16, f32_to_bf16, ...). Each entry must
+ * be a function the source itself defines: a name it only uses or declares (memcpy, abort) fails
+ * the first launch with JB_ERR_LOAD naming it, never binding to another library's function. The
+ * library cannot see an entry's parameters: arguments that do not match them in number or type,
+ * and an entry that indexes past an array, are the caller's bugs (on the cpu, memory corruption
+ * of the host process), as with cuLaunchKernel.
  */
 typedef struct jb_source_module jb_source_module;
 

@@ -2,7 +2,8 @@
  * The kernel API from C: a spec from an older header (smaller struct_size) still works and the
  * bytes past it are never read; sizes the library cannot know are refused; every dtype has a
  * name and size; scalars, a compile-time parameter and an explicit stream in one launch; a
- * whole-source module with two entry points; hostile inputs refused before anything is built.
+ * whole-source module with two entry points; an entry its source does not define refused (never
+ * libc's function of that name); hostile inputs refused before anything is built.
  */
 #include "check.h"
 #include "jitbridge.h"
@@ -179,6 +180,56 @@ static void source_modules(void)
     jb_array_free(y);
 }
 
+/* An entry the source does not define: dlsym on the module's handle also searches its
+ * dependencies, so "abort" bound to libc's (the source calls memcpy) and the launch ran it. Each
+ * is JB_ERR_LOAD naming the entry, and so is a name that is data, not a function. */
+static void foreign_entries(void)
+{
+    static const char source[] =
+        "#include <string.h>\n"
+        "#include <math.h>\n"
+        "int not_code = 3;\n"
+        "extern void declared_only(void **args, uint64_t threads) __attribute__((weak));\n"
+        "void copy(void **args, uint64_t threads) {\n"
+        "    if (declared_only) declared_only(args, threads);\n"
+        "    float *y = *(float **)args[1];\n"
+        "    memcpy(y, *(float **)args[0], threads * sizeof(float));\n"
+        "    y[0] = sqrtf(y[0]);\n"
+        "}\n";
+    /* libc's, libm's (the module links -lm), a weak declaration, a global variable */
+    const char *foreign[] = {"abort", "exit", "puts", "memcpy", "sqrtf", "declared_only",
+                             "not_code"};
+    jb_array *x = NULL, *y = NULL;
+    CHECK_OK(jb_array_arange(&x, cpu, 4, JB_F32));
+    CHECK_OK(jb_array_arange(&y, cpu, 4, JB_F32));
+    jb_launch_shape shape = {{0, 0, 0}, {0, 0, 0}, 4};
+    jb_arg args[] = {{.array = x}, {.array = y, .written = 1}};
+    for (size_t i = 0; i <= sizeof foreign / sizeof *foreign; i++) {
+        const char *entries[] = {"copy", i < sizeof foreign / sizeof *foreign ? foreign[i] : NULL};
+        jb_source_module_spec spec = JB_SOURCE_MODULE_SPEC_INIT;
+        spec.name = "foreign_entry", spec.cpu_source = source;
+        spec.entry_names = entries, spec.num_entries = entries[1] ? 2 : 1;
+        jb_source_module *m = NULL;
+        CHECK_OK(jb_source_module_new(&m, &spec));
+        int status = jb_source_module_launch(m, NULL, "copy", args, 2, &shape);
+        if (!entries[1]) { /* the control: the module alone builds and runs */
+            float got[4] = {0};
+            CHECK(status == JB_OK, "the module's own entry: %s", jb_last_error_message());
+            CHECK_OK(jb_array_read(y, got, sizeof got));
+            CHECK(got[0] == 0.0f && got[3] == 3.0f, "copy: %g %g", got[0], got[3]);
+        } else {
+            char quoted[64];
+            snprintf(quoted, sizeof quoted, "'%s'", entries[1]);
+            CHECK(status == JB_ERR_LOAD && strstr(jb_last_error_message(), quoted),
+                  "entry %s, which the source does not define: status %d: %s", entries[1], status,
+                  jb_last_error_message());
+        }
+        jb_source_module_free(m);
+    }
+    jb_array_free(x);
+    jb_array_free(y);
+}
+
 /* Inputs that would reach the compiler or a kernel malformed: each refused, nothing built. */
 static void hostile_inputs(void)
 {
@@ -236,6 +287,7 @@ int main(void)
     dtypes();
     scalars_params_stream();
     source_modules();
+    foreign_entries();
     hostile_inputs();
     return check_summary("test_kernels");
 }

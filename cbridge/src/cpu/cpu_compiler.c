@@ -7,6 +7,7 @@
 #include "cpu.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -207,12 +208,26 @@ int jb__cpu_module_load(jb_device *dev, const jb_blob *code, void **out_module)
     return JB_OK;
 }
 
+/* dlsym on a module's handle also searches the objects it depends on (libc, libm): an entry the
+ * source lacks would bind to libc's abort. Only a function the module itself defines counts. */
 int jb__cpu_module_function(jb_device *dev, void *module, const char *name, void **out_fn)
 {
     (void)dev;
     dlerror();
     void *fn = dlsym(module, name);
     JB_RETURN_IF(!fn, JB_ERR_LOAD, "the module has no function '%s'", name);
+    struct link_map *own = NULL, *found = NULL;
+    const ElfW(Sym) *symbol = NULL;
+    Dl_info in_object, at_symbol;
+    bool located = dlinfo(module, RTLD_DI_LINKMAP, &own) == 0 &&
+                   dladdr1(fn, &in_object, (void **)&found, RTLD_DL_LINKMAP) != 0 &&
+                   dladdr1(fn, &at_symbol, (void **)&symbol, RTLD_DL_SYMENT) != 0;
+    JB_RETURN_IF(!located || !own || found != own, JB_ERR_LOAD,
+                 "the module's source does not define '%s' (the name is %s's)", name,
+                 located && in_object.dli_fname ? in_object.dli_fname : "another object");
+    int type = symbol ? ELF64_ST_TYPE(symbol->st_info) : STT_NOTYPE; /* ELF32_ST_TYPE is the same */
+    JB_RETURN_IF(at_symbol.dli_saddr != fn || (type != STT_FUNC && type != STT_GNU_IFUNC),
+                 JB_ERR_LOAD, "the module's '%s' is not a function", name);
     *out_fn = fn;
     return JB_OK;
 }

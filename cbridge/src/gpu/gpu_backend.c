@@ -188,6 +188,8 @@ static int gpu_module_load(jb_device *dev, const jb_blob *code, void **out_modul
     return JB_OK;
 }
 
+/* Finds only the module's own kernels: a cubin or code object is loaded whole and searches no
+ * other object (unlike dlsym on the cpu), and a variable is never a function. */
 static int gpu_module_function(jb_device *dev, void *module, const char *name, void **out_fn)
 {
     JB_FORWARD_IF_ERROR(make_current(dev));
