@@ -296,7 +296,10 @@ pub fn gpu_backends() -> Vec<GpuBackend> {
         .collect()
 }
 
-/// The command the cpu backend compiles kernels with (`$CC`, else `cc`).
+/// The command the cpu backend compiles kernels with (`$CC`, else `cc`). It runs with an
+/// environment the library chooses: `PATH`, `HOME`, `LANG`, `LANGUAGE`, `LC_*` and the names
+/// `JITBRIDGE_COMPILER_ENV` lists, with `TMPDIR` set to the library's private folder (in a setuid
+/// host, `$CC` is ignored and the compiler gets `PATH=/usr/bin:/bin` and `TMPDIR` only).
 pub fn cpu_compiler() -> String {
     // SAFETY: returns a string the library owns for the process.
     c_str(unsafe { ffi::jb_cpu_compiler() })

@@ -168,9 +168,12 @@ void *jb__published_find(const jb_published_table *t, uint64_t hash, const void 
 bool jb__published_add(jb_published_table *t, uint64_t hash, const void *key, void *value);
 
 /* ---- child processes (process.c) ---- */
-/* One run of a program: argv[0] is searched in PATH unless it names a path; no shell. */
+/* The PATH of a child whose caller may not choose one (a setuid host), or that has none. */
+#define JB_TRUSTED_PATH "/usr/bin:/bin"
+/* One run of a program: argv[0] is searched in envp's PATH unless it names a path; no shell. */
 typedef struct jb_child {
     char *const *argv;
+    char *const *envp;   /* its whole environment (NULL-terminated) */
     const char *what;    /* "the compiler": names it in messages */
     const char *hint;    /* appended when it cannot start (" (set CC)"), or NULL */
     uint64_t timeout_ms; /* at most a day; its process group is killed past it */

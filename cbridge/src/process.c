@@ -14,7 +14,8 @@
  * before 5.3) until the deadline, kills the program's group past it, reaps it and writes its
  * wait status to a pipe; we then reap the intermediate with waitpid(__WCLONE). A host that
  * reaps with __WALL could still take it: that is reported, never mistaken for a status.
- * Both children run on stacks of their own with raw system calls only until execve.
+ * Both children run on stacks of their own with raw system calls only until execve. The program
+ * gets the environment its caller chose (cpu_compiler.c: never the host's whole environ).
  * PIDFD_INFO_EXIT (Linux 6.15) would give the status without an intermediate; servers run
  * older kernels. The program's output goes to a memfd (a file in memory, read head and tail
  * afterwards), so a chatty compiler can never block on a full pipe.
@@ -35,8 +36,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-extern char **environ;
 
 #define DEFAULT_TIMEOUT_MS (10 * 60 * 1000ULL)
 #define MAX_TIMEOUT_MS (24 * 60 * 60 * 1000ULL) /* a day: far past any compile, far from overflow */
@@ -248,8 +247,9 @@ CHILD_CODE int intermediate_main(void *arg)
     return 0;
 }
 
-/* argv[0] as is when it names a path, else each PATH directory joined with it. */
-static char **exec_candidates(const char *name)
+/* argv[0] as is when it names a path, else each directory of the child's own PATH joined with
+ * it (the environment it is given: never the caller's, in a setuid host). */
+static char **exec_candidates(const char *name, char *const *envp)
 {
     if (strchr(name, '/')) {
         char **one = calloc(2, sizeof *one);
@@ -257,12 +257,10 @@ static char **exec_candidates(const char *name)
             free(one), one = NULL;
         return one;
     }
-    const char *path = secure_getenv("PATH");
-    char fallback[256];
-    if (!path) {
-        size_t n = confstr(_CS_PATH, fallback, sizeof fallback);
-        path = n > 0 && n <= sizeof fallback ? fallback : "/usr/bin:/bin";
-    }
+    const char *path = JB_TRUSTED_PATH;
+    for (size_t i = 0; envp[i]; i++)
+        if (strncmp(envp[i], "PATH=", 5) == 0)
+            path = envp[i] + 5;
     size_t dirs = 1;
     for (const char *p = path; *p; p++)
         dirs += *p == ':';
@@ -325,7 +323,7 @@ int jb__child_run(jb_child *c)
     c->output_bytes = 0;
     JB_RETURN_IF(!c->argv[0], c->fail_status, "%s: the command is empty%s", c->what,
                  c->hint ? c->hint : "");
-    char **paths = exec_candidates(c->argv[0]);
+    char **paths = exec_candidates(c->argv[0], c->envp);
     JB_RETURN_IF(!paths, JB_ERR_OUT_OF_MEMORY, "no memory to start %s", c->what);
     int fds[4] = {-1, -1, -1, -1}; /* /dev/null, output, report read end, report write end */
     int pipe_fds[2];
@@ -338,7 +336,7 @@ int jb__child_run(jb_child *c)
     int err = errno;
     pid_t pid = -1;
     if (fds[0] >= 0 && fds[1] >= 0 && fds[2] >= 0 && fds[3] >= 0 && stacks != MAP_FAILED) {
-        plan p = {paths, c->argv, environ, fds[0], fds[1], fds[3],
+        plan p = {paths, c->argv, c->envp, fds[0], fds[1], fds[3],
                   c->timeout_ms * 1000000ULL, stacks + STACK_BYTES};
         sigset_t all, old;
         sigfillset(&all);

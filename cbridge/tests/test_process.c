@@ -329,6 +329,7 @@ static void scenario_version_hangs(void)
     setenv("JITBRIDGE_CACHE_DIR", cache, 1);
     unsetenv("JITBRIDGE_DISK_CACHE"); /* the disk cache key is what asks for the version */
     setenv("JB_TEST_VERSION_HANG", "1", 1);
+    setenv("JITBRIDGE_COMPILER_ENV", "JB_TEST_VERSION_HANG", 1); /* or the compiler sees none */
     /* Room for the real compile on a loaded machine, far less than the hang. */
     setenv("JITBRIDGE_COMPILE_TIMEOUT_MS", "5000", 1);
     time_t start = time(NULL);

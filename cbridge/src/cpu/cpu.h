@@ -9,6 +9,8 @@
 /* A fresh name "<dir>/<stem>-<serial><ext>" in this process's private directory, which is made
  * on first use: again in a child after fork, and again when it has been removed. */
 int jb__cpu_private_path(char *out, size_t len, const char *stem, const char *ext);
+/* The private directory's own path (made on first use, as above): the compiler's TMPDIR. */
+int jb__cpu_private_dir(char *out, size_t len);
 /* Creates a fresh file (as jb__cpu_private_path names it) holding `data`; its path in `out`. */
 int jb__cpu_private_write(char *out, size_t len, const char *stem, const char *ext,
                           const void *data, size_t size);

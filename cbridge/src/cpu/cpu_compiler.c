@@ -2,7 +2,8 @@
  * The cpu backend's compiler: kernels are C, compiled by the system compiler ($CC, else cc)
  * into a shared object in the private directory and loaded with dlopen. The compiler runs from
  * an argument vector, never through a shell, under the compile timeout (process.c), and so
- * does its version query, which names it in the disk cache key.
+ * does its version query, which names it in the disk cache key. Both get an environment chosen
+ * here, never the host's whole one.
  */
 #include "cpu.h"
 
@@ -13,9 +14,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+extern char **environ;
 
 /* The version query is quick; a compile timeout of minutes need not apply to it under the lock. */
 #define VERSION_TIMEOUT_CAP_MS 30000
@@ -63,6 +67,84 @@ static int compiler_command(char *const *extra, char ***out)
     memcpy(argv + compiler_argc, extra, more * sizeof *argv);
     *out = argv;
     return JB_OK;
+}
+
+/* ---- the compiler's environment ---- */
+
+/* What gcc, clang and a ccache in $CC need from a normal host's environment, with LC_*. The rest
+ * stays out: GCC_EXEC_PREFIX, COMPILER_PATH, CPATH, LIBRARY_PATH, LD_*, DEPENDENCIES_OUTPUT and
+ * their like choose the programs the compiler runs, what it includes and links and where it
+ * writes, and the disk cache key sees none of them. */
+static const char *const passed_names[] = {"PATH", "HOME", "LANG", "LANGUAGE"};
+
+static bool same_name(const char *a, size_t a_len, const char *b, size_t b_len)
+{
+    return a_len == b_len && strncmp(a, b, a_len) == 0;
+}
+
+/* Whether "NAME=value" goes to the compiler: a name above, LC_*, or one that `extra` lists
+ * (JITBRIDGE_COMPILER_ENV: names separated by commas or blanks). TMPDIR is always ours. */
+static bool passed_through(const char *entry, const char *extra)
+{
+    size_t len = strcspn(entry, "=");
+    if (entry[len] != '=' || same_name(entry, len, "TMPDIR", 6))
+        return false;
+    if (len > 3 && strncmp(entry, "LC_", 3) == 0)
+        return true;
+    for (size_t i = 0; i < sizeof passed_names / sizeof *passed_names; i++)
+        if (same_name(entry, len, passed_names[i], strlen(passed_names[i])))
+            return true;
+    for (const char *p = extra ? extra : ""; *p;) {
+        p += strspn(p, ", \t");
+        size_t word = strcspn(p, ", \t");
+        if (word && same_name(entry, len, p, word))
+            return true;
+        p += word;
+    }
+    return false;
+}
+
+static void free_environment(char **envp)
+{
+    for (size_t i = 0; envp && envp[i]; i++)
+        free(envp[i]);
+    free(envp);
+}
+
+/* The compiler's whole environment, TMPDIR=`tmpdir` included when not NULL. A setuid (AT_SECURE)
+ * host passes nothing of its caller's: PATH is JB_TRUSTED_PATH and that is all. NULL: no memory. */
+static char **compiler_environment(const char *tmpdir)
+{
+    bool secure = getauxval(AT_SECURE) != 0;
+    const char *extra = secure_getenv("JITBRIDGE_COMPILER_ENV");
+    size_t n = 0;
+    while (!secure && environ && environ[n])
+        n++;
+    char **envp = calloc(n + 3, sizeof *envp);
+    if (!envp)
+        return NULL;
+    size_t used = 0;
+    bool has_path = false, ok = true;
+    /* At most n: another thread's setenv meanwhile is the host's race, not an overflow here. */
+    for (size_t i = 0; ok && i < n && environ[i]; i++) {
+        if (!passed_through(environ[i], extra))
+            continue;
+        has_path = has_path || strncmp(environ[i], "PATH=", 5) == 0;
+        ok = (envp[used++] = jb__strdup(environ[i])) != NULL;
+    }
+    if (ok && !has_path)
+        ok = (envp[used++] = jb__strdup("PATH=" JB_TRUSTED_PATH)) != NULL;
+    if (ok && tmpdir) {
+        jb_strbuf sb = {0};
+        jb__strbuf_appendf(&sb, "TMPDIR=%s", tmpdir);
+        ok = !sb.failed;
+        envp[used++] = sb.data;
+    }
+    if (!ok) {
+        free_environment(envp);
+        return NULL;
+    }
+    return envp;
 }
 
 /* Reads a whole file; the result is NUL-terminated for convenience. */
@@ -125,11 +207,17 @@ int jb__cpu_compile(jb_device *dev, const char *module_name, const char *source,
         tail[used++] = "-g";
     char *files[] = {"-o", obj, src, "-lm"};
     memcpy(tail + used, files, sizeof files);
-    char **argv = NULL;
+    char **argv = NULL, **envp = NULL;
+    char folder[4200];
     if (status == JB_OK)
         status = compiler_command(tail, &argv);
+    if (status == JB_OK)
+        status = jb__cpu_private_dir(folder, sizeof folder);
+    if (status == JB_OK && !(envp = compiler_environment(folder)))
+        status = jb__fail(JB_ERR_OUT_OF_MEMORY, "no memory for the compiler's environment");
     if (status == JB_OK) {
         jb_child c = {.argv = argv,
+                      .envp = envp,
                       .what = "the compiler",
                       .hint = " (set CC)",
                       .timeout_ms = jb__child_timeout_ms(),
@@ -140,8 +228,9 @@ int jb__cpu_compile(jb_device *dev, const char *module_name, const char *source,
         else if (status == JB_OK)
             status = compile_failed(&c, module_name);
         free(c.output);
-        free(argv);
     }
+    free(argv);
+    free_environment(envp);
     unlink(src);
     unlink(obj);
     return status;
@@ -157,8 +246,18 @@ static void find_compiler_version(void)
     char *extra[] = {"--version", NULL}, **argv;
     if (compiler_command(extra, &argv) != JB_OK)
         return;
+    char folder[4200]; /* the query writes nothing: without a private folder, no TMPDIR */
+    char **envp = compiler_environment(
+        jb__cpu_private_dir(folder, sizeof folder) == JB_OK ? folder : NULL);
+    if (!envp) {
+        free(argv);
+        jb__warn("the compiler's version is unknown, so compiled code is not kept on disk: "
+                 "no memory for its environment");
+        return;
+    }
     uint64_t timeout_ms = jb__child_timeout_ms();
     jb_child c = {.argv = argv,
+                  .envp = envp,
                   .what = "the compiler's version query",
                   .hint = " (set CC)",
                   .timeout_ms = timeout_ms < VERSION_TIMEOUT_CAP_MS ? timeout_ms
@@ -178,6 +277,7 @@ static void find_compiler_version(void)
                  jb_last_error_message());
     free(c.output);
     free(argv);
+    free_environment(envp);
 }
 
 int jb__cpu_compiler_identity(jb_device *dev, char *out, size_t len)

@@ -155,6 +155,17 @@ static int make_dir(void)
     return JB_OK;
 }
 
+int jb__cpu_private_dir(char *out, size_t len)
+{
+    pthread_mutex_lock(&dir_mutex);
+    int status = dir_owner == getpid() ? JB_OK : make_dir();
+    int n = status == JB_OK ? snprintf(out, len, "%s", dir_path) : 0;
+    pthread_mutex_unlock(&dir_mutex);
+    JB_FORWARD_IF_ERROR(status);
+    JB_RETURN_IF(n < 0 || (size_t)n >= len, JB_ERR_SYSTEM, "temporary path too long");
+    return JB_OK;
+}
+
 int jb__cpu_private_path(char *out, size_t len, const char *stem, const char *ext)
 {
     pthread_mutex_lock(&dir_mutex);

@@ -1,0 +1,368 @@
+/*
+ * The compiler's environment is the library's choice, never the host's whole one. For each
+ * variable gcc reads that changes what it runs, includes, links or writes, a plant leaves a
+ * marker when it takes effect: a fake cc1, as, collect2 and ld found through PATH,
+ * COMPILER_PATH or GCC_EXEC_PREFIX; a stdint.h with a constructor through CPATH or
+ * C_INCLUDE_PATH; a start file (crtbeginS.o) with a constructor through LIBRARY_PATH; a
+ * dependency file written through DEPENDENCIES_OUTPUT or SUNPRO_DEPENDENCIES.
+ * Each variable is tried in a new process (this test with --compile, whose first compile reads
+ * it):
+ *  - a plain host passes PATH (its fake as runs) but none of the others, unless
+ *    JITBRIDGE_COMPILER_ENV names it: then the plant takes effect, which shows it would;
+ *  - a setuid copy of this test (as root: owned by nobody, so AT_SECURE is set) passes none of
+ *    its caller's, PATH and JITBRIDGE_COMPILER_ENV included: no marker ever;
+ *  - the compiler and its version query see only PATH, HOME, LANG, LANGUAGE, LC_*, the names
+ *    JITBRIDGE_COMPILER_ENV lists, and TMPDIR set to the private folder.
+ */
+#include "check.h"
+#include "deadline.h"
+#include "jitbridge.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/auxv.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+static char root[] = "/tmp/jb-compiler-env-XXXXXX";
+static char open_dir[128]; /* writable by all: a setuid host runs as nobody */
+
+static const char *const variables[] = {
+    "PATH",         "COMPILER_PATH", "GCC_EXEC_PREFIX",    "CPATH",
+    "C_INCLUDE_PATH", "LIBRARY_PATH", "DEPENDENCIES_OUTPUT", "SUNPRO_DEPENDENCIES"};
+#define NUM_VARIABLES (sizeof variables / sizeof *variables)
+static char values[NUM_VARIABLES][512]; /* each folder's path and a little more */
+
+/* The host's one compile: a kernel no other run has built. */
+static int compile_once(void)
+{
+    const char *in[] = {"inp"}, *out[] = {"out"};
+    jb_dtype f32[] = {JB_F32};
+    char body[128];
+    snprintf(body, sizeof body, "/* %d */ out[thread_index()] = inp[thread_index()] + 1.0f;",
+             getpid());
+    jb_kernel_spec spec = JB_KERNEL_SPEC_INIT;
+    spec.name = "environment", spec.body = body;
+    spec.input_names = in, spec.input_dtypes = f32, spec.num_inputs = 1;
+    spec.output_names = out, spec.output_dtypes = f32, spec.num_outputs = 1;
+    jb_custom_kernel *kernel = NULL;
+    jb_device *cpu;
+    int status = jb_device_get(&cpu, JB_DEVICE_CPU, 0);
+    if (status == JB_OK)
+        status = jb_custom_kernel_new(&kernel, &spec);
+    if (status == JB_OK)
+        status = jb_custom_kernel_prepare(kernel, cpu);
+    jb_custom_kernel_free(kernel);
+    return status;
+}
+
+static void write_file(const char *path, const char *text, mode_t mode)
+{
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL, "cannot write %s: %s", path, strerror(errno));
+    if (!f)
+        return;
+    fputs(text, f);
+    fclose(f);
+    chmod(path, mode);
+}
+
+/* The first line `command` prints, without its newline. */
+static void first_line(const char *command, char *out, size_t len)
+{
+    out[0] = '\0';
+    FILE *p = popen(command, "r");
+    if (p && fgets(out, (int)len, p))
+        out[strcspn(out, "\n")] = '\0';
+    if (p)
+        pclose(p);
+    CHECK(out[0], "%s printed nothing", command);
+}
+
+static void make_folder(const char *path, mode_t mode)
+{
+    CHECK(mkdir(path, mode) == 0 || errno == EEXIST, "mkdir %s: %s", path, strerror(errno));
+    chmod(path, mode);
+}
+
+/* Fake cc1, as, collect2 and ld in `dir`: each marks `marker`, then fails the compile. */
+static void fake_tools(const char *dir, const char *marker)
+{
+    static const char *const tools[] = {"cc1", "as", "collect2", "ld"};
+    for (size_t i = 0; i < sizeof tools / sizeof *tools; i++) {
+        char path[1024], script[1024];
+        snprintf(path, sizeof path, "%s/%s", dir, tools[i]);
+        snprintf(script, sizeof script, "#!/bin/sh\necho \"ran $0\" >> %s\nexit 1\n", marker);
+        write_file(path, script, 0755);
+    }
+}
+
+/* A file whose constructor creates `marker` when the module it is compiled into is loaded. */
+static const char constructor_fmt[] =
+    "__attribute__((constructor)) static void jb_planted(void)\n"
+    "{ extern int creat(const char *, unsigned); creat(\"%s\", 0644); }\n";
+
+static void plant(size_t v)
+{
+    char dir[400], marker[400], path[1024], text[2048], machine[128];
+    first_line("cc -dumpmachine", machine, sizeof machine);
+    snprintf(dir, sizeof dir, "%s/%s", root, variables[v]);
+    snprintf(marker, sizeof marker, "%s/%s", open_dir, variables[v]);
+    make_folder(dir, 0755);
+    snprintf(values[v], sizeof values[v], "%s", dir);
+    const char *name = variables[v];
+    if (strcmp(name, "PATH") == 0) {
+        fake_tools(dir, marker);
+        snprintf(values[v], sizeof values[v], "%s:/usr/bin:/bin", dir);
+    } else if (strcmp(name, "COMPILER_PATH") == 0) {
+        fake_tools(dir, marker);
+    } else if (strcmp(name, "GCC_EXEC_PREFIX") == 0) {
+        char version[64];
+        first_line("cc -dumpversion", version, sizeof version);
+        snprintf(path, sizeof path, "%s/%s", dir, machine);
+        make_folder(path, 0755);
+        snprintf(path, sizeof path, "%s/%s/%s", dir, machine, version);
+        make_folder(path, 0755);
+        fake_tools(path, marker);
+        snprintf(values[v], sizeof values[v], "%s/", dir);
+    } else if (strcmp(name, "CPATH") == 0 || strcmp(name, "C_INCLUDE_PATH") == 0) {
+        int n = snprintf(text, sizeof text,
+                         "#include_next <stdint.h>\n#ifndef JB_PLANTED\n#define JB_PLANTED\n");
+        n += snprintf(text + n, sizeof text - (size_t)n, constructor_fmt, marker);
+        snprintf(text + n, sizeof text - (size_t)n, "#endif\n");
+        snprintf(path, sizeof path, "%s/stdint.h", dir);
+        write_file(path, text, 0644);
+    } else if (strcmp(name, "LIBRARY_PATH") == 0) {
+        /* gcc looks for its start files there: crtbeginS.o is one, and harmless to replace */
+        char source[1024], command[3200];
+        snprintf(path, sizeof path, "%s/%s", dir, machine);
+        make_folder(path, 0755);
+        snprintf(source, sizeof source, "%s/planted.c", dir);
+        snprintf(text, sizeof text, constructor_fmt, marker);
+        write_file(source, text, 0644);
+        snprintf(command, sizeof command,
+                 "cc -fPIC -c %s -o %s/crtbeginS.o && chmod 644 %s/crtbeginS.o", source, path,
+                 path);
+        CHECK(system(command) == 0, "%s", command);
+    } else { /* a file the compiler writes where its caller says */
+        snprintf(values[v], sizeof values[v], "%s", marker);
+    }
+}
+
+/* Runs `program --compile` with variable v planted (and JITBRIDGE_COMPILER_ENV naming it when
+ * `listed`): whether the plant took effect; *secure and *status are what the host saw. */
+static bool planted_took_effect(const char *program, size_t v, bool listed, unsigned long *secure,
+                                int *status)
+{
+    char marker[512], report[256] = "";
+    snprintf(marker, sizeof marker, "%s/%s", open_dir, variables[v]);
+    unlink(marker);
+    char *saved_path = strdup(getenv("PATH") ? getenv("PATH") : "/usr/bin:/bin");
+    setenv(variables[v], values[v], 1);
+    if (listed)
+        setenv("JITBRIDGE_COMPILER_ENV", variables[v], 1);
+    int fds[2];
+    CHECK(pipe(fds) == 0, "pipe");
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
+    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0); /* the report says */
+    char *argv[] = {(char *)program, "--compile", NULL};
+    pid_t pid;
+    int spawned = posix_spawn(&pid, program, &actions, NULL, argv, environ);
+    setenv("PATH", saved_path, 1); /* PATH's plant: restored for this process at once */
+    free(saved_path);
+    if (strcmp(variables[v], "PATH") != 0)
+        unsetenv(variables[v]);
+    unsetenv("JITBRIDGE_COMPILER_ENV");
+    close(fds[1]);
+    if (spawned == 0) {
+        ssize_t n = read(fds[0], report, sizeof report - 1); /* the host's alarm bounds it */
+        report[n > 0 ? n : 0] = '\0';
+        wait_child_with_deadline(pid, 65, "a host that compiles");
+    }
+    close(fds[0]);
+    posix_spawn_file_actions_destroy(&actions);
+    *secure = 99, *status = -1;
+    CHECK(sscanf(report, "secure=%lu status=%d", secure, status) == 2,
+          "%s with %s: no report: '%s'", program, variables[v], report);
+    return access(marker, F_OK) == 0;
+}
+
+static void plain_host(const char *self)
+{
+    for (size_t v = 0; v < NUM_VARIABLES; v++) {
+        unsigned long secure;
+        int status;
+        bool path = strcmp(variables[v], "PATH") == 0;
+        bool ran = planted_took_effect(self, v, false, &secure, &status);
+        CHECK(ran == path, "a plain host %s the compiler %s", path ? "did not give" : "gave",
+              variables[v]);
+        if (!path)
+            CHECK(status == JB_OK, "a plain host with %s=%s could not compile", variables[v],
+                  values[v]);
+        /* Named in JITBRIDGE_COMPILER_ENV it reaches the compiler: the plant works. */
+        ran = planted_took_effect(self, v, true, &secure, &status);
+        CHECK(ran, "%s listed in JITBRIDGE_COMPILER_ENV: the plant did not take effect",
+              variables[v]);
+    }
+}
+
+static void setuid_host(const char *self)
+{
+    if (geteuid() != 0) {
+        printf("test_compiler_env: the setuid cases need root to make; not tried\n");
+        return;
+    }
+    /* Next to the test, not in /tmp, which may be mounted nosuid. */
+    char copy[4200], command[4 * sizeof copy + 64];
+    snprintf(copy, sizeof copy, "%s-setuid", self);
+    snprintf(command, sizeof command, "cp '%s' '%s' && chown 65534 '%s' && chmod 4755 '%s'",
+             self, copy, copy, copy);
+    CHECK(system(command) == 0, "cannot make a setuid copy: %s", command);
+    for (size_t v = 0; v < NUM_VARIABLES; v++) {
+        unsigned long secure;
+        int status;
+        bool ran = planted_took_effect(copy, v, true, &secure, &status);
+        if (secure == 0) {
+            printf("test_compiler_env: setuid has no effect here (nosuid mount?); not tried\n");
+            break;
+        }
+        CHECK(!ran, "a setuid host gave the compiler its caller's %s=%s", variables[v],
+              values[v]);
+        CHECK(status == JB_OK, "a setuid host with its caller's %s could not compile",
+              variables[v]);
+    }
+    unlink(copy);
+}
+
+/* Names in the file `path` ("NAME=value" lines) that are not allowed; "" if none. */
+static void unexpected_names(const char *path, char *out, size_t len, bool *saw_extra,
+                             char *tmpdir, size_t tmpdir_len)
+{
+    out[0] = '\0';
+    *saw_extra = false;
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL, "the compiler did not write %s", path);
+    char line[8192];
+    while (f && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        size_t name_len = strcspn(line, "=");
+        static const char *const allowed[] = {"PATH", "HOME", "LANG", "LANGUAGE", "TMPDIR",
+                                              "JB_TEST_PASSED"};
+        bool ok = strncmp(line, "LC_", 3) == 0;
+        for (size_t i = 0; i < sizeof allowed / sizeof *allowed; i++)
+            ok = ok || (strlen(allowed[i]) == name_len && strncmp(line, allowed[i], name_len) == 0);
+        *saw_extra = *saw_extra || strncmp(line, "JB_TEST_PASSED=", 15) == 0;
+        if (strncmp(line, "TMPDIR=", 7) == 0)
+            snprintf(tmpdir, tmpdir_len, "%.1000s", line + 7);
+        if (!ok) {
+            size_t used = strlen(out);
+            snprintf(out + used, len - used, " %.*s", (int)name_len, line);
+        }
+    }
+    if (f)
+        fclose(f);
+}
+
+static void what_the_compiler_sees(const char *self)
+{
+    char cc[512], script[2048], tmp[512], cache[512], env_compile[512], env_version[512];
+    snprintf(cc, sizeof cc, "%s/dumping-cc", root);
+    snprintf(tmp, sizeof tmp, "%s/tmp", root);
+    snprintf(cache, sizeof cache, "%s/cache", root);
+    snprintf(env_compile, sizeof env_compile, "%s/env-compile", root);
+    snprintf(env_version, sizeof env_version, "%s/env-version", root);
+    make_folder(tmp, 0700);
+    /* /proc/$$/environ: exactly what execve gave the compiler, nothing the shell added */
+    snprintf(script, sizeof script,
+             "#!/bin/sh\n"
+             "if [ \"$1\" = --version ]; then out=%s; else out=%s; fi\n"
+             "tr '\\0' '\\n' < /proc/$$/environ > \"$out\"\n"
+             "exec cc \"$@\"\n",
+             env_version, env_compile);
+    write_file(cc, script, 0755);
+    setenv("CC", cc, 1);
+    setenv("TMPDIR", tmp, 1);
+    setenv("JITBRIDGE_CACHE_DIR", cache, 1);
+    unsetenv("JITBRIDGE_DISK_CACHE"); /* the disk cache key is what asks for the version */
+    setenv("JB_TEST_PASSED", "1", 1);
+    setenv("JB_TEST_HIDDEN", "1", 1);
+    setenv("COMPILER_PATH", "/nonexistent", 1);
+    setenv("LD_LIBRARY_PATH", "/nonexistent", 1);
+    setenv("LC_CTYPE", "C", 1);
+    setenv("JITBRIDGE_COMPILER_ENV", " JB_TEST_PASSED,TMPDIR", 1);
+    char *argv[] = {(char *)self, "--compile", NULL};
+    pid_t pid;
+    int ws = -1;
+    posix_spawn_file_actions_t quiet;
+    posix_spawn_file_actions_init(&quiet);
+    posix_spawn_file_actions_addopen(&quiet, 1, "/dev/null", O_WRONLY, 0);
+    if (posix_spawn(&pid, self, &quiet, NULL, argv, environ) == 0)
+        ws = wait_child_with_deadline(pid, 65, "the host whose compiler dumps its environment");
+    posix_spawn_file_actions_destroy(&quiet);
+    CHECK(WIFEXITED(ws), "the host did not run");
+    for (const char *const *name = (const char *const[]){"CC", "JITBRIDGE_CACHE_DIR",
+                                                         "JB_TEST_PASSED", "JB_TEST_HIDDEN",
+                                                         "COMPILER_PATH", "LD_LIBRARY_PATH",
+                                                         "LC_CTYPE", "JITBRIDGE_COMPILER_ENV",
+                                                         NULL};
+         *name; name++)
+        unsetenv(*name);
+    setenv("JITBRIDGE_DISK_CACHE", "0", 1);
+    const char *files[] = {env_compile, env_version};
+    for (size_t i = 0; i < 2; i++) {
+        char extra[1024], child_tmpdir[1024] = "";
+        bool saw_passed;
+        unexpected_names(files[i], extra, sizeof extra, &saw_passed, child_tmpdir,
+                         sizeof child_tmpdir);
+        CHECK(!extra[0], "%s: the compiler saw%s", files[i], extra);
+        CHECK(saw_passed, "%s: JITBRIDGE_COMPILER_ENV's JB_TEST_PASSED did not pass", files[i]);
+        char prefix[600];
+        snprintf(prefix, sizeof prefix, "%s/jitbridge-", tmp);
+        CHECK(strncmp(child_tmpdir, prefix, strlen(prefix)) == 0,
+              "%s: TMPDIR is '%s', not the private folder", files[i], child_tmpdir);
+    }
+    unsetenv("TMPDIR");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 2 && strcmp(argv[1], "--compile") == 0) {
+        alarm(60); /* a hung compile ends, and so does its parent's read of the report */
+        int status = compile_once();
+        printf("secure=%lu status=%d %s\n", getauxval(AT_SECURE), status,
+               status ? jb_last_error_message() : "");
+        fflush(stdout);
+        _exit(0); /* a sanitizer's exit-time checks cannot run as another user */
+    }
+    CHECK(mkdtemp(root) != NULL, "mkdtemp");
+    chmod(root, 0755);
+    snprintf(open_dir, sizeof open_dir, "%s/open", root);
+    make_folder(open_dir, 0777);
+    setenv("JITBRIDGE_DISK_CACHE", "0", 1);
+    unsetenv("JITBRIDGE_COMPILER_ENV");
+    for (size_t v = 0; v < NUM_VARIABLES; v++)
+        if (strcmp(variables[v], "PATH") != 0)
+            unsetenv(variables[v]); /* this machine's own (LIBRARY_PATH, CPATH) stay out */
+    for (size_t v = 0; v < NUM_VARIABLES; v++)
+        plant(v);
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    self[n > 0 ? n : 0] = '\0';
+    plain_host(self);
+    setuid_host(self);
+    what_the_compiler_sees(self);
+    char command[300];
+    snprintf(command, sizeof command, "rm -rf %s", root);
+    CHECK(system(command) == 0, "cleaning %s", root);
+    return check_summary("test_compiler_env");
+}
