@@ -6,10 +6,11 @@
 //! `false`, `no` or `off` (any case) turns it off. The folder is opened once and every entry is
 //! read through that handle, each checked first: a regular file, ours, not writable by others,
 //! one link, at most 64 MiB. A folder owned by another user or writable by group or others, or
-//! under a parent that others may write (without the sticky bit) or another user owns, is
-//! refused, and a read-only or full disk turns the cache off, each with one warning; kernels
-//! still run. A transient failure (out of descriptors or memory, a network disk's I/O error)
-//! evicts nothing and turns nothing off for good: setting up is tried again at a later build.
+//! under a parent that its group (ours too) or others may write (without the sticky bit) or
+//! another user owns, is refused, and a read-only or full disk turns the cache off, each with one
+//! warning; kernels still run. A transient failure (out of descriptors or memory, a network
+//! disk's I/O error) evicts nothing and turns nothing off for good: setting up is tried again at
+//! a later build.
 //!
 //! The library removes only what it made, and only in a folder marked as its own with
 //! `CACHEDIR.TAG` (a folder it creates, or finds empty or holding only its own kinds of files,

@@ -589,11 +589,11 @@ JB_API void jb_counters_reset(void);
  * JITBRIDGE_DISK_CACHE=0 (or false, no, off) turns it off. The folder is opened once and every
  * entry is read through that handle, each checked first (a regular file, ours, not writable by
  * others, one link, at most 64 MiB). A folder owned by another user or writable by group or
- * others, or under a parent others can write (without the sticky bit) or another user owns, is
- * refused (the cache is off); a read-only or full disk stops new entries while those there are
- * still served: each with one warning (see jb_set_log_callback), never an error. A transient
- * failure (out of descriptors or memory, an interrupted call, a network disk's I/O error) is
- * "not now": it evicts no entry, stops nothing, and while setting up leaves the cache off only
+ * others, or under a parent its group (ours too) or others can write (without the sticky bit)
+ * or another user owns, is refused (the cache is off); a read-only or full disk stops new
+ * entries while those there are still served: each with one warning (see jb_set_log_callback),
+ * never an error. A transient failure (out of descriptors or memory, an interrupted call, a
+ * network disk's I/O error) is "not now": it evicts no entry, stops nothing, and while setting up leaves the cache off only
  * until a later build tries again (after 50 ms, doubling up to 30 s).
  * The library removes or replaces only what it made, and only in a folder marked as its own
  * with CACHEDIR.TAG (the Cache Directory Tagging convention; backup tools skip such a folder).

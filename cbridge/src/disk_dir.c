@@ -9,8 +9,9 @@
  *   kept for the life of the process. A symbolic link in the path is resolved first (realpath)
  *   and its target walked the same way, so a link is followed only to an acceptable folder.
  * - Refused: a folder not owned by the effective user or writable by group or others; a parent
- *   owned by another user (not root), or writable by others (or by a group not ours) without
- *   the sticky bit. Loading a planted shared object is running its code.
+ *   owned by another user (not root), or writable by its group or others without the sticky
+ *   bit (our own group too: its other members). Loading a planted shared object is running its
+ *   code.
  * - Ours: the library removes or replaces only what it made (temporaries by their name pattern,
  *   entries by their name and format), and sweeps, prunes or fixes only a folder marked as its
  *   own with CACHEDIR.TAG (the Cache Directory Tagging convention, which backup tools honour).
@@ -176,9 +177,11 @@ static const char *untrusted_parent(const struct stat *st, char *fix, size_t fix
         say(fix, fix_len, "chmod o-w %s", path);
         return "is writable by others without the sticky bit";
     }
-    if ((st->st_mode & S_ISVTX) == 0 && (st->st_mode & S_IWGRP) && st->st_gid != getegid()) {
+    /* Our own group too: its other members (and a POSIX ACL's named users, whose write shows
+     * in the group bits) could swap what the folder holds. */
+    if ((st->st_mode & S_ISVTX) == 0 && (st->st_mode & S_IWGRP)) {
         say(fix, fix_len, "chmod g-w %s", path);
-        return "is writable by another group without the sticky bit";
+        return "is writable by its group without the sticky bit";
     }
     return NULL;
 }

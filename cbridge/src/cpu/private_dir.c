@@ -3,6 +3,12 @@
  * modules about to be dlopen'ed live for a moment. It is "$TMPDIR/jitbridge-PID-NS-XXXXXX"
  * (NS: the inode of the process's PID namespace), mode 0700.
  *
+ * - The compiler and dlopen go by path, so no one but root and us may be able to swap a folder
+ *   on that path: TMPDIR (else /tmp) and each of its parents must be ours or root's and not
+ *   writable by group or others without the sticky bit (disk_dir.c checks them by handle).
+ *   When TMPDIR is not, the folder is made in the disk cache's own tmp/ instead, which passed
+ *   the same checks, with one warning; with no disk cache either, compiles fail saying why.
+ *
  * - Only the process that made it removes it, at exit: a forked child that exits runs the same
  *   atexit handler and must leave its parent's directory alone.
  * - A child after fork makes its own directory (and starts its own serials) on first use.
@@ -127,27 +133,68 @@ static void sweep(const char *tmp)
     closedir(d);
 }
 
-/* Under dir_mutex: makes this process's directory. */
-static int make_dir(void)
+/* The disk cache's tmp/ as a path that leads to the very folder its held handle checked. */
+static bool cache_tmp_path(char *out, size_t len, char *why, size_t why_len)
+{
+    int held_fd = jb__disk_tmp_fd();
+    if (held_fd < 0) {
+        snprintf(why, why_len, "the disk cache is %s", jb_disk_cache_state());
+        return false;
+    }
+    if (held_fd == jb__disk_dir_fd()) { /* no tmp/: a folder the library may not make things in */
+        snprintf(why, why_len, "the disk cache's folder is %s", jb_disk_cache_state());
+        return false;
+    }
+    const char *unused;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tmp", jb__disk_folder(&unused));
+    if (!jb__trusted_folder_path(path, "JITBRIDGE_CACHE_DIR", out, len, why, why_len))
+        return false;
+    struct stat held, named;
+    if (fstat(held_fd, &held) != 0 || stat(out, &named) != 0 || held.st_dev != named.st_dev ||
+        held.st_ino != named.st_ino) {
+        snprintf(why, why_len, "%.300s is no longer the folder checked at first use", path);
+        return false;
+    }
+    return true;
+}
+
+/* Where this process's directory goes: TMPDIR (else /tmp) when no one but root and us can swap
+ * what it holds, else the disk cache's tmp/. Called without dir_mutex: the disk cache's set-up
+ * takes its own locks, which come before it (fork.c). */
+static int choose_parent(char *out, size_t len)
 {
     const char *tmp = secure_getenv("TMPDIR"); /* a setuid host must not take it from its caller */
     if (!tmp || !*tmp)
         tmp = "/tmp";
-    /* Compiles and dlopen go by path: a TMPDIR someone else controls lets them swap our folder. */
-    char trusted[sizeof dir_path - 64], why[384];
-    JB_RETURN_IF(!jb__trusted_folder_path(tmp, "TMPDIR", trusted, sizeof trusted, why, sizeof why),
-                 JB_ERR_SYSTEM, "refusing TMPDIR=%s for the compiler's private folder: %s", tmp,
-                 why);
+    char why[1024], cache_why[1024];
+    if (jb__trusted_folder_path(tmp, "TMPDIR", out, len, why, sizeof why))
+        return JB_OK;
+    JB_RETURN_IF(!cache_tmp_path(out, len, cache_why, sizeof cache_why), JB_ERR_SYSTEM,
+                 "refusing TMPDIR=%s for the compiler's private folder: %s; the disk cache's "
+                 "folder cannot stand in: %s",
+                 tmp, why, cache_why);
+    static atomic_bool warned;
+    if (!atomic_exchange(&warned, true))
+        jb__warn("refusing TMPDIR=%s for the compiler's private folder: %s; compiling in %s "
+                 "instead",
+                 tmp, why, out);
+    return JB_OK;
+}
+
+/* Under dir_mutex: makes this process's directory in `parent` (from choose_parent). */
+static int make_dir(const char *parent)
+{
     if (!swept) {
         swept = true;
-        sweep(trusted);
+        sweep(parent);
     }
-    int n = snprintf(dir_path, sizeof dir_path, "%s/jitbridge-%ld-%llu-XXXXXX", trusted,
+    int n = snprintf(dir_path, sizeof dir_path, "%s/jitbridge-%ld-%llu-XXXXXX", parent,
                      (long)getpid(), pid_namespace());
     JB_RETURN_IF(n < 0 || (size_t)n >= sizeof dir_path, JB_ERR_SYSTEM,
-                 "TMPDIR is too long (%zu bytes)", strlen(tmp));
+                 "the compiler's private folder's path under %s is too long", parent);
     JB_RETURN_IF(!mkdtemp(dir_path), JB_ERR_SYSTEM,
-                 "cannot create a private directory under %s: %s (set TMPDIR)", tmp,
+                 "cannot create a private directory under %s: %s (set TMPDIR)", parent,
                  strerror(errno));
     dir_owner = getpid();
     if (!exit_hook)
@@ -155,29 +202,39 @@ static int make_dir(void)
     return JB_OK;
 }
 
-int jb__cpu_private_dir(char *out, size_t len)
+/* Makes this process's directory unless it has one, and gives a path in it (`stem` NULL: the
+ * directory's own) with the next serial. */
+static int private_name(char *out, size_t len, const char *stem, const char *ext)
 {
+    char parent[sizeof dir_path - 64];
+    int status = JB_OK, n = 0;
     pthread_mutex_lock(&dir_mutex);
-    int status = dir_owner == getpid() ? JB_OK : make_dir();
-    int n = status == JB_OK ? snprintf(out, len, "%s", dir_path) : 0;
+    if (dir_owner != getpid()) {
+        pthread_mutex_unlock(&dir_mutex);
+        status = choose_parent(parent, sizeof parent);
+        pthread_mutex_lock(&dir_mutex);
+        if (status == JB_OK && dir_owner != getpid()) /* else another thread made it meanwhile */
+            status = make_dir(parent);
+    }
+    if (status == JB_OK && stem)
+        n = snprintf(out, len, "%s/%s-%llu%s", dir_path, stem, (unsigned long long)dir_serial++,
+                     ext);
+    else if (status == JB_OK)
+        n = snprintf(out, len, "%s", dir_path);
     pthread_mutex_unlock(&dir_mutex);
     JB_FORWARD_IF_ERROR(status);
     JB_RETURN_IF(n < 0 || (size_t)n >= len, JB_ERR_SYSTEM, "temporary path too long");
     return JB_OK;
 }
 
+int jb__cpu_private_dir(char *out, size_t len)
+{
+    return private_name(out, len, NULL, NULL);
+}
+
 int jb__cpu_private_path(char *out, size_t len, const char *stem, const char *ext)
 {
-    pthread_mutex_lock(&dir_mutex);
-    int status = dir_owner == getpid() ? JB_OK : make_dir();
-    int n = 0;
-    if (status == JB_OK)
-        n = snprintf(out, len, "%s/%s-%llu%s", dir_path, stem,
-                     (unsigned long long)dir_serial++, ext);
-    pthread_mutex_unlock(&dir_mutex);
-    JB_FORWARD_IF_ERROR(status);
-    JB_RETURN_IF(n < 0 || (size_t)n >= len, JB_ERR_SYSTEM, "temporary path too long");
-    return JB_OK;
+    return private_name(out, len, stem, ext);
 }
 
 /* The directory `path` is in has gone: the next name comes from a new one. */
