@@ -79,10 +79,29 @@ struct Gpu {
     include: PathBuf,
 }
 
+/// A toolkit folder given at build time is built into the library, which searches it at run
+/// time: an absolute path only (a relative one would be searched under whatever folder the
+/// program runs in), and one that can go into a C string literal as it is.
+fn usable_toolkit_root(var: &str, root: &str) -> Result<PathBuf, String> {
+    if !Path::new(root).is_absolute() {
+        return Err(format!(
+            "{var}={root} is a relative path: the toolkit folder is built into the library and \
+             searched at run time, from whatever folder the program runs in; give an absolute path"
+        ));
+    }
+    if root.chars().any(|c| c == '"' || c == '\\' || c.is_control()) {
+        return Err(format!(
+            "{var}={root:?} has a quote, backslash or control character; the toolkit folder is \
+             built into the library as a C string: give a path without them"
+        ));
+    }
+    Ok(PathBuf::from(root))
+}
+
 fn toolkit_root(vars: &[&str], defaults: &[&str], what: &str, probe: &str) -> PathBuf {
     for var in vars {
         if let Some(root) = env_var(var) {
-            let root = PathBuf::from(root);
+            let root = usable_toolkit_root(var, &root).unwrap_or_else(|why| panic!("{why}"));
             assert!(
                 root.join(probe).exists(),
                 "{var}={} has no {probe}: point {var} at the {what} installation",

@@ -5,7 +5,8 @@
  *
  * Search order, driver and compiler alike: the sonames through the dynamic loader's own search
  * (LD_LIBRARY_PATH, the ld.so cache), then the toolkit folders: the variable's, then the folder
- * of the toolkit this library was built with.
+ * of the toolkit this library was built with. A toolkit folder is searched only when absolute:
+ * a relative one names a folder under whatever the current one is (a download, a checkout).
  */
 #include "../internal.h"
 #include "vendor.h"
@@ -91,7 +92,13 @@ static void *open_library(const char *name, char *why, size_t why_len)
             snprintf(why, why_len, "%s: %s not found: %s=%s was not searched (not an absolute path)",
                      JB_GPU_BACKEND_NAME, name, root_vars[i], root);
     }
-    roots[num_roots++] = BUILD_ROOT;
+    if (BUILD_ROOT[0] == '/') /* build.rs and the Makefile refuse a relative one; a -D may not */
+        roots[num_roots++] = BUILD_ROOT;
+    else if (!why[0])
+        snprintf(why, why_len,
+                 "%s: %s not found: the build's toolkit folder %s was not searched (not an "
+                 "absolute path)",
+                 JB_GPU_BACKEND_NAME, name, BUILD_ROOT);
     for (size_t r = 0; r < num_roots; r++) {
         for (size_t d = 0; d < COUNT(lib_subdirs); d++) {
             char path[4096];
