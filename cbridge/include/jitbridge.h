@@ -331,8 +331,11 @@ typedef struct jb_kernel_config {
 
 /*
  * Runs once per kernel object per device (two kernels with one source share a module, yet each
- * runs its own hook and launches with its own result), under a configure mutex, before the
- * first launch; `config` holds the defaults on entry. Non-zero return fails the launch, and the next
+ * runs its own hook and launches with its own result), before the first launch; `config` holds
+ * the defaults on entry. One thread runs it while the others launching that kernel wait; it
+ * runs under no library lock, so it may call the library or fork (a child forked while another
+ * thread is inside the hook runs the hook again itself at its first launch), but launching the
+ * kernel it configures fails with JB_ERR_LAUNCH. Non-zero return fails the launch, and the next
  * launch calls the hook again. May be called from any thread.
  */
 typedef int (*jb_configure_hook)(void *user_data, const jb_device *device,

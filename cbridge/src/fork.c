@@ -12,11 +12,13 @@
  *      buffer cache (a hold's release returns events and buffers)
  *   4. the cpu backend's private compile folder (a build takes it under 1); the child makes
  *      its own folder and serials
- *   5. the log callback's record (a leaf: held for a pointer and a count, never across a call,
+ *   5. configure hooks' claims (a leaf, never held across a hook: a child takes over a claim
+ *      made before the fork, whose thread it does not have, and runs the hook itself)
+ *   6. the log callback's record (a leaf: held for a pointer and a count, never across a call,
  *      so a callback may fork or wait for a thread that forks)
  *
- * Per-event and per-module mutexes and the cpu streams' worker state are not taken: in the
- * child, streams made before the fork (and their events) are not used (jb__fork_generation).
+ * Per-event mutexes and the cpu streams' worker state are not taken: in the child, streams made
+ * before the fork (and their events) are not used (jb__fork_generation).
  * A pthread_once in progress in another thread at fork time cannot be made safe from here.
  * Every part of the library that needs a fork handler is called from here, never registers its
  * own: handlers of separate registrations run in an order set by who registered first.
@@ -33,12 +35,14 @@ static void fork_prepare(void)
     pthread_mutex_lock(jb__disk_locks[1]);
     jb__devices_fork(JB_FORK_PREPARE);
     jb__private_dir_fork(JB_FORK_PREPARE);
+    jb__configure_fork(JB_FORK_PREPARE);
     jb__log_fork(JB_FORK_PREPARE);
 }
 
 static void fork_parent(void)
 {
     jb__log_fork(JB_FORK_PARENT);
+    jb__configure_fork(JB_FORK_PARENT);
     jb__private_dir_fork(JB_FORK_PARENT);
     jb__devices_fork(JB_FORK_PARENT);
     pthread_mutex_unlock(jb__disk_locks[1]);
@@ -51,6 +55,7 @@ static void fork_child(void)
 {
     atomic_fetch_add(&jb__fork_generation, 1);
     jb__log_fork(JB_FORK_CHILD);
+    jb__configure_fork(JB_FORK_CHILD);
     jb__private_dir_fork(JB_FORK_CHILD);
     jb__devices_fork(JB_FORK_CHILD);
     pthread_mutex_init(jb__disk_locks[1], NULL);

@@ -57,6 +57,7 @@ void jb__jit_cache_fork(jb_fork_phase phase);    /* the module cache and thread 
 void jb__devices_fork(jb_fork_phase phase);      /* each device's streams, events, buffers */
 void jb__private_dir_fork(jb_fork_phase phase);  /* cpu/private_dir.c: the compile folder */
 void jb__log_fork(jb_fork_phase phase);          /* error.c: the log callback's record */
+void jb__configure_fork(jb_fork_phase phase);    /* module.c: configure hooks' claims */
 
 /* ---- small utilities (util.c) ---- */
 uint64_t jb__now_ns(void);
@@ -643,9 +644,14 @@ jb_kernel_entry *jb__module_kernel(jb_module *module, const char *name);
 typedef struct jb_kernel_state {
     jb_kernel_config config; /* valid once `configured` reads true */
     atomic_bool configured;
+    /* Under module.c's configure_mutex: a thread runs the hook (claimed), which thread, and the
+     * fork generation it belongs to (a claim of another one is a thread this process lacks). */
+    bool claimed;
+    unsigned claim_generation;
+    const void *claimer;
 } jb_kernel_state;
-/* Runs `hook` once for `state` (under the module's kernel mutex); then returns the config and
- * the kernel's handle. */
+/* Runs `hook` once for `state` (one thread runs it, under no lock; others wait); then returns
+ * the config and the kernel's handle. */
 int jb__kernel_configured_for(jb_kernel_entry *kernel, jb_kernel_state *state,
                               jb_configure_hook hook, void *user_data,
                               jb_kernel_config *out_config, void **out_fn);

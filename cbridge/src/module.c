@@ -1,10 +1,15 @@
 /*
  * Modules: a loaded code object and its kernel table. The table is filled when the module is
  * built and never changes, so looking a kernel up takes no lock. Each kernel's one-time
- * configure hook runs under the module's kernel mutex, and its results are stored before the
- * "configured" flag is published (the other order lets a thread read an unset block size). The
- * configured state belongs to the kernel object on a device, not to the module: two kernel
- * objects with one source share a module but each runs its own hook.
+ * configure hook runs once: one thread claims the kernel state and runs the hook, the others
+ * wait for it, and its results are stored before the "configured" flag is published (the other
+ * order lets a thread read an unset block size). The configured state belongs to the kernel
+ * object on a device, not to the module: two kernel objects with one source share a module but
+ * each runs its own hook.
+ * The hook runs under no lock: a hook may fork, and fork's handlers take configure_mutex (held
+ * only to claim, publish and raise a function's shared-memory limit). A claim made before a
+ * fork (another fork generation) belongs to a thread the child does not have: the child's first
+ * launch claims it again and runs the hook itself.
  * Modules are never freed: the cache keeps them for the life of the process.
  */
 #include "internal.h"
@@ -22,14 +27,13 @@ struct jb_kernel_entry {
     char *name;
     void *fn;
     jb_kernel_state state;  /* for callers without a kernel object of their own */
-    uint32_t shared_limit; /* the largest any kernel on it asked for (under the kernel mutex) */
+    uint32_t shared_limit; /* the largest any kernel on it asked for (under configure_mutex) */
 };
 
 struct jb_module {
     jb_device *device;
     void *native;
     char *source; /* what it was built from: module names are a 64-bit hash of it */
-    pthread_mutex_t kernel_mutex;
     size_t num_kernels;
     jb_kernel_entry kernels[];
 };
@@ -49,7 +53,6 @@ int jb__module_create(jb_device *dev, const jb_blob *code, const char *source,
     module->source = source_copy;
     module->device = dev;
     module->num_kernels = num_kernels;
-    pthread_mutex_init(&module->kernel_mutex, NULL);
     uint64_t start = jb__now_ns();
     int status = dev->backend->module_load(dev, code, &module->native);
     uint64_t loaded = jb__now_ns();
@@ -69,7 +72,6 @@ int jb__module_create(jb_device *dev, const jb_blob *code, const char *source,
          * kernel is missing stays loaded (never unloaded, by the cache's rule). */
         for (size_t i = 0; i < num_kernels; i++)
             free(module->kernels[i].name);
-        pthread_mutex_destroy(&module->kernel_mutex);
         free(module->source);
         free(module);
         return status;
@@ -96,44 +98,98 @@ jb_kernel_entry *jb__module_kernel(jb_module *module, const char *name)
     return NULL;
 }
 
+/* Claims, publishes, and a function's shared-memory limit; never held across a hook. */
+static pthread_mutex_t configure_mutex = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t configure_done = PTHREAD_COND_INITIALIZER;
+
+void jb__configure_fork(jb_fork_phase phase)
+{
+    if (phase == JB_FORK_PREPARE) {
+        pthread_mutex_lock(&configure_mutex);
+    } else if (phase == JB_FORK_PARENT) {
+        pthread_mutex_unlock(&configure_mutex);
+    } else {
+        pthread_mutex_init(&configure_mutex, NULL);
+        pthread_cond_init(&configure_done, NULL);
+    }
+}
+
+/* Runs the hook and stores what it says: JB_OK with the kernel state published, or the
+ * failure. Called by the thread that claimed the state, with no lock held. */
+static int run_hook(jb_kernel_entry *kernel, jb_kernel_state *state, jb_configure_hook hook,
+                    void *user_data)
+{
+    jb_module *module = kernel->module;
+    uint64_t start = jb__now_ns();
+    jb_kernel_config config = {0, 0};
+    int status = JB_OK;
+    if (hook && hook(user_data, module->device, &config) != 0)
+        status = jb__fail(JB_ERR_LAUNCH, "the configure hook of kernel '%s' failed",
+                          kernel->name);
+    pthread_mutex_lock(&configure_mutex);
+    /* The limit is the function's, shared by every kernel object on it: only raise it. */
+    if (status == JB_OK && config.shared_memory_bytes > kernel->shared_limit &&
+        module->device->backend->kernel_set_shared_limit &&
+        (status = module->device->backend->kernel_set_shared_limit(
+             module->device, kernel->fn, config.shared_memory_bytes)) == JB_OK)
+        kernel->shared_limit = config.shared_memory_bytes;
+    if (status == JB_OK) {
+        state->config = config;
+        jb__counters_add_configure();
+        jb__build_steps.configure_ns = jb__now_ns() - start;
+        atomic_store_explicit(&state->configured, true, memory_order_release);
+    }
+    state->claimed = false;
+    pthread_cond_broadcast(&configure_done);
+    pthread_mutex_unlock(&configure_mutex);
+    return status;
+}
+
 #ifdef JB_REMOVE_LOCK_CONFIGURE
-#define KERNEL_LOCK(m) ((void)0)
-#define KERNEL_UNLOCK(m) ((void)0)
+/* Test-only: no claim, so every thread that finds the kernel unconfigured runs the hook. */
+static int configure_once(jb_kernel_entry *kernel, jb_kernel_state *state,
+                          jb_configure_hook hook, void *user_data)
+{
+    return run_hook(kernel, state, hook, user_data);
+}
 #else
-#define KERNEL_LOCK(m) pthread_mutex_lock(&(m)->kernel_mutex)
-#define KERNEL_UNLOCK(m) pthread_mutex_unlock(&(m)->kernel_mutex)
+static _Thread_local char configuring_thread; /* its address names the thread */
+
+static int configure_once(jb_kernel_entry *kernel, jb_kernel_state *state,
+                          jb_configure_hook hook, void *user_data)
+{
+    unsigned generation = atomic_load(&jb__fork_generation);
+    pthread_mutex_lock(&configure_mutex);
+    /* Wait while another thread of this process runs the hook; a claim of another generation
+     * was made before a fork, by a thread this process does not have. */
+    bool claimed_here = false;
+    while (!atomic_load_explicit(&state->configured, memory_order_relaxed) && state->claimed &&
+           state->claim_generation == generation &&
+           !(claimed_here = state->claimer == &configuring_thread))
+        pthread_cond_wait(&configure_done, &configure_mutex);
+    bool done = atomic_load_explicit(&state->configured, memory_order_relaxed);
+    if (!done && !claimed_here) {
+        state->claimed = true;
+        state->claim_generation = generation;
+        state->claimer = &configuring_thread;
+    }
+    pthread_mutex_unlock(&configure_mutex);
+    if (done)
+        return JB_OK;
+    JB_RETURN_IF(claimed_here, JB_ERR_LAUNCH,
+                 "the configure hook of kernel '%s' launched the kernel it configures: it "
+                 "would wait for itself (nothing was launched)",
+                 kernel->name);
+    return run_hook(kernel, state, hook, user_data);
+}
 #endif
 
 int jb__kernel_configured_for(jb_kernel_entry *kernel, jb_kernel_state *state,
                               jb_configure_hook hook, void *user_data,
                               jb_kernel_config *out_config, void **out_fn)
 {
-    if (!atomic_load_explicit(&state->configured, memory_order_acquire)) {
-        jb_module *module = kernel->module;
-        int status = JB_OK;
-        KERNEL_LOCK(module);
-        if (!atomic_load_explicit(&state->configured, memory_order_relaxed)) {
-            uint64_t start = jb__now_ns();
-            jb_kernel_config config = {0, 0};
-            if (hook && hook(user_data, module->device, &config) != 0)
-                status = jb__fail(JB_ERR_LAUNCH, "the configure hook of kernel '%s' failed",
-                                  kernel->name);
-            /* The limit is the function's, shared by every kernel object on it: only raise it. */
-            if (status == JB_OK && config.shared_memory_bytes > kernel->shared_limit &&
-                module->device->backend->kernel_set_shared_limit &&
-                (status = module->device->backend->kernel_set_shared_limit(
-                     module->device, kernel->fn, config.shared_memory_bytes)) == JB_OK)
-                kernel->shared_limit = config.shared_memory_bytes;
-            if (status == JB_OK) {
-                state->config = config;
-                jb__counters_add_configure();
-                jb__build_steps.configure_ns = jb__now_ns() - start;
-                atomic_store_explicit(&state->configured, true, memory_order_release);
-            }
-        }
-        KERNEL_UNLOCK(module);
-        JB_FORWARD_IF_ERROR(status);
-    }
+    if (!atomic_load_explicit(&state->configured, memory_order_acquire))
+        JB_FORWARD_IF_ERROR(configure_once(kernel, state, hook, user_data));
     *out_config = state->config;
     *out_fn = kernel->fn;
     return JB_OK;

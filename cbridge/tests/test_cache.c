@@ -1,5 +1,6 @@
 /* C-level tests of the module cache, the configure hook, streams and arrays on the cpu device. */
 #include "check.h"
+#include "deadline.h"
 #include "jitbridge_sys.h"
 
 #include <fcntl.h>
@@ -227,6 +228,50 @@ static void test_configure_hook_runs_once(void)
     jb_custom_kernel_free(kernel);
 }
 
+/* A hook may call the library: prepare another kernel object of its module (which used to wait
+ * for the module's kernel mutex the hook held: a deadlock), and launching its own kernel is
+ * refused (it would wait for itself) instead of hanging. */
+static jb_custom_kernel *hooked_self, *hooked_sibling;
+static atomic_int sibling_status = -1, self_status = -1;
+
+static int hook_calling_the_library(void *user_data, const jb_device *device,
+                                    jb_kernel_config *config)
+{
+    (void)user_data, (void)device, (void)config;
+    atomic_store(&sibling_status, jb_custom_kernel_prepare(hooked_sibling, cpu));
+    atomic_store(&self_status, jb_custom_kernel_prepare(hooked_self, cpu));
+    return 0;
+}
+
+static void test_configure_hook_may_call_the_library(void)
+{
+    const char *in_names[] = {"inp"}, *out_names[] = {"out"};
+    jb_dtype dtypes[] = {JB_F32};
+    jb_kernel_spec spec = {.struct_size = sizeof(jb_kernel_spec),
+                           .name = "hook_calls_library",
+                           .input_names = in_names,
+                           .input_dtypes = dtypes,
+                           .num_inputs = 1,
+                           .output_names = out_names,
+                           .output_dtypes = dtypes,
+                           .num_outputs = 1,
+                           .body = jb_race_probe_body()};
+    CHECK_OK(jb_custom_kernel_new(&hooked_sibling, &spec));
+    spec.configure = hook_calling_the_library;
+    CHECK_OK(jb_custom_kernel_new(&hooked_self, &spec));
+    deadline d;
+    deadline_start(&d, 20, "a configure hook that calls the library");
+    CHECK_OK(jb_custom_kernel_prepare(hooked_self, cpu));
+    deadline_end(&d);
+    CHECK(atomic_load(&sibling_status) == JB_OK, "the hook's prepare of a sibling: %d",
+          atomic_load(&sibling_status));
+    CHECK(atomic_load(&self_status) == JB_ERR_LAUNCH,
+          "the hook's launch of its own kernel: %d, not JB_ERR_LAUNCH",
+          atomic_load(&self_status));
+    jb_custom_kernel_free(hooked_self);
+    jb_custom_kernel_free(hooked_sibling);
+}
+
 typedef struct prepare_arg {
     jb_custom_kernel *kernel;
     atomic_bool done;
@@ -385,6 +430,8 @@ int main(void)
     test_distinct_kernels_first_launch();
     test_failed_build_is_retried();
     test_configure_hook_runs_once();
+    if (!(jb_removed_locks() & 4)) /* without the claim the hook's own launch recurses */
+        test_configure_hook_may_call_the_library();
     /* Under memcheck the compiler helper runs as an emulated fork and the gated compile never
      * opens its FIFO (the build then waits out the compile timeout): ASan and plain runs keep it. */
     if (getenv("JB_TEST_UNDER_VALGRIND"))

@@ -228,6 +228,163 @@ static void source_module_on_parents_stream(void)
     jb_source_module_free(m);
 }
 
+/* ---- fork while a kernel is being configured ---- */
+
+/* The hook blocks until `release` is set: the parent's configuring thread stays inside it for
+ * as long as the test wants. The child's copy of `release` is its own. */
+typedef struct blocking_hook {
+    atomic_int entered, release, calls;
+} blocking_hook;
+
+static int hold_in_hook(void *user_data, const jb_device *device, jb_kernel_config *config)
+{
+    (void)device;
+    blocking_hook *h = user_data;
+    atomic_fetch_add(&h->calls, 1);
+    atomic_store(&h->entered, 1);
+    while (!atomic_load(&h->release))
+        sleep_ms(1);
+    config->threads_per_block = 64;
+    return 0;
+}
+
+typedef struct launch_arg {
+    jb_custom_kernel *kernel;
+    int status;
+} launch_arg;
+
+static int launch_once(jb_custom_kernel *k, float scale)
+{
+    float in[8], out[8];
+    for (int i = 0; i < 8; i++)
+        in[i] = (float)i;
+    int64_t shape[] = {8};
+    const int64_t *shapes[] = {shape};
+    int ndims[] = {1};
+    jb_launch_shape launch = {.total_threads = 8};
+    jb_array *x = NULL, *y = NULL;
+    int status = jb_array_from_host(&x, cpu, JB_F32, shape, 1, in);
+    if (status == JB_OK)
+        status = jb_custom_kernel_launch(&y, k, &x, 1, shapes, ndims, &launch);
+    if (status == JB_OK)
+        status = jb_array_read(y, out, sizeof out);
+    for (int i = 0; status == JB_OK && i < 8; i++)
+        if (out[i] != in[i] * scale)
+            status = JB_ERR_LAUNCH;
+    jb_array_free(x);
+    jb_array_free(y);
+    return status;
+}
+
+static void *launch_on_thread(void *p)
+{
+    launch_arg *arg = p;
+    arg->status = launch_once(arg->kernel, 5.0f);
+    return NULL;
+}
+
+#define CONFIGURED_BODY "y[thread_index()] = x[thread_index()] * 5.0f;"
+
+/* Another thread is inside a kernel's configure hook (under the module's kernel mutex, once)
+ * when the process forks: the child launches that kernel, another kernel object of its module
+ * and a new kernel, each at once. (2 of 2 such children hung.) */
+static void fork_during_a_configure_hook(void)
+{
+    static blocking_hook hook;
+    jb_kernel_spec spec = spec_named("configured_during_fork", CONFIGURED_BODY, NULL);
+    spec.configure = hold_in_hook, spec.configure_user_data = &hook;
+    jb_kernel_spec plain = spec_named("configured_during_fork", CONFIGURED_BODY, NULL);
+    launch_arg arg = {NULL, -1};
+    jb_custom_kernel *sibling = NULL;
+    CHECK_OK(jb_custom_kernel_new(&arg.kernel, &spec));
+    CHECK_OK(jb_custom_kernel_new(&sibling, &plain));
+    CHECK_OK(jb_custom_kernel_prepare(sibling, cpu)); /* the module is built: no build at fork */
+    pthread_t configuring;
+    pthread_create(&configuring, NULL, launch_on_thread, &arg);
+    while (!atomic_load(&hook.entered))
+        sleep_ms(1);
+
+    pid_t pid = fork_with_deadline("a fork during a configure hook", 20);
+    if (pid == 0) {
+        atomic_store(&hook.release, 1); /* the child's hook runs through */
+        jb_custom_kernel *fresh = NULL, *again = NULL;
+        jb_kernel_spec other = spec_named("configured_during_fork", CONFIGURED_BODY, NULL);
+        int answer = launch_once(arg.kernel, 5.0f) != JB_OK                  ? 1
+                     : atomic_load(&hook.calls) != 2                          ? 2
+                     : jb_custom_kernel_new(&fresh, &other) != JB_OK         ? 3
+                     : launch_once(fresh, 5.0f) != JB_OK                      ? 4
+                     : jb_custom_kernel_new(&again, &spec) != JB_OK          ? 5
+                     : launch_once(again, 5.0f) != JB_OK                      ? 6
+                                                                              : 0;
+        _exit(answer);
+    }
+    int status = wait_child_with_deadline(pid, 20, "a fork during a configure hook");
+    CHECK(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+          "the child forked during a configure hook failed: %d (1: the hooked kernel, 2: its "
+          "hook did not run again in the child, 3-6: other kernels of the module)",
+          WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    atomic_store(&hook.release, 1);
+    pthread_join(configuring, NULL);
+    CHECK(arg.status == JB_OK, "the parent's configured launch: %d", arg.status);
+    CHECK(atomic_load(&hook.calls) == 1, "the parent ran the hook %d times",
+          atomic_load(&hook.calls));
+    jb_custom_kernel_free(arg.kernel);
+    jb_custom_kernel_free(sibling);
+}
+
+/* A thread keeps making new kernel objects of one built module and launching each once (a
+ * first launch configures, without a hook) while the process forks again and again; each child
+ * launches a new kernel object of that module. (5 of 1,200 such children hung.) */
+#ifdef __SANITIZE_ADDRESS__
+#define NO_HOOK_FORKS 30 /* each fork copies ASan's shadow maps: 300 took 3 minutes */
+#else
+#define NO_HOOK_FORKS 300 /* with the fix taken out, one of the first 100 or so hung */
+#endif
+#define LAUNCHERS 3
+
+static atomic_int stop_first_launches;
+
+static void *first_launch_new_kernels(void *p)
+{
+    (void)p;
+    jb_kernel_spec plain = spec_named("configured_during_fork", CONFIGURED_BODY, NULL);
+    while (!atomic_load(&stop_first_launches)) {
+        jb_custom_kernel *k = NULL;
+        if (jb_custom_kernel_new(&k, &plain) == JB_OK)
+            jb_custom_kernel_prepare(k, cpu);
+        jb_custom_kernel_free(k);
+    }
+    return NULL;
+}
+
+static void fork_during_first_launches(void)
+{
+    pthread_t launchers[LAUNCHERS];
+    for (int t = 0; t < LAUNCHERS; t++)
+        pthread_create(&launchers[t], NULL, first_launch_new_kernels, NULL);
+    bool ok = true;
+    int forks = 0;
+    for (; forks < NO_HOOK_FORKS && ok; forks++) {
+        pid_t pid = fork_with_deadline("a fork during first launches", 10);
+        if (pid == 0) {
+            jb_custom_kernel *k = NULL;
+            jb_kernel_spec plain = spec_named("configured_during_fork", CONFIGURED_BODY, NULL);
+            bool launched = jb_custom_kernel_new(&k, &plain) == JB_OK &&
+                            jb_custom_kernel_prepare(k, cpu) == JB_OK;
+            if (!launched)
+                fprintf(stderr, "a child forked during first launches: %s\n",
+                        jb_last_error_message());
+            _exit(launched ? 0 : 1);
+        }
+        int status = wait_child_with_deadline(pid, 10, "a fork during first launches");
+        ok = status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    }
+    atomic_store(&stop_first_launches, 1);
+    for (int t = 0; t < LAUNCHERS; t++)
+        pthread_join(launchers[t], NULL);
+    CHECK(ok, "child %d of %d forked during first launches hung or failed", forks, NO_HOOK_FORKS);
+}
+
 int main(void)
 {
     setenv("JITBRIDGE_DISK_CACHE", "0", 1); /* the child compiles, not loads */
@@ -237,5 +394,7 @@ int main(void)
     }
     test_fork_during_build();
     source_module_on_parents_stream();
+    fork_during_a_configure_hook();
+    fork_during_first_launches();
     return check_summary("test_fork");
 }
