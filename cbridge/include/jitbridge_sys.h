@@ -1,7 +1,9 @@
 /*
  * jitbridge_sys.h - entry points for tools, tests and benchmarks of the jitbridge C library, kept
- * out of jitbridge.h (as libgit2 keeps git2/sys/): they are stable enough to use, but no
- * production path needs them. The conventions of jitbridge.h apply.
+ * out of jitbridge.h (as libgit2 keeps git2/sys/): no production path needs them. They are no
+ * stable API: JB_ABI_VERSION covers jitbridge.h only, and these may change in any release.
+ * `make install` leaves this header out; `make install-sys` installs it. The conventions of
+ * jitbridge.h apply.
  */
 #ifndef JITBRIDGE_SYS_H
 #define JITBRIDGE_SYS_H
