@@ -6,6 +6,7 @@ use crate::args::{Command, device_or_default, parse_args, print_help};
 use crate::rows::{H200_CUDA, Row, Target, Unit};
 use crate::{Failure, Outcome};
 use jitbridge::{Counters, Device, race, sys_tools};
+use std::os::unix::fs::DirBuilderExt;
 use std::time::Instant;
 
 /// Section 5: a new process's first launch, loaded from the disk cache against compiled.
@@ -54,20 +55,33 @@ fn first_launch_in_new_processes(
         }
     };
     let (mut cold, mut warm) = (Vec::new(), Vec::new());
-    for round in 0..rounds {
-        let dir = std::env::temp_dir().join(format!("jb-bench-{}-{round}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+    for _ in 0..rounds {
         // Each round's source is new to the host: the cold child compiles it from nothing.
-        let salt = format!("salt {}", fresh_variant());
-        let (ns, hits) = once(&dir, &salt)?;
-        assert_eq!(hits, 0, "a fresh folder held an entry");
-        cold.push(ns);
-        let (ns, hits) = once(&dir, &salt)?;
-        if hits != 1 {
-            return Err(failed("the second process did not load from disk".into()));
-        }
-        warm.push(ns);
+        let variant = fresh_variant();
+        let salt = format!("salt {variant}");
+        // A folder of our own, made here (0700, failing if the name is taken), never one that
+        // another user could have put in the shared temporary folder first.
+        let dir = std::env::temp_dir().join(format!("jb-bench-{}-{variant}", std::process::id()));
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| failed(format!("cannot make {}: {e}", dir.display())))?;
+        let round = || -> Result<(f64, f64), jitbridge::Error> {
+            let (cold, hits) = once(&dir, &salt)?;
+            if hits != 0 {
+                return Err(failed("a new cache folder already held an entry".into()));
+            }
+            let (warm, hits) = once(&dir, &salt)?;
+            if hits != 1 {
+                return Err(failed("the second process did not load from disk".into()));
+            }
+            Ok((cold, warm))
+        };
+        let measured = round();
         let _ = std::fs::remove_dir_all(&dir);
+        let (c, w) = measured?;
+        cold.push(c);
+        warm.push(w);
     }
     Ok((median(cold), median(warm)))
 }
