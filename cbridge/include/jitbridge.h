@@ -428,6 +428,9 @@ JB_API const char *jb_custom_kernel_source(const jb_custom_kernel *kernel, const
  * launching: a warm-up, so that the first real launch does not wait for the compiler. */
 JB_API jb_status jb_custom_kernel_prepare(jb_custom_kernel *kernel, jb_device *device);
 
+/* A launch's threads: grid x block, or total_threads in blocks of the configured size. A shape
+ * whose thread or block count does not fit (past 2^32 - 1 blocks, or a product past 2^64) is
+ * JB_ERR_INVALID_ARGUMENT, as is an output with more than 2^40 elements. */
 typedef struct jb_launch_shape {
     uint32_t grid[3];  /* blocks; all zero means: derive from total_threads */
     uint32_t block[3]; /* threads per block */

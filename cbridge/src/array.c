@@ -198,12 +198,13 @@ static int shape_bytes(const int64_t *shape, int ndim, jb_dtype dtype, size_t *o
     for (int i = 0; i < ndim; i++) {
         JB_RETURN_IF(shape[i] < 0, JB_ERR_INVALID_ARGUMENT, "dimension %d is negative (%lld)", i,
                      (long long)shape[i]);
-        JB_RETURN_IF(shape[i] > 0 && count > (UINT64_MAX / 8) / (uint64_t)shape[i],
-                     JB_ERR_INVALID_ARGUMENT, "the shape's element count overflows");
-        count *= (uint64_t)shape[i];
+        JB_RETURN_IF(!jb__mul_u64(count, (uint64_t)shape[i], &count), JB_ERR_INVALID_ARGUMENT,
+                     "the shape's element count overflows");
     }
-    JB_RETURN_IF(count > (uint64_t)SIZE_MAX / 8, JB_ERR_INVALID_ARGUMENT, "array too large");
-    *out_bytes = (size_t)count * jb_dtype_size(dtype);
+    /* At most 1/8 of the address space: its bytes fit a size_t, its count jb_array_size. */
+    JB_RETURN_IF(count > (uint64_t)SIZE_MAX / 8 ||
+                     !jb__mul_size((size_t)count, jb_dtype_size(dtype), out_bytes),
+                 JB_ERR_INVALID_ARGUMENT, "array too large");
     return JB_OK;
 }
 

@@ -49,8 +49,8 @@ static int list_entries(int dir, entry_info **out, size_t *count, uint64_t *tota
             fstatat(dir, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
             continue;
         if (*count == capacity) {
-            capacity = capacity ? capacity * 2 : 64;
-            entry_info *grown = realloc(*out, capacity * sizeof *grown);
+            capacity = capacity ? capacity * 2 : 64; /* the realloc's product is checked */
+            entry_info *grown = jb__realloc_array(*out, capacity, sizeof *grown);
             if (!grown) {
                 closedir(d);
                 free(*out);
@@ -64,7 +64,8 @@ static int list_entries(int dir, entry_info **out, size_t *count, uint64_t *tota
         info->regular = S_ISREG(st.st_mode);
         info->bytes = info->regular ? (uint64_t)st.st_size : 0;
         info->mtime = st.st_mtime;
-        *total += info->bytes;
+        if (!jb__add_u64(*total, info->bytes, total))
+            *total = UINT64_MAX; /* more than any disk holds: a prune then removes on */
     }
     closedir(d);
     return JB_OK;

@@ -320,8 +320,10 @@ static int write_entry(int dir, int tmp, const jb_disk_key *key, const jb_blob *
 void jb__disk_store(const jb_disk_key *key, const jb_blob *code)
 {
     int dir = jb__disk_dir_fd(), tmp = jb__disk_tmp_fd();
-    if (dir < 0 || tmp < 0 || code->size + sizeof(entry_header) + key->bytes > MAX_ENTRY_BYTES)
-        return;
+    size_t bytes;
+    if (dir < 0 || tmp < 0 || !jb__add_size(code->size, key->bytes, &bytes) ||
+        !jb__add_size(bytes, sizeof(entry_header), &bytes) || bytes > MAX_ENTRY_BYTES)
+        return; /* the cap also keeps the key's length within its 32-bit field */
     const char *what;
     int err = write_entry(dir, tmp, key, code, &what);
     /* The folder or its tmp/ was removed (a cache cleaner) before the temporary was made or

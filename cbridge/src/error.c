@@ -90,8 +90,11 @@ static void set_error(int status, const char *log, const char *fmt, va_list ap)
     tls_status = status;
     snprintf(tls_short, sizeof tls_short, "%s: %s", status_text(status), message);
     if (log && *log) {
-        size_t need = strlen(tls_short) + strlen(log) + 2;
-        char *text = malloc(need);
+        size_t need;
+        char *text = jb__add_size(strlen(tls_short), strlen(log), &need) &&
+                             jb__add_size(need, 2, &need)
+                         ? malloc(need)
+                         : NULL;
         if (text)
             snprintf(text, need, "%s\n%s", tls_short, log);
         set_long(text);
@@ -137,8 +140,11 @@ void jb__error_append(const char *fmt, ...)
     if (tls_long) {
         /* The long form is the short message, a newline and the log: rebuild it around the log. */
         const char *log = tls_long + old_len + 1;
-        size_t need = strlen(tls_short) + strlen(log) + 2;
-        char *grown = malloc(need);
+        size_t need;
+        char *grown = jb__add_size(strlen(tls_short), strlen(log), &need) &&
+                              jb__add_size(need, 2, &need)
+                          ? malloc(need)
+                          : NULL;
         if (grown) {
             snprintf(grown, need, "%s\n%s", tls_short, log);
             set_long(grown); /* through the key too: the thread's exit frees the new one */

@@ -122,7 +122,7 @@ static void pool_put(jb_event *event)
     POOL_LOCK(pool);
     if (pool->count == pool->capacity) {
         size_t capacity = pool->capacity ? pool->capacity * 2 : 32;
-        jb_event **grown = realloc(pool->free_events, capacity * sizeof *grown);
+        jb_event **grown = jb__realloc_array(pool->free_events, capacity, sizeof *grown);
         if (grown) {
             pool->free_events = grown;
             pool->capacity = capacity;

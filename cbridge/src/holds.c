@@ -245,7 +245,8 @@ static int release_holds(jb_stream *stream, release_kind kind, uint64_t waited_b
     } else if (releasable) {
         status = holds_fired(stream, kind == RELEASE_FIRED, &releasable);
     }
-    jb_hold *batch = releasable <= STACK_HOLDS ? stack_batch : malloc(releasable * sizeof *batch);
+    jb_hold *batch =
+        releasable <= STACK_HOLDS ? stack_batch : jb__malloc_array(releasable, sizeof *batch);
     if (!batch)
         releasable = STACK_HOLDS, batch = stack_batch; /* release what fits now, the rest later */
     for (size_t i = 0; i < releasable; i++)
@@ -317,8 +318,10 @@ static bool holds_reserve(jb_stream *stream)
 {
     if (stream->holds_count < stream->holds_capacity)
         return true;
-    size_t capacity = stream->holds_capacity ? stream->holds_capacity * 2 : 2 * JB_HOLDS_PER_LOOK;
-    jb_hold *ring = malloc(capacity * sizeof *ring);
+    size_t capacity = 2 * JB_HOLDS_PER_LOOK;
+    if (stream->holds_capacity && !jb__mul_size(stream->holds_capacity, 2, &capacity))
+        return false;
+    jb_hold *ring = jb__malloc_array(capacity, sizeof *ring);
     if (!ring)
         return false;
     for (size_t i = 0; i < stream->holds_count; i++)
@@ -334,7 +337,8 @@ int jb__stream_record_hold(jb_stream *stream, jb_event *done, jb_buffer *const *
                            size_t count)
 {
     jb_device *dev = stream->device;
-    jb_buffer **more = count > HOLD_INLINE_BUFFERS ? malloc(count * sizeof *more) : NULL;
+    jb_buffer **more =
+        count > HOLD_INLINE_BUFFERS ? jb__malloc_array(count, sizeof *more) : NULL;
     bool have_memory = count <= HOLD_INLINE_BUFFERS || more;
     size_t bytes = 0;
     for (size_t i = 0; i < count; i++) {

@@ -62,6 +62,19 @@ void jb__configure_fork(jb_fork_phase phase);    /* module.c: configure hooks' c
 /* ---- small utilities (util.c) ---- */
 uint64_t jb__now_ns(void);
 uint64_t jb__fnv1a64(const void *data, size_t len, uint64_t seed);
+/* Overflow-checked size arithmetic: every sum or product of sizes or counts a caller, a file or
+ * a driver can make large goes through these. Each writes *out and returns true when the result
+ * fits, else returns false and leaves *out alone. */
+bool jb__add_u64(uint64_t a, uint64_t b, uint64_t *out);
+bool jb__mul_u64(uint64_t a, uint64_t b, uint64_t *out);
+bool jb__add_size(size_t a, size_t b, size_t *out);
+bool jb__mul_size(size_t a, size_t b, size_t *out);
+/* ceil(total / per) for per > 0, without the (total + per - 1) that wraps near 2^64. */
+uint64_t jb__ceil_div_u64(uint64_t total, uint64_t per);
+/* malloc and realloc of `count` elements of `size`: NULL (errno ENOMEM) when the product does
+ * not fit in a size_t. A zero product asks for one byte, so NULL always means failure. */
+void *jb__malloc_array(size_t count, size_t size);
+void *jb__realloc_array(void *data, size_t count, size_t size);
 /* Whether a failed call's errno means "not now" (out of descriptors or memory, interrupted,
  * would block, a network disk's I/O error): retried later, never a reason to evict or give up. */
 bool jb__errno_is_transient(int err);

@@ -151,7 +151,7 @@ int jb__resolve_launch_shape(const jb_launch_shape *shape, const jb_kernel_confi
                                                        : DEFAULT_THREADS_PER_BLOCK;
         if (per_block > shape->total_threads)
             per_block = shape->total_threads;
-        uint64_t blocks = (shape->total_threads + per_block - 1) / per_block;
+        uint64_t blocks = jb__ceil_div_u64(shape->total_threads, per_block);
         JB_RETURN_IF(per_block > MAX_THREADS_PER_BLOCK || blocks > UINT32_MAX,
                      JB_ERR_INVALID_ARGUMENT, "%" PRIu64 " threads do not fit one launch",
                      shape->total_threads);
@@ -167,14 +167,14 @@ int jb__resolve_launch_shape(const jb_launch_shape *shape, const jb_kernel_confi
                      "grid and block dimensions must be at least 1");
         grid[i] = shape->grid[i];
         block[i] = shape->block[i];
-        wrapped |= __builtin_mul_overflow(blocks, grid[i], &blocks);
-        wrapped |= __builtin_mul_overflow(per_block, block[i], &per_block);
+        wrapped |= !jb__mul_u64(blocks, grid[i], &blocks);
+        wrapped |= !jb__mul_u64(per_block, block[i], &per_block);
     }
     JB_RETURN_IF(wrapped || per_block > MAX_THREADS_PER_BLOCK, JB_ERR_INVALID_ARGUMENT,
                  "%u x %u x %u threads per block exceed %d, or %u x %u x %u blocks of them "
                  "overflow a 64-bit count",
                  block[0], block[1], block[2], MAX_THREADS_PER_BLOCK, grid[0], grid[1], grid[2]);
-    JB_RETURN_IF(__builtin_mul_overflow(blocks, per_block, total), JB_ERR_INVALID_ARGUMENT,
+    JB_RETURN_IF(!jb__mul_u64(blocks, per_block, total), JB_ERR_INVALID_ARGUMENT,
                  "%u x %u x %u blocks of %" PRIu64 " threads overflow a 64-bit count", grid[0],
                  grid[1], grid[2], per_block);
     return JB_OK;
@@ -225,14 +225,16 @@ static int validate_launch(const jb_custom_kernel *k, jb_array *const *inputs, s
                          (output_ndims[i] > 0 && !output_shapes[i]),
                      JB_ERR_INVALID_ARGUMENT, "output '%s' of kernel '%s' has a bad shape",
                      k->output_names[i], k->name);
-        int64_t elements = 1;
+        uint64_t elements = 1;
         for (int d = 0; d < output_ndims[i]; d++) {
             JB_RETURN_IF(output_shapes[i][d] < 0 || output_shapes[i][d] > MAX_OUTPUT_ELEMENTS,
                          JB_ERR_INVALID_ARGUMENT,
                          "output '%s' of kernel '%s' has dimension %d of %lld",
                          k->output_names[i], k->name, d, (long long)output_shapes[i][d]);
-            elements *= output_shapes[i][d];
-            JB_RETURN_IF(elements > MAX_OUTPUT_ELEMENTS, JB_ERR_INVALID_ARGUMENT,
+            /* 2^40 x 2^40 wraps a 64-bit count (to 0: a 0-byte output the kernel writes into). */
+            JB_RETURN_IF(!jb__mul_u64(elements, (uint64_t)output_shapes[i][d], &elements) ||
+                             elements > (uint64_t)MAX_OUTPUT_ELEMENTS,
+                         JB_ERR_INVALID_ARGUMENT,
                          "output '%s' of kernel '%s' has more than 2^40 elements",
                          k->output_names[i], k->name);
         }
@@ -320,10 +322,14 @@ int jb__launch_begin(jb_staged_launch *l, jb_custom_kernel *k, jb_stream *stream
             jb__event_retain(end);
         l->ready[i] = end;
         size_t bytes = jb_dtype_size(k->output_dtypes[i]);
+        bool fits = true; /* bounded by validate_launch; checked all the same */
         for (int d = 0; d < output_ndims[i]; d++)
-            bytes *= (size_t)output_shapes[i][d];
+            fits &= jb__mul_size(bytes, (size_t)output_shapes[i][d], &bytes);
         jb_buffer *buf;
-        if ((status = jb__buffer_new(dev, bytes, &buf)) != JB_OK ||
+        if (!fits)
+            status = jb__fail(JB_ERR_INVALID_ARGUMENT, "output '%s' of kernel '%s' is too large",
+                              k->output_names[i], k->name);
+        if (status != JB_OK || (status = jb__buffer_new(dev, bytes, &buf)) != JB_OK ||
             (status = jb__array_wrap(&l->outputs[i], buf, k->output_dtypes[i], output_shapes[i],
                                      output_ndims[i], NULL)) != JB_OK)
             goto done;

@@ -43,7 +43,11 @@ _Thread_local jb_build_steps jb__build_steps;
 int jb__module_create(jb_device *dev, const jb_blob *code, const char *source,
                       const char *const *kernel_names, size_t num_kernels, jb_module **out)
 {
-    jb_module *module = calloc(1, sizeof *module + num_kernels * sizeof(jb_kernel_entry));
+    size_t bytes;
+    jb_module *module = jb__mul_size(num_kernels, sizeof(jb_kernel_entry), &bytes) &&
+                                jb__add_size(bytes, sizeof *module, &bytes)
+                            ? calloc(1, bytes)
+                            : NULL;
     char *source_copy = jb__strdup(source);
     if (!module || !source_copy) {
         free(module);

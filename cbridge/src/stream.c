@@ -189,7 +189,7 @@ int jb__stream_wait_for_readers(jb_stream *waiter, const uint64_t *ids, size_t n
         if ((!named && !held) || s == waiter || !from_this_process(s))
             continue;
         if (count == capacity) {
-            jb_event **grown = malloc(2 * capacity * sizeof *grown);
+            jb_event **grown = jb__malloc_array(capacity, 2 * sizeof *grown);
             if (!grown) {
                 status = jb__fail(JB_ERR_OUT_OF_MEMORY, "no memory to wait for %zu streams",
                                   2 * capacity);
@@ -345,7 +345,7 @@ jb_status jb_install_thread_local_default_stream(jb_stream *stream)
     installed_stack *stack = &ts->installed[stream->device->index];
     if (stack->depth == stack->capacity) {
         size_t capacity = stack->capacity ? stack->capacity * 2 : 4;
-        jb_stream **grown = realloc(stack->streams, capacity * sizeof *grown);
+        jb_stream **grown = jb__realloc_array(stack->streams, capacity, sizeof *grown);
         JB_RETURN_IF(!grown, JB_ERR_OUT_OF_MEMORY, "no memory to install a stream");
         stack->streams = grown;
         stack->capacity = capacity;

@@ -86,7 +86,12 @@ bool jb__published_add(jb_published_table *t, uint64_t hash, const void *key, vo
     jb_published_slots *s = atomic_load_explicit(&t->current, memory_order_relaxed);
     if (!s || (t->count + 1) * 2 > s->capacity) {
         size_t capacity = s ? s->capacity * 2 : TABLE_FIRST_CAPACITY;
-        jb_published_slots *grown = calloc(1, sizeof *grown + capacity * sizeof(published_slot));
+        size_t bytes;
+        jb_published_slots *grown =
+            jb__mul_size(capacity, sizeof(published_slot), &bytes) &&
+                    jb__add_size(bytes, sizeof *grown, &bytes)
+                ? calloc(1, bytes)
+                : NULL;
         if (!grown)
             return false;
         grown->capacity = capacity;

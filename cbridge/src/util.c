@@ -27,6 +27,67 @@ uint64_t jb__fnv1a64(const void *data, size_t len, uint64_t seed)
     return h;
 }
 
+bool jb__add_u64(uint64_t a, uint64_t b, uint64_t *out)
+{
+    uint64_t sum;
+    if (__builtin_add_overflow(a, b, &sum))
+        return false;
+    *out = sum;
+    return true;
+}
+
+bool jb__mul_u64(uint64_t a, uint64_t b, uint64_t *out)
+{
+    uint64_t product;
+    if (__builtin_mul_overflow(a, b, &product))
+        return false;
+    *out = product;
+    return true;
+}
+
+bool jb__add_size(size_t a, size_t b, size_t *out)
+{
+    size_t sum;
+    if (__builtin_add_overflow(a, b, &sum))
+        return false;
+    *out = sum;
+    return true;
+}
+
+bool jb__mul_size(size_t a, size_t b, size_t *out)
+{
+    size_t product;
+    if (__builtin_mul_overflow(a, b, &product))
+        return false;
+    *out = product;
+    return true;
+}
+
+uint64_t jb__ceil_div_u64(uint64_t total, uint64_t per)
+{
+    return total / per + (total % per != 0);
+}
+
+void *jb__malloc_array(size_t count, size_t size)
+{
+    size_t bytes;
+    if (!jb__mul_size(count, size, &bytes)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return malloc(bytes ? bytes : 1);
+}
+
+void *jb__realloc_array(void *data, size_t count, size_t size)
+{
+    size_t bytes;
+    if (!jb__mul_size(count, size, &bytes)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return realloc(data, bytes ? bytes : 1);
+}
+
 bool jb__errno_is_transient(int err)
 {
     return err == EMFILE || err == ENFILE || err == ENOMEM || err == ENOBUFS || err == EINTR ||
@@ -76,12 +137,17 @@ static bool strbuf_reserve(jb_strbuf *sb, size_t extra)
 {
     if (sb->failed)
         return false;
-    if (sb->len + extra + 1 <= sb->cap)
+    size_t need;
+    if (!jb__add_size(sb->len, extra, &need) || !jb__add_size(need, 1, &need)) {
+        sb->failed = true;
+        return false;
+    }
+    if (need <= sb->cap)
         return true;
     size_t cap = sb->cap ? sb->cap : 256;
-    while (cap < sb->len + extra + 1)
-        cap *= 2;
-    char *grown = realloc(sb->data, cap);
+    while (cap < need && jb__mul_size(cap, 2, &cap))
+        ;
+    char *grown = cap >= need ? realloc(sb->data, cap) : NULL;
     if (!grown) {
         sb->failed = true;
         return false;

@@ -5,6 +5,7 @@
  * were.
  */
 #include "check.h"
+#include "deadline.h"
 #include "jitbridge_sys.h"
 
 #include <limits.h>
@@ -490,6 +491,65 @@ static void bad_scalars(void)
     jb_custom_kernel_free(k);
 }
 
+/* Sizes whose arithmetic wraps: a thread count within a block of 2^64 (its block count
+ * (total + per_block - 1) / per_block wrapped to 0, and the cpu worker looped for ever), and
+ * output shapes whose element count wraps (2^40 x 2^40 read as 0 elements, a 0-byte output
+ * the kernel then wrote into). Each is refused before anything is built or run. In a child
+ * under a deadline: accepted, the first hangs and the second crashes. */
+static void sizes_that_wrap(void)
+{
+    pid_t pid = fork_with_deadline("sizes that wrap", 20);
+    if (pid == 0) {
+        check_failed = check_passed = 0;
+        const char *in[] = {"x"}, *outn[] = {"y"};
+        jb_dtype f32[] = {JB_F32};
+        jb_kernel_spec spec = {.struct_size = sizeof(jb_kernel_spec),
+                               .name = "misuse_wrapping",
+                               .input_names = in,
+                               .input_dtypes = f32,
+                               .num_inputs = 1,
+                               .output_names = outn,
+                               .output_dtypes = f32,
+                               .num_outputs = 1,
+                               .body = "y[thread_index()] = x[thread_index()];"};
+        jb_custom_kernel *k;
+        CHECK_OK(jb_custom_kernel_new(&k, &spec));
+        jb_array *x, *out[1] = {NULL}, *inputs[1];
+        CHECK_OK(jb_array_arange(&x, cpu, 8, JB_F32));
+        inputs[0] = x;
+        int64_t n = 8, big = INT64_C(1) << 40, half = INT64_C(1) << 32, third = INT64_C(1) << 22;
+        int64_t square[] = {big, big}, wraps_to_zero[] = {half, half}, cube[] = {third, third, third};
+        const int64_t *shapes[] = {&n}, *square_shape[] = {square}, *zero_shape[] = {wraps_to_zero};
+        const int64_t *cube_shape[] = {cube};
+        int one[] = {1}, two[] = {2}, three[] = {3};
+        uint64_t totals[] = {UINT64_MAX, UINT64_MAX - 1, UINT64_MAX - 255, UINT64_MAX - 256,
+                             UINT64_MAX - 1024, (uint64_t)UINT32_MAX * 1024 + 1};
+        for (size_t i = 0; i < sizeof totals / sizeof *totals; i++) {
+            jb_launch_shape threads = {{0, 0, 0}, {0, 0, 0}, totals[i]};
+            int got = jb_custom_kernel_launch(out, k, inputs, 1, shapes, one, &threads);
+            CHECK(got == JB_ERR_INVALID_ARGUMENT && !out[0],
+                  "%llu threads: %s (a launch of 2^64 threads was accepted)",
+                  (unsigned long long)totals[i], jb_status_name(got));
+        }
+        jb_launch_shape eight = {{0, 0, 0}, {0, 0, 0}, 8};
+        EXPECT(jb_custom_kernel_launch(out, k, inputs, 1, square_shape, two, &eight),
+               JB_ERR_INVALID_ARGUMENT);
+        EXPECT(jb_custom_kernel_launch(out, k, inputs, 1, zero_shape, two, &eight),
+               JB_ERR_INVALID_ARGUMENT);
+        EXPECT(jb_custom_kernel_launch(out, k, inputs, 1, cube_shape, three, &eight),
+               JB_ERR_INVALID_ARGUMENT);
+        CHECK(out[0] == NULL, "a failed launch left an output");
+        jb_array_free(x);
+        jb_custom_kernel_free(k);
+        _exit(check_failed ? 1 : 0);
+    }
+    int status = wait_child_with_deadline(pid, 25, "sizes that wrap");
+    CHECK(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+          "sizes that wrap were accepted (the child %s %d; see above)",
+          WIFEXITED(status) ? "exited" : "was killed by signal",
+          WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+}
+
 int main(void)
 {
     setenv("JITBRIDGE_DISK_CACHE", "0", 1); /* this test's kernels stay off the user's cache */
@@ -502,5 +562,6 @@ int main(void)
     bad_names();
     bad_launches();
     bad_scalars();
+    sizes_that_wrap();
     return check_summary("test_misuse");
 }

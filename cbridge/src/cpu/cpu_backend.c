@@ -183,9 +183,11 @@ static void enqueue(cpu_stream *s, cpu_task *task)
     pthread_mutex_unlock(&s->mutex);
 }
 
+/* A task with `extra` bytes behind it (argument counts are capped: 64 arrays, 64 scalars). */
 static cpu_task *task_new(task_kind kind, size_t extra)
 {
-    cpu_task *task = calloc(1, sizeof *task + extra);
+    size_t bytes;
+    cpu_task *task = jb__add_size(sizeof *task, extra, &bytes) ? calloc(1, bytes) : NULL;
     if (task) {
         task->kind = kind;
         task->pointers = (void **)(task + 1);

@@ -150,8 +150,9 @@ static int gpu_compile(jb_device *dev, const char *module_name, const char *sour
     if (r != NVRTC_SUCCESS) {
         size_t log_size = 0;
         char *log = NULL;
+        size_t log_bytes;
         if (JB_GPU(nvrtcGetProgramLogSize)(program, &log_size) == NVRTC_SUCCESS && log_size > 0 &&
-            (log = malloc(log_size + 1)) != NULL) {
+            jb__add_size(log_size, 1, &log_bytes) && (log = malloc(log_bytes)) != NULL) {
             if (JB_GPU(nvrtcGetProgramLog)(program, log) != NVRTC_SUCCESS)
                 log[0] = '\0';
             log[log_size] = '\0';
