@@ -31,13 +31,16 @@ pub enum ErrorCode {
     System,
     /// A dtype or shape does not match.
     Shape,
+    /// A bounds-checked kernel indexed outside an array (reported by the next wait for what the
+    /// launch wrote).
+    Bounds,
     /// A status this version of the crate does not know.
     Other(i32),
 }
 
 /// Each failure status of the C library (`JB_STATUS_TABLE` in jitbridge.h) and its code: the one
 /// place the numbers are written on this side.
-const STATUSES: [(c_int, ErrorCode); 10] = [
+const STATUSES: [(c_int, ErrorCode); 11] = [
     (1, ErrorCode::InvalidArgument),
     (2, ErrorCode::OutOfMemory),
     (3, ErrorCode::Unsupported),
@@ -48,6 +51,7 @@ const STATUSES: [(c_int, ErrorCode); 10] = [
     (8, ErrorCode::Backend),
     (9, ErrorCode::System),
     (10, ErrorCode::Shape),
+    (11, ErrorCode::Bounds),
 ];
 
 impl ErrorCode {

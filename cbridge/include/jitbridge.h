@@ -59,7 +59,8 @@ extern "C" {
     X(JB_ERR_LAUNCH, 7, "kernel launch failed")                                                    \
     X(JB_ERR_BACKEND, 8, "backend call failed")                                                    \
     X(JB_ERR_SYSTEM, 9, "operating system call failed")                                            \
-    X(JB_ERR_SHAPE, 10, "shape or dtype mismatch")
+    X(JB_ERR_SHAPE, 10, "shape or dtype mismatch")                                               \
+    X(JB_ERR_BOUNDS, 11, "index out of bounds")
 
 typedef enum jb_status {
 #define JB_STATUS_ENUM_(name, value, text) name = value,
@@ -249,6 +250,7 @@ JB_API jb_status jb_thread_local_default_stream(jb_stream **out, jb_device *devi
  * nothing), and a one-off such wait is not paid for ever.
  */
 typedef struct jb_array jb_array;
+struct jb_scalar; /* a scalar value with its dtype, defined with custom kernels below */
 
 /* Element types. f16 is IEEE binary16 and bf16 the top half of an f32; both are stored as their
  * 16 bits, and every conversion to them rounds to nearest, ties to even, on every backend. bool
@@ -290,6 +292,14 @@ JB_API jb_status jb_array_from_host(jb_array **out, jb_device *device, jb_dtype 
 /* A one-dimensional array 0, 1, ..., n-1 (n >= 0) of `dtype` on `device`: f16 and bf16 round to
  * nearest even, i8 and u8 wrap modulo 256, bool is i != 0. */
 JB_API jb_status jb_array_arange(jb_array **out, jb_device *device, int64_t n, jb_dtype dtype);
+/* An array of `shape` (`ndim` dimensions) on `device` whose every element is zero (every bit 0:
+ * 0, 0.0, false), filled on the device: no host data is copied. The fill is queued on the
+ * thread's default stream of `device`, like a copy from the host. */
+JB_API jb_status jb_array_zeros(jb_array **out, jb_device *device, jb_dtype dtype,
+                                const int64_t *shape, int ndim);
+/* The same, every element `*value` (a jb_scalar, below; the array's dtype is its dtype). */
+JB_API jb_status jb_array_full(jb_array **out, jb_device *device, const int64_t *shape, int ndim,
+                               const struct jb_scalar *value);
 /* Frees the caller's array (its buffer lives on while queued work uses it). Accepts NULL. Freeing
  * an array twice, or using it after this call, is undefined behaviour, as with free(): its memory
  * may already belong to a new array, which a second free would then free. As a help against that
@@ -312,14 +322,20 @@ JB_API int64_t jb_array_size(const jb_array *array);
 
 /* ---------------------------------------------------------------------------------------------
  * Custom kernels. The caller gives a body; the library writes the whole kernel around it for
- * the device's backend. In the body, thread_index() is this thread's global index (0-based),
- * each input `x` is a const pointer of its dtype and `x_size` its element count, each output
- * `y` is a writable pointer with `y_size`, and each scalar `s` a value of its dtype. The dtype
- * names (f32, bf16, ...) are types in the body; f16 and bf16 are 16-bit storage types on every
- * backend (field `bits`), converted with f16_to_f32, f32_to_f16, bf16_to_f32, f32_to_bf16
- * (round to nearest even). The module is named after the kernel plus a hash of the generated
- * source, which holds everything that changes the code: body, dtypes, compile-time parameters
- * and compile options. So two kernels under one name differing in any of them are two modules.
+ * the device's backend (docs/KERNELS.md describes the language). In the body, thread_index() is
+ * this thread's global index (0-based), each input `x` is a const pointer of its dtype and
+ * `x_size` its element count, each output `y` is a writable pointer with `y_size`, and each
+ * scalar `s` a value of its dtype. A body that names `x_shape` or `x_ndim` also sees that
+ * array's dimensions (x_shape[0..x_ndim-1], int64; at most 8 arrays per kernel). The body runs
+ * once per thread and means the same on every backend: `return` ends that thread only, an
+ * assignment to a scalar is that thread's own, and no order of threads may be assumed (the cpu
+ * runs them one after another, a GPU at once). New outputs are not initialised unless the spec
+ * gives them an initial value (output_inits). The dtype names (f32, bf16, ...) are types in the
+ * body; f16 and bf16 are 16-bit storage types on every backend (field `bits`), converted with
+ * f16_to_f32, f32_to_f16, bf16_to_f32, f32_to_bf16 (round to nearest even). The module is named
+ * after the kernel plus a hash of the generated source, which holds everything that changes
+ * the code: body, dtypes, compile-time parameters and compile options. So two kernels under one
+ * name differing in any of them are two modules.
  */
 typedef struct jb_custom_kernel jb_custom_kernel;
 
@@ -358,6 +374,13 @@ typedef struct jb_kernel_param {
 /* Compile flags of a kernel (or module): each backend passes its own spelling of them. */
 #define JB_COMPILE_FAST_MATH 1u /* cpu -ffast-math; cuda --use_fast_math; rocm -ffast-math */
 #define JB_COMPILE_LINE_INFO 2u /* cpu -g; cuda -lineinfo; rocm -g */
+/* Custom kernels only: every subscript of an array (and of a shape) in the body and header is
+ * checked. An index out of range reads 0 and writes nowhere, and the first one of a launch is
+ * reported by the next wait for an array the launch wrote, or one made from it (jb_array_eval,
+ * jb_array_read: JB_ERR_BOUNDS naming the kernel, the array, the index and the thread). The
+ * body may name an array only to subscript it, and no name starting with jb_. Every kernel
+ * made while JITBRIDGE_BOUNDS_CHECKS=1 (or true, yes, on) is in the environment has this flag. */
+#define JB_COMPILE_BOUNDS_CHECKS 4u
 
 /*
  * A kernel's description. It can grow: set struct_size to sizeof(jb_kernel_spec), which
@@ -389,6 +412,10 @@ typedef struct jb_kernel_spec {
                                       * NAME once and none of the kernel's names; VALUE one line
                                       * without a comment opening or a trailing backslash */
     size_t num_defines;
+    /* Optional: NULL, or one per output: the value every element of a new output holds before
+     * the body runs (dtype the output's; JB_DTYPE_INVALID leaves that output uninitialised).
+     * Without it a new output's elements hold whatever the memory held (not zeros). */
+    const struct jb_scalar *output_inits;
 } jb_kernel_spec;
 
 #define JB_KERNEL_SPEC_INIT {.struct_size = sizeof(jb_kernel_spec)}
@@ -420,6 +447,9 @@ JB_API jb_status jb_custom_kernel_new(jb_custom_kernel **out, const jb_kernel_sp
 JB_API void jb_custom_kernel_free(jb_custom_kernel *kernel);
 /* "<name>_<16 hex digits of the source hash>"; owned by the kernel. */
 JB_API const char *jb_custom_kernel_module_name(const jb_custom_kernel *kernel);
+/* 1 when the kernel was made with JB_COMPILE_BOUNDS_CHECKS (its spec, or JITBRIDGE_BOUNDS_CHECKS),
+ * else 0 (also for NULL). */
+JB_API int jb_custom_kernel_bounds_checked(const jb_custom_kernel *kernel);
 /* The generated source for a backend ("cpu", "cuda", "rocm"); owned by the kernel. NULL for
  * an unknown backend. */
 JB_API const char *jb_custom_kernel_source(const jb_custom_kernel *kernel, const char *backend);
@@ -436,6 +466,48 @@ typedef struct jb_launch_shape {
     uint32_t block[3]; /* threads per block */
     uint64_t total_threads; /* used when grid is all zero */
 } jb_launch_shape;
+
+/*
+ * One launch of a custom kernel, every argument in one place: start from JB_LAUNCH_INIT (it
+ * sets struct_size, so the struct can grow) and set what is needed.
+ *  - The device: the stream's, else the inputs', else the in-place arrays', else `device`; every
+ *    array must be on it. A kernel without inputs needs a stream, an in-place array or `device`.
+ *  - stream NULL: the calling thread's default stream of that device.
+ *  - inputs and scalars in the spec's order (scalar dtypes matching).
+ *  - Per output, either a new array of output_shapes[i] (output_ndims[i] dimensions), or, where
+ *    in_place is not NULL and in_place[i] is, that array, written in place: its dtype must be
+ *    the output's, it must not also be an input or another output, and it keeps its contents
+ *    where the body does not write (output_inits apply to new outputs only). The write is
+ *    queued after the work that made the array and after every kernel on another stream that
+ *    reads it (launched before this call), as for a whole-source module's written argument; the
+ *    array is ready once the kernel has run. An array written by a launch must not be used by
+ *    another thread during that call.
+ */
+typedef struct jb_launch {
+    size_t struct_size;                 /* sizeof(jb_launch) of the caller's header */
+    jb_device *device;                  /* used when nothing else says the device */
+    jb_stream *stream;
+    jb_array *const *inputs;
+    size_t num_inputs;
+    const jb_scalar *scalars;
+    size_t num_scalars;
+    const int64_t *const *output_shapes; /* per output; an in-place output's entry is unused */
+    const int *output_ndims;
+    jb_array *const *in_place;          /* NULL, or per output: an array, or NULL for a new one */
+    jb_launch_shape shape;
+} jb_launch;
+
+#define JB_LAUNCH_INIT {.struct_size = sizeof(jb_launch)}
+
+/*
+ * Launches `kernel` as `launch` describes, building its module on first use. outputs[i] receives
+ * each new output (an array owned by the caller) and NULL for an in-place one; `outputs` may be
+ * NULL when every output is in place. Arguments are checked before anything is built or queued,
+ * so a bad argument leaves the module cache and every array unchanged; on failure every
+ * outputs[i] is NULL. Safe from any thread.
+ */
+JB_API jb_status jb_custom_kernel_run(jb_array **outputs, jb_custom_kernel *kernel,
+                                      const jb_launch *launch);
 
 /*
  * Launches `kernel` on the device of the inputs (all inputs on one device, at least one input),
@@ -475,12 +547,35 @@ JB_API jb_status jb_custom_kernel_launch_on(jb_array **outputs, jb_custom_kernel
  * runs every thread itself (threads = the launch's total). With `dtypes` set, the source starts
  * with the dtype declarations custom kernels get (f16, bf16, f32_to_bf16, ...). Each entry must
  * be a function the source itself defines: a name it only uses or declares (memcpy, abort) fails
- * the first launch with JB_ERR_LOAD naming it, never binding to another library's function. The
- * library cannot see an entry's parameters: arguments that do not match them in number or type,
- * and an entry that indexes past an array, are the caller's bugs (on the cpu, memory corruption
- * of the host process), as with cuLaunchKernel.
+ * the first launch with JB_ERR_LOAD naming it, never binding to another library's function.
+ *
+ * The library cannot see an entry's parameters, so each entry may declare them (signatures):
+ * a declared entry's launches are checked against its declaration (count, array or scalar,
+ * read or written, dtype) before anything is built or queued, and after its declared arguments
+ * it is given each array argument's element count, in order, as an unsigned 64-bit value (GPU:
+ * more `unsigned long long` parameters; cpu: more args[i]), so that it can keep its indexes
+ * inside its arrays. An undeclared entry takes what it is given: arguments that do not match its
+ * parameters, and an entry that indexes past an array, are the caller's bugs (on the cpu,
+ * memory corruption of the host process), as with cuLaunchKernel.
  */
 typedef struct jb_source_module jb_source_module;
+
+/* One declared argument of an entry point. */
+typedef enum jb_arg_role {
+    JB_ARG_IN = 1,     /* an array the entry only reads */
+    JB_ARG_OUT = 2,    /* an array the entry writes (and may read): passed with `written` */
+    JB_ARG_SCALAR = 3, /* a scalar by value */
+} jb_arg_role;
+typedef struct jb_arg_decl {
+    jb_arg_role role;
+    jb_dtype dtype;
+} jb_arg_decl;
+/* An entry's declaration: `declared` non-zero, and its arguments in order. */
+typedef struct jb_entry_signature {
+    int declared;
+    const jb_arg_decl *args;
+    size_t num_args;
+} jb_entry_signature;
 
 typedef struct jb_source_module_spec {
     size_t struct_size;             /* sizeof(jb_source_module_spec): JB_SOURCE_MODULE_SPEC_INIT */
@@ -493,6 +588,7 @@ typedef struct jb_source_module_spec {
     const char *const *defines;     /* "NAME" or "NAME=VALUE" */
     size_t num_defines;
     int dtypes;                     /* non-zero: the dtype declarations come first */
+    const jb_entry_signature *signatures; /* NULL, or one per entry (see above) */
 } jb_source_module_spec;
 
 #define JB_SOURCE_MODULE_SPEC_INIT {.struct_size = sizeof(jb_source_module_spec)}
@@ -524,7 +620,9 @@ JB_API const char *jb_source_module_name(const jb_source_module *module);
  * kernels already launched on other streams that read it (write after read); that array is
  * ready once the entry has run. The waits are queued on `stream`: the call does not block.
  * Several threads may launch one module at once; an array written by a launch must not be used
- * by another thread during that call.
+ * by another thread during that call. A declared entry's arguments are checked against its
+ * declaration (JB_ERR_INVALID_ARGUMENT, or JB_ERR_SHAPE for a dtype) and followed by the
+ * arrays' element counts.
  */
 JB_API jb_status jb_source_module_launch(jb_source_module *module, jb_stream *stream,
                                          const char *entry, const jb_arg *args, size_t num_args,

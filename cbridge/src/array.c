@@ -24,6 +24,9 @@ struct jb_array {
     atomic_bool read_by_many;    /* more reading streams than slots: a write looks for them in
                                   * every stream's holds */
     _Atomic uint64_t readers[ARRAY_READERS]; /* other reading streams' ids; 0: a free slot */
+    /* Bounds-checked launches that wrote it or what it was made from (bounds.c). */
+    size_t num_reports;
+    jb_bounds_report *reports[JB_ARRAY_REPORTS];
 };
 
 /* Each thread keeps a few freed array records and reuses them: a warm launch's output array
@@ -158,6 +161,22 @@ void jb__array_written(jb_array *array, jb_event *done)
     for (int i = 0; i < ARRAY_READERS; i++)
         atomic_store_explicit(&array->readers[i], 0, memory_order_relaxed);
     jb__array_set_ready(array, done);
+}
+
+jb_bounds_report *const *jb__array_reports(const jb_array *array, size_t *count)
+{
+    *count = array->num_reports;
+    return array->reports;
+}
+
+void jb__array_set_reports(jb_array *array, jb_bounds_report *const *reports, size_t count)
+{
+    for (size_t i = 0; i < count; i++)
+        jb__bounds_report_retain(reports[i]);
+    for (size_t i = 0; i < array->num_reports; i++)
+        jb__bounds_report_release(array->reports[i]);
+    memcpy(array->reports, reports, count * sizeof *reports);
+    array->num_reports = count;
 }
 
 void jb__array_set_ready(jb_array *array, jb_event *ready)
@@ -298,6 +317,54 @@ jb_status jb_array_arange(jb_array **out, jb_device *device, int64_t n, jb_dtype
     return status;
 }
 
+/* A new array of `shape` whose every element is `pattern` (pattern_bytes, the dtype's size),
+ * filled on the device on the thread's default stream. */
+static int filled(jb_array **out, jb_device *device, jb_dtype dtype, const int64_t *shape,
+                  int ndim, const void *pattern)
+{
+    JB_RETURN_IF(!out, JB_ERR_INVALID_ARGUMENT, "jb_array_zeros/full: out is NULL");
+    *out = NULL;
+    JB_RETURN_IF(!device, JB_ERR_INVALID_ARGUMENT, "jb_array_zeros/full: device is NULL");
+    size_t bytes;
+    JB_FORWARD_IF_ERROR(shape_bytes(shape, ndim, dtype, &bytes));
+    jb_stream *stream;
+    JB_FORWARD_IF_ERROR(jb__current_stream(device, &stream));
+    jb_buffer *buf;
+    JB_FORWARD_IF_ERROR(jb__buffer_new(device, bytes, &buf));
+    jb_event *ready = NULL;
+    size_t size = jb_dtype_size(dtype);
+    int status = JB_OK;
+    if (bytes > 0 && (status = device->backend->fill(device, stream->native, buf->ptr,
+                                                     bytes / size, pattern, size)) != JB_OK)
+        goto done;
+    /* The fill may still write into the buffer: it must not go idle before the fill is done. */
+    if ((status = jb__event_acquire(device, &ready)) != JB_OK ||
+        (status = jb__stream_record_hold(stream, ready, &buf, bytes > 0)) != JB_OK)
+        goto done;
+    return jb__array_wrap(out, buf, dtype, shape, ndim, ready);
+done:
+    jb__event_release(ready);
+    jb__buffer_release(buf);
+    return status;
+}
+
+jb_status jb_array_zeros(jb_array **out, jb_device *device, jb_dtype dtype, const int64_t *shape,
+                         int ndim)
+{
+    static const uint64_t zero = 0;
+    return filled(out, device, dtype, shape, ndim, &zero);
+}
+
+jb_status jb_array_full(jb_array **out, jb_device *device, const int64_t *shape, int ndim,
+                        const jb_scalar *value)
+{
+    JB_RETURN_IF(!out, JB_ERR_INVALID_ARGUMENT, "jb_array_full: out is NULL");
+    *out = NULL;
+    JB_RETURN_IF(!value, JB_ERR_INVALID_ARGUMENT, "jb_array_full: value is NULL");
+    JB_FORWARD_IF_ERROR(jb__scalar_check("jb_array_full", value));
+    return filled(out, device, value->dtype, shape, ndim, &value->value);
+}
+
 void jb_array_free(jb_array *array)
 {
     if (!array)
@@ -309,7 +376,9 @@ void jb_array_free(jb_array *array)
     }
     jb__event_release(array->ready);
     jb__buffer_release(array->buffer);
-    array->buffer = NULL, array->ready = NULL;
+    for (size_t i = 0; i < array->num_reports; i++)
+        jb__bounds_report_release(array->reports[i]);
+    array->buffer = NULL, array->ready = NULL, array->num_reports = 0;
     /* A thread that only frees (or is exiting) gives the record back to malloc. */
     thread_arrays *ta = this_thread_arrays_tls;
     if (KEEP_RECORDS && ta)
@@ -323,7 +392,7 @@ jb_status jb_array_eval(jb_array *array)
     JB_RETURN_IF(!array, JB_ERR_INVALID_ARGUMENT, "jb_array_eval: array is NULL");
     if (array->ready)
         JB_FORWARD_IF_ERROR(jb__event_synchronize(array->ready));
-    return JB_OK;
+    return array->num_reports ? jb__bounds_check(array->reports, array->num_reports) : JB_OK;
 }
 
 jb_status jb_array_read(const jb_array *array, void *dst, size_t dst_bytes)

@@ -183,3 +183,12 @@ const char *jb__dtype_prelude(jb_source_dialect dialect)
 {
     return dialect == JB_DIALECT_C ? c_prelude : cuda_prelude;
 }
+
+int jb__scalar_check(const char *what, const jb_scalar *scalar)
+{
+    JB_RETURN_IF(!jb_dtype_name(scalar->dtype), JB_ERR_INVALID_ARGUMENT,
+                 "%s: the scalar's dtype %d is not a dtype", what, (int)scalar->dtype);
+    JB_RETURN_IF(scalar->dtype == JB_BOOL && scalar->value.boolean > 1, JB_ERR_INVALID_ARGUMENT,
+                 "%s: the bool scalar is %u, not 0 or 1", what, scalar->value.boolean);
+    return JB_OK;
+}

@@ -244,6 +244,8 @@ typedef enum jb_source_dialect {
 /* The declarations every generated kernel source starts with: the dtypes as types and the
  * f32 <-> f16/bf16 conversions (dtype.c). */
 const char *jb__dtype_prelude(jb_source_dialect dialect);
+/* JB_OK when `scalar` has a dtype and, for bool, holds 0 or 1; `what` names the caller. */
+int jb__scalar_check(const char *what, const jb_scalar *scalar);
 
 struct jb_backend {
     const char *name; /* "cpu", "cuda", "rocm" */
@@ -276,6 +278,10 @@ struct jb_backend {
     int (*memcpy_htod)(jb_device *dev, void *stream, void *dst, const void *src, size_t bytes);
     /* Returns once `dst` holds the data (after the stream's earlier work). */
     int (*memcpy_dtoh)(jb_device *dev, void *stream, void *dst, const void *src, size_t bytes);
+    /* Fills `count` elements of `pattern_bytes` (1, 2, 4 or 8) at `dst` with `pattern`, before
+     * the stream's later work; `dst` is a buffer no queued work uses. */
+    int (*fill)(jb_device *dev, void *stream, void *dst, size_t count, const void *pattern,
+                size_t pattern_bytes);
     int (*launch)(jb_device *dev, void *stream, void *fn, const uint32_t grid[3],
                   const uint32_t block[3], uint32_t shared_bytes, const jb_launch_args *args);
     /* Applies a kernel's configured dynamic shared memory limit (NULL where meaningless). */
@@ -532,6 +538,28 @@ int jb__test_second_cpu(jb_device **out);
 #define JB_TEST_RECORD_PAUSE(stream) ((void)0)
 #endif
 
+/* ---- bounds-checked launches' reports (bounds.c) ---- */
+/* What one bounds-checked launch reports: its device record (the first out-of-range access of
+ * the launch, written by the kernel) and the names to report it with. Reference-counted: each
+ * array the launch wrote, or made from one, holds one. */
+typedef struct jb_bounds_report jb_bounds_report;
+/* A record for a launch of `k` on `stream` (zeroed there, before the kernel): the report and its
+ * record's buffer, which the launch passes after its arrays and holds like them. */
+int jb__bounds_report_new(jb_custom_kernel *k, jb_stream *stream, jb_bounds_report **out,
+                          jb_buffer **record);
+/* The launch's array element counts, in slot order (for the message). */
+void jb__bounds_report_sizes(jb_bounds_report *report, const uint64_t *sizes, size_t count);
+void jb__bounds_report_retain(jb_bounds_report *report);
+void jb__bounds_report_release(jb_bounds_report *report);
+/* The reports an array keeps: its writer's, and those of the arrays its writer read. */
+#define JB_ARRAY_REPORTS 4
+/* JB_OK, or JB_ERR_BOUNDS naming the first out-of-range access among `reports` (whose launches
+ * are done: the caller waited for the array that holds them). */
+int jb__bounds_check(jb_bounds_report *const *reports, size_t count);
+/* Adds `report` to `into` (at most JB_ARRAY_REPORTS, no repeats, a reference each); *count
+ * grows. Past the limit the oldest is let go. */
+void jb__bounds_merge(jb_bounds_report **into, size_t *count, jb_bounds_report *report);
+
 /* ---- arrays (array.c) ---- */
 jb_buffer *jb__array_buffer(const jb_array *array);
 jb_event *jb__array_ready_event(const jb_array *array);
@@ -550,6 +578,11 @@ jb_event *jb__array_ready_for_read(jb_array *array, const jb_stream *stream);
 int jb__array_order_write(jb_array *array, jb_stream *stream);
 /* The write is queued and `done` marks its end (ownership passes): new contents, no reads. */
 void jb__array_written(jb_array *array, jb_event *done);
+/* The array's bounds reports (a bounds-checked launch wrote it, or made it from arrays one
+ * wrote); *count of them. */
+jb_bounds_report *const *jb__array_reports(const jb_array *array, size_t *count);
+/* Replaces the array's reports with `count` of `reports` (taking a reference on each). */
+void jb__array_set_reports(jb_array *array, jb_bounds_report *const *reports, size_t count);
 
 /* ---- the disk cache's folder (disk_dir.c) ---- */
 struct stat;
@@ -695,6 +728,9 @@ void jb__build_failure_remember(jb_device *dev, const char *module_name, const c
 /* ---- custom kernels: spec and launch (kernel.c), names and source (kernel_source.c) ---- */
 #define JB_KERNEL_MAX_ARRAYS 64 /* inputs and outputs together; also the most scalars */
 #define JB_KERNEL_MAX_PARAMS 64  /* compile-time parameters; also the most defines */
+#define JB_KERNEL_MAX_SHAPED 8   /* arrays whose shape a body sees */
+/* A launch's scalar slots: the kernel's scalars, then nine per shaped array (ndim, dims). */
+#define JB_KERNEL_MAX_SLOTS (JB_KERNEL_MAX_ARRAYS + JB_KERNEL_MAX_SHAPED * (1 + JB_MAX_NDIM))
 
 struct jb_custom_kernel {
     char *name;
@@ -712,6 +748,13 @@ struct jb_custom_kernel {
     void *configure_user_data;
     jb_kernel_state configured[JB_MAX_DEVICES]; /* by device index: this hook's own result */
     bool disk_cacheable; /* false for probes: each process must compile them */
+    bool bounds_checked; /* JB_COMPILE_BOUNDS_CHECKS */
+    bool shaped[JB_KERNEL_MAX_ARRAYS]; /* by array slot: the body sees its shape */
+    /* The names a checked access reports: the arrays in slot order, then each shown shape
+     * ("x_shape"); filled for every kernel. */
+    char **checked_names;
+    size_t num_checked;
+    jb_scalar *output_inits; /* NULL, or one per output (JB_DTYPE_INVALID: none) */
 };
 
 /* Checks every name, count and dtype of a spec; the status and message of the first problem. */
@@ -721,8 +764,15 @@ int jb__kernel_spec_check(const jb_kernel_spec *spec);
 int jb__kernel_generate(jb_custom_kernel *k, const jb_kernel_spec *spec);
 /* Checks compile flags and defines ("NAME" or "NAME=VALUE"); `owner` names the kernel or
  * module in the message. */
-int jb__compile_options_check(const char *owner, unsigned flags, const char *const *defines,
-                              size_t num_defines);
+int jb__compile_options_check(const char *owner, unsigned flags, unsigned also_allowed,
+                              const char *const *defines, size_t num_defines);
+/* Whether `text` uses `name` as a name (not inside a comment or literal, not a member name). */
+bool jb__source_mentions(const char *text, const char *name);
+/* Appends `text` (the kernel's body or header, `what` names it) with every subscript of one of
+ * `names`, `name[i]`, made `jb_at_<slot>(i)`. `strict` (the body): any other use of those names,
+ * and any name starting with jb_, is refused. */
+int jb__bounds_rewrite(const char *kernel, const char *what, const char *text,
+                       const char *const *names, size_t num_names, bool strict, jb_strbuf *out);
 /* Appends one #define line per define (checked before). */
 void jb__append_defines(jb_strbuf *sb, const char *const *defines, size_t num_defines);
 /* True when `s` may be pasted into source as a name; else false with a static reason. */
@@ -745,28 +795,33 @@ typedef struct jb_staged_launch {
     void *fn;
     uint32_t grid[3], block[3], shared_bytes;
     jb_launch_args args; /* points into the arrays below */
-    void *pointers[JB_KERNEL_MAX_ARRAYS];
-    uint64_t sizes[JB_KERNEL_MAX_ARRAYS];
-    _Alignas(8) unsigned char scalars[JB_KERNEL_MAX_ARRAYS * JB_SCALAR_SLOT];
-    jb_buffer *buffers[JB_KERNEL_MAX_ARRAYS];
+    /* Per array slot (inputs, then outputs), then a bounds-checked launch's record. */
+    void *pointers[JB_KERNEL_MAX_ARRAYS + 1];
+    uint64_t sizes[JB_KERNEL_MAX_ARRAYS + 1];
+    jb_buffer *buffers[JB_KERNEL_MAX_ARRAYS + 1];
+    _Alignas(8) unsigned char scalars[JB_KERNEL_MAX_SLOTS * JB_SCALAR_SLOT];
     size_t num_outputs;
-    jb_array *outputs[JB_KERNEL_MAX_ARRAYS];
-    jb_event *ready[JB_KERNEL_MAX_ARRAYS]; /* per output: one event, marking the kernel's end */
+    jb_array *outputs[JB_KERNEL_MAX_ARRAYS];  /* new outputs; NULL for in-place ones */
+    jb_array *in_place[JB_KERNEL_MAX_ARRAYS]; /* the caller's arrays written in place, or NULL */
+    jb_event *end; /* marks the kernel's end: each output and the hold take a reference */
+    jb_bounds_report *report; /* a bounds-checked launch's, else NULL */
+    /* What the outputs will hold: that report and the inputs' (a reference each). */
+    jb_bounds_report *reports[JB_ARRAY_REPORTS];
+    size_t num_reports;
 } jb_staged_launch;
 /* Checks the scalars against the kernel's and stores each value in its slot of `slots`. */
 int jb__stage_scalars(const jb_custom_kernel *k, const jb_scalar *scalars, size_t num_scalars,
                       unsigned char *slots);
 /* Checks the arguments, builds and configures the module, makes the outputs and orders the
- * inputs' pending work before the launch. On failure nothing stays staged. */
-int jb__launch_begin(jb_staged_launch *launch, jb_custom_kernel *k, jb_stream *stream,
-                     jb_array *const *inputs, size_t num_inputs, const jb_scalar *scalars,
-                     size_t num_scalars, const int64_t *const *output_shapes,
-                     const int *output_ndims, const jb_launch_shape *shape);
+ * inputs' pending work (and the in-place outputs' readers) before the launch. On failure
+ * nothing stays staged. `launch` is a whole jb_launch (jb_custom_kernel_run normalised it). */
+int jb__launch_begin(jb_staged_launch *staged, jb_custom_kernel *k, const jb_launch *launch);
 /* Queues the staged kernel on its stream; may be called more than once (the bench does). */
 int jb__launch_issue(const jb_staged_launch *launch);
 /* With `status` JB_OK: gives the outputs their event, holds every buffer until the kernel is done
- * and hands the outputs to `outputs`. Otherwise waits for the stream and frees what was staged;
- * returns the status. */
+ * and hands the new outputs to `outputs` (NULL for in-place ones; `outputs` may be NULL when
+ * all are in place). Otherwise waits for the stream and frees what was staged; returns the
+ * status. */
 int jb__launch_end(jb_staged_launch *launch, int status, jb_array **outputs);
 
 #endif /* JB_INTERNAL_H */

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define DEFAULT_THREADS_PER_BLOCK 256
 #define MAX_THREADS_PER_BLOCK 1024
@@ -31,6 +32,10 @@ void jb_custom_kernel_free(jb_custom_kernel *kernel)
     free(kernel->input_dtypes);
     free(kernel->output_dtypes);
     free(kernel->scalar_dtypes);
+    for (size_t i = 0; kernel->checked_names && i < kernel->num_checked; i++)
+        free(kernel->checked_names[i]);
+    free(kernel->checked_names);
+    free(kernel->output_inits);
     free(kernel->name);
     free(kernel->module_name);
     for (int d = 0; d < JB_DIALECT_COUNT; d++)
@@ -79,6 +84,49 @@ static int spec_normalize(jb_kernel_spec *full, const jb_kernel_spec *spec)
     return JB_OK;
 }
 
+static bool bounds_checks_for_all;
+static pthread_once_t bounds_checks_once = PTHREAD_ONCE_INIT;
+
+/* JITBRIDGE_BOUNDS_CHECKS, read once: 1, true, yes or on (any case) checks every kernel. */
+static void read_bounds_checks(void)
+{
+    const char *value = getenv("JITBRIDGE_BOUNDS_CHECKS");
+    static const char *const on[] = {"1", "true", "yes", "on"};
+    static const char *const off[] = {"", "0", "false", "no", "off"};
+    bool known = !value;
+    for (size_t i = 0; value && i < sizeof on / sizeof *on; i++)
+        if (strcasecmp(value, on[i]) == 0)
+            bounds_checks_for_all = known = true;
+    for (size_t i = 0; value && i < sizeof off / sizeof *off; i++)
+        known = known || strcasecmp(value, off[i]) == 0;
+    if (!known)
+        jb__warn("JITBRIDGE_BOUNDS_CHECKS='%.64s' is not 1, true, yes, on, 0, false, no or off: "
+                 "kernels are not bounds-checked", value);
+}
+
+/* Checks and copies the initial values of the outputs. */
+static int copy_output_inits(jb_custom_kernel *k, const jb_kernel_spec *spec)
+{
+    if (!spec->output_inits)
+        return JB_OK;
+    for (size_t i = 0; i < spec->num_outputs; i++) {
+        const jb_scalar *init = &spec->output_inits[i];
+        if (init->dtype == JB_DTYPE_INVALID)
+            continue;
+        JB_RETURN_IF(init->dtype != spec->output_dtypes[i], JB_ERR_SHAPE,
+                     "kernel '%s': the initial value of output '%s' is %s, the output %s",
+                     spec->name, spec->output_names[i],
+                     jb_dtype_name(init->dtype) ? jb_dtype_name(init->dtype) : "no dtype",
+                     jb_dtype_name(spec->output_dtypes[i]));
+        JB_FORWARD_IF_ERROR(jb__scalar_check(spec->name, init));
+    }
+    k->output_inits = malloc(spec->num_outputs * sizeof *k->output_inits);
+    JB_RETURN_IF(!k->output_inits, JB_ERR_OUT_OF_MEMORY, "no memory for kernel '%s'",
+                 spec->name);
+    memcpy(k->output_inits, spec->output_inits, spec->num_outputs * sizeof *k->output_inits);
+    return JB_OK;
+}
+
 jb_status jb_custom_kernel_new(jb_custom_kernel **out, const jb_kernel_spec *caller_spec)
 {
     JB_RETURN_IF(!out, JB_ERR_INVALID_ARGUMENT, "jb_custom_kernel_new: out is NULL");
@@ -86,12 +134,14 @@ jb_status jb_custom_kernel_new(jb_custom_kernel **out, const jb_kernel_spec *cal
     jb_kernel_spec full, *spec = &full;
     JB_FORWARD_IF_ERROR(spec_normalize(&full, caller_spec));
     JB_FORWARD_IF_ERROR(jb__kernel_spec_check(spec));
+    pthread_once(&bounds_checks_once, read_bounds_checks);
     jb_custom_kernel *k = calloc(1, sizeof *k);
     JB_RETURN_IF(!k, JB_ERR_OUT_OF_MEMORY, "no memory for a kernel");
     k->num_inputs = spec->num_inputs;
     k->num_outputs = spec->num_outputs;
     k->num_scalars = spec->num_scalars;
-    k->compile_flags = spec->compile_flags;
+    k->compile_flags = spec->compile_flags | (bounds_checks_for_all ? JB_COMPILE_BOUNDS_CHECKS : 0);
+    k->bounds_checked = k->compile_flags & JB_COMPILE_BOUNDS_CHECKS;
     k->configure = spec->configure;
     k->configure_user_data = spec->configure_user_data;
     k->disk_cacheable = true;
@@ -108,7 +158,8 @@ jb_status jb_custom_kernel_new(jb_custom_kernel **out, const jb_kernel_spec *cal
         status = jb__fail(JB_ERR_OUT_OF_MEMORY, "no memory for a kernel");
         goto done;
     }
-    if ((status = jb__kernel_generate(k, spec)) != JB_OK)
+    if ((status = copy_output_inits(k, spec)) != JB_OK ||
+        (status = jb__kernel_generate(k, spec)) != JB_OK)
         goto done;
     *out = k;
     return JB_OK;
@@ -120,6 +171,11 @@ done:
 const char *jb_custom_kernel_module_name(const jb_custom_kernel *kernel)
 {
     return kernel ? kernel->module_name : NULL;
+}
+
+int jb_custom_kernel_bounds_checked(const jb_custom_kernel *kernel)
+{
+    return kernel && kernel->bounds_checked;
 }
 
 const char *jb_custom_kernel_source(const jb_custom_kernel *kernel, const char *backend)
@@ -202,46 +258,6 @@ int jb__stage_scalars(const jb_custom_kernel *k, const jb_scalar *scalars, size_
     return JB_OK;
 }
 
-static int validate_launch(const jb_custom_kernel *k, jb_array *const *inputs, size_t num_inputs,
-                           const int64_t *const *output_shapes, const int *output_ndims)
-{
-    JB_RETURN_IF(!inputs, JB_ERR_INVALID_ARGUMENT, "jb_custom_kernel_launch: inputs is NULL");
-    JB_RETURN_IF(num_inputs != k->num_inputs, JB_ERR_INVALID_ARGUMENT,
-                 "kernel '%s' takes %zu inputs, not %zu", k->name, k->num_inputs, num_inputs);
-    JB_RETURN_IF(!output_shapes || !output_ndims, JB_ERR_INVALID_ARGUMENT,
-                 "jb_custom_kernel_launch: output shapes are NULL");
-    for (size_t i = 0; i < num_inputs; i++) {
-        JB_RETURN_IF(!inputs[i], JB_ERR_INVALID_ARGUMENT, "input %zu of kernel '%s' is NULL", i,
-                     k->name);
-        JB_RETURN_IF(jb_array_dtype(inputs[i]) != k->input_dtypes[i], JB_ERR_SHAPE,
-                     "input '%s' of kernel '%s' is %s, expected %s", k->input_names[i], k->name,
-                     jb_dtype_name(jb_array_dtype(inputs[i])), jb_dtype_name(k->input_dtypes[i]));
-        JB_RETURN_IF(jb_array_device(inputs[i]) != jb_array_device(inputs[0]),
-                     JB_ERR_INVALID_ARGUMENT, "the inputs of kernel '%s' are on different devices",
-                     k->name);
-    }
-    for (size_t i = 0; i < k->num_outputs; i++) {
-        JB_RETURN_IF(output_ndims[i] < 0 || output_ndims[i] > JB_MAX_NDIM ||
-                         (output_ndims[i] > 0 && !output_shapes[i]),
-                     JB_ERR_INVALID_ARGUMENT, "output '%s' of kernel '%s' has a bad shape",
-                     k->output_names[i], k->name);
-        uint64_t elements = 1;
-        for (int d = 0; d < output_ndims[i]; d++) {
-            JB_RETURN_IF(output_shapes[i][d] < 0 || output_shapes[i][d] > MAX_OUTPUT_ELEMENTS,
-                         JB_ERR_INVALID_ARGUMENT,
-                         "output '%s' of kernel '%s' has dimension %d of %lld",
-                         k->output_names[i], k->name, d, (long long)output_shapes[i][d]);
-            /* 2^40 x 2^40 wraps a 64-bit count (to 0: a 0-byte output the kernel writes into). */
-            JB_RETURN_IF(!jb__mul_u64(elements, (uint64_t)output_shapes[i][d], &elements) ||
-                             elements > (uint64_t)MAX_OUTPUT_ELEMENTS,
-                         JB_ERR_INVALID_ARGUMENT,
-                         "output '%s' of kernel '%s' has more than 2^40 elements",
-                         k->output_names[i], k->name);
-        }
-    }
-    return JB_OK;
-}
-
 /* Finds (or builds) the kernel's module on `dev` and runs its configure hook once. */
 int jb__custom_kernel_prepare(jb_custom_kernel *k, jb_device *dev, jb_kernel_config *config,
                               void **fn)
@@ -268,78 +284,213 @@ jb_status jb_custom_kernel_prepare(jb_custom_kernel *kernel, jb_device *device)
     return jb__custom_kernel_prepare(kernel, device, &config, &fn);
 }
 
-int jb__launch_begin(jb_staged_launch *l, jb_custom_kernel *k, jb_stream *stream,
-                     jb_array *const *inputs, size_t num_inputs, const jb_scalar *scalars,
-                     size_t num_scalars, const int64_t *const *output_shapes,
-                     const int *output_ndims, const jb_launch_shape *shape)
+/* The size of the first jb_launch: everything up to `shape`. */
+#define LAUNCH_MIN_SIZE (offsetof(jb_launch, shape) + sizeof(jb_launch_shape))
+
+/* A new output's shape, checked: its element count fits what a launch may make. */
+static int check_output_shape(const jb_custom_kernel *k, size_t i, const int64_t *shape, int ndim)
+{
+    JB_RETURN_IF(ndim < 0 || ndim > JB_MAX_NDIM || (ndim > 0 && !shape), JB_ERR_INVALID_ARGUMENT,
+                 "output '%s' of kernel '%s' has a bad shape", k->output_names[i], k->name);
+    uint64_t elements = 1;
+    for (int d = 0; d < ndim; d++) {
+        JB_RETURN_IF(shape[d] < 0 || shape[d] > MAX_OUTPUT_ELEMENTS, JB_ERR_INVALID_ARGUMENT,
+                     "output '%s' of kernel '%s' has dimension %d of %lld", k->output_names[i],
+                     k->name, d, (long long)shape[d]);
+        /* 2^40 x 2^40 wraps a 64-bit count (to 0: a 0-byte output the kernel writes into). */
+        JB_RETURN_IF(!jb__mul_u64(elements, (uint64_t)shape[d], &elements) ||
+                         elements > (uint64_t)MAX_OUTPUT_ELEMENTS,
+                     JB_ERR_INVALID_ARGUMENT,
+                     "output '%s' of kernel '%s' has more than 2^40 elements", k->output_names[i],
+                     k->name);
+    }
+    return JB_OK;
+}
+
+/* Checks every array of the launch and finds its device: the stream's, the inputs', the
+ * in-place outputs', else the launch's own. */
+static int validate_launch(const jb_custom_kernel *k, const jb_launch *l, jb_device **out)
+{
+    JB_RETURN_IF(l->num_inputs && !l->inputs, JB_ERR_INVALID_ARGUMENT,
+                 "jb_custom_kernel_launch: inputs is NULL");
+    JB_RETURN_IF(l->num_inputs != k->num_inputs, JB_ERR_INVALID_ARGUMENT,
+                 "kernel '%s' takes %zu inputs, not %zu", k->name, k->num_inputs, l->num_inputs);
+    jb_device *dev = l->stream ? l->stream->device : NULL;
+    for (size_t i = 0; i < l->num_inputs; i++) {
+        jb_array *x = l->inputs[i];
+        JB_RETURN_IF(!x, JB_ERR_INVALID_ARGUMENT, "input %zu of kernel '%s' is NULL", i, k->name);
+        JB_RETURN_IF(jb_array_dtype(x) != k->input_dtypes[i], JB_ERR_SHAPE,
+                     "input '%s' of kernel '%s' is %s, expected %s", k->input_names[i], k->name,
+                     jb_dtype_name(jb_array_dtype(x)), jb_dtype_name(k->input_dtypes[i]));
+        if (!dev)
+            dev = jb_array_device(x);
+        JB_RETURN_IF(jb_array_device(x) != dev, JB_ERR_INVALID_ARGUMENT,
+                     "input '%s' of kernel '%s' is on %s, the launch on %s", k->input_names[i],
+                     k->name, jb_array_device(x)->name, dev->name);
+    }
+    for (size_t i = 0; i < k->num_outputs; i++) {
+        jb_array *y = l->in_place ? l->in_place[i] : NULL;
+        if (!y) {
+            JB_RETURN_IF(!l->output_shapes || !l->output_ndims, JB_ERR_INVALID_ARGUMENT,
+                         "jb_custom_kernel_launch: output shapes are NULL");
+            JB_FORWARD_IF_ERROR(
+                check_output_shape(k, i, l->output_shapes[i], l->output_ndims[i]));
+            continue;
+        }
+        JB_RETURN_IF(jb_array_dtype(y) != k->output_dtypes[i], JB_ERR_SHAPE,
+                     "output '%s' of kernel '%s' is written into a %s array, not %s",
+                     k->output_names[i], k->name, jb_dtype_name(jb_array_dtype(y)),
+                     jb_dtype_name(k->output_dtypes[i]));
+        if (!dev)
+            dev = jb_array_device(y);
+        JB_RETURN_IF(jb_array_device(y) != dev, JB_ERR_INVALID_ARGUMENT,
+                     "output '%s' of kernel '%s' is written into an array on %s, the launch is "
+                     "on %s",
+                     k->output_names[i], k->name, jb_array_device(y)->name, dev->name);
+        /* One buffer behind two of the kernel's restrict pointers is undefined behaviour. */
+        for (size_t j = 0; j < l->num_inputs; j++)
+            JB_RETURN_IF(l->inputs[j] == y, JB_ERR_INVALID_ARGUMENT,
+                         "kernel '%s': the array written in place as output '%s' is also input "
+                         "'%s' (an output may read its own elements)",
+                         k->name, k->output_names[i], k->input_names[j]);
+        for (size_t j = 0; j < i; j++)
+            JB_RETURN_IF(l->in_place[j] == y, JB_ERR_INVALID_ARGUMENT,
+                         "kernel '%s': one array is written in place as outputs '%s' and '%s'",
+                         k->name, k->output_names[j], k->output_names[i]);
+    }
+    if (!dev)
+        dev = l->device;
+    JB_RETURN_IF(!dev, JB_ERR_INVALID_ARGUMENT,
+                 "kernel '%s': no input, in-place output, stream or device says where to launch",
+                 k->name);
+    JB_RETURN_IF(l->device && l->device != dev, JB_ERR_INVALID_ARGUMENT,
+                 "kernel '%s': the launch names %s, its arrays or stream are on %s", k->name,
+                 l->device->name, dev->name);
+    *out = dev;
+    return JB_OK;
+}
+
+/* Stores each shaped array's ndim and dimensions after the kernel's scalars. */
+static void stage_shapes(const jb_custom_kernel *k, const jb_launch *l, unsigned char *slots)
+{
+    size_t at = k->num_scalars;
+    for (size_t slot = 0; slot < k->num_inputs + k->num_outputs; slot++) {
+        if (!k->shaped[slot])
+            continue;
+        const jb_array *a = slot < k->num_inputs ? l->inputs[slot]
+                            : l->in_place && l->in_place[slot - k->num_inputs]
+                                ? l->in_place[slot - k->num_inputs]
+                                : NULL;
+        int64_t ndim = a ? jb_array_ndim(a) : l->output_ndims[slot - k->num_inputs];
+        const int64_t *dims = a ? jb_array_shape(a) : l->output_shapes[slot - k->num_inputs];
+        int64_t values[1 + JB_MAX_NDIM] = {ndim};
+        for (int d = 0; d < JB_MAX_NDIM; d++)
+            values[1 + d] = d < ndim ? dims[d] : 1;
+        memcpy(slots + at * JB_SCALAR_SLOT, values, sizeof values);
+        at += 1 + JB_MAX_NDIM;
+    }
+}
+
+int jb__launch_begin(jb_staged_launch *st, jb_custom_kernel *k, const jb_launch *l)
 {
     /* Only what a failure path reads is cleared: the arrays are 2.6 KB, and written as filled. */
-    l->num_outputs = 0;
-    JB_FORWARD_IF_ERROR(validate_launch(k, inputs, num_inputs, output_shapes, output_ndims));
-    JB_FORWARD_IF_ERROR(jb__stage_scalars(k, scalars, num_scalars, l->scalars));
+    st->num_outputs = 0;
+    st->end = NULL;
+    st->report = NULL;
+    st->num_reports = 0;
+    jb_device *dev = NULL;
+    JB_FORWARD_IF_ERROR(validate_launch(k, l, &dev));
+    JB_FORWARD_IF_ERROR(jb__stage_scalars(k, l->scalars, l->num_scalars, st->scalars));
+    stage_shapes(k, l, st->scalars);
     /* Resolved with the default block size before any build, so a bad shape builds nothing. */
     const jb_kernel_config defaults = {0, 0};
     JB_FORWARD_IF_ERROR(
-        jb__resolve_launch_shape(shape, &defaults, l->grid, l->block, &l->args.total_threads));
-    jb_device *dev = l->dev = jb_array_device(inputs[0]);
-    JB_RETURN_IF(stream && stream->device != dev, JB_ERR_INVALID_ARGUMENT,
-                 "kernel '%s': the stream is on %s, the inputs on %s", k->name,
-                 stream->device->name, dev->name);
-    if (stream)
-        JB_FORWARD_IF_ERROR(jb__stream_check_process(stream, "jb_custom_kernel_launch_on"));
+        jb__resolve_launch_shape(&l->shape, &defaults, st->grid, st->block, &st->args.total_threads));
+    st->dev = dev;
+    if (l->stream)
+        JB_FORWARD_IF_ERROR(jb__stream_check_process(l->stream, "jb_custom_kernel_launch_on"));
     jb_kernel_config config;
-    JB_FORWARD_IF_ERROR(jb__custom_kernel_prepare(k, dev, &config, &l->fn));
-    l->shared_bytes = config.shared_memory_bytes;
+    JB_FORWARD_IF_ERROR(jb__custom_kernel_prepare(k, dev, &config, &st->fn));
+    st->shared_bytes = config.shared_memory_bytes;
     if (config.threads_per_block) /* the hook chose a block size: resolve again with it */
-        JB_FORWARD_IF_ERROR(
-            jb__resolve_launch_shape(shape, &config, l->grid, l->block, &l->args.total_threads));
-    if (stream)
-        l->stream = stream;
+        JB_FORWARD_IF_ERROR(jb__resolve_launch_shape(&l->shape, &config, st->grid, st->block,
+                                                     &st->args.total_threads));
+    if (l->stream)
+        st->stream = l->stream;
     else
-        JB_FORWARD_IF_ERROR(jb__current_stream(dev, &l->stream));
+        JB_FORWARD_IF_ERROR(jb__current_stream(dev, &st->stream));
 
     /* From here on a failure goes through jb__launch_end, which undoes what was staged. */
-    l->args = (jb_launch_args){num_inputs + k->num_outputs, l->pointers, l->sizes,
-                               l->args.total_threads, num_scalars, l->scalars, false};
-    l->num_outputs = k->num_outputs;
+    size_t num_arrays = k->num_inputs + k->num_outputs;
+    st->args = (jb_launch_args){num_arrays, st->pointers, st->sizes, st->args.total_threads,
+                                k->num_scalars, st->scalars, false};
+    for (size_t slot = 0; slot < num_arrays; slot++)
+        st->args.num_scalars += k->shaped[slot] * (1 + JB_MAX_NDIM);
+    st->num_outputs = k->num_outputs;
     for (size_t i = 0; i < k->num_outputs; i++)
-        l->outputs[i] = NULL, l->ready[i] = NULL;
+        st->outputs[i] = NULL, st->in_place[i] = l->in_place ? l->in_place[i] : NULL;
     int status = JB_OK;
-    for (size_t i = 0; i < num_inputs; i++) {
-        jb_event *input_ready = jb__array_ready_for_read(inputs[i], l->stream);
-        if (input_ready && (status = jb__event_order_before(input_ready, l->stream)) != JB_OK)
+    for (size_t i = 0; i < k->num_inputs; i++) {
+        jb_array *x = l->inputs[i];
+        jb_event *input_ready = jb__array_ready_for_read(x, st->stream);
+        if (input_ready && (status = jb__event_order_before(input_ready, st->stream)) != JB_OK)
             goto done;
-        l->buffers[i] = jb__array_buffer(inputs[i]);
-        l->pointers[i] = l->buffers[i]->ptr;
-        l->sizes[i] = (uint64_t)jb_array_size(inputs[i]);
+        st->buffers[i] = jb__array_buffer(x);
+        st->pointers[i] = st->buffers[i]->ptr;
+        st->sizes[i] = (uint64_t)jb_array_size(x);
+        size_t count;
+        jb_bounds_report *const *held = jb__array_reports(x, &count);
+        for (size_t r = 0; r < count; r++)
+            jb__bounds_merge(st->reports, &st->num_reports, held[r]);
     }
     /* One event marks the kernel's end for every output. */
-    jb_event *end;
-    if ((status = jb__event_acquire(dev, &end)) != JB_OK)
+    if ((status = jb__event_acquire(dev, &st->end)) != JB_OK)
         goto done;
     for (size_t i = 0; i < k->num_outputs; i++) {
-        if (i)
-            jb__event_retain(end);
-        l->ready[i] = end;
-        size_t bytes = jb_dtype_size(k->output_dtypes[i]);
-        bool fits = true; /* bounded by validate_launch; checked all the same */
-        for (int d = 0; d < output_ndims[i]; d++)
-            fits &= jb__mul_size(bytes, (size_t)output_shapes[i][d], &bytes);
-        jb_buffer *buf;
-        if (!fits)
-            status = jb__fail(JB_ERR_INVALID_ARGUMENT, "output '%s' of kernel '%s' is too large",
-                              k->output_names[i], k->name);
-        if (status != JB_OK || (status = jb__buffer_new(dev, bytes, &buf)) != JB_OK ||
-            (status = jb__array_wrap(&l->outputs[i], buf, k->output_dtypes[i], output_shapes[i],
-                                     output_ndims[i], NULL)) != JB_OK)
+        size_t slot = k->num_inputs + i;
+        jb_array *y = st->in_place[i];
+        if (y) { /* after its maker, and after its readers on other streams */
+            if ((status = jb__array_order_write(y, st->stream)) != JB_OK)
+                goto done;
+            st->buffers[slot] = jb__array_buffer(y);
+        } else {
+            size_t bytes = jb_dtype_size(k->output_dtypes[i]);
+            bool fits = true; /* bounded by validate_launch; checked all the same */
+            for (int d = 0; d < l->output_ndims[i]; d++)
+                fits &= jb__mul_size(bytes, (size_t)l->output_shapes[i][d], &bytes);
+            jb_buffer *buf;
+            if (!fits)
+                status = jb__fail(JB_ERR_INVALID_ARGUMENT, "output '%s' of kernel '%s' is too large",
+                                  k->output_names[i], k->name);
+            if (status != JB_OK || (status = jb__buffer_new(dev, bytes, &buf)) != JB_OK ||
+                (status = jb__array_wrap(&st->outputs[i], buf, k->output_dtypes[i],
+                                         l->output_shapes[i], l->output_ndims[i], NULL)) != JB_OK)
+                goto done;
+            st->buffers[slot] = buf;
+            const jb_scalar *init = k->output_inits ? &k->output_inits[i] : NULL;
+            if (init && init->dtype != JB_DTYPE_INVALID && bytes &&
+                (status = dev->backend->fill(dev, st->stream->native, buf->ptr,
+                                             bytes / jb_dtype_size(init->dtype), &init->value,
+                                             jb_dtype_size(init->dtype))) != JB_OK)
+                goto done;
+        }
+        st->pointers[slot] = st->buffers[slot]->ptr;
+        st->sizes[slot] = (uint64_t)jb_array_size(y ? y : st->outputs[i]);
+    }
+    if (k->bounds_checked) { /* the record goes after the arrays, as one more */
+        jb_buffer *record;
+        if ((status = jb__bounds_report_new(k, st->stream, &st->report, &record)) != JB_OK)
             goto done;
-        l->buffers[num_inputs + i] = buf;
-        l->pointers[num_inputs + i] = buf->ptr;
-        l->sizes[num_inputs + i] = (uint64_t)jb_array_size(l->outputs[i]);
+        jb__bounds_report_sizes(st->report, st->sizes, num_arrays);
+        st->buffers[num_arrays] = record;
+        st->pointers[num_arrays] = record->ptr;
+        st->sizes[num_arrays] = 1;
+        st->args.count++;
+        jb__bounds_merge(st->reports, &st->num_reports, st->report);
     }
 done:
     if (status != JB_OK)
-        return jb__launch_end(l, status, NULL);
+        return jb__launch_end(st, status, NULL);
     return JB_OK;
 }
 
@@ -351,25 +502,73 @@ int jb__launch_issue(const jb_staged_launch *l)
 
 int jb__launch_end(jb_staged_launch *l, int status, jb_array **outputs)
 {
-    /* The outputs' event marks the kernel's end: until then every buffer the kernel uses stays
-     * held, whoever frees its array. */
+    /* The end event marks the kernel's end: until then every buffer the kernel uses stays held,
+     * whoever frees its array. */
     if (status == JB_OK)
-        status = jb__stream_record_hold(l->stream, l->ready[0], l->buffers, l->args.count);
+        status = jb__stream_record_hold(l->stream, l->end, l->buffers, l->args.count);
     if (status != JB_OK) {
         /* Queued or not, nothing may reuse these buffers before the stream is past them. */
-        l->dev->backend->stream_synchronize(l->dev, l->stream->native);
-        for (size_t i = 0; i < l->num_outputs; i++) {
-            jb__event_release(l->ready[i]);
+        if (l->end)
+            l->dev->backend->stream_synchronize(l->dev, l->stream->native);
+        for (size_t i = 0; i < l->num_outputs; i++)
             jb_array_free(l->outputs[i]);
-        }
+        jb__event_release(l->end);
+        jb__bounds_report_release(l->report);
+        for (size_t r = 0; r < l->num_reports; r++)
+            jb__bounds_report_release(l->reports[r]);
         return status;
     }
     /* One loop, no memcpy: a copy of one pointer inlined as `rep movsq` cost 13 ns a launch. */
     for (size_t i = 0; i < l->num_outputs; i++) {
-        jb__array_set_ready(l->outputs[i], l->ready[i]);
-        outputs[i] = l->outputs[i];
+        jb__event_retain(l->end);
+        if (l->in_place[i])
+            jb__array_written(l->in_place[i], l->end);
+        else
+            jb__array_set_ready(l->outputs[i], l->end);
+        if (l->num_reports) /* its writer's report, and those of what it was made from */
+            jb__array_set_reports(l->in_place[i] ? l->in_place[i] : l->outputs[i], l->reports,
+                                  l->num_reports);
+        if (outputs)
+            outputs[i] = l->outputs[i];
     }
+    jb__event_release(l->end);
+    jb__bounds_report_release(l->report);
+    for (size_t r = 0; r < l->num_reports; r++)
+        jb__bounds_report_release(l->reports[r]);
     return JB_OK;
+}
+
+/* Copies the caller's jb_launch into a full-size one: fields its header lacked read as zero. */
+static int launch_normalize(jb_launch *full, const jb_launch *launch)
+{
+    JB_RETURN_IF(!launch, JB_ERR_INVALID_ARGUMENT, "jb_custom_kernel_run: launch is NULL");
+    JB_RETURN_IF(launch->struct_size < LAUNCH_MIN_SIZE, JB_ERR_INVALID_ARGUMENT,
+                 "jb_custom_kernel_run: launch.struct_size is %zu; set it with JB_LAUNCH_INIT",
+                 launch->struct_size);
+    JB_RETURN_IF(launch->struct_size > sizeof *full, JB_ERR_UNSUPPORTED,
+                 "jb_custom_kernel_run: launch.struct_size is %zu but this library knows %zu "
+                 "bytes: the caller was built against a newer jitbridge.h",
+                 launch->struct_size, sizeof *full);
+    memset(full, 0, sizeof *full);
+    memcpy(full, launch, launch->struct_size);
+    return JB_OK;
+}
+
+jb_status jb_custom_kernel_run(jb_array **outputs, jb_custom_kernel *k, const jb_launch *launch)
+{
+    JB_RETURN_IF(!k, JB_ERR_INVALID_ARGUMENT, "jb_custom_kernel_run: kernel is NULL");
+    jb_launch l;
+    JB_FORWARD_IF_ERROR(launch_normalize(&l, launch));
+    bool all_in_place = l.in_place != NULL;
+    for (size_t i = 0; all_in_place && i < k->num_outputs; i++)
+        all_in_place = l.in_place[i] != NULL;
+    JB_RETURN_IF(!outputs && !all_in_place, JB_ERR_INVALID_ARGUMENT,
+                 "jb_custom_kernel_run: outputs is NULL");
+    for (size_t i = 0; outputs && i < k->num_outputs; i++)
+        outputs[i] = NULL;
+    jb_staged_launch staged;
+    JB_FORWARD_IF_ERROR(jb__launch_begin(&staged, k, &l));
+    return jb__launch_end(&staged, jb__launch_issue(&staged), outputs);
 }
 
 jb_status jb_custom_kernel_launch_on(jb_array **outputs, jb_custom_kernel *k, jb_stream *stream,
@@ -382,10 +581,19 @@ jb_status jb_custom_kernel_launch_on(jb_array **outputs, jb_custom_kernel *k, jb
     JB_RETURN_IF(!k, JB_ERR_INVALID_ARGUMENT, "jb_custom_kernel_launch: kernel is NULL");
     for (size_t i = 0; i < k->num_outputs; i++)
         outputs[i] = NULL;
-    jb_staged_launch launch;
-    JB_FORWARD_IF_ERROR(jb__launch_begin(&launch, k, stream, inputs, num_inputs, scalars,
-                                         num_scalars, output_shapes, output_ndims, shape));
-    return jb__launch_end(&launch, jb__launch_issue(&launch), outputs);
+    JB_RETURN_IF(!inputs, JB_ERR_INVALID_ARGUMENT, "jb_custom_kernel_launch: inputs is NULL");
+    JB_RETURN_IF(num_inputs == 0, JB_ERR_INVALID_ARGUMENT,
+                 "jb_custom_kernel_launch: no inputs; a kernel without inputs is launched with "
+                 "jb_custom_kernel_run, which names its device");
+    JB_RETURN_IF(!shape, JB_ERR_INVALID_ARGUMENT, "the launch shape is NULL");
+    JB_RETURN_IF(!output_shapes || !output_ndims, JB_ERR_INVALID_ARGUMENT,
+                 "jb_custom_kernel_launch: output shapes are NULL");
+    jb_launch l = {.struct_size = sizeof l, .stream = stream, .inputs = inputs,
+                   .num_inputs = num_inputs, .scalars = scalars, .num_scalars = num_scalars,
+                   .output_shapes = output_shapes, .output_ndims = output_ndims, .shape = *shape};
+    jb_staged_launch staged;
+    JB_FORWARD_IF_ERROR(jb__launch_begin(&staged, k, &l));
+    return jb__launch_end(&staged, jb__launch_issue(&staged), outputs);
 }
 
 jb_status jb_custom_kernel_launch(jb_array **outputs, jb_custom_kernel *k,

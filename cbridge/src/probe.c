@@ -91,9 +91,11 @@ static int probe_launch_begin(jb_staged_launch *launch, jb_array *input, int var
     JB_FORWARD_IF_ERROR(probe_kernel(variant, &kernel));
     const int64_t *shapes[] = {&n};
     const int ndims[] = {1};
-    jb_launch_shape shape = {{1, 1, 1}, {(uint32_t)n, 1, 1}, 0};
     jb_array *inputs[] = {input};
-    return jb__launch_begin(launch, kernel, NULL, inputs, 1, NULL, 0, shapes, ndims, &shape);
+    jb_launch l = {.struct_size = sizeof l, .inputs = inputs, .num_inputs = 1,
+                   .output_shapes = shapes, .output_ndims = ndims,
+                   .shape = {{1, 1, 1}, {(uint32_t)n, 1, 1}, 0}};
+    return jb__launch_begin(launch, kernel, &l);
 }
 
 jb_status jb_jit_race_probe_array(jb_array **out, jb_array *input, int variant)
@@ -143,7 +145,7 @@ jb_status jb_bench_raw_probe_launches(double *out_ns_per_launch, jb_array *input
     for (int i = 0; status == JB_OK && i < launches; i++) {
         status = jb__launch_issue(&launch);
         if (status == JB_OK)
-            status = dev->backend->event_record(dev, launch.ready[0]->native, stream);
+            status = dev->backend->event_record(dev, launch.end->native, stream);
     }
     if (status == JB_OK)
         status = dev->backend->stream_synchronize(dev, stream);
@@ -229,12 +231,15 @@ jb_status jb_bench_raw_launcher_new(jb_bench_raw_launcher **out, jb_custom_kerne
     JB_RETURN_IF(!out || !kernel, JB_ERR_INVALID_ARGUMENT,
                  "jb_bench_raw_launcher_new: out or kernel is NULL");
     *out = NULL;
+    JB_RETURN_IF(!shape, JB_ERR_INVALID_ARGUMENT, "the launch shape is NULL");
+    jb_launch l = {.struct_size = sizeof l, .inputs = inputs, .num_inputs = num_inputs,
+                   .scalars = scalars, .num_scalars = num_scalars, .output_shapes = output_shapes,
+                   .output_ndims = output_ndims, .shape = *shape};
     jb_bench_raw_launcher *r = calloc(1, sizeof *r);
     JB_RETURN_IF(!r, JB_ERR_OUT_OF_MEMORY, "no memory for a raw launcher");
     r->kernel = kernel;
     /* The library's own first launch: lookup, build, outputs, holds; the steps reuse its staging. */
-    int status = jb__launch_begin(&r->launch, kernel, NULL, inputs, num_inputs, scalars,
-                                  num_scalars, output_shapes, output_ndims, shape);
+    int status = jb__launch_begin(&r->launch, kernel, &l);
     if (status != JB_OK) {
         free(r);
         return status;

@@ -19,10 +19,12 @@ struct jb_source_module {
     char **entry_names;
     unsigned compile_flags;
     char *sources[JB_DIALECT_COUNT]; /* NULL where the caller gave none */
+    jb_entry_signature *signatures;  /* NULL, or one per entry, args copied */
     atomic_bool checked[JB_MAX_DEVICES]; /* by device index: the module is this source's code */
 };
 
 /* The size of the first jb_source_module_spec: everything up to `dtypes`. */
+/* (Later fields, such as `signatures`, read as zero for a caller whose header lacked them.) */
 #define SPEC_MIN_SIZE (offsetof(jb_source_module_spec, dtypes) + sizeof(int))
 
 void jb_source_module_free(jb_source_module *m)
@@ -32,6 +34,9 @@ void jb_source_module_free(jb_source_module *m)
     for (size_t i = 0; m->entry_names && i < m->num_entries; i++)
         free(m->entry_names[i]);
     free(m->entry_names);
+    for (size_t i = 0; m->signatures && i < m->num_entries; i++)
+        free((void *)m->signatures[i].args);
+    free(m->signatures);
     for (int d = 0; d < JB_DIALECT_COUNT; d++)
         free(m->sources[d]);
     free(m->name);
@@ -58,8 +63,47 @@ static int spec_check(const jb_source_module_spec *spec)
                          JB_ERR_INVALID_ARGUMENT, "module '%s' names entry '%s' twice",
                          spec->name, spec->entry_names[i]);
     }
-    return jb__compile_options_check(spec->name, spec->compile_flags, spec->defines,
+    for (size_t i = 0; spec->signatures && i < spec->num_entries; i++) {
+        const jb_entry_signature *sig = &spec->signatures[i];
+        if (!sig->declared)
+            continue;
+        JB_RETURN_IF(sig->num_args > JB_KERNEL_MAX_ARRAYS || (sig->num_args && !sig->args),
+                     JB_ERR_INVALID_ARGUMENT,
+                     "module '%s': entry '%s' declares NULL or more than %d arguments",
+                     spec->name, spec->entry_names[i], JB_KERNEL_MAX_ARRAYS);
+        for (size_t a = 0; a < sig->num_args; a++)
+            JB_RETURN_IF((sig->args[a].role != JB_ARG_IN && sig->args[a].role != JB_ARG_OUT &&
+                          sig->args[a].role != JB_ARG_SCALAR) ||
+                             !jb_dtype_name(sig->args[a].dtype),
+                         JB_ERR_INVALID_ARGUMENT,
+                         "module '%s': argument %zu of entry '%s' has role %d and dtype %d",
+                         spec->name, a, spec->entry_names[i], (int)sig->args[a].role,
+                         (int)sig->args[a].dtype);
+    }
+    return jb__compile_options_check(spec->name, spec->compile_flags, 0, spec->defines,
                                      spec->num_defines);
+}
+
+/* Copies the entries' declarations (their argument lists too); false on no memory. */
+static bool copy_signatures(jb_source_module *m, const jb_source_module_spec *spec)
+{
+    if (!spec->signatures)
+        return true;
+    m->signatures = calloc(spec->num_entries, sizeof *m->signatures);
+    if (!m->signatures)
+        return false;
+    for (size_t i = 0; i < spec->num_entries; i++) {
+        const jb_entry_signature *sig = &spec->signatures[i];
+        if (!sig->declared)
+            continue;
+        jb_arg_decl *args = calloc(sig->num_args ? sig->num_args : 1, sizeof *args);
+        if (!args)
+            return false;
+        if (sig->num_args)
+            memcpy(args, sig->args, sig->num_args * sizeof *args);
+        m->signatures[i] = (jb_entry_signature){1, args, sig->num_args};
+    }
+    return true;
 }
 
 /* The source one dialect compiles: what the options change, then the caller's text. */
@@ -109,7 +153,7 @@ jb_status jb_source_module_new(jb_source_module **out, const jb_source_module_sp
     m->compile_flags = spec.compile_flags;
     m->name = jb__strdup(spec.name);
     m->entry_names = calloc(spec.num_entries, sizeof *m->entry_names);
-    bool ok = m->name && m->entry_names;
+    bool ok = m->name && m->entry_names && copy_signatures(m, &spec);
     for (size_t i = 0; ok && i < spec.num_entries; i++)
         ok = (m->entry_names[i] = jb__strdup(spec.entry_names[i])) != NULL;
     const char *texts[JB_DIALECT_COUNT] = {[JB_DIALECT_C] = spec.cpu_source,
@@ -163,6 +207,28 @@ static int build_source_module(void *ctx, jb_device *dev, const char *module_nam
                             from_disk);
 }
 
+/* Checks a declared entry's arguments against its declaration. */
+static int check_declared(const jb_source_module *m, const char *entry,
+                          const jb_entry_signature *sig, const jb_arg *args, size_t num_args)
+{
+    static const char *const roles[] = {"", "a read array", "a written array", "a scalar"};
+    JB_RETURN_IF(num_args != sig->num_args, JB_ERR_INVALID_ARGUMENT,
+                 "module '%s': entry '%s' takes %zu arguments, not %zu", m->name, entry,
+                 sig->num_args, num_args);
+    for (size_t i = 0; i < num_args; i++) {
+        const jb_arg_decl *want = &sig->args[i];
+        int role = !args[i].array ? JB_ARG_SCALAR : args[i].written ? JB_ARG_OUT : JB_ARG_IN;
+        JB_RETURN_IF(role != (int)want->role, JB_ERR_INVALID_ARGUMENT,
+                     "module '%s': argument %zu of entry '%s' is %s, declared %s", m->name, i,
+                     entry, roles[role], roles[want->role]);
+        jb_dtype dtype = args[i].array ? jb_array_dtype(args[i].array) : args[i].scalar.dtype;
+        JB_RETURN_IF(dtype != want->dtype, JB_ERR_SHAPE,
+                     "module '%s': argument %zu of entry '%s' is %s, declared %s", m->name, i,
+                     entry, jb_dtype_name(dtype), jb_dtype_name(want->dtype));
+    }
+    return JB_OK;
+}
+
 /* Checks the arguments and finds the device: the stream's, else the first array's. */
 static int check_args(const jb_source_module *m, jb_stream *stream, const jb_arg *args,
                       size_t num_args, jb_device **out)
@@ -202,13 +268,18 @@ jb_status jb_source_module_launch(jb_source_module *m, jb_stream *stream, const 
 {
     JB_RETURN_IF(!m, JB_ERR_INVALID_ARGUMENT, "jb_source_module_launch: module is NULL");
     JB_RETURN_IF(!entry, JB_ERR_INVALID_ARGUMENT, "jb_source_module_launch: entry is NULL");
-    bool known = false;
+    size_t index = m->num_entries;
     for (size_t i = 0; i < m->num_entries; i++)
-        known = known || strcmp(m->entry_names[i], entry) == 0;
-    JB_RETURN_IF(!known, JB_ERR_INVALID_ARGUMENT, "module '%s' has no entry point '%.128s'",
-                 m->name, entry);
+        if (strcmp(m->entry_names[i], entry) == 0)
+            index = i;
+    JB_RETURN_IF(index == m->num_entries, JB_ERR_INVALID_ARGUMENT,
+                 "module '%s' has no entry point '%.128s'", m->name, entry);
+    const jb_entry_signature *sig =
+        m->signatures && m->signatures[index].declared ? &m->signatures[index] : NULL;
     jb_device *dev = NULL;
     JB_FORWARD_IF_ERROR(check_args(m, stream, args, num_args, &dev));
+    if (sig)
+        JB_FORWARD_IF_ERROR(check_declared(m, entry, sig, args, num_args));
     jb_kernel_config defaults = {0, 0};
     uint32_t grid[3], block[3];
     uint64_t total;
@@ -231,7 +302,9 @@ jb_status jb_source_module_launch(jb_source_module *m, jb_stream *stream, const 
     void *fn;
     JB_FORWARD_IF_ERROR(jb__kernel_configured(kernel, NULL, NULL, &config, &fn));
 
-    _Alignas(8) unsigned char slots[JB_KERNEL_MAX_ARRAYS * JB_SCALAR_SLOT];
+    /* The arguments, then (a declared entry) each array's element count. */
+    _Alignas(8) unsigned char slots[2 * JB_KERNEL_MAX_ARRAYS * JB_SCALAR_SLOT];
+    size_t num_slots = num_args;
     jb_buffer *buffers[JB_KERNEL_MAX_ARRAYS];
     size_t num_buffers = 0;
     for (size_t i = 0; i < num_args; i++) {
@@ -252,7 +325,12 @@ jb_status jb_source_module_launch(jb_source_module *m, jb_stream *stream, const 
         memcpy(slot, &buffers[num_buffers]->ptr, sizeof(void *));
         num_buffers++;
     }
-    jb_launch_args launch = {0, NULL, NULL, total, num_args, slots, true};
+    for (size_t i = 0; sig && i < num_args; i++)
+        if (args[i].array) {
+            uint64_t count = (uint64_t)jb_array_size(args[i].array);
+            memcpy(slots + num_slots++ * JB_SCALAR_SLOT, &count, sizeof count);
+        }
+    jb_launch_args launch = {0, NULL, NULL, total, num_slots, slots, true};
     jb_event *done = NULL;
     int status = dev->backend->launch(dev, stream->native, fn, grid, block, 0, &launch);
     /* Written arrays are ready when the entry has run; all stay held until then. */

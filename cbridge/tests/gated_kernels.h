@@ -65,8 +65,10 @@ static bool gated_kernels_new(const char *prefix)
     snprintf(name, sizeof name, "%s_plus_one", prefix);
     plus_one = f32_kernel(name, "out[thread_index()] = inp[0] + 1.0f;");
     snprintf(name, sizeof name, "%s_gated", prefix);
+    /* Both reads volatile: inp is a restrict pointer, so a plain read after the loop may be
+     * the value loaded before it (the test writes the gate while the kernel runs). */
     gated = f32_kernel(name, "while (*(volatile const float *)&inp[0] == 0.0f) {}\n"
-                             "out[thread_index()] = inp[0] + 1.0f;");
+                             "out[thread_index()] = *(volatile const float *)&inp[0] + 1.0f;");
     return true;
 }
 

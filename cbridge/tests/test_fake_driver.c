@@ -100,6 +100,7 @@ static const char working_source[] =
     "OK(cuEventRecord) OK(cuEventSynchronize) OK(cuEventQuery) OK(cuStreamWaitEvent)\n"
     "OK(cuStreamQuery)\n"
     "OK(cuModuleLoadData) OK(cuModuleGetFunction) OK(cuLaunchKernel) OK(cuFuncSetAttribute)\n"
+    "OK(cuMemcpyDtoDAsync_v2) OK(cuMemsetD8Async) OK(cuMemsetD16Async) OK(cuMemsetD32Async)\n"
     "static R get(P *p, size_t n, int which) {\n"
     "  if (getenv(\"FAKE_LIMIT\") && n > (1 << 20)) return 2;\n"
     "  void *m = malloc(n); if (!m) return 2;\n"
@@ -135,6 +136,7 @@ static const char fake_source[] =
     "OK(cuEventQuery) OK(cuMemFree_v2) OK(cuMemcpyHtoDAsync_v2) OK(cuMemcpyDtoHAsync_v2)\n"
     "OK(cuLaunchKernel) OK(cuFuncSetAttribute) OK(cuDevicePrimaryCtxRetain) OK(cuCtxGetCurrent)\n"
     "OK(cuCtxSetCurrent) OK(cuDeviceGetAttribute)\n"
+    "OK(cuMemcpyDtoDAsync_v2) OK(cuMemsetD8Async) OK(cuMemsetD16Async) OK(cuMemsetD32Async)\n"
     "#if MODE != 3\nOK(cuMemAlloc_v2)\n#endif\n"
     /* An NVRTC too, for hosts without one: the driver is what is tested. */
     "OK(nvrtcCreateProgram) OK(nvrtcCompileProgram) OK(nvrtcDestroyProgram)\n"

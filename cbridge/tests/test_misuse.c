@@ -327,16 +327,16 @@ static void bad_names(void)
                                 .num_outputs = 1,
                                 .body = ""};
     EXPECT(jb_custom_kernel_new(&k, &bad_dtype), JB_ERR_INVALID_ARGUMENT);
-    jb_kernel_spec no_inputs = {.struct_size = sizeof(jb_kernel_spec),
-                                .name = "k",
-                                .input_names = good_in,
-                                .input_dtypes = f32,
-                                .num_inputs = 0,
-                                .output_names = good_out,
-                                .output_dtypes = f32,
-                                .num_outputs = 1,
-                                .body = ""};
-    EXPECT(jb_custom_kernel_new(&k, &no_inputs), JB_ERR_INVALID_ARGUMENT);
+    jb_kernel_spec no_outputs = {.struct_size = sizeof(jb_kernel_spec),
+                                 .name = "k",
+                                 .input_names = good_in,
+                                 .input_dtypes = f32,
+                                 .num_inputs = 1,
+                                 .output_names = good_out,
+                                 .output_dtypes = f32,
+                                 .num_outputs = 0,
+                                 .body = ""};
+    EXPECT(jb_custom_kernel_new(&k, &no_outputs), JB_ERR_INVALID_ARGUMENT);
     jb_kernel_spec no_body = {.struct_size = sizeof(jb_kernel_spec),
                               .name = "k",
                               .input_names = good_in,

@@ -350,6 +350,21 @@ static int cpu_memcpy_dtoh(jb_device *dev, void *stream, void *dst, const void *
     return JB_OK;
 }
 
+static int cpu_fill(jb_device *dev, void *stream, void *dst, size_t count, const void *pattern,
+                    size_t pattern_bytes)
+{
+    (void)dev, (void)stream;
+    /* dst is a buffer no queued work uses: filled now, as a copy from the host is. */
+    unsigned char *out = dst;
+    if (count && pattern_bytes == 1) {
+        memset(out, *(const unsigned char *)pattern, count);
+        return JB_OK;
+    }
+    for (size_t i = 0; i < count; i++)
+        memcpy(out + i * pattern_bytes, pattern, pattern_bytes);
+    return JB_OK;
+}
+
 const jb_backend jb__cpu_backend = {
     .name = "cpu",
     .dialect = JB_DIALECT_C,
@@ -371,6 +386,7 @@ const jb_backend jb__cpu_backend = {
     .mem_free = cpu_mem_free,
     .memcpy_htod = cpu_memcpy_htod,
     .memcpy_dtoh = cpu_memcpy_dtoh,
+    .fill = cpu_fill,
     .launch = cpu_launch,
     .kernel_set_shared_limit = NULL,
 };

@@ -337,6 +337,33 @@ static int gpu_memcpy_htod(jb_device *dev, void *stream, void *dst, const void *
     return JB_OK;
 }
 
+static int gpu_fill(jb_device *dev, void *stream, void *dst, size_t count, const void *pattern,
+                    size_t pattern_bytes)
+{
+    JB_FORWARD_IF_ERROR(make_current(dev));
+    CUdeviceptr at = (CUdeviceptr)(uintptr_t)dst;
+    uint64_t value = 0;
+    memcpy(&value, pattern, pattern_bytes);
+    if (pattern_bytes == 8 && (uint32_t)value == (uint32_t)(value >> 32)) {
+        pattern_bytes = 4; /* zero, and any value whose halves match */
+        count *= 2;
+    }
+    if (pattern_bytes == 1)
+        GPU_CHECK(cuMemsetD8Async, at, (unsigned char)value, count, (CUstream)stream);
+    else if (pattern_bytes == 2)
+        GPU_CHECK(cuMemsetD16Async, at, (unsigned short)value, count, (CUstream)stream);
+    else if (pattern_bytes == 4)
+        GPU_CHECK(cuMemsetD32Async, at, (unsigned int)value, count, (CUstream)stream);
+    else if (count) { /* no 64-bit memset: one element, then copies that double what is set */
+        JB_FORWARD_IF_ERROR(gpu_memcpy_htod(dev, stream, dst, &value, 8));
+        for (size_t set = 1; set < count; set *= 2) {
+            size_t more = count - set < set ? count - set : set;
+            GPU_CHECK(cuMemcpyDtoDAsync, at + set * 8, at, more * 8, (CUstream)stream);
+        }
+    }
+    return JB_OK;
+}
+
 static int gpu_memcpy_dtoh(jb_device *dev, void *stream, void *dst, const void *src, size_t bytes)
 {
     JB_FORWARD_IF_ERROR(make_current(dev));
@@ -351,9 +378,9 @@ static int gpu_launch(jb_device *dev, void *stream, void *fn, const uint32_t gri
     JB_FORWARD_IF_ERROR(make_current(dev));
     /* The generated kernel takes (pointer, element count) per array, the scalars by value, then
      * the thread count. */
-    void *params[3 * 64 + 1];
-    JB_RETURN_IF(args->count > 64 || args->num_scalars > 64, JB_ERR_LAUNCH,
-                 "too many kernel arguments");
+    void *params[2 * (JB_KERNEL_MAX_ARRAYS + 1) + JB_KERNEL_MAX_SLOTS + 1];
+    JB_RETURN_IF(args->count > JB_KERNEL_MAX_ARRAYS + 1 || args->num_scalars > JB_KERNEL_MAX_SLOTS,
+                 JB_ERR_LAUNCH, "too many kernel arguments");
     uint64_t total = args->total_threads;
     size_t n = 0;
     for (size_t i = 0; i < args->count; i++) {
@@ -401,6 +428,7 @@ const jb_backend JB_GPU_PREFIXED(backend) = {
     .mem_free = gpu_mem_free,
     .memcpy_htod = gpu_memcpy_htod,
     .memcpy_dtoh = gpu_memcpy_dtoh,
+    .fill = gpu_fill,
     .launch = gpu_launch,
     .kernel_set_shared_limit = gpu_kernel_set_shared_limit,
 };

@@ -98,6 +98,10 @@ typedef CUcontext jb_gpu_context;
 #define cuMemFreeAsync hipFreeAsync
 #define cuMemcpyHtoDAsync hipMemcpyHtoDAsync
 #define cuMemcpyDtoHAsync hipMemcpyDtoHAsync
+#define cuMemcpyDtoDAsync hipMemcpyDtoDAsync
+#define cuMemsetD8Async hipMemsetD8Async
+#define cuMemsetD16Async hipMemsetD16Async
+#define cuMemsetD32Async hipMemsetD32Async
 #define cuLaunchKernel hipModuleLaunchKernel
 #define cuFuncSetAttribute hipFuncSetAttribute
 
@@ -151,6 +155,10 @@ typedef int jb_gpu_context;
     X(cuMemFree)                                                                                   \
     X(cuMemcpyHtoDAsync)                                                                           \
     X(cuMemcpyDtoHAsync)                                                                           \
+    X(cuMemcpyDtoDAsync)                                                                           \
+    X(cuMemsetD8Async)                                                                             \
+    X(cuMemsetD16Async)                                                                            \
+    X(cuMemsetD32Async)                                                                            \
     X(cuLaunchKernel)                                                                              \
     X(cuFuncSetAttribute)                                                                          \
     JB_GPU_VENDOR_CALLS(X)

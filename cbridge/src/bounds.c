@@ -1,0 +1,189 @@
+/*
+ * Bounds-checked launches' reports. A checked kernel is launched with one more argument after
+ * its arrays: a small record in device memory, zeroed on the launch's stream before the kernel,
+ * into which the kernel's first out-of-range access writes which name, index and thread
+ * (kernel_source.c generates that code). Each array the launch writes, and each array later made
+ * from one of those, keeps a reference to the launch's report; a wait for such an array reads
+ * the record (once: the launch is done by then) and fails with JB_ERR_BOUNDS when it is set.
+ */
+#include "internal.h"
+
+#include <inttypes.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* As the generated code lays it out (kernel_source.c). */
+typedef struct bounds_record {
+    unsigned int flag, slot;
+    long long index;
+    unsigned long long thread;
+} bounds_record;
+
+enum { UNREAD, READING, CLEAN, VIOLATED };
+
+struct jb_bounds_report {
+    atomic_uint refs;
+    jb_device *device;
+    jb_buffer *record;
+    _Atomic int state;
+    bounds_record seen; /* what the record held, once state is VIOLATED */
+    uint64_t sizes[JB_KERNEL_MAX_ARRAYS]; /* each array's element count at the launch */
+    size_t num_arrays;
+    size_t num_names;
+    const char **names; /* the kernel's name, then each checked name, in `text` */
+    char text[];
+};
+
+/* Streams for reading GPU records: one per device, made on first use, kept for the process. */
+static pthread_mutex_t read_streams_mutex = PTHREAD_MUTEX_INITIALIZER;
+static void *read_streams[JB_MAX_DEVICES];
+
+int jb__bounds_report_new(jb_custom_kernel *k, jb_stream *stream, jb_bounds_report **out,
+                          jb_buffer **record)
+{
+    size_t text_bytes = strlen(k->name) + 1;
+    for (size_t i = 0; i < k->num_checked; i++)
+        text_bytes += strlen(k->checked_names[i]) + 1;
+    size_t num_names = k->num_checked + 1;
+    jb_bounds_report *r = calloc(1, sizeof *r + text_bytes);
+    const char **names = calloc(num_names, sizeof *names);
+    if (!r || !names) {
+        free(r);
+        free(names);
+        return jb__fail(JB_ERR_OUT_OF_MEMORY, "no memory for a bounds-checked launch");
+    }
+    char *at = r->text;
+    for (size_t i = 0; i < num_names; i++) {
+        const char *name = i == 0 ? k->name : k->checked_names[i - 1];
+        size_t len = strlen(name) + 1;
+        names[i] = memcpy(at, name, len);
+        at += len;
+    }
+    r->names = names;
+    r->num_names = num_names;
+    r->num_arrays = k->num_inputs + k->num_outputs;
+    r->device = stream->device;
+    atomic_init(&r->refs, 1);
+    atomic_init(&r->state, UNREAD);
+    jb_device *dev = stream->device;
+    int status = jb__buffer_new(dev, sizeof(bounds_record), &r->record);
+    static const unsigned int zero = 0;
+    if (status == JB_OK)
+        status = dev->backend->fill(dev, stream->native, r->record->ptr,
+                                    sizeof(bounds_record) / sizeof zero, &zero, sizeof zero);
+    if (status != JB_OK) {
+        jb__bounds_report_release(r);
+        return status;
+    }
+    *out = r;
+    *record = r->record;
+    return JB_OK;
+}
+
+/* The launch's array sizes, for the message: an index is reported against its array's size. */
+void jb__bounds_report_sizes(jb_bounds_report *r, const uint64_t *sizes, size_t count)
+{
+    memcpy(r->sizes, sizes, count * sizeof *sizes);
+}
+
+void jb__bounds_report_retain(jb_bounds_report *report)
+{
+    atomic_fetch_add_explicit(&report->refs, 1, memory_order_relaxed);
+}
+
+void jb__bounds_report_release(jb_bounds_report *report)
+{
+    if (!report || atomic_fetch_sub_explicit(&report->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    if (report->record)
+        jb__buffer_release(report->record);
+    free(report->names);
+    free(report);
+}
+
+void jb__bounds_merge(jb_bounds_report **into, size_t *count, jb_bounds_report *report)
+{
+    for (size_t i = 0; i < *count; i++)
+        if (into[i] == report)
+            return;
+    jb__bounds_report_retain(report);
+    if (*count == JB_ARRAY_REPORTS) {
+        jb__bounds_report_release(into[0]);
+        memmove(into, into + 1, (JB_ARRAY_REPORTS - 1) * sizeof *into);
+        (*count)--;
+    }
+    into[(*count)++] = report;
+}
+
+static int read_record(jb_bounds_report *r, bounds_record *out)
+{
+    jb_device *dev = r->device;
+    if (dev->backend->dialect == JB_DIALECT_C) { /* the cpu's device memory is the host's */
+        memcpy(out, r->record->ptr, sizeof *out);
+        return JB_OK;
+    }
+    /* Not the caller's default stream: the read must not wait for the caller's later work. */
+    pthread_mutex_lock(&read_streams_mutex);
+    int status = read_streams[dev->index]
+                     ? JB_OK
+                     : dev->backend->stream_create(dev, &read_streams[dev->index]);
+    void *stream = read_streams[dev->index];
+    pthread_mutex_unlock(&read_streams_mutex);
+    JB_FORWARD_IF_ERROR(status);
+    return dev->backend->memcpy_dtoh(dev, stream, out, r->record->ptr, sizeof *out);
+}
+
+static int report_violation(const jb_bounds_report *r)
+{
+    const bounds_record *v = &r->seen;
+    const char *name = v->slot + 1 < r->num_names ? r->names[v->slot + 1] : "?";
+    if (v->slot < r->num_arrays)
+        return jb__fail(JB_ERR_BOUNDS,
+                        "kernel '%s': thread %llu indexed array '%s' at %lld, outside its "
+                        "%" PRIu64 " elements (a bounds-checked launch: the access read 0 or "
+                        "wrote nothing)",
+                        r->names[0], v->thread, name, v->index, r->sizes[v->slot]);
+    return jb__fail(JB_ERR_BOUNDS,
+                    "kernel '%s': thread %llu indexed '%s' at %lld, past its array's dimensions "
+                    "(a bounds-checked launch: the access read 0)",
+                    r->names[0], v->thread, name, v->index);
+}
+
+/* Reads a report's record once (its launch is done), by one thread; others wait for that. */
+static int settle(jb_bounds_report *r)
+{
+    for (;;) {
+        int state = UNREAD;
+        if (atomic_compare_exchange_strong_explicit(&r->state, &state, READING,
+                                                    memory_order_acquire, memory_order_acquire))
+            break;
+        if (state != READING)
+            return state;
+        sched_yield();
+    }
+    bounds_record seen;
+    int status = read_record(r, &seen);
+    if (status != JB_OK) { /* not read: the next wait tries again */
+        atomic_store_explicit(&r->state, UNREAD, memory_order_release);
+        return -status;
+    }
+    r->seen = seen;
+    int state = seen.flag ? VIOLATED : CLEAN;
+    atomic_store_explicit(&r->state, state, memory_order_release);
+    return state;
+}
+
+int jb__bounds_check(jb_bounds_report *const *reports, size_t count)
+{
+    for (size_t i = 0; i < count; i++) {
+        int state = atomic_load_explicit(&reports[i]->state, memory_order_acquire);
+        if (state != CLEAN && state != VIOLATED)
+            state = settle(reports[i]);
+        if (state < 0)
+            return -state;
+        if (state == VIOLATED)
+            return report_violation(reports[i]);
+    }
+    return JB_OK;
+}

@@ -1,0 +1,234 @@
+/*
+ * A body's words: which names it uses, and the bounds-checked rewrite, in which every subscript
+ * of a kernel's array, `x[i]`, becomes `jb_at_<slot>(i)` (a checked access the generated code
+ * defines). The scan knows C's tokens well enough for that: comments, string and character
+ * literals, numbers (whose letters are not names), member names after `.` and `->` (never the
+ * kernel's names), and #include lines, which are copied as they are.
+ */
+#include "internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define MAX_NESTING 256 /* brackets open at once; a deeper body is refused */
+
+static bool is_start(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+}
+
+static bool is_part(char c)
+{
+    return is_start(c) || (c >= '0' && c <= '9');
+}
+
+/* Past the comment, literal, number or #include line at `p`, or `p` when there is none. */
+static const char *skip_other(const char *p, bool line_start)
+{
+    if (p[0] == '/' && p[1] == '/') {
+        while (*p && *p != '\n')
+            p++;
+        return p;
+    }
+    if (p[0] == '/' && p[1] == '*') {
+        const char *end = strstr(p + 2, "*/");
+        return end ? end + 2 : p + strlen(p);
+    }
+    if (*p == '"' || *p == '\'') {
+        char quote = *p++;
+        while (*p && *p != quote && *p != '\n')
+            p += p[0] == '\\' && p[1] ? 2 : 1;
+        return *p == quote ? p + 1 : p;
+    }
+    if ((*p >= '0' && *p <= '9') || (*p == '.' && p[1] >= '0' && p[1] <= '9')) {
+        /* A preprocessing number: digits, letters, dots, and a sign after an exponent. */
+        for (p++; is_part(*p) || *p == '.' ||
+                  ((*p == '+' || *p == '-') && strchr("eEpP", p[-1]));
+             p++)
+            ;
+        return p;
+    }
+    if (line_start && *p == '#') {
+        const char *q = p + 1;
+        while (*q == ' ' || *q == '\t')
+            q++;
+        if (strncmp(q, "include", 7) == 0 && !is_part(q[7])) {
+            while (*p && *p != '\n')
+                p++;
+            return p;
+        }
+    }
+    return p;
+}
+
+/* Walks `text`, calling `visit` for each name that is not a member name; `visit` returns how
+ * much of the text from the name on it consumed (its own output), or 0 to copy the name.
+ * `bracket` (if not NULL) is called for each '[' and ']' of the code and returns whether it
+ * wrote that character's output itself. The rest is copied to `out` when it is not NULL. */
+typedef size_t (*name_visitor)(void *ctx, const char *text, const char *name, size_t len,
+                               jb_strbuf *out);
+typedef bool (*bracket_visitor)(void *ctx, char c, jb_strbuf *out);
+
+static void walk(const char *text, name_visitor visit, bracket_visitor bracket, void *ctx,
+                 jb_strbuf *out)
+{
+    bool line_start = true, after_member = false;
+    for (const char *p = text; *p;) {
+        const char *next = skip_other(p, line_start);
+        if (next != p) {
+            if (out)
+                jb__strbuf_appendf(out, "%.*s", (int)(next - p), p);
+            p = next;
+            line_start = false;
+            after_member = false;
+            continue;
+        }
+        if (is_start(*p)) {
+            size_t len = 1;
+            while (is_part(p[len]))
+                len++;
+            size_t used = after_member ? 0 : visit(ctx, text, p, len, out);
+            if (used == 0) {
+                if (out)
+                    jb__strbuf_appendf(out, "%.*s", (int)len, p);
+                used = len;
+            }
+            p += used;
+            line_start = false;
+            after_member = false;
+            continue;
+        }
+        char c = *p;
+        bool placed = (c == '[' || c == ']') && bracket && bracket(ctx, c, out);
+        if (out && !placed)
+            jb__strbuf_appendf(out, "%c", c);
+        p++;
+        if (c == '\n')
+            line_start = true;
+        else if (c != ' ' && c != '\t' && c != '\r')
+            line_start = false;
+        if (c == '.' || (c == '>' && p - text >= 2 && p[-2] == '-'))
+            after_member = true;
+        else if (c != ' ' && c != '\t' && c != '\r' && c != '\n')
+            after_member = false;
+    }
+}
+
+typedef struct mention_ctx {
+    const char *name;
+    bool found;
+} mention_ctx;
+
+static size_t note_mention(void *ctx, const char *text, const char *name, size_t len,
+                           jb_strbuf *out)
+{
+    (void)text, (void)out;
+    mention_ctx *m = ctx;
+    if (strlen(m->name) == len && strncmp(m->name, name, len) == 0)
+        m->found = true;
+    return 0;
+}
+
+bool jb__source_mentions(const char *text, const char *name)
+{
+    mention_ctx m = {name, false};
+    if (text)
+        walk(text, note_mention, NULL, &m, NULL);
+    return m.found;
+}
+
+typedef struct rewrite_ctx {
+    const char *kernel, *what;
+    const char *const *names;
+    size_t num_names;
+    bool strict;
+    int status;
+    /* Each open '[': whether it opened a checked access, which its ']' closes with ')'. */
+    bool checked[MAX_NESTING];
+    size_t depth;
+} rewrite_ctx;
+
+/* The line of `at` in `text`, counted from 1, for messages. */
+static int line_of(const char *text, const char *at)
+{
+    int line = 1;
+    for (const char *p = text; p < at; p++)
+        line += *p == '\n';
+    return line;
+}
+
+static size_t rewrite_name(void *ctx, const char *text, const char *name, size_t len,
+                           jb_strbuf *out)
+{
+    rewrite_ctx *r = ctx;
+    if (r->status != JB_OK)
+        return 0;
+    if (len > 3 && strncmp(name, "jb_", 3) == 0) {
+        r->status = jb__fail(JB_ERR_INVALID_ARGUMENT,
+                             "kernel '%s': its %s uses '%.*s' (line %d): names starting with "
+                             "jb_ belong to the generated code of a bounds-checked kernel",
+                             r->kernel, r->what, (int)len, name, line_of(text, name));
+        return 0;
+    }
+    for (size_t slot = 0; slot < r->num_names; slot++) {
+        if (strlen(r->names[slot]) != len || strncmp(r->names[slot], name, len) != 0)
+            continue;
+        const char *after = name + len;
+        while (*after == ' ' || *after == '\t')
+            after++;
+        if (*after == '[') {
+            if (r->depth == MAX_NESTING) {
+                r->status = jb__fail(JB_ERR_INVALID_ARGUMENT,
+                                     "kernel '%s': its %s nests brackets more than %d deep",
+                                     r->kernel, r->what, MAX_NESTING);
+                return 0;
+            }
+            r->checked[r->depth++] = true;
+            jb__strbuf_appendf(out, "jb_at_%zu(", slot);
+            return (size_t)(after - name) + 1;
+        }
+        if (r->strict)
+            r->status = jb__fail(
+                JB_ERR_INVALID_ARGUMENT,
+                "kernel '%s': its %s uses array '%s' other than as %s[index] (line %d): a "
+                "bounds-checked kernel reaches its arrays only through subscripts (a local or "
+                "parameter of that name must be renamed)",
+                r->kernel, r->what, r->names[slot], r->names[slot], line_of(text, name));
+        return 0;
+    }
+    return 0;
+}
+
+static bool place_bracket(void *ctx, char c, jb_strbuf *out)
+{
+    rewrite_ctx *r = ctx;
+    if (r->status != JB_OK)
+        return false;
+    if (c == '[') { /* a plain bracket: a checked one was consumed with its name */
+        if (r->depth == MAX_NESTING) {
+            r->status = jb__fail(JB_ERR_INVALID_ARGUMENT,
+                                 "kernel '%s': its %s nests brackets more than %d deep",
+                                 r->kernel, r->what, MAX_NESTING);
+            return false;
+        }
+        r->checked[r->depth++] = false;
+        return false;
+    }
+    if (r->depth > 0 && r->checked[--r->depth]) {
+        jb__strbuf_append(out, ")");
+        return true;
+    }
+    return false;
+}
+
+int jb__bounds_rewrite(const char *kernel, const char *what, const char *text,
+                       const char *const *names, size_t num_names, bool strict, jb_strbuf *out)
+{
+    rewrite_ctx r = {.kernel = kernel, .what = what, .names = names, .num_names = num_names,
+                     .strict = strict, .status = JB_OK};
+    walk(text, rewrite_name, place_bracket, &r, out);
+    if (r.status == JB_OK && out->failed)
+        r.status = jb__fail(JB_ERR_OUT_OF_MEMORY, "no memory for the source of kernel '%s'",
+                            kernel);
+    return r.status;
+}
