@@ -157,9 +157,36 @@ fn compile(program: &str, args: &[&str], flags: &[String], src: &Path, obj: &Pat
     run(Command::new(program).args(args).args(flags).arg("-c").arg(src).arg("-o").arg(obj));
 }
 
+/// The Markdown pages the crate documentation includes (README.md as doctests, docs/KERNELS.md
+/// as the `kernel_language` page), copied into OUT_DIR with one hidden line at the top of each
+/// Rust example that turns the disk cache off: the examples compile kernels, and tests never
+/// write the user's cache. The pages themselves stay free of that line.
+fn doc_pages(manifest: &Path, out: &Path) {
+    const SETUP: &str = "# unsafe { std::env::set_var(\"JITBRIDGE_DISK_CACHE\", \"off\") };";
+    for page in ["README.md", "docs/KERNELS.md"] {
+        let path = manifest.join(page);
+        println!("cargo:rerun-if-changed={}", path.display());
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+        let mut copy = String::with_capacity(text.len() + 1024);
+        for line in text.lines() {
+            copy.push_str(line);
+            copy.push('\n');
+            if line == "```rust" {
+                copy.push_str(SETUP);
+                copy.push('\n');
+            }
+        }
+        let name = Path::new(page).file_name().unwrap();
+        std::fs::write(out.join(name), copy)
+            .unwrap_or_else(|e| panic!("cannot write {}: {e}", out.join(name).display()));
+    }
+}
+
 fn main() {
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
     let out = PathBuf::from(env::var("OUT_DIR").unwrap());
+    doc_pages(&manifest, &out);
     let cbridge = manifest.join("cbridge");
     println!("cargo:rerun-if-changed=cbridge/include");
     println!("cargo:rerun-if-changed=cbridge/src");

@@ -3,6 +3,10 @@
 //! Llama). Each runs for head dims 64 and 128 (two modules per kernel, one name) on the cpu and
 //! on GPU 0 when there is one, and is checked against a plain f64 reference.
 //!
+//! The kernels are bounds-checked (every `x[i]` checked), so they launch with the safe
+//! `launch_with`; a server that has tested them can drop `bounds_checks` and launch them with
+//! the unsafe `launch_with_unchecked`.
+//!
 //! Tolerance: |got - want| <= |want| / 128 + slack, that is two bf16 units in the last place
 //! (the output's own rounding is half of one; f32 math inside the kernel accounts for the rest),
 //! with slack 1e-6 for RMSNorm and 1e-3 for rotary, whose angles (up to 222 radians here) are
@@ -10,17 +14,20 @@
 //!
 //!     cargo run --example model_kernels
 
-use jitbridge::{Array, Bf16, CustomKernel, DType, Device, KernelSpec, LaunchShape, Param, Scalar};
+use jitbridge::{
+    Array, Bf16, CompileOptions, CustomKernel, DType, Device, KernelSpec, Launch, LaunchShape,
+    Output, Param, Scalar,
+};
 
+/// One thread per row: a per-row reduction, each thread its own row, in any order.
 pub const RMSNORM: &str = "\
-const uint64_t row = thread_index();
-if (row * HEAD_DIM >= x_size) return;
-const bf16 *in = x + row * HEAD_DIM;
+const uint64_t row = thread_index(), at = row * HEAD_DIM;
+if (at >= x_size) return;
 float sum = 0.0f;
-for (int i = 0; i < HEAD_DIM; i++) { float v = bf16_to_f32(in[i]); sum += v * v; }
+for (int i = 0; i < HEAD_DIM; i++) { float v = bf16_to_f32(x[at + i]); sum += v * v; }
 const float scale = 1.0f / sqrtf(sum / HEAD_DIM + eps);
 for (int i = 0; i < HEAD_DIM; i++)
-    y[row * HEAD_DIM + i] = f32_to_bf16(bf16_to_f32(in[i]) * scale * bf16_to_f32(weight[i]));";
+    y[at + i] = f32_to_bf16(bf16_to_f32(x[at + i]) * scale * bf16_to_f32(weight[i]));";
 
 /// One thread per (token, head, i < HEAD_DIM / 2): rotates the pair (i, i + HEAD_DIM / 2).
 pub const ROTARY: &str = "\
@@ -31,8 +38,8 @@ const uint64_t token = vec / heads;
 const float inv_freq = powf(base, -2.0f * (float)pair / (float)HEAD_DIM);
 const float angle = (float)positions[token] * inv_freq;
 const float c = cosf(angle), s = sinf(angle);
-const bf16 *in = x + vec * HEAD_DIM;
-const float a = bf16_to_f32(in[pair]), b = bf16_to_f32(in[pair + half]);
+const uint64_t at = vec * HEAD_DIM;
+const float a = bf16_to_f32(x[at + pair]), b = bf16_to_f32(x[at + pair + half]);
 y[vec * HEAD_DIM + pair] = f32_to_bf16(a * c - b * s);
 y[vec * HEAD_DIM + pair + half] = f32_to_bf16(b * c + a * s);";
 
@@ -59,6 +66,7 @@ pub fn kernel(
         scalars,
         params: &[("HEAD_DIM", Param::Int(head_dim))],
         body,
+        options: CompileOptions { bounds_checks: true, ..Default::default() },
         ..Default::default()
     })
 }
@@ -100,12 +108,13 @@ pub fn run(device: Device) -> Result<Vec<String>, String> {
         let norm = kernel("rmsnorm_bf16", RMSNORM, head_dim as i64, false).map_err(e)?;
         let wa = Array::from_slice(device, &weight, &[head_dim]).map_err(e)?;
         let out = norm
-            .launch_with_scalars(
-                &[&xa, &wa],
-                &[Scalar::F32(eps)],
-                &[&[n]],
-                LaunchShape::Threads(rows),
-            )
+            .launch_with(Launch {
+                inputs: &[&xa, &wa],
+                scalars: &[Scalar::F32(eps)],
+                outputs: &mut [Output::New(&[n])],
+                shape: LaunchShape::Threads(rows),
+                ..Default::default()
+            })
             .map_err(e)?;
         let got = out[0].to_vec::<Bf16>().map_err(e)?;
         let mut want = Vec::with_capacity(n);
@@ -130,12 +139,13 @@ pub fn run(device: Device) -> Result<Vec<String>, String> {
         let pa = Array::from_slice(device, &positions, &[tokens]).map_err(e)?;
         let rope = kernel("rotary_bf16", ROTARY, head_dim as i64, true).map_err(e)?;
         let out = rope
-            .launch_with_scalars(
-                &[&xa, &pa],
-                &[Scalar::F32(base), Scalar::I64(heads as i64)],
-                &[&[n]],
-                LaunchShape::Threads(rows * head_dim / 2),
-            )
+            .launch_with(Launch {
+                inputs: &[&xa, &pa],
+                scalars: &[Scalar::F32(base), Scalar::I64(heads as i64)],
+                outputs: &mut [Output::New(&[n])],
+                shape: LaunchShape::Threads(rows * head_dim / 2),
+                ..Default::default()
+            })
             .map_err(e)?;
         let got = out[0].to_vec::<Bf16>().map_err(e)?;
         let mut want = vec![0.0f64; n];

@@ -1,209 +1,9 @@
 //! Arrays: device buffers with a dtype and a shape, produced asynchronously.
 
 use crate::device::Device;
+use crate::dtype::{DType, Element, Scalar};
 use crate::error::{Error, ErrorCode, check};
 use crate::ffi;
-
-/// Element types an array can hold.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum DType {
-    /// 32-bit float.
-    F32,
-    /// 32-bit signed integer.
-    I32,
-    /// IEEE binary16 ([`F16`]).
-    F16,
-    /// bfloat16, the top half of an f32 ([`Bf16`]).
-    Bf16,
-    /// 64-bit float.
-    F64,
-    /// 8-bit signed integer.
-    I8,
-    /// 8-bit unsigned integer.
-    U8,
-    /// 32-bit unsigned integer.
-    U32,
-    /// 64-bit signed integer.
-    I64,
-    /// One byte, 0 or 1.
-    Bool,
-}
-
-const DTYPES: [(DType, i32, &str, usize); 10] = [
-    (DType::F32, ffi::JB_F32, "f32", 4),
-    (DType::I32, ffi::JB_I32, "i32", 4),
-    (DType::F16, ffi::JB_F16, "f16", 2),
-    (DType::Bf16, ffi::JB_BF16, "bf16", 2),
-    (DType::F64, ffi::JB_F64, "f64", 8),
-    (DType::I8, ffi::JB_I8, "i8", 1),
-    (DType::U8, ffi::JB_U8, "u8", 1),
-    (DType::U32, ffi::JB_U32, "u32", 4),
-    (DType::I64, ffi::JB_I64, "i64", 8),
-    (DType::Bool, ffi::JB_BOOL, "bool", 1),
-];
-
-impl DType {
-    /// Every dtype, in the C library's numbering.
-    pub const ALL: [DType; 10] = [
-        DType::F32,
-        DType::I32,
-        DType::F16,
-        DType::Bf16,
-        DType::F64,
-        DType::I8,
-        DType::U8,
-        DType::U32,
-        DType::I64,
-        DType::Bool,
-    ];
-
-    fn entry(self) -> &'static (DType, i32, &'static str, usize) {
-        DTYPES.iter().find(|e| e.0 == self).expect("every dtype is in the table")
-    }
-
-    pub(crate) fn raw(self) -> i32 {
-        self.entry().1
-    }
-
-    /// The dtype's name, which is also its type's name inside kernel source ("bf16", ...).
-    pub fn name(self) -> &'static str {
-        self.entry().2
-    }
-
-    /// Bytes per element.
-    pub fn size(self) -> usize {
-        self.entry().3
-    }
-
-    fn from_raw(raw: i32) -> DType {
-        DTYPES.iter().find(|e| e.1 == raw).map_or(DType::F32, |e| e.0)
-    }
-}
-
-/// IEEE binary16, kept as its bits. Conversions from f32 round to nearest, ties to even, as
-/// kernels do on every backend (`f32_to_f16` in kernel source).
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(transparent)]
-pub struct F16(u16);
-
-/// bfloat16 (the top 16 bits of an f32), kept as its bits. Conversions from f32 round to
-/// nearest, ties to even, as kernels do on every backend (`f32_to_bf16` in kernel source).
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(transparent)]
-pub struct Bf16(u16);
-
-impl F16 {
-    /// The value with these bits.
-    pub const fn from_bits(bits: u16) -> F16 {
-        F16(bits)
-    }
-    /// The bits.
-    pub const fn to_bits(self) -> u16 {
-        self.0
-    }
-    /// The f16 nearest to `value` (ties to even); NaN stays NaN, overflow becomes infinity.
-    pub fn from_f32(value: f32) -> F16 {
-        let x = value.to_bits();
-        let sign = (x >> 16) & 0x8000;
-        let a = x & 0x7fff_ffff;
-        let bits = if a > 0x7f80_0000 {
-            sign | 0x7e00 | ((a >> 13) & 0x3ff)
-        } else if a >= 0x477f_f000 {
-            sign | 0x7c00
-        } else if a < 0x3880_0000 {
-            if a < 0x3300_0000 {
-                sign
-            } else {
-                // Subnormal: shift the full significand, then round half to even.
-                let shift = 126 - (a >> 23);
-                let m = (a & 0x7f_ffff) | 0x80_0000;
-                let (mut k, rem, half) = (m >> shift, m & ((1 << shift) - 1), 1 << (shift - 1));
-                if rem > half || (rem == half && k & 1 == 1) {
-                    k += 1;
-                }
-                sign | k
-            }
-        } else {
-            let r = a - 0x3800_0000;
-            sign | ((r + 0x0fff + ((r >> 13) & 1)) >> 13)
-        };
-        F16(bits as u16)
-    }
-    /// The exact f32 value; a NaN comes out quiet (payload and sign kept), as from hardware.
-    pub fn to_f32(self) -> f32 {
-        let h = self.0 as u32;
-        let sign = (h & 0x8000) << 16;
-        let (e, m) = ((h >> 10) & 0x1f, h & 0x3ff);
-        let bits = if e == 0x1f && m != 0 {
-            sign | 0x7fc0_0000 | (m << 13)
-        } else if e == 0x1f {
-            sign | 0x7f80_0000
-        } else if e != 0 {
-            sign | ((e + 112) << 23) | (m << 13)
-        } else if m == 0 {
-            sign
-        } else {
-            let lead = m.leading_zeros() - 21; // shifts that bring the top bit to 0x400
-            sign | ((113 - lead) << 23) | (((m << lead) & 0x3ff) << 13)
-        };
-        f32::from_bits(bits)
-    }
-}
-
-impl Bf16 {
-    /// The value with these bits.
-    pub const fn from_bits(bits: u16) -> Bf16 {
-        Bf16(bits)
-    }
-    /// The bits.
-    pub const fn to_bits(self) -> u16 {
-        self.0
-    }
-    /// The bf16 nearest to `value` (ties to even); NaN stays NaN.
-    pub fn from_f32(value: f32) -> Bf16 {
-        let x = value.to_bits();
-        if x & 0x7fff_ffff > 0x7f80_0000 {
-            return Bf16(((x >> 16) | 0x40) as u16);
-        }
-        Bf16(((x + 0x7fff + ((x >> 16) & 1)) >> 16) as u16)
-    }
-    /// The exact f32 value.
-    pub fn to_f32(self) -> f32 {
-        f32::from_bits((self.0 as u32) << 16)
-    }
-}
-
-impl From<F16> for f32 {
-    fn from(value: F16) -> f32 {
-        value.to_f32()
-    }
-}
-impl From<Bf16> for f32 {
-    fn from(value: Bf16) -> f32 {
-        value.to_f32()
-    }
-}
-
-mod sealed {
-    pub trait Sealed {}
-}
-
-/// A Rust type that matches one [`DType`].
-pub trait Element: sealed::Sealed + Copy + Default + 'static {
-    /// The matching dtype.
-    const DTYPE: DType;
-}
-
-macro_rules! elements {
-    ($($t:ty => $d:ident),*) => {$(
-        impl sealed::Sealed for $t {}
-        impl Element for $t {
-            const DTYPE: DType = DType::$d;
-        }
-    )*};
-}
-elements!(f32 => F32, i32 => I32, F16 => F16, Bf16 => Bf16, f64 => F64, i8 => I8, u8 => U8,
-          u32 => U32, i64 => I64, bool => Bool);
 
 /// An array on a device. The work that produces it may still be running; [`Array::eval`] waits
 /// for it and [`Array::to_vec`] reads it back. Dropping an array whose buffer a queued kernel
@@ -274,6 +74,39 @@ impl Array {
         let mut raw = std::ptr::null_mut();
         // SAFETY: valid out pointer; the library checks `n`.
         check(unsafe { ffi::jb_array_arange(&mut raw, device.raw(), n, dtype.raw()) })?;
+        Ok(Array { raw })
+    }
+
+    /// An array of `shape` on `device` whose every element is zero (0, 0.0, false), filled on
+    /// the device: no host data is copied.
+    pub fn zeros(device: Device, shape: &[usize], dtype: DType) -> Result<Array, Error> {
+        let dims = c_shape(shape)?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: valid out pointer and shape of `dims.len()` dimensions; the library checks
+        // the rest.
+        check(unsafe {
+            ffi::jb_array_zeros(
+                &mut raw,
+                device.raw(),
+                dtype.raw(),
+                dims.as_ptr(),
+                dims.len() as i32,
+            )
+        })?;
+        Ok(Array { raw })
+    }
+
+    /// An array of `shape` on `device` whose every element is `value`, of `value`'s dtype
+    /// (`Array::full(cpu, &[4], 1.5)` is f32; `Scalar::Bf16(x)` makes bf16), filled on the
+    /// device: no host data is copied.
+    pub fn full(device: Device, shape: &[usize], value: impl Into<Scalar>) -> Result<Array, Error> {
+        let dims = c_shape(shape)?;
+        let value = value.into().raw();
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: valid out pointer, shape and scalar; the library checks the rest.
+        check(unsafe {
+            ffi::jb_array_full(&mut raw, device.raw(), dims.as_ptr(), dims.len() as i32, &value)
+        })?;
         Ok(Array { raw })
     }
 

@@ -43,7 +43,26 @@ pub struct jb_source_module_spec {
     pub defines: *const *const c_char,
     pub num_defines: usize,
     pub dtypes: c_int,
+    pub signatures: *const jb_entry_signature,
 }
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct jb_arg_decl {
+    pub role: c_int,
+    pub dtype: c_int,
+}
+
+#[repr(C)]
+pub struct jb_entry_signature {
+    pub declared: c_int,
+    pub args: *const jb_arg_decl,
+    pub num_args: usize,
+}
+
+pub const JB_ARG_IN: c_int = 1;
+pub const JB_ARG_OUT: c_int = 2;
+pub const JB_ARG_SCALAR: c_int = 3;
 
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -54,6 +73,7 @@ pub struct jb_arg {
 }
 
 pub const JB_OK: c_int = 0;
+pub const JB_DTYPE_INVALID: c_int = -1;
 pub const JB_DEVICE_CPU: c_int = 0;
 pub const JB_DEVICE_GPU: c_int = 1;
 pub const JB_F32: c_int = 0;
@@ -71,6 +91,7 @@ pub const JB_PARAM_BOOL: c_int = 1;
 pub const JB_PARAM_DTYPE: c_int = 2;
 pub const JB_COMPILE_FAST_MATH: u32 = 1;
 pub const JB_COMPILE_LINE_INFO: u32 = 2;
+pub const JB_COMPILE_BOUNDS_CHECKS: u32 = 4;
 
 /// `jb_counters` is laid out exactly as `Counters`, a leaf module of plain data.
 pub type jb_counters = crate::counters::Counters;
@@ -114,6 +135,7 @@ pub struct jb_kernel_spec {
     pub compile_flags: u32,
     pub defines: *const *const c_char,
     pub num_defines: usize,
+    pub output_inits: *const jb_scalar,
 }
 
 #[repr(C)]
@@ -143,12 +165,34 @@ pub struct jb_scalar {
     pub value: jb_scalar_value,
 }
 
+impl jb_scalar {
+    /// No value: JB_DTYPE_INVALID (an output without an initial value).
+    pub fn none() -> jb_scalar {
+        jb_scalar { dtype: JB_DTYPE_INVALID, value: jb_scalar_value { i64: 0 } }
+    }
+}
+
 #[repr(C)]
 #[derive(Debug, Default, Clone, Copy)]
 pub struct jb_launch_shape {
     pub grid: [u32; 3],
     pub block: [u32; 3],
     pub total_threads: u64,
+}
+
+#[repr(C)]
+pub struct jb_launch {
+    pub struct_size: usize,
+    pub device: *mut jb_device,
+    pub stream: *mut jb_stream,
+    pub inputs: *const *mut jb_array,
+    pub num_inputs: usize,
+    pub scalars: *const jb_scalar,
+    pub num_scalars: usize,
+    pub output_shapes: *const *const i64,
+    pub output_ndims: *const c_int,
+    pub in_place: *const *mut jb_array,
+    pub shape: jb_launch_shape,
 }
 
 /// `jb_bench_cold_steps`: where one cold first launch of the probe spent its time, in
@@ -234,6 +278,20 @@ unsafe extern "C" {
         n: i64,
         dtype: c_int,
     ) -> c_int;
+    pub fn jb_array_zeros(
+        out: *mut *mut jb_array,
+        device: *mut jb_device,
+        dtype: c_int,
+        shape: *const i64,
+        ndim: c_int,
+    ) -> c_int;
+    pub fn jb_array_full(
+        out: *mut *mut jb_array,
+        device: *mut jb_device,
+        shape: *const i64,
+        ndim: c_int,
+        value: *const jb_scalar,
+    ) -> c_int;
     pub fn jb_array_free(array: *mut jb_array);
     pub fn jb_array_eval(array: *mut jb_array) -> c_int;
     pub fn jb_array_read(array: *const jb_array, dst: *mut c_void, dst_bytes: usize) -> c_int;
@@ -249,6 +307,12 @@ unsafe extern "C" {
     ) -> c_int;
     pub fn jb_custom_kernel_free(kernel: *mut jb_custom_kernel);
     pub fn jb_custom_kernel_module_name(kernel: *const jb_custom_kernel) -> *const c_char;
+    pub fn jb_custom_kernel_bounds_checked(kernel: *const jb_custom_kernel) -> c_int;
+    pub fn jb_custom_kernel_run(
+        outputs: *mut *mut jb_array,
+        kernel: *mut jb_custom_kernel,
+        launch: *const jb_launch,
+    ) -> c_int;
     pub fn jb_custom_kernel_source(
         kernel: *const jb_custom_kernel,
         backend: *const c_char,

@@ -1,10 +1,10 @@
-//! Custom kernels: a body the library wraps into a whole kernel for the device's backend.
+//! Custom kernels: a body the library wraps into a whole kernel for the device's backend. The
+//! launches are in `launch.rs`.
 
-use crate::array::{Array, Bf16, DType, F16};
 use crate::device::Device;
+use crate::dtype::{DType, Scalar};
 use crate::error::{Error, ErrorCode, c_str, check};
 use crate::ffi;
-use crate::stream::Stream;
 use std::ffi::CString;
 use std::os::raw::{c_int, c_void};
 use std::sync::Arc;
@@ -42,6 +42,13 @@ pub struct CompileOptions<'a> {
     pub fast_math: bool,
     /// Line information for profilers and debuggers (cpu `-g`, cuda `-lineinfo`).
     pub line_info: bool,
+    /// Custom kernels only: every subscript of an array (and of a shape) in the body and header
+    /// is checked, and the kernel's launches are safe ([`CustomKernel::launch`]). An index out of
+    /// range reads 0 and writes nothing, and the first one of a launch is an
+    /// [`ErrorCode::Bounds`] error at the next wait for what the launch wrote, naming the
+    /// kernel, the array, the index and the thread. The body may name an array only to
+    /// subscript it. `JITBRIDGE_BOUNDS_CHECKS=1` turns this on for every kernel of a process.
+    pub bounds_checks: bool,
     /// `"NAME"` or `"NAME=VALUE"`: `#define` lines at the top of the source.
     pub defines: &'a [&'a str],
 }
@@ -49,7 +56,8 @@ pub struct CompileOptions<'a> {
 impl CompileOptions<'_> {
     pub(crate) fn flags(&self) -> u32 {
         (if self.fast_math { ffi::JB_COMPILE_FAST_MATH } else { 0 })
-            | if self.line_info { ffi::JB_COMPILE_LINE_INFO } else { 0 }
+            | (if self.line_info { ffi::JB_COMPILE_LINE_INFO } else { 0 })
+            | if self.bounds_checks { ffi::JB_COMPILE_BOUNDS_CHECKS } else { 0 }
     }
 }
 
@@ -69,9 +77,11 @@ impl LaunchShape {
 /// Describes a custom kernel; start from `Default` and set what is needed. In the body,
 /// `thread_index()` is the thread's global index, each input `x` is a const pointer of its
 /// dtype with `x_size` elements, each output `y` a writable pointer with `y_size`, and each
-/// scalar a value. The dtype names (`f32`, `bf16`, ...) are types in the body; `f16` and `bf16`
-/// are 16-bit storage types converted with `f16_to_f32`, `f32_to_f16`, `bf16_to_f32`,
-/// `f32_to_bf16` (round to nearest even).
+/// scalar a value; a body that names `x_shape` or `x_ndim` also sees that array's dimensions.
+/// `return` ends one thread. The dtype names (`f32`, `bf16`, ...) are types in the body; `f16`
+/// and `bf16` are 16-bit storage types converted with `f16_to_f32`, `f32_to_f16`,
+/// `bf16_to_f32`, `f32_to_bf16` (round to nearest even). The crate documentation's "The kernel
+/// language" says the rest.
 #[derive(Clone, Default)]
 pub struct KernelSpec<'a> {
     /// The kernel's name: a C identifier.
@@ -80,6 +90,10 @@ pub struct KernelSpec<'a> {
     pub inputs: &'a [(&'a str, DType)],
     /// Output names (C identifiers) and dtypes.
     pub outputs: &'a [(&'a str, DType)],
+    /// Initial values of new outputs, by output name: every element holds its value before the
+    /// body runs (MLX's `init_value`). Other new outputs are not initialised: their elements
+    /// hold whatever the memory held, not zeros. Outputs written in place keep their contents.
+    pub output_inits: &'a [(&'a str, Scalar)],
     /// Scalar arguments passed by value at each launch: names and dtypes.
     pub scalars: &'a [(&'a str, DType)],
     /// Compile-time parameters: names and values.
@@ -100,6 +114,7 @@ impl std::fmt::Debug for KernelSpec<'_> {
             .field("name", &self.name)
             .field("inputs", &self.inputs)
             .field("outputs", &self.outputs)
+            .field("output_inits", &self.output_inits)
             .field("scalars", &self.scalars)
             .field("params", &self.params)
             .field("body", &self.body)
@@ -107,78 +122,6 @@ impl std::fmt::Debug for KernelSpec<'_> {
             .field("options", &self.options)
             .field("configure", &self.configure.is_some())
             .finish()
-    }
-}
-
-/// A scalar argument of a launch, passed by value; its dtype must match the spec's.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Scalar {
-    /// f32.
-    F32(f32),
-    /// i32.
-    I32(i32),
-    /// f16.
-    F16(F16),
-    /// bf16.
-    Bf16(Bf16),
-    /// f64.
-    F64(f64),
-    /// i8.
-    I8(i8),
-    /// u8.
-    U8(u8),
-    /// u32.
-    U32(u32),
-    /// i64.
-    I64(i64),
-    /// bool.
-    Bool(bool),
-}
-
-macro_rules! scalar_from {
-    ($($t:ty => $v:ident),*) => {$(
-        impl From<$t> for Scalar {
-            fn from(value: $t) -> Scalar {
-                Scalar::$v(value)
-            }
-        }
-    )*};
-}
-scalar_from!(f32 => F32, i32 => I32, F16 => F16, Bf16 => Bf16, f64 => F64, i8 => I8, u8 => U8,
-             u32 => U32, i64 => I64, bool => Bool);
-
-impl Scalar {
-    /// The scalar's dtype.
-    pub fn dtype(&self) -> DType {
-        match self {
-            Scalar::F32(_) => DType::F32,
-            Scalar::I32(_) => DType::I32,
-            Scalar::F16(_) => DType::F16,
-            Scalar::Bf16(_) => DType::Bf16,
-            Scalar::F64(_) => DType::F64,
-            Scalar::I8(_) => DType::I8,
-            Scalar::U8(_) => DType::U8,
-            Scalar::U32(_) => DType::U32,
-            Scalar::I64(_) => DType::I64,
-            Scalar::Bool(_) => DType::Bool,
-        }
-    }
-
-    pub(crate) fn raw(&self) -> ffi::jb_scalar {
-        use ffi::jb_scalar_value as V;
-        let value = match *self {
-            Scalar::F32(v) => V { f32: v },
-            Scalar::I32(v) => V { i32: v },
-            Scalar::F16(v) => V { bits16: v.to_bits() },
-            Scalar::Bf16(v) => V { bits16: v.to_bits() },
-            Scalar::F64(v) => V { f64: v },
-            Scalar::I8(v) => V { i8: v },
-            Scalar::U8(v) => V { u8: v },
-            Scalar::U32(v) => V { u32: v },
-            Scalar::I64(v) => V { i64: v },
-            Scalar::Bool(v) => V { u8: v as u8 },
-        };
-        ffi::jb_scalar { dtype: self.dtype().raw(), value }
     }
 }
 
@@ -196,18 +139,30 @@ pub enum LaunchShape {
     },
 }
 
+/// No threads: a launch must say how many (the default only lets [`crate::Launch`] start from
+/// `Default`).
+impl Default for LaunchShape {
+    fn default() -> Self {
+        LaunchShape::Threads(0)
+    }
+}
+
 /// A compiled-on-first-use kernel. Its module is named after the kernel plus a hash of the
-/// generated source, so two bodies under one name never share a module.
+/// generated source, so two bodies under one name never share a module. A bounds-checked
+/// kernel launches with the safe [`CustomKernel::launch`]; any kernel with the `unsafe`
+/// [`CustomKernel::launch_unchecked`], whose caller promises that the body stays inside its
+/// arrays.
 ///
 /// ```
 /// # // Doc tests keep off the user's disk cache; nothing else runs yet.
 /// # unsafe { std::env::set_var("JITBRIDGE_DISK_CACHE", "off") };
-/// use jitbridge::{Array, CustomKernel, DType, Device, KernelSpec, LaunchShape};
+/// use jitbridge::{Array, CompileOptions, CustomKernel, DType, Device, KernelSpec, LaunchShape};
 /// let kernel = CustomKernel::new(&KernelSpec {
 ///     name: "add_one",
 ///     inputs: &[("x", DType::F32)],
 ///     outputs: &[("y", DType::F32)],
 ///     body: "y[thread_index()] = x[thread_index()] + 1.0f;",
+///     options: CompileOptions { bounds_checks: true, ..Default::default() },
 ///     ..Default::default()
 /// })?;
 /// let x = Array::from_slice(Device::cpu()?, &[1.0f32, 2.0, 3.0], &[3])?;
@@ -217,7 +172,7 @@ pub enum LaunchShape {
 /// ```
 pub struct CustomKernel {
     raw: *mut ffi::jb_custom_kernel,
-    num_outputs: usize,
+    pub(crate) num_outputs: usize,
     /// The hook the C kernel's user data points at; dropped after the C kernel.
     _hook: Option<Box<ConfigureHook>>,
 }
@@ -228,7 +183,7 @@ unsafe impl Send for CustomKernel {}
 // SAFETY: as above.
 unsafe impl Sync for CustomKernel {}
 
-fn c_string(what: &str, s: &str) -> Result<CString, Error> {
+pub(crate) fn c_string(what: &str, s: &str) -> Result<CString, Error> {
     CString::new(s).map_err(|_| {
         Error::new(ErrorCode::InvalidArgument, format!("the {what} contains a NUL byte"))
     })
@@ -309,6 +264,7 @@ impl CustomKernel {
                 ffi::jb_kernel_param { name: name.as_ptr(), kind, value }
             })
             .collect();
+        let output_inits = output_inits(spec)?;
         let hook: Option<Box<ConfigureHook>> = spec.configure.clone().map(Box::new);
         let compile_flags = spec.options.flags();
         let raw_spec = ffi::jb_kernel_spec {
@@ -334,6 +290,7 @@ impl CustomKernel {
             compile_flags,
             defines: define_ptrs.as_ptr(),
             num_defines: define_ptrs.len(),
+            output_inits: output_inits.as_ref().map_or(std::ptr::null(), |v| v.as_ptr()),
         };
         let mut raw = std::ptr::null_mut();
         // SAFETY: every pointer in `raw_spec` lives until this call returns; the library copies.
@@ -366,114 +323,36 @@ impl CustomKernel {
         self.raw
     }
 
-    /// Launches on the inputs' device and the calling thread's default stream there, building
-    /// the module on first use. Returns one new array per output, of the given shapes.
-    pub fn launch(
-        &self,
-        inputs: &[&Array],
-        output_shapes: &[&[usize]],
-        shape: LaunchShape,
-    ) -> Result<Vec<Array>, Error> {
-        self.launch_raw(std::ptr::null_mut(), inputs, &[], output_shapes, shape)
-    }
-
-    /// [`CustomKernel::launch`] with scalar arguments, in the spec's order.
-    pub fn launch_with_scalars(
-        &self,
-        inputs: &[&Array],
-        scalars: &[Scalar],
-        output_shapes: &[&[usize]],
-        shape: LaunchShape,
-    ) -> Result<Vec<Array>, Error> {
-        self.launch_raw(std::ptr::null_mut(), inputs, scalars, output_shapes, shape)
-    }
-
-    /// Launches on `stream` (of the inputs' device) instead of the thread's default stream.
-    /// Inputs made on other streams are waited for on `stream`; the outputs are ready once
-    /// `stream` passes the kernel, for any stream or thread.
-    pub fn launch_on(
-        &self,
-        stream: &Stream,
-        inputs: &[&Array],
-        scalars: &[Scalar],
-        output_shapes: &[&[usize]],
-        shape: LaunchShape,
-    ) -> Result<Vec<Array>, Error> {
-        self.launch_raw(stream.raw(), inputs, scalars, output_shapes, shape)
-    }
-
-    fn launch_raw(
-        &self,
-        stream: *mut ffi::jb_stream,
-        inputs: &[&Array],
-        scalars: &[Scalar],
-        output_shapes: &[&[usize]],
-        shape: LaunchShape,
-    ) -> Result<Vec<Array>, Error> {
-        let args = self.raw_launch_args(inputs, scalars, output_shapes, shape)?;
-        let mut outputs = vec![std::ptr::null_mut(); self.num_outputs];
-        // SAFETY: every pointer is valid for the call (a null stream means the default); the
-        // library writes `num_outputs` arrays.
-        check(unsafe {
-            ffi::jb_custom_kernel_launch_on(
-                outputs.as_mut_ptr(),
-                self.raw,
-                stream,
-                args.inputs.as_ptr(),
-                args.inputs.len(),
-                args.scalars.as_ptr(),
-                args.scalars.len(),
-                args.shape_ptrs.as_ptr(),
-                args.ndims.as_ptr(),
-                &args.shape,
-            )
-        })?;
-        Ok(outputs.into_iter().map(Array::from_raw).collect())
-    }
-
-    /// A launch's arguments in the C calls' form (the count of output shapes checked), shared by
-    /// launches and the bench's raw launcher.
-    pub(crate) fn raw_launch_args(
-        &self,
-        inputs: &[&Array],
-        scalars: &[Scalar],
-        output_shapes: &[&[usize]],
-        shape: LaunchShape,
-    ) -> Result<RawLaunchArgs, Error> {
-        if output_shapes.len() != self.num_outputs {
-            return Err(Error::new(
-                ErrorCode::InvalidArgument,
-                format!(
-                    "the kernel has {} outputs, {} shapes were given",
-                    self.num_outputs,
-                    output_shapes.len()
-                ),
-            ));
-        }
-        let c_shapes = output_shapes
-            .iter()
-            .map(|s| crate::array::c_shape(s))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(RawLaunchArgs {
-            inputs: inputs.iter().map(|a| a.raw()).collect(),
-            scalars: scalars.iter().map(Scalar::raw).collect(),
-            shape_ptrs: c_shapes.iter().map(|s| s.as_ptr()).collect(),
-            _shapes: c_shapes,
-            ndims: output_shapes.iter().map(|s| s.len() as c_int).collect(),
-            shape: shape.raw(),
-        })
+    /// Whether the kernel is bounds-checked ([`CompileOptions::bounds_checks`], or
+    /// `JITBRIDGE_BOUNDS_CHECKS=1` when it was made): then its launches are safe.
+    pub fn bounds_checked(&self) -> bool {
+        // SAFETY: live kernel.
+        unsafe { ffi::jb_custom_kernel_bounds_checked(self.raw) != 0 }
     }
 }
 
-/// A launch's arguments as the C launch calls take them; `shape_ptrs` point into `_shapes`, whose
-/// heap buffers stay put when this value moves.
-pub(crate) struct RawLaunchArgs {
-    pub(crate) inputs: Vec<*mut ffi::jb_array>,
-    pub(crate) scalars: Vec<ffi::jb_scalar>,
-    pub(crate) shape_ptrs: Vec<*const i64>,
-    _shapes: Vec<Vec<i64>>,
-    pub(crate) ndims: Vec<c_int>,
-    pub(crate) shape: ffi::jb_launch_shape,
+/// The spec's initial values as the C spec takes them: one per output, `None` when none is set.
+fn output_inits(spec: &KernelSpec<'_>) -> Result<Option<Vec<ffi::jb_scalar>>, Error> {
+    if spec.output_inits.is_empty() {
+        return Ok(None);
+    }
+    let mut inits = vec![ffi::jb_scalar::none(); spec.outputs.len()];
+    for (name, value) in spec.output_inits {
+        let at = spec.outputs.iter().position(|(output, _)| output == name).ok_or_else(|| {
+            Error::new(
+                ErrorCode::InvalidArgument,
+                format!("kernel '{}': an initial value names '{name}', not an output", spec.name),
+            )
+        })?;
+        if inits[at].dtype != ffi::JB_DTYPE_INVALID {
+            return Err(Error::new(
+                ErrorCode::InvalidArgument,
+                format!("kernel '{}': output '{name}' has two initial values", spec.name),
+            ));
+        }
+        inits[at] = value.raw();
+    }
+    Ok(Some(inits))
 }
 
 impl Drop for CustomKernel {

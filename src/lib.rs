@@ -7,12 +7,54 @@
 //! kernel together get one build and the same module.
 //!
 //! ```
-//! use jitbridge::{Array, DType, Device};
-//! let x = Array::arange(Device::cpu()?, 256, DType::F32)?;
-//! let y = jitbridge::jit_race_probe_array(&x, 0)?;
-//! let values = y.to_vec::<f32>()?;
-//! assert!(values.iter().enumerate().all(|(i, &v)| v == 2.0 * i as f32 + 1.0));
+//! # unsafe { std::env::set_var("JITBRIDGE_DISK_CACHE", "off") };
+//! use jitbridge::{Array, CompileOptions, CustomKernel, DType, Device, KernelSpec, LaunchShape};
+//! let cpu = Device::cpu()?;
+//! let twice = CustomKernel::new(&KernelSpec {
+//!     name: "twice",
+//!     inputs: &[("x", DType::F32)],
+//!     outputs: &[("y", DType::F32)],
+//!     body: "y[thread_index()] = 2.0f * x[thread_index()];",
+//!     options: CompileOptions { bounds_checks: true, ..Default::default() },
+//!     ..Default::default()
+//! })?;
+//! let x = Array::arange(cpu, 256, DType::F32)?;
+//! let y = twice.launch(&[&x], &[&[256]], LaunchShape::Threads(256))?;
+//! assert!(y[0].to_vec::<f32>()?.iter().enumerate().all(|(i, &v)| v == 2.0 * i as f32));
 //! # Ok::<(), jitbridge::Error>(())
+//! ```
+//!
+//! # Safe and unsafe
+//!
+//! Every safe function of this crate is sound for every input. A kernel's body is C that the
+//! library compiles and runs (on the cpu, inside this process), and the library cannot see what
+//! a body does with its arrays. So:
+//!
+//! - [`CustomKernel::launch`] and [`CustomKernel::launch_with`] are safe, and run only
+//!   bounds-checked kernels ([`CompileOptions::bounds_checks`], or `JITBRIDGE_BOUNDS_CHECKS=1`):
+//!   every array access of such a body is checked, and an index out of range is an
+//!   [`ErrorCode::Bounds`] error at the next wait, never an access outside the array.
+//! - [`CustomKernel::launch_unchecked`] and [`CustomKernel::launch_with_unchecked`] run any
+//!   kernel and are `unsafe`: the caller promises the body stays inside its arrays.
+//! - [`SourceModule::launch`] and [`SourceModule::launch_on`] are safe for an entry whose
+//!   arguments are declared ([`Signature`], an `unsafe` promise made once next to the source):
+//!   each launch is checked against the declaration. Any entry launches with the `unsafe`
+//!   [`SourceModule::launch_unchecked`].
+//!
+//! The [`kernel_language`] page says what a body sees and what it means on every backend.
+//!
+//! ```compile_fail,E0133
+//! # use jitbridge::*;
+//! # fn f(kernel: &CustomKernel, x: &Array) {
+//! // A launch the library cannot check does not compile outside `unsafe`.
+//! let _ = kernel.launch_unchecked(&[x], &[&[4]], LaunchShape::Threads(4));
+//! # }
+//! ```
+//!
+//! ```compile_fail,E0133
+//! # use jitbridge::*;
+//! // Neither does a declaration, which is the promise a safe launch relies on.
+//! const SCALE: Signature<'static> = Signature::new("scale", &[ArgDecl::In(DType::F32)]);
 //! ```
 #![warn(missing_docs)]
 
@@ -21,8 +63,10 @@ mod array;
 mod cache;
 mod counters;
 mod device;
+mod dtype;
 mod error;
 mod kernel;
+mod launch;
 mod logging;
 mod probe;
 mod source_module;
@@ -30,6 +74,9 @@ mod stream;
 
 pub mod disk_cache;
 pub mod rocm_faults;
+
+#[doc = include_str!(concat!(env!("OUT_DIR"), "/KERNELS.md"))]
+pub mod kernel_language {}
 
 // Public for the `jitbridge` command and the integration tests, kept off the API page: the raw
 // declarations of both headers, the safe forms of jitbridge_sys.h's tool entry points, and the
@@ -41,18 +88,19 @@ pub mod race;
 #[doc(hidden)]
 pub mod sys_tools;
 
-pub use array::{Array, Bf16, DType, Element, F16};
+pub use array::Array;
 pub use cache::{forget_build_failures, lookaside_enabled, set_lookaside_enabled};
 pub use counters::{Counters, MemoryStats};
 pub use device::{Device, DeviceKind, GpuBackend, cpu_compiler, gpu_backend, gpu_backends};
+pub use dtype::{Bf16, DType, Element, F16, Scalar};
 pub use error::{Error, ErrorCode};
 pub use kernel::{
     CompileOptions, ConfigureHook, CustomKernel, KernelConfig, KernelSpec, LaunchShape, Param,
-    Scalar,
 };
+pub use launch::{Launch, Output};
 pub use logging::{clear_log_callback, set_log_callback};
 pub use probe::jit_race_probe_array;
-pub use source_module::{Arg, SourceModule, SourceModuleSpec};
+pub use source_module::{Arg, ArgDecl, Signature, SourceModule, SourceModuleSpec};
 pub use stream::{DefaultStreamGuard, Stream, streams};
 
 #[cfg(test)]

@@ -5,8 +5,9 @@
 //! A round never hangs: a thread that fails before the barrier still counts as arrived, and a
 //! thread that cannot be started opens the barrier for the others and fails the round.
 
-use crate::array::{Array, DType};
+use crate::array::Array;
 use crate::device::Device;
+use crate::dtype::DType;
 use crate::error::{Error, ErrorCode};
 use crate::stream::streams;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,18 +1,23 @@
 //! Whole-source modules (CuPy's RawModule): the caller's complete source with several entry
-//! points, each launched by name with arrays (in place) and scalars.
+//! points, each launched by name with arrays (in place) and scalars. A declared entry is
+//! launched safely (its arguments checked against its declaration); any entry with the unsafe
+//! `_unchecked` launches.
 
 use crate::array::Array;
+use crate::dtype::DType;
+use crate::dtype::Scalar;
 use crate::error::{Error, ErrorCode, c_str, check};
 use crate::ffi;
-use crate::kernel::{CompileOptions, LaunchShape, Scalar};
+use crate::kernel::{CompileOptions, LaunchShape, c_string};
 use crate::stream::Stream;
-use std::ffi::CString;
 
 /// Describes a whole-source module; start from `Default`. GPU source is CUDA C++ whose entries
 /// are `extern "C" __global__` functions taking the launch's arguments in order (an array as its
 /// device pointer, a scalar by value). cpu source is C11 whose entries are
 /// `void name(void **args, uint64_t threads)`, `args[i]` pointing at argument i's value (an array:
-/// `*(float **)args[0]`), each running every thread itself.
+/// `*(float **)args[0]`), each running every thread itself. A declared entry (`signatures`) is
+/// also given, after its declared arguments, each array argument's element count as a `u64`
+/// (GPU: more `unsigned long long` parameters; cpu: more `args[i]`).
 #[derive(Debug, Clone, Default)]
 pub struct SourceModuleSpec<'a> {
     /// The module's name: a C identifier.
@@ -29,6 +34,50 @@ pub struct SourceModuleSpec<'a> {
     /// Start the source with the dtype declarations custom kernels get (`bf16`,
     /// `f32_to_bf16`, ...).
     pub dtypes: bool,
+    /// Declarations of entries' arguments: a declared entry launches with the safe
+    /// [`SourceModule::launch`].
+    pub signatures: &'a [Signature<'a>],
+}
+
+/// One declared argument of an entry point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArgDecl {
+    /// An array the entry only reads ([`Arg::In`]).
+    In(DType),
+    /// An array the entry writes, and may read ([`Arg::Out`]).
+    Out(DType),
+    /// A scalar by value ([`Arg::Scalar`]).
+    Scalar(DType),
+}
+
+/// What an entry point takes, declared next to its source: its launches are checked against
+/// it (count, array or scalar, read or written, dtype) and are safe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Signature<'a> {
+    entry: &'a str,
+    args: &'a [ArgDecl],
+}
+
+impl<'a> Signature<'a> {
+    /// Declares that entry `entry` takes `args`.
+    ///
+    /// # Safety
+    ///
+    /// In every source of the module (cpu and GPU), entry `entry` takes exactly `args`, in order
+    /// (an array as a pointer to elements of its dtype, a scalar by value of its dtype), then
+    /// one `u64` element count per array argument, and, for every launch shape and every value
+    /// of those arguments, reads and writes only inside its arrays (it bounds its indexes by
+    /// the counts it is given, never by a scalar the caller picks) and writes only the arrays
+    /// declared [`ArgDecl::Out`]. The library checks each launch against `args`; it cannot see
+    /// inside the source.
+    pub const unsafe fn new(entry: &'a str, args: &'a [ArgDecl]) -> Signature<'a> {
+        Signature { entry, args }
+    }
+
+    /// The entry this declares.
+    pub fn entry(&self) -> &'a str {
+        self.entry
+    }
 }
 
 /// An argument of a whole-source launch.
@@ -53,6 +102,8 @@ impl<T: Into<Scalar>> From<T> for Arg<'_> {
 /// the disk cache, named after its name plus a hash of its sources and options.
 pub struct SourceModule {
     raw: *mut ffi::jb_source_module,
+    /// The entries with a declaration: launched safely.
+    declared: Vec<String>,
 }
 
 // SAFETY: a C source module is immutable once created and may be launched from several threads
@@ -60,12 +111,6 @@ pub struct SourceModule {
 unsafe impl Send for SourceModule {}
 // SAFETY: as above.
 unsafe impl Sync for SourceModule {}
-
-fn c_string(what: &str, s: &str) -> Result<CString, Error> {
-    CString::new(s).map_err(|_| {
-        Error::new(ErrorCode::InvalidArgument, format!("the {what} contains a NUL byte"))
-    })
-}
 
 impl SourceModule {
     /// Validates and copies the spec; compiles nothing yet.
@@ -85,6 +130,15 @@ impl SourceModule {
             .map(|d| c_string("define", d))
             .collect::<Result<Vec<_>, _>>()?;
         let entry_ptrs: Vec<_> = entries.iter().map(|s| s.as_ptr()).collect();
+        let decls = declarations(spec)?;
+        let signatures: Vec<ffi::jb_entry_signature> = decls
+            .iter()
+            .map(|d| ffi::jb_entry_signature {
+                declared: d.is_some() as i32,
+                args: d.as_ref().map_or(std::ptr::null(), |a| a.as_ptr()),
+                num_args: d.as_ref().map_or(0, |a| a.len()),
+            })
+            .collect();
         let define_ptrs: Vec<_> = defines.iter().map(|s| s.as_ptr()).collect();
         let raw_spec = ffi::jb_source_module_spec {
             struct_size: std::mem::size_of::<ffi::jb_source_module_spec>(),
@@ -97,11 +151,17 @@ impl SourceModule {
             defines: define_ptrs.as_ptr(),
             num_defines: define_ptrs.len(),
             dtypes: spec.dtypes as i32,
+            signatures: if spec.signatures.is_empty() {
+                std::ptr::null()
+            } else {
+                signatures.as_ptr()
+            },
         };
         let mut raw = std::ptr::null_mut();
         // SAFETY: every pointer lives until the call returns; the library copies.
         check(unsafe { ffi::jb_source_module_new(&mut raw, &raw_spec) })?;
-        Ok(SourceModule { raw })
+        let declared = spec.signatures.iter().map(|s| s.entry.to_string()).collect();
+        Ok(SourceModule { raw, declared })
     }
 
     /// The module name: the name, '_', and 16 hex digits of the hash.
@@ -110,17 +170,23 @@ impl SourceModule {
         c_str(unsafe { ffi::jb_source_module_name(self.raw) })
     }
 
-    /// Launches `entry` on the thread's default stream of the arrays' device.
+    /// Launches the declared entry `entry` on the thread's default stream of the arrays'
+    /// device; `args` are checked against its declaration. Safe: an entry without a
+    /// [`Signature`] is an `InvalidArgument` error here (see
+    /// [`SourceModule::launch_unchecked`]).
     pub fn launch(
         &self,
         entry: &str,
         args: &mut [Arg<'_>],
         shape: LaunchShape,
     ) -> Result<(), Error> {
-        self.launch_raw(std::ptr::null_mut(), entry, args, shape)
+        self.refuse_undeclared(entry)?;
+        // SAFETY: the entry's declaration (an unsafe promise) covers every launch that the
+        // library checks against it.
+        unsafe { self.launch_raw(std::ptr::null_mut(), entry, args, shape) }
     }
 
-    /// Launches `entry` on `stream`.
+    /// [`SourceModule::launch`] on `stream`.
     pub fn launch_on(
         &self,
         stream: &Stream,
@@ -128,10 +194,65 @@ impl SourceModule {
         args: &mut [Arg<'_>],
         shape: LaunchShape,
     ) -> Result<(), Error> {
-        self.launch_raw(stream.raw(), entry, args, shape)
+        self.refuse_undeclared(entry)?;
+        // SAFETY: as in `launch`.
+        unsafe { self.launch_raw(stream.raw(), entry, args, shape) }
     }
 
-    fn launch_raw(
+    /// Launches any entry, declared or not (a declared one's arguments are still checked).
+    ///
+    /// # Safety
+    ///
+    /// The entry takes exactly `args` (in number, order and type) and, run with them for every
+    /// thread of `shape`, reads and writes only inside their arrays, and writes only the arrays
+    /// passed as [`Arg::Out`]. The library cannot see the entry's parameters: on the cpu a
+    /// mismatch or an access outside an array corrupts this process's memory.
+    pub unsafe fn launch_unchecked(
+        &self,
+        entry: &str,
+        args: &mut [Arg<'_>],
+        shape: LaunchShape,
+    ) -> Result<(), Error> {
+        // SAFETY: the caller's promise.
+        unsafe { self.launch_raw(std::ptr::null_mut(), entry, args, shape) }
+    }
+
+    /// [`SourceModule::launch_unchecked`] on `stream`.
+    ///
+    /// # Safety
+    ///
+    /// As for [`SourceModule::launch_unchecked`].
+    pub unsafe fn launch_on_unchecked(
+        &self,
+        stream: &Stream,
+        entry: &str,
+        args: &mut [Arg<'_>],
+        shape: LaunchShape,
+    ) -> Result<(), Error> {
+        // SAFETY: the caller's promise.
+        unsafe { self.launch_raw(stream.raw(), entry, args, shape) }
+    }
+
+    fn refuse_undeclared(&self, entry: &str) -> Result<(), Error> {
+        if self.declared.iter().any(|d| d == entry) {
+            return Ok(());
+        }
+        Err(Error::new(
+            ErrorCode::InvalidArgument,
+            format!(
+                "entry '{entry}' of module '{}' has no Signature, so a safe launch cannot check \
+                 its arguments: declare it in SourceModuleSpec::signatures, or launch it with \
+                 the unsafe launch_unchecked",
+                self.module_name()
+            ),
+        ))
+    }
+
+    /// # Safety
+    ///
+    /// The entry, run with `args` for `shape`, stays inside its arrays (a declared entry's
+    /// declaration promises it for every launch the library checks against it).
+    unsafe fn launch_raw(
         &self,
         stream: *mut ffi::jb_stream,
         entry: &str,
@@ -164,6 +285,35 @@ impl SourceModule {
             )
         })
     }
+}
+
+/// Each entry's declared arguments in the C form, in entry order (`None`: undeclared).
+fn declarations(spec: &SourceModuleSpec<'_>) -> Result<Vec<Option<Vec<ffi::jb_arg_decl>>>, Error> {
+    let mut decls: Vec<Option<Vec<ffi::jb_arg_decl>>> = vec![None; spec.entries.len()];
+    for sig in spec.signatures {
+        let at = spec.entries.iter().position(|e| *e == sig.entry).ok_or_else(|| {
+            Error::new(
+                ErrorCode::InvalidArgument,
+                format!("module '{}': a signature names '{}', not an entry", spec.name, sig.entry),
+            )
+        })?;
+        if decls[at].is_some() {
+            return Err(Error::new(
+                ErrorCode::InvalidArgument,
+                format!("module '{}': entry '{}' is declared twice", spec.name, sig.entry),
+            ));
+        }
+        let args = sig.args.iter().map(|a| {
+            let (role, dtype) = match *a {
+                ArgDecl::In(d) => (ffi::JB_ARG_IN, d),
+                ArgDecl::Out(d) => (ffi::JB_ARG_OUT, d),
+                ArgDecl::Scalar(d) => (ffi::JB_ARG_SCALAR, d),
+            };
+            ffi::jb_arg_decl { role, dtype: dtype.raw() }
+        });
+        decls[at] = Some(args.collect());
+    }
+    Ok(decls)
 }
 
 impl Drop for SourceModule {

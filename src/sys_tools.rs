@@ -5,9 +5,10 @@
 
 use crate::array::Array;
 use crate::device::Device;
+use crate::dtype::Scalar;
 use crate::error::{Error, check};
 use crate::ffi;
-use crate::kernel::{CustomKernel, LaunchShape, Scalar};
+use crate::kernel::{CustomKernel, LaunchShape};
 
 /// The locks a test-only build removed (bits: 1 jit cache, 2 event pool, 4 configure); 0 for
 /// every normal build.
@@ -63,10 +64,14 @@ pub struct RawLauncher<'a> {
 }
 
 impl<'a> RawLauncher<'a> {
-    /// Stages the launch (as `launch_with_scalars` on the thread's default stream) and runs it
-    /// once, waiting for it. The launcher holds its own reference on that stream and on the
+    /// Stages the launch (as `launch_with_unchecked` on the thread's default stream) and runs
+    /// it once, waiting for it. The launcher holds its own reference on that stream and on the
     /// inputs' buffers, so dropping the guard that installed the stream, or the stream, is safe.
-    pub fn new(
+    ///
+    /// # Safety
+    ///
+    /// As for [`CustomKernel::launch_unchecked`], for this launch and for every step's scalars.
+    pub unsafe fn new(
         kernel: &'a CustomKernel,
         inputs: &[&'a Array],
         scalars: &[Scalar],
@@ -93,7 +98,11 @@ impl<'a> RawLauncher<'a> {
     }
 
     /// One step with these scalars: (nanoseconds of launch + event record, of the wait).
-    pub fn step(&mut self, scalars: &[Scalar]) -> (Result<(), Error>, u64, u64) {
+    ///
+    /// # Safety
+    ///
+    /// As for [`CustomKernel::launch_unchecked`], with these scalars.
+    pub unsafe fn step(&mut self, scalars: &[Scalar]) -> (Result<(), Error>, u64, u64) {
         let raw_scalars: Vec<_> = scalars.iter().map(Scalar::raw).collect();
         let (mut launch_ns, mut wait_ns) = (0, 0);
         // SAFETY: live launcher, used on its thread (not Send); valid scalars and out pointers.

@@ -4,8 +4,8 @@
 mod common;
 
 use jitbridge::{
-    Array, Counters, CustomKernel, DType, Device, ErrorCode, KernelConfig, KernelSpec, LaunchShape,
-    jit_race_probe_array, streams,
+    Array, CompileOptions, Counters, CustomKernel, DType, Device, ErrorCode, KernelConfig,
+    KernelSpec, LaunchShape, jit_race_probe_array, streams,
 };
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
@@ -28,6 +28,7 @@ fn failed_build_inserts_nothing_and_retries_once_forgotten() {
         outputs: &[("y", DType::F32)],
         body: "y[thread_index()] = x[thread_index()] + JB_RETRY_VALUE;",
         header: Some(&header),
+        options: CompileOptions { bounds_checks: true, ..Default::default() },
         ..Default::default()
     })
     .unwrap();
@@ -83,7 +84,11 @@ fn configure_race(device: Device, hook: jitbridge::ConfigureHook, calls: &Atomic
             s.spawn(move || {
                 let x = Array::arange(device, 1000, DType::F32).unwrap();
                 barrier.wait();
-                let y = kernel.launch(&[&x], &[&[1000]], LaunchShape::Threads(1000)).unwrap();
+                // SAFETY: the probe's body: 1000 threads, each its own element of 1000.
+                let y = unsafe {
+                    kernel.launch_unchecked(&[&x], &[&[1000]], LaunchShape::Threads(1000))
+                };
+                let y = y.unwrap();
                 assert!(jitbridge::race::probe_output_exact(&y[0].to_vec::<f32>().unwrap()));
             });
         }
@@ -150,9 +155,11 @@ fn dropping_inputs_while_the_kernel_is_queued_is_safe() {
     })
     .unwrap();
     let one = Array::from_slice(cpu(), &[0.0f32], &[1]).unwrap();
-    spinner.launch(&[&one], &[&[1]], LaunchShape::Threads(1)).unwrap()[0].eval().unwrap();
+    // SAFETY: one thread, element 0 of two one-element arrays.
+    let spin = || unsafe { spinner.launch_unchecked(&[&one], &[&[1]], LaunchShape::Threads(1)) };
+    spin().unwrap()[0].eval().unwrap();
     for round in 0..3 {
-        let busy = spinner.launch(&[&one], &[&[1]], LaunchShape::Threads(1)).unwrap();
+        let busy = spin().unwrap();
         let x = Array::arange(cpu(), 1024, DType::F32).unwrap();
         let y = jit_race_probe_array(&x, 3_000_000).unwrap();
         drop(x);
@@ -173,6 +180,7 @@ fn one_name_with_two_bodies_is_two_modules() {
         inputs: &[("x", DType::F32)],
         outputs: &[("y", DType::F32)],
         body,
+        options: CompileOptions { bounds_checks: true, ..Default::default() },
         ..Default::default()
     };
     let plus = CustomKernel::new(&spec("y[thread_index()] = x[thread_index()] + 1.0f;")).unwrap();

@@ -5,19 +5,22 @@ mod common;
 
 use jitbridge::streams;
 use jitbridge::{
-    Array, Bf16, Counters, CustomKernel, DType, Device, ErrorCode, KernelSpec, LaunchShape,
+    Array, Bf16, CompileOptions, Counters, CustomKernel, DType, Device, ErrorCode, KernelSpec,
+    LaunchShape,
 };
 use std::sync::{Arc, Barrier};
 
 const THREADS: usize = 16;
 const ROUNDS: usize = 100;
 
+/// Bounds-checked, so launched safely.
 fn spec(body: &str) -> KernelSpec<'_> {
     KernelSpec {
         name: "same_name_kernel",
         inputs: &[("inp", DType::F32)],
         outputs: &[("out", DType::F32)],
         body,
+        options: CompileOptions { bounds_checks: true, ..Default::default() },
         ..Default::default()
     }
 }

@@ -7,15 +7,36 @@ mod common;
 
 use jitbridge::{
     Array, Bf16, CompileOptions, Counters, CustomKernel, DType, Device, ErrorCode, F16,
-    KernelConfig, KernelSpec, LaunchShape, Param, Scalar, Stream, streams,
+    KernelConfig, KernelSpec, Launch, LaunchShape, Output, Param, Scalar, Stream, streams,
 };
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+/// One launch of a kernel of this file, each of whose bodies touches only element
+/// thread_index() of arrays as long as the launch's thread count.
+fn run(
+    kernel: &CustomKernel,
+    inputs: &[&Array],
+    scalars: &[Scalar],
+    shape: &[usize],
+    threads: LaunchShape,
+    stream: Option<&Stream>,
+) -> Result<Vec<Array>, jitbridge::Error> {
+    let launch = Launch {
+        inputs,
+        scalars,
+        outputs: &mut [Output::New(shape)],
+        shape: threads,
+        stream,
+        ..Default::default()
+    };
+    // SAFETY: every body here reads and writes element thread_index() only, of arrays with as
+    // many elements as the launch has threads (the callers pass such shapes).
+    unsafe { kernel.launch_with_unchecked(launch) }
+}
+
 fn launch1(kernel: &CustomKernel, x: &Array, scalars: &[Scalar], n: usize) -> Array {
-    let mut out =
-        kernel.launch_with_scalars(&[x], scalars, &[&[n]], LaunchShape::Threads(n)).unwrap();
-    out.remove(0)
+    run(kernel, &[x], scalars, &[n], LaunchShape::Threads(n), None).unwrap().remove(0)
 }
 
 /// Each dtype's scalar reaches the kernel by value, bit for bit, and several scalars of mixed
@@ -103,14 +124,13 @@ fn scalars_pass_by_value(device: Device) {
         &[],
     ];
     for (i, s) in bad.iter().enumerate() {
-        let err =
-            mixed.launch_with_scalars(&[&x], s, &[&[100]], LaunchShape::Threads(100)).unwrap_err();
+        let err = run(&mixed, &[&x], s, &[100], LaunchShape::Threads(100), None).unwrap_err();
         assert!(
             matches!(err.code(), ErrorCode::InvalidArgument | ErrorCode::Shape),
             "bad scalars {i}: {err}"
         );
     }
-    let err = mixed.launch(&[&x], &[&[100]], LaunchShape::Threads(100)).unwrap_err();
+    let err = run(&mixed, &[&x], &[], &[100], LaunchShape::Threads(100), None).unwrap_err();
     assert!(err.message().contains("scalars"), "{err}");
     let after = Counters::read();
     assert_eq!((after.builds, after.misses), (before.builds, before.misses));
@@ -134,7 +154,7 @@ fn scaled(device: Device, n_value: i64, dtype: DType) -> (String, Vec<f32>) {
     })
     .unwrap();
     let x = Array::arange(device, 10, DType::F32).unwrap();
-    let y = kernel.launch(&[&x], &[&[10]], LaunchShape::Threads(10)).unwrap();
+    let y = run(&kernel, &[&x], &[], &[10], LaunchShape::Threads(10), None).unwrap();
     (kernel.module_name(), y[0].to_vec::<f32>().unwrap())
 }
 
@@ -200,7 +220,7 @@ fn options_change_the_key(device: Device) {
     }
     let x = Array::arange(device, 8, DType::F32).unwrap();
     for (kernel, offset) in [(&plain, 0.0), (&fast, 0.0), (&lines, 0.0), (&defined, 2.5)] {
-        let y = kernel.launch(&[&x], &[&[8]], LaunchShape::Threads(8)).unwrap();
+        let y = run(kernel, &[&x], &[], &[8], LaunchShape::Threads(8), None).unwrap();
         let want: Vec<f32> = (0..8).map(|i| i as f32 + offset).collect();
         assert_eq!(y[0].to_vec::<f32>().unwrap(), want);
     }
@@ -249,14 +269,13 @@ fn explicit_stream_launches_are_ordered(device: Device) {
     for round in 0..5 {
         let data: Vec<f32> = (0..n).map(|i| (i * 7 + round) as f32).collect();
         let x = Array::from_slice(device, &data, &[n]).unwrap();
-        let shape: &[&[usize]] = &[&[n]];
-        let t = LaunchShape::Threads(n);
+        let (spins, t) = ([Scalar::I64(spins)], LaunchShape::Threads(n));
         // Produced on the side stream, consumed on the default one...
-        let a = slow.launch_on(&side, &[&x], &[Scalar::I64(spins)], shape, t).unwrap();
-        let b = plus.launch(&[&a[0]], shape, t).unwrap();
+        let a = run(&slow, &[&x], &spins, &[n], t, Some(&side)).unwrap();
+        let b = run(&plus, &[&a[0]], &[], &[n], t, None).unwrap();
         // ...and produced on the default stream, consumed on the side one.
-        let c = slow.launch_with_scalars(&[&b[0]], &[Scalar::I64(spins)], shape, t).unwrap();
-        let d = plus.launch_on(&side, &[&c[0]], &[], shape, t).unwrap();
+        let c = run(&slow, &[&b[0]], &spins, &[n], t, None).unwrap();
+        let d = run(&plus, &[&c[0]], &[], &[n], t, Some(&side)).unwrap();
         let want: Vec<f32> = data.iter().map(|v| v + 2.0).collect();
         assert_eq!(d[0].to_vec::<f32>().unwrap(), want, "round {round}: out of order");
         side.synchronize().unwrap();
@@ -264,7 +283,7 @@ fn explicit_stream_launches_are_ordered(device: Device) {
     // A stream of the thread's own making, installed or not, is the same kind of stream.
     let own = streams::new_thread_local_generation_stream(device).unwrap();
     let x = Array::arange(device, 4, DType::F32).unwrap();
-    let y = plus.launch_on(&own, &[&x], &[], &[&[4]], LaunchShape::Threads(4)).unwrap();
+    let y = run(&plus, &[&x], &[], &[4], LaunchShape::Threads(4), Some(&own)).unwrap();
     assert_eq!(y[0].to_vec::<f32>().unwrap(), [1.0, 2.0, 3.0, 4.0]);
 }
 
@@ -289,7 +308,7 @@ fn configure_hooks_capture_state(device: Device) {
     .unwrap();
     let x = Array::arange(device, 100, DType::F32).unwrap();
     for _ in 0..3 {
-        let y = kernel.launch(&[&x], &[&[100]], LaunchShape::Threads(100)).unwrap();
+        let y = run(&kernel, &[&x], &[], &[100], LaunchShape::Threads(100), None).unwrap();
         assert_eq!(y[0].to_vec::<f32>().unwrap()[99], 99.0);
     }
     assert_eq!(calls.load(Ordering::SeqCst), 1);

@@ -251,7 +251,8 @@ fn raw_launcher_refuses_bad_input_and_stays_usable() {
     .unwrap();
     let x = Array::arange(cpu, 64, DType::F32).unwrap();
     let shape = LaunchShape::Threads(64);
-    let new = |scalars: &[Scalar], shapes: &[&[usize]]| {
+    // SAFETY: the body bounds its index by out_size; x has 64 elements too; `add` is an addend.
+    let new = |scalars: &[Scalar], shapes: &[&[usize]]| unsafe {
         RawLauncher::new(&kernel, &[&x], scalars, shapes, shape)
     };
     let e =
@@ -265,11 +266,12 @@ fn raw_launcher_refuses_bad_input_and_stays_usable() {
     raw.read_f32(0, &mut host).unwrap();
     assert!(host.iter().enumerate().all(|(i, &v)| v == i as f32 + 1.0), "staged launch: {host:?}");
 
-    let (result, _, _) = raw.step(&[]);
+    // SAFETY (each step): as for the launcher, whatever the scalar.
+    let (result, _, _) = unsafe { raw.step(&[]) };
     let e = result.expect_err("a step without its scalar");
     assert_eq!(e.code(), ErrorCode::InvalidArgument);
     assert!(e.message().contains("takes 1 scalars, not 0"), "{e}");
-    let (result, _, _) = raw.step(&[Scalar::I32(2)]);
+    let (result, _, _) = unsafe { raw.step(&[Scalar::I32(2)]) };
     let e = result.expect_err("an i32 for an f32 scalar");
     assert_eq!(e.code(), ErrorCode::Shape);
     assert!(e.message().contains("scalar 'add' of kernel 'raw_launcher_test' is not a valid f32"));
@@ -279,7 +281,7 @@ fn raw_launcher_refuses_bad_input_and_stays_usable() {
     assert_eq!(e.code(), ErrorCode::Shape);
 
     for add in [5.0f32, -3.5] {
-        let (result, launch_ns, wait_ns) = raw.step(&[Scalar::F32(add)]);
+        let (result, launch_ns, wait_ns) = unsafe { raw.step(&[Scalar::F32(add)]) };
         result.unwrap();
         assert!(launch_ns > 0 && launch_ns + wait_ns > 0, "untimed step");
         raw.read_f32(0, &mut host).unwrap();

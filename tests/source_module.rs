@@ -6,7 +6,7 @@ mod common;
 
 use jitbridge::{
     Arg, Array, Bf16, CompileOptions, Counters, CustomKernel, DType, Device, ErrorCode, KernelSpec,
-    LaunchShape, Scalar, SourceModule, SourceModuleSpec, Stream, streams,
+    Launch, LaunchShape, Output, Scalar, SourceModule, SourceModuleSpec, Stream, streams,
 };
 
 const CPU_SOURCE: &str = r#"
@@ -68,6 +68,7 @@ fn module(weight: &str) -> SourceModule {
         entries: &["scale", "accumulate", "slow_fill"],
         options: CompileOptions { defines: &[&define], ..Default::default() },
         dtypes: true,
+        ..Default::default()
     })
     .unwrap()
 }
@@ -82,18 +83,37 @@ fn two_entry_points(device: Device) {
     let mut z = Array::from_slice(device, &vec![1.0f32; n], &[n]).unwrap();
     Counters::reset();
     let live = 900i64; // elements past it stay untouched
-    m.launch(
-        "scale",
-        &mut [Arg::In(&x), Arg::Out(&mut y), 3.0f32.into(), Scalar::I64(live).into()],
-        LaunchShape::Threads(n),
-    )
+    // SAFETY: every entry here indexes below the launch's thread count, which is each array's length, and takes these arguments
+    unsafe {
+        m.launch_unchecked(
+            "scale",
+            &mut [Arg::In(&x), Arg::Out(&mut y), 3.0f32.into(), Scalar::I64(live).into()],
+            LaunchShape::Threads(n),
+        )
+    }
     .unwrap();
     // The second entry reads `y`, written by the first, on the same stream; then on another
     // stream, which must wait for the first write of `z`.
-    m.launch("accumulate", &mut [Arg::In(&y), Arg::Out(&mut z)], LaunchShape::Threads(n)).unwrap();
+    // SAFETY: every entry here indexes below the launch's thread count, which is each array's length, and takes these arguments
+    unsafe {
+        m.launch_unchecked(
+            "accumulate",
+            &mut [Arg::In(&y), Arg::Out(&mut z)],
+            LaunchShape::Threads(n),
+        )
+    }
+    .unwrap();
     let side = Stream::new(device).unwrap();
-    m.launch_on(&side, "accumulate", &mut [Arg::In(&y), Arg::Out(&mut z)], LaunchShape::Threads(n))
-        .unwrap();
+    // SAFETY: every entry here indexes below the launch's thread count, which is each array's length, and takes these arguments
+    unsafe {
+        m.launch_on_unchecked(
+            &side,
+            "accumulate",
+            &mut [Arg::In(&y), Arg::Out(&mut z)],
+            LaunchShape::Threads(n),
+        )
+    }
+    .unwrap();
     let c = Counters::read();
     assert_eq!(c.builds + c.disk_hits, 1, "several entries, one module");
     let ys = y.to_vec::<Bf16>().unwrap();
@@ -114,18 +134,24 @@ fn two_entry_points(device: Device) {
         Scalar::I64(if device.kind() == jitbridge::DeviceKind::Cpu { 20_000 } else { 1_000_000 });
     for round in 0..3 {
         let v = 5.0f32 + round as f32;
-        m.launch(
-            "slow_fill",
-            &mut [Arg::Out(&mut z), v.into(), spins.into()],
-            LaunchShape::Threads(n),
-        )
+        // SAFETY: every entry here indexes below the launch's thread count, which is each array's length, and takes these arguments
+        unsafe {
+            m.launch_unchecked(
+                "slow_fill",
+                &mut [Arg::Out(&mut z), v.into(), spins.into()],
+                LaunchShape::Threads(n),
+            )
+        }
         .unwrap();
-        m.launch_on(
-            &side,
-            "accumulate",
-            &mut [Arg::In(&y), Arg::Out(&mut z)],
-            LaunchShape::Threads(n),
-        )
+        // SAFETY: every entry here indexes below the launch's thread count, which is each array's length, and takes these arguments
+        unsafe {
+            m.launch_on_unchecked(
+                &side,
+                "accumulate",
+                &mut [Arg::In(&y), Arg::Out(&mut z)],
+                LaunchShape::Threads(n),
+            )
+        }
         .unwrap();
         let zs = z.to_vec::<f32>().unwrap();
         for i in 0..n {
@@ -143,9 +169,13 @@ fn two_entry_points(device: Device) {
 
     // Mistakes are refused before anything is built.
     let before = Counters::read();
-    let err = m.launch("missing", &mut [Arg::In(&x)], LaunchShape::Threads(1)).unwrap_err();
+    // SAFETY: every entry here indexes below the launch's thread count, which is each array's length, and takes these arguments
+    let err = unsafe { m.launch_unchecked("missing", &mut [Arg::In(&x)], LaunchShape::Threads(1)) }
+        .unwrap_err();
     assert_eq!(err.code(), ErrorCode::InvalidArgument, "{err}");
-    let err = m.launch("scale", &mut [3.0f32.into()], LaunchShape::Threads(1)).unwrap_err();
+    // SAFETY: every entry here indexes below the launch's thread count, which is each array's length, and takes these arguments
+    let err = unsafe { m.launch_unchecked("scale", &mut [3.0f32.into()], LaunchShape::Threads(1)) }
+        .unwrap_err();
     assert!(err.message().contains("no device"), "{err}");
     let after = Counters::read();
     assert_eq!((after.builds, after.misses), (before.builds, before.misses));
@@ -160,7 +190,10 @@ fn cpu_only_module_is_refused_on_gpu_and_vice_versa() {
     })
     .unwrap();
     let x = Array::arange(Device::cpu().unwrap(), 4, DType::F32).unwrap();
-    let err = gpu_only.launch("scale", &mut [Arg::In(&x)], LaunchShape::Threads(4)).unwrap_err();
+    // SAFETY: refused before it runs (no cpu source)
+    let err =
+        unsafe { gpu_only.launch_unchecked("scale", &mut [Arg::In(&x)], LaunchShape::Threads(4)) }
+            .unwrap_err();
     assert_eq!(err.code(), ErrorCode::Unsupported, "{err}");
     assert!(err.message().contains("no source for the cpu backend"), "{err}");
     for (name, entries) in [("1bad", &["scale"][..]), ("ok", &["dup", "dup"][..]), ("ok", &[][..])]
@@ -192,11 +225,14 @@ fn first_launch_from_many_threads(device: Device) {
                 let x = Array::from_slice(device, &[Bf16::from_f32(t as f32); 32], &[32]).unwrap();
                 let mut z = Array::from_slice(device, &[1.0f32; 32], &[32]).unwrap();
                 barrier.wait();
-                m.launch(
-                    "accumulate",
-                    &mut [Arg::In(&x), Arg::Out(&mut z)],
-                    LaunchShape::Threads(32),
-                )
+                // SAFETY: every entry here indexes below the launch's thread count, which is each array's length, and takes these arguments
+                unsafe {
+                    m.launch_unchecked(
+                        "accumulate",
+                        &mut [Arg::In(&x), Arg::Out(&mut z)],
+                        LaunchShape::Threads(32),
+                    )
+                }
                 .unwrap();
                 assert_eq!(z.to_vec::<f32>().unwrap(), [1.0 + 4.0 * t as f32; 32], "thread {t}");
             });
@@ -233,6 +269,7 @@ fn write_waits_for_a_reader_on_another_stream(device: Device) {
         body: "volatile float acc = 0.0f; \
                for (i64 s = 0; s < spins; s++) acc = acc + 1.0f; \
                y[thread_index()] = x[thread_index()] + (acc - (float)spins);",
+        options: CompileOptions { bounds_checks: true, ..Default::default() },
         ..Default::default()
     })
     .unwrap();
@@ -246,15 +283,25 @@ fn write_waits_for_a_reader_on_another_stream(device: Device) {
         let mut x = Array::from_slice(device, &vec![1.0f32; n], &[n]).unwrap();
         drop(_made_on);
         let y = reader
-            .launch_on(&a, &[&x], &[Scalar::I64(spins)], &[&[n]], LaunchShape::Threads(n))
+            .launch_with(Launch {
+                inputs: &[&x],
+                scalars: &[Scalar::I64(spins)],
+                outputs: &mut [Output::New(&[n])],
+                shape: LaunchShape::Threads(n),
+                stream: Some(&a),
+                ..Default::default()
+            })
             .unwrap()
             .remove(0);
-        m.launch_on(
-            &b,
-            "slow_fill",
-            &mut [Arg::Out(&mut x), 7.0f32.into(), Scalar::I64(0).into()],
-            LaunchShape::Threads(n),
-        )
+        // SAFETY: every entry here indexes below the launch's thread count, which is each array's length, and takes these arguments
+        unsafe {
+            m.launch_on_unchecked(
+                &b,
+                "slow_fill",
+                &mut [Arg::Out(&mut x), 7.0f32.into(), Scalar::I64(0).into()],
+                LaunchShape::Threads(n),
+            )
+        }
         .unwrap();
         let ys = y.to_vec::<f32>().unwrap();
         let late = ys.iter().filter(|&&v| v != 1.0).count();
@@ -344,13 +391,21 @@ fn child_entry() {
     let m = module("5.0f");
     let x = Array::from_slice(device, &[Bf16::from_f32(1.0); 8], &[8]).unwrap();
     let mut z = Array::from_slice(device, &[0.0f32; 8], &[8]).unwrap();
-    m.launch("accumulate", &mut [Arg::In(&x), Arg::Out(&mut z)], LaunchShape::Threads(8)).unwrap();
+    // SAFETY: every entry here indexes below the launch's thread count, which is each array's length, and takes these arguments
+    unsafe {
+        m.launch_unchecked(
+            "accumulate",
+            &mut [Arg::In(&x), Arg::Out(&mut z)],
+            LaunchShape::Threads(8),
+        )
+    }
+    .unwrap();
     let k = jitbridge::CustomKernel::new(&jitbridge::KernelSpec {
         name: "disk_param",
         inputs: &[("x", DType::Bf16)],
         outputs: &[("y", DType::F32)],
         params: &[("N", jitbridge::Param::Int(3))],
-        options: CompileOptions { fast_math: true, ..Default::default() },
+        options: CompileOptions { fast_math: true, bounds_checks: true, ..Default::default() },
         body: "y[thread_index()] = bf16_to_f32(x[thread_index()]) * N;",
         ..Default::default()
     })

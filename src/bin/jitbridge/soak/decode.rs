@@ -7,7 +7,9 @@ use super::worker_loops::exact_f32;
 use super::{Phase, Tally};
 use crate::histogram::Histogram;
 use jitbridge::sys_tools::RawLauncher;
-use jitbridge::{Array, CustomKernel, DType, Device, KernelSpec, LaunchShape, Scalar, streams};
+use jitbridge::{
+    Array, CustomKernel, DType, Device, KernelSpec, Launch, LaunchShape, Output, Scalar, streams,
+};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::Instant;
 
@@ -177,7 +179,11 @@ pub fn decode_loop(
     let mut host = vec![0f32; DECODE_N];
     let mut raw = match mode {
         DecodeMode::Raw => {
-            Some(RawLauncher::new(kernel, &[&x], &[Scalar::F32(0.0)], &[&[DECODE_N]], shape)?)
+            // SAFETY: decode_kernel bounds its index by out_size; x has DECODE_N elements too,
+            // and its scalar is an addend, whatever its value.
+            Some(unsafe {
+                RawLauncher::new(kernel, &[&x], &[Scalar::F32(0.0)], &[&[DECODE_N]], shape)?
+            })
         }
         DecodeMode::Library => None,
     };
@@ -193,7 +199,8 @@ pub fn decode_loop(
         step = step.wrapping_add(1);
         let (outcome, launch_ns, wait_ns): Step = match raw.as_mut() {
             Some(raw) => {
-                let (result, launch_ns, wait_ns) = raw.step(&[Scalar::F32(s)]);
+                // SAFETY: as for the launcher: the scalar is an addend.
+                let (result, launch_ns, wait_ns) = unsafe { raw.step(&[Scalar::F32(s)]) };
                 (result.and_then(|()| raw.read_f32(0, &mut host)), launch_ns, wait_ns)
             }
             None => library_step(kernel, &x, s, shape, &mut host),
@@ -245,7 +252,16 @@ fn library_step(
     host: &mut [f32],
 ) -> Step {
     let start = Instant::now();
-    let launched = kernel.launch_with_scalars(&[x], &[Scalar::F32(s)], &[&[DECODE_N]], shape);
+    let mut outputs = [Output::New(&[DECODE_N])];
+    let launch = Launch {
+        inputs: &[x],
+        scalars: &[Scalar::F32(s)],
+        outputs: &mut outputs,
+        shape,
+        ..Default::default()
+    };
+    // SAFETY: decode_kernel bounds its index by out_size; x has DECODE_N elements too.
+    let launched = unsafe { kernel.launch_with_unchecked(launch) };
     let mid = Instant::now();
     let out = launched.and_then(|mut out| {
         let out = out.remove(0);

@@ -88,7 +88,14 @@ pub fn first_launch_worker(
             let batch = 1 + rng.below(16) as usize;
             let n = batch * hidden;
             let result = Array::arange(device, n, DType::F32).and_then(|inp| {
-                let out = kernel.launch(&[&inp], &[&[batch, *hidden]], LaunchShape::Threads(n))?;
+                // SAFETY: the body bounds its index by out_size; the input has n elements too.
+                let out = unsafe {
+                    kernel.launch_unchecked(
+                        &[&inp],
+                        &[&[batch, *hidden]],
+                        LaunchShape::Threads(n),
+                    )?
+                };
                 out[0].to_vec::<f32>()
             });
             match result {
@@ -140,7 +147,9 @@ pub fn shared_stream_worker(
         round += 1;
         let data = vec![base; n];
         let result = Array::from_slice(device, &data, &[n]).and_then(|inp| {
-            let out = kernel.launch(&[&inp], &[&[n]], LaunchShape::Threads(n))?;
+            // SAFETY: add_kernel bounds its index by out_size; the input has n elements too.
+            let out =
+                unsafe { kernel.launch_unchecked(&[&inp], &[&[n]], LaunchShape::Threads(n))? };
             // A new array while the launch may still run: the case where holds went wrong.
             let other = Array::from_slice(device, &data, &[n])?;
             let (a, b) = (out[0].to_vec::<f32>()?, other.to_vec::<f32>()?);
@@ -183,7 +192,10 @@ pub fn batch_worker(
         }
         let n = 256 * units;
         let result = Array::arange(device, n, DType::F32)
-            .and_then(|inp| kernel.launch(&[&inp], &[&[n]], LaunchShape::Threads(n)));
+            // SAFETY: add_kernel bounds its index by out_size; the input has n elements too.
+            .and_then(|inp| unsafe {
+                kernel.launch_unchecked(&[&inp], &[&[n]], LaunchShape::Threads(n))
+            });
         match result {
             Ok(mut out) => live.push_back((out.remove(0), n)),
             Err(e) => tally.error("batches", &e),
