@@ -78,6 +78,11 @@ pub mod rocm_faults;
 #[doc = include_str!(concat!(env!("OUT_DIR"), "/KERNELS.md"))]
 pub mod kernel_language {}
 
+/// README.md's Rust examples, compiled and run as doctests (build.rs copies the page).
+#[cfg(doctest)]
+#[doc = include_str!(concat!(env!("OUT_DIR"), "/README.md"))]
+pub struct ReadmeDoctests;
+
 // Public for the `jitbridge` command and the integration tests, kept off the API page: the raw
 // declarations of both headers, the safe forms of jitbridge_sys.h's tool entry points, and the
 // race-probe harness.

@@ -1,6 +1,9 @@
 //! The examples' RMSNorm and rotary kernels (bf16, head dim a compile-time parameter) within
 //! their stated tolerance of an f64 reference, for head dims 64 and 128.
 
+// Keeps the kernels' compiled code off the user's disk cache (a folder of this process's own).
+mod common;
+
 #[path = "../examples/model_kernels.rs"]
 mod model_kernels;
 

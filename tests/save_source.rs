@@ -1,7 +1,12 @@
 //! JITBRIDGE_SAVE_SOURCE=DIR keeps every compiled source, and a compile error says where it is;
 //! without it, the error says how to keep it. One test in this binary: it sets the environment.
 
-use jitbridge::{Array, CustomKernel, DType, Device, ErrorCode, KernelSpec, LaunchShape};
+// Keeps the kernels' compiled code off the user's disk cache (a folder of this process's own).
+mod common;
+
+use jitbridge::{
+    Array, CompileOptions, CustomKernel, DType, Device, ErrorCode, KernelSpec, LaunchShape,
+};
 
 fn kernel(body: &str) -> CustomKernel {
     CustomKernel::new(&KernelSpec {
@@ -9,6 +14,7 @@ fn kernel(body: &str) -> CustomKernel {
         inputs: &[("x", DType::Bf16)],
         outputs: &[("y", DType::Bf16)],
         body,
+        options: CompileOptions { bounds_checks: true, ..Default::default() },
         ..Default::default()
     })
     .unwrap()
