@@ -359,8 +359,14 @@ fn entries_the_source_lacks_are_refused(device: Device) {
         })
         .unwrap();
         let mut y = Array::from_slice(device, &[0.0f32; 4], &[4]).unwrap();
-        let launched =
-            m.launch("copy", &mut [Arg::In(&x), Arg::Out(&mut y)], LaunchShape::Threads(4));
+        // SAFETY: `copy` takes (x, y) and copies `threads` = 4 elements, each array's length.
+        let launched = unsafe {
+            m.launch_unchecked(
+                "copy",
+                &mut [Arg::In(&x), Arg::Out(&mut y)],
+                LaunchShape::Threads(4),
+            )
+        };
         let err = launched.expect_err(lacking);
         assert_eq!(err.code(), ErrorCode::Load, "{lacking}: {err}");
         assert!(err.message().contains(&format!("'{lacking}'")), "{lacking}: {err}");
