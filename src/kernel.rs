@@ -46,8 +46,10 @@ pub struct CompileOptions<'a> {
     /// is checked, and the kernel's launches are safe ([`CustomKernel::launch`]). An index out of
     /// range reads 0 and writes nothing, and the first one of a launch is an
     /// [`ErrorCode::Bounds`] error at the next wait for what the launch wrote, naming the
-    /// kernel, the array, the index and the thread. The body may name an array only to
-    /// subscript it. `JITBRIDGE_BOUNDS_CHECKS=1` turns this on for every kernel of a process.
+    /// kernel, the array, the index and the thread. The body and header may name an array only
+    /// to subscript it, and may hold nothing that could reach one past the checks (the
+    /// [`crate::kernel_language`] page lists what is refused). `JITBRIDGE_BOUNDS_CHECKS=1` turns
+    /// this on for every kernel of a process.
     pub bounds_checks: bool,
     /// `"NAME"` or `"NAME=VALUE"`: `#define` lines at the top of the source.
     pub defines: &'a [&'a str],

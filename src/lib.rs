@@ -37,9 +37,9 @@
 //! - [`CustomKernel::launch_unchecked`] and [`CustomKernel::launch_with_unchecked`] run any
 //!   kernel and are `unsafe`: the caller promises the body stays inside its arrays.
 //! - [`SourceModule::launch`] and [`SourceModule::launch_on`] are safe for an entry whose
-//!   arguments are declared ([`Signature`], an `unsafe` promise made once next to the source):
-//!   each launch is checked against the declaration. Any entry launches with the `unsafe`
-//!   [`SourceModule::launch_unchecked`].
+//!   arguments are declared ([`SourceModule::new_declared`], an `unsafe` promise made once,
+//!   where the declarations meet the sources): each launch is checked against the declaration.
+//!   Any entry launches with the `unsafe` [`SourceModule::launch_unchecked`].
 //!
 //! The [`kernel_language`] page says what a body sees and what it means on every backend.
 //!
@@ -53,8 +53,10 @@
 //!
 //! ```compile_fail,E0133
 //! # use jitbridge::*;
-//! // Neither does a declaration, which is the promise a safe launch relies on.
-//! const SCALE: Signature<'static> = Signature::new("scale", &[ArgDecl::In(DType::F32)]);
+//! # fn f(spec: &SourceModuleSpec<'_>) {
+//! // Neither does a module's declaration, the promise its safe launches rely on.
+//! let _ = SourceModule::new_declared(spec, &[Signature::new("scale", &[])]);
+//! # }
 //! ```
 #![warn(missing_docs)]
 

@@ -15,9 +15,10 @@ use crate::stream::Stream;
 /// are `extern "C" __global__` functions taking the launch's arguments in order (an array as its
 /// device pointer, a scalar by value). cpu source is C11 whose entries are
 /// `void name(void **args, uint64_t threads)`, `args[i]` pointing at argument i's value (an array:
-/// `*(float **)args[0]`), each running every thread itself. A declared entry (`signatures`) is
-/// also given, after its declared arguments, each array argument's element count as a `u64`
-/// (GPU: more `unsigned long long` parameters; cpu: more `args[i]`).
+/// `*(float **)args[0]`), each running every thread itself. A declared entry (see
+/// [`SourceModule::new_declared`]) is also given, after its declared arguments, each array
+/// argument's element count as a `u64` (GPU: more `unsigned long long` parameters; cpu: more
+/// `args[i]`).
 #[derive(Debug, Clone, Default)]
 pub struct SourceModuleSpec<'a> {
     /// The module's name: a C identifier.
@@ -34,9 +35,6 @@ pub struct SourceModuleSpec<'a> {
     /// Start the source with the dtype declarations custom kernels get (`bf16`,
     /// `f32_to_bf16`, ...).
     pub dtypes: bool,
-    /// Declarations of entries' arguments: a declared entry launches with the safe
-    /// [`SourceModule::launch`].
-    pub signatures: &'a [Signature<'a>],
 }
 
 /// One declared argument of an entry point.
@@ -50,8 +48,9 @@ pub enum ArgDecl {
     Scalar(DType),
 }
 
-/// What an entry point takes, declared next to its source: its launches are checked against
-/// it (count, array or scalar, read or written, dtype) and are safe.
+/// What an entry point takes: given to [`SourceModule::new_declared`] with the sources it
+/// describes, it makes the entry's launches checked against it (count, array or scalar, read
+/// or written, dtype) and safe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Signature<'a> {
     entry: &'a str,
@@ -59,18 +58,9 @@ pub struct Signature<'a> {
 }
 
 impl<'a> Signature<'a> {
-    /// Declares that entry `entry` takes `args`.
-    ///
-    /// # Safety
-    ///
-    /// In every source of the module (cpu and GPU), entry `entry` takes exactly `args`, in order
-    /// (an array as a pointer to elements of its dtype, a scalar by value of its dtype), then
-    /// one `u64` element count per array argument, and, for every launch shape and every value
-    /// of those arguments, reads and writes only inside its arrays (it bounds its indexes by
-    /// the counts it is given, never by a scalar the caller picks) and writes only the arrays
-    /// declared [`ArgDecl::Out`]. The library checks each launch against `args`; it cannot see
-    /// inside the source.
-    pub const unsafe fn new(entry: &'a str, args: &'a [ArgDecl]) -> Signature<'a> {
+    /// Entry `entry` takes `args`. A declaration alone promises nothing: the promise is made
+    /// where it meets the sources, [`SourceModule::new_declared`].
+    pub const fn new(entry: &'a str, args: &'a [ArgDecl]) -> Signature<'a> {
         Signature { entry, args }
     }
 
@@ -113,8 +103,35 @@ unsafe impl Send for SourceModule {}
 unsafe impl Sync for SourceModule {}
 
 impl SourceModule {
-    /// Validates and copies the spec; compiles nothing yet.
+    /// Validates and copies the spec; compiles nothing yet. Its entries launch with the unsafe
+    /// [`SourceModule::launch_unchecked`].
     pub fn new(spec: &SourceModuleSpec<'_>) -> Result<SourceModule, Error> {
+        Self::make(spec, &[])
+    }
+
+    /// [`SourceModule::new`] with the entries in `signatures` declared: those launch with the
+    /// safe [`SourceModule::launch`], each launch checked against its declaration.
+    ///
+    /// # Safety
+    ///
+    /// For each signature, in every source of `spec` (cpu and GPU), its entry takes exactly its
+    /// arguments, in order (an array as a pointer to elements of its dtype, a scalar by value of
+    /// its dtype), then one `u64` element count per array argument, and, for every launch shape
+    /// and every value of those arguments, reads and writes only inside its arrays (it bounds
+    /// its indexes by the counts it is given, never by a scalar the caller picks) and writes
+    /// only the arrays declared [`ArgDecl::Out`]. The library checks each launch against the
+    /// declaration; it cannot see inside the sources.
+    pub unsafe fn new_declared(
+        spec: &SourceModuleSpec<'_>,
+        signatures: &[Signature<'_>],
+    ) -> Result<SourceModule, Error> {
+        Self::make(spec, signatures)
+    }
+
+    fn make(
+        spec: &SourceModuleSpec<'_>,
+        signatures: &[Signature<'_>],
+    ) -> Result<SourceModule, Error> {
         let name = c_string("module name", spec.name)?;
         let cpu = spec.cpu_source.map(|s| c_string("cpu source", s)).transpose()?;
         let gpu = spec.gpu_source.map(|s| c_string("gpu source", s)).transpose()?;
@@ -130,8 +147,8 @@ impl SourceModule {
             .map(|d| c_string("define", d))
             .collect::<Result<Vec<_>, _>>()?;
         let entry_ptrs: Vec<_> = entries.iter().map(|s| s.as_ptr()).collect();
-        let decls = declarations(spec)?;
-        let signatures: Vec<ffi::jb_entry_signature> = decls
+        let decls = declarations(spec, signatures)?;
+        let c_signatures: Vec<ffi::jb_entry_signature> = decls
             .iter()
             .map(|d| ffi::jb_entry_signature {
                 declared: d.is_some() as i32,
@@ -151,16 +168,16 @@ impl SourceModule {
             defines: define_ptrs.as_ptr(),
             num_defines: define_ptrs.len(),
             dtypes: spec.dtypes as i32,
-            signatures: if spec.signatures.is_empty() {
+            signatures: if signatures.is_empty() {
                 std::ptr::null()
             } else {
-                signatures.as_ptr()
+                c_signatures.as_ptr()
             },
         };
         let mut raw = std::ptr::null_mut();
         // SAFETY: every pointer lives until the call returns; the library copies.
         check(unsafe { ffi::jb_source_module_new(&mut raw, &raw_spec) })?;
-        let declared = spec.signatures.iter().map(|s| s.entry.to_string()).collect();
+        let declared = signatures.iter().map(|s| s.entry.to_string()).collect();
         Ok(SourceModule { raw, declared })
     }
 
@@ -241,7 +258,7 @@ impl SourceModule {
             ErrorCode::InvalidArgument,
             format!(
                 "entry '{entry}' of module '{}' has no Signature, so a safe launch cannot check \
-                 its arguments: declare it in SourceModuleSpec::signatures, or launch it with \
+                 its arguments: declare it with SourceModule::new_declared, or launch it with \
                  the unsafe launch_unchecked",
                 self.module_name()
             ),
@@ -288,9 +305,12 @@ impl SourceModule {
 }
 
 /// Each entry's declared arguments in the C form, in entry order (`None`: undeclared).
-fn declarations(spec: &SourceModuleSpec<'_>) -> Result<Vec<Option<Vec<ffi::jb_arg_decl>>>, Error> {
+fn declarations(
+    spec: &SourceModuleSpec<'_>,
+    signatures: &[Signature<'_>],
+) -> Result<Vec<Option<Vec<ffi::jb_arg_decl>>>, Error> {
     let mut decls: Vec<Option<Vec<ffi::jb_arg_decl>>> = vec![None; spec.entries.len()];
-    for sig in spec.signatures {
+    for sig in signatures {
         let at = spec.entries.iter().position(|e| *e == sig.entry).ok_or_else(|| {
             Error::new(
                 ErrorCode::InvalidArgument,

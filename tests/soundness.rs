@@ -105,20 +105,22 @@ extern "C" __global__ void scale(const float *x, float *y, float a, unsigned lon
 
 const SCALE_ARGS: &[ArgDecl] =
     &[ArgDecl::In(DType::F32), ArgDecl::Out(DType::F32), ArgDecl::Scalar(DType::F32)];
-// SAFETY: both sources' `scale` take (x, y, a) and then the two arrays' counts, and keep every
-// index below both counts whatever the thread count; only y is written.
-const SCALE: Signature<'static> = unsafe { Signature::new("scale", SCALE_ARGS) };
+const SCALE: Signature<'static> = Signature::new("scale", SCALE_ARGS);
 
-fn scale_module(signatures: &'static [Signature<'static>]) -> SourceModule {
-    SourceModule::new(&SourceModuleSpec {
+fn scale_module(declared: bool) -> SourceModule {
+    let spec = SourceModuleSpec {
         name: "declared_scale",
         cpu_source: Some(CPU_SOURCE),
         gpu_source: Some(GPU_SOURCE),
         entries: &["scale"],
-        signatures,
         ..Default::default()
-    })
-    .unwrap()
+    };
+    if !declared {
+        return SourceModule::new(&spec).unwrap();
+    }
+    // SAFETY: both sources' `scale` take (x, y, a) and then the two arrays' counts, and keep
+    // every index below both counts whatever the thread count; only y is written.
+    unsafe { SourceModule::new_declared(&spec, &[SCALE]) }.unwrap()
 }
 
 /// The second crash: an argument missing, now refused by the declaration; so are an argument
@@ -126,7 +128,7 @@ fn scale_module(signatures: &'static [Signature<'static>]) -> SourceModule {
 /// counts it is given, so even 4096 threads over 100 elements stay inside.
 fn source_module_arguments_are_checked(device: Device) {
     let _turn = common::serial();
-    let m = scale_module(&[SCALE]);
+    let m = scale_module(true);
     let x =
         Array::from_slice(device, &(0..100).map(|i| i as f32).collect::<Vec<_>>(), &[100]).unwrap();
     let mut y = Array::zeros(device, &[100], DType::F32).unwrap();
@@ -151,7 +153,7 @@ fn source_module_arguments_are_checked(device: Device) {
     assert_eq!(y.to_vec::<f32>().unwrap(), want);
 
     // An undeclared entry needs the unsafe launch.
-    let undeclared = scale_module(&[]);
+    let undeclared = scale_module(false);
     let err = undeclared.launch("scale", &mut [Arg::In(&x), Arg::Out(&mut y), 3.0.into()], threads);
     assert!(err.unwrap_err().message().contains("has no Signature"));
 }

@@ -378,8 +378,13 @@ typedef struct jb_kernel_param {
  * checked. An index out of range reads 0 and writes nowhere, and the first one of a launch is
  * reported by the next wait for an array the launch wrote, or one made from it (jb_array_eval,
  * jb_array_read: JB_ERR_BOUNDS naming the kernel, the array, the index and the thread). The
- * body may name an array only to subscript it, and no name starting with jb_. Every kernel
- * made while JITBRIDGE_BOUNDS_CHECKS=1 (or true, yes, on) is in the environment has this flag. */
+ * body and header may name an array only to subscript it, and no name starting with jb_; they
+ * may not hold ##, #include, asm, a line continuation inside a name, or a #define or #undef of a
+ * reserved word, a dtype, an array's _size, _shape or _ndim, or a type the generated code uses;
+ * a define's value may not name an array (JB_ERR_INVALID_ARGUMENT when the kernel is made).
+ * What no check covers is C that makes pointers of its own (an integer cast to a pointer).
+ * Every kernel made while JITBRIDGE_BOUNDS_CHECKS=1 (or true, yes, on) is in the environment
+ * has this flag. */
 #define JB_COMPILE_BOUNDS_CHECKS 4u
 
 /*

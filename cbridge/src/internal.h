@@ -773,6 +773,12 @@ bool jb__source_mentions(const char *text, const char *name);
  * and any name starting with jb_, is refused. */
 int jb__bounds_rewrite(const char *kernel, const char *what, const char *text,
                        const char *const *names, size_t num_names, bool strict, jb_strbuf *out);
+/* JB_OK when a checked kernel's text (`what`: body, header, a define) holds nothing that could
+ * reach an array past its checks: no name pasted (##) or split by a line continuation, no
+ * #include, no asm, and no #define or #undef of a reserved name, of the kernel's arrays and
+ * their companions (`names`), or of a name the generated code uses. */
+int jb__bounds_text_check(const char *kernel, const char *what, const char *text,
+                          const char *const *names, size_t num_names);
 /* Appends one #define line per define (checked before). */
 void jb__append_defines(jb_strbuf *sb, const char *const *defines, size_t num_defines);
 /* True when `s` may be pasted into source as a name; else false with a static reason. */

@@ -2,8 +2,11 @@
  * A body's words: which names it uses, and the bounds-checked rewrite, in which every subscript
  * of a kernel's array, `x[i]`, becomes `jb_at_<slot>(i)` (a checked access the generated code
  * defines). The scan knows C's tokens well enough for that: comments, string and character
- * literals, numbers (whose letters are not names), member names after `.` and `->` (never the
- * kernel's names), and #include lines, which are copied as they are.
+ * literals, numbers (whose letters are not names, digit separators included), member names
+ * after `.` and `->` (never the kernel's names), and #include lines, which are copied as they
+ * are. Where the scan could be told one thing and the compiler another, a checked text is
+ * refused instead (jb__bounds_text_check): a name made by pasting or split by a line
+ * continuation, an #include, asm, or a #define of a name the generated code relies on.
  */
 #include "internal.h"
 
@@ -41,9 +44,11 @@ static const char *skip_other(const char *p, bool line_start)
         return *p == quote ? p + 1 : p;
     }
     if ((*p >= '0' && *p <= '9') || (*p == '.' && p[1] >= '0' && p[1] <= '9')) {
-        /* A preprocessing number: digits, letters, dots, and a sign after an exponent. */
+        /* A preprocessing number: digits, letters, dots, a sign after an exponent, and digit
+         * separators (1'000, C++14 and C23): a quote there opens no character literal. */
         for (p++; is_part(*p) || *p == '.' ||
-                  ((*p == '+' || *p == '-') && strchr("eEpP", p[-1]));
+                  ((*p == '+' || *p == '-') && strchr("eEpP", p[-1])) ||
+                  (*p == '\'' && is_part(p[1]));
              p++)
             ;
         return p;
@@ -231,4 +236,128 @@ int jb__bounds_rewrite(const char *kernel, const char *what, const char *text,
         r.status = jb__fail(JB_ERR_OUT_OF_MEMORY, "no memory for the source of kernel '%s'",
                             kernel);
     return r.status;
+}
+
+/* Names the generated code of a checked kernel uses besides its own jb_ names, the kernel's
+ * names and the reserved words: a #define of one would change what a checked access means. */
+static const char *const generated_names[] = {
+    "uint64_t", "int64_t", "uint32_t", "int32_t", "uint16_t", "int16_t", "uint8_t", "int8_t",
+    "size_t", "memcpy", "memset", "atomicCAS", "atomicExch", "NULL",
+};
+
+/* Why `name` (len bytes) may not be #defined or #undefined in a checked text, or NULL. */
+static const char *define_problem(const char *name, size_t len, const char *const *names,
+                                  size_t num_names)
+{
+    char copy[160];
+    if (len >= sizeof copy)
+        return NULL; /* longer than any name the check protects */
+    memcpy(copy, name, len);
+    copy[len] = '\0';
+    const char *problem;
+    if (!jb__identifier_ok(copy, &problem))
+        return "is reserved (a keyword, a dtype, a helper, or a jb_ or __ name)";
+    for (size_t i = 0; i < sizeof generated_names / sizeof *generated_names; i++)
+        if (strcmp(copy, generated_names[i]) == 0)
+            return "is a name the generated code uses";
+    static const char *const companions[] = {"", "_size", "_shape", "_ndim"};
+    for (size_t i = 0; i < num_names; i++) {
+        size_t n = strlen(names[i]);
+        for (size_t c = 0; c < sizeof companions / sizeof *companions; c++)
+            if (len == n + strlen(companions[c]) && strncmp(copy, names[i], n) == 0 &&
+                strcmp(copy + n, companions[c]) == 0)
+                return "is one of the kernel's arrays or their sizes, shapes and ndims";
+    }
+    return NULL;
+}
+
+/* Past spaces, tabs and comments on one line. */
+static const char *skip_blanks(const char *p)
+{
+    for (;;) {
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (p[0] == '/' && p[1] == '*') {
+            const char *end = strstr(p + 2, "*/");
+            p = end ? end + 2 : p + strlen(p);
+            continue;
+        }
+        return p;
+    }
+}
+
+int jb__bounds_text_check(const char *kernel, const char *what, const char *text,
+                          const char *const *names, size_t num_names)
+{
+    bool line_start = true;
+    for (const char *p = text; *p;) {
+        const char *problem = NULL, *at = p;
+        char word[160] = "";
+        if (line_start && *p == '#') {
+            const char *q = skip_blanks(p + 1);
+            size_t len = 0;
+            while (is_part(q[len]))
+                len++;
+            if (len == 7 && strncmp(q, "include", 7) == 0)
+                problem = "an #include (its text would escape the checks)";
+            if ((len == 6 && strncmp(q, "define", 6) == 0) ||
+                (len == 5 && strncmp(q, "undef", 5) == 0)) {
+                const char *name = skip_blanks(q + len);
+                size_t n = 0;
+                while (is_part(name[n]))
+                    n++;
+                const char *why = define_problem(name, n, names, num_names);
+                if (why) {
+                    snprintf(word, sizeof word, "%.*s", (int)(n < 100 ? n : 100), name);
+                    problem = why;
+                    at = name;
+                }
+            }
+        }
+        if (!problem) {
+            const char *next = skip_other(p, false);
+            if (next != p) {
+                p = next;
+                line_start = false;
+                continue;
+            }
+        }
+        if (!problem && p[0] == '#' && p[1] == '#')
+            problem = "## (a name pasted together would escape the checks)";
+        if (!problem && p[0] == '\\' && (p[1] == '\n' || (p[1] == '\r' && p[2] == '\n')) &&
+            p > text && is_part(p[-1]) && is_part(p[p[1] == '\r' ? 3 : 2]))
+            problem = "a line continuation inside a name (the name would escape the checks)";
+        if (!problem && is_start(*p)) {
+            size_t len = 1;
+            while (is_part(p[len]))
+                len++;
+            if ((len == 3 && strncmp(p, "asm", 3) == 0) || (len == 5 && strncmp(p, "__asm", 5) == 0) ||
+                (len == 7 && strncmp(p, "__asm__", 7) == 0))
+                problem = "asm";
+            else {
+                p += len;
+                line_start = false;
+                continue;
+            }
+        }
+        if (problem) {
+            int line = 1;
+            for (const char *c = text; c < at; c++)
+                line += *c == '\n';
+            if (word[0])
+                return jb__fail(JB_ERR_INVALID_ARGUMENT,
+                                "kernel '%s': its %s defines '%s' (line %d), which %s: a "
+                                "bounds-checked kernel keeps it", kernel, what, word, line,
+                                problem);
+            return jb__fail(JB_ERR_INVALID_ARGUMENT,
+                            "kernel '%s': its %s holds %s (line %d), which a bounds-checked "
+                            "kernel refuses", kernel, what, problem, line);
+        }
+        if (*p == '\n')
+            line_start = true;
+        else if (*p != ' ' && *p != '\t' && *p != '\r')
+            line_start = false;
+        p++;
+    }
+    return JB_OK;
 }

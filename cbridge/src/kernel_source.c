@@ -108,24 +108,29 @@ static const char checked_access_cuda[] =
 static void append_body_section(jb_strbuf *sb, const jb_custom_kernel *k, const char *body)
 {
     size_t num_arrays = k->num_inputs + k->num_outputs;
+    /* Each checked access reads the array's address and size from jb_ locals taken before the
+     * body, which the body can neither name nor shadow (it may shadow `x_size`). */
     for (size_t slot = 0; k->bounds_checked && slot < k->num_checked; slot++) {
         const char *type = checked_type(k, slot);
         const char *qualifier = slot < k->num_inputs || slot >= num_arrays ? "const " : "";
         const char *name = k->checked_names[slot];
         if (slot < num_arrays)
-            jb__strbuf_appendf(sb, "    %s jb_spare_%zu; (void)jb_spare_%zu;\n"
-                               "#define jb_at_%zu(...) (*(%s%s *)jb_checked(%s, sizeof(%s), "
-                               "%s_size, ((void)sizeof(\"\"[__VA_ARGS__]), (long long)(__VA_ARGS__)), "
-                               "%zuu, jb_bounds, jb_thread, &jb_spare_%zu))\n",
-                               type, slot, slot, slot, qualifier, type, name, type, name, slot,
-                               slot);
+            jb__strbuf_appendf(sb, "    %s%s *const jb_base_%zu = %s;\n"
+                               "    const unsigned long long jb_size_%zu = %s_size;\n",
+                               qualifier, type, slot, name, slot, name);
         else /* a shape: its array's name is the checked name less "_shape" */
-            jb__strbuf_appendf(sb, "    i64 jb_spare_%zu; (void)jb_spare_%zu;\n"
-                               "#define jb_at_%zu(...) (*(const i64 *)jb_checked(%s, sizeof(i64), "
-                               "(unsigned long long)%.*s_ndim, ((void)sizeof(\"\"[__VA_ARGS__]), "
+            jb__strbuf_appendf(sb, "    const i64 *const jb_base_%zu = %s;\n"
+                               "    const unsigned long long jb_size_%zu = "
+                               "(unsigned long long)%.*s_ndim;\n",
+                               slot, name, slot, (int)(strlen(name) - 6), name);
+        jb__strbuf_appendf(sb, "    %s jb_spare_%zu; (void)jb_spare_%zu; (void)jb_base_%zu; "
+                               "(void)jb_size_%zu;\n"
+                               "#define jb_at_%zu(...) (*(%s%s *)jb_checked(jb_base_%zu, "
+                               "sizeof *jb_base_%zu, jb_size_%zu, ((void)sizeof(\"\"[__VA_ARGS__]), "
                                "(long long)(__VA_ARGS__)), %zuu, jb_bounds, jb_thread, "
                                "&jb_spare_%zu))\n",
-                               slot, slot, slot, name, (int)(strlen(name) - 6), name, slot, slot);
+                               type, slot, slot, slot, slot, slot, qualifier, type, slot, slot,
+                               slot, slot, slot);
     }
     /* #line makes the compiler's diagnostics point at lines of the caller's body. */
     jb__strbuf_appendf(sb, "#define thread_index() (jb_thread)\n#line 1 \"%s.body\"\n%s\n"
@@ -575,21 +580,44 @@ static int find_checked_names(jb_custom_kernel *k, const jb_kernel_spec *spec)
     return JB_OK;
 }
 
+/* A checked kernel's texts: refused where they could reach an array past the checks, then
+ * every subscript of an array or shape made a checked access. A define's value is pasted where
+ * the body names it, so it may name no array at all. */
+static int check_and_rewrite(jb_custom_kernel *k, const jb_kernel_spec *spec, jb_strbuf *body,
+                             jb_strbuf *header)
+{
+    const char *const *names = (const char *const *)k->checked_names;
+    JB_FORWARD_IF_ERROR(jb__bounds_text_check(k->name, "body", spec->body, names, k->num_checked));
+    if (spec->header)
+        JB_FORWARD_IF_ERROR(
+            jb__bounds_text_check(k->name, "header", spec->header, names, k->num_checked));
+    for (size_t i = 0; i < spec->num_defines; i++) {
+        const char *value = strchr(spec->defines[i], '=');
+        if (!value)
+            continue;
+        JB_FORWARD_IF_ERROR(
+            jb__bounds_text_check(k->name, "define", value + 1, names, k->num_checked));
+        for (size_t n = 0; n < k->num_checked; n++)
+            JB_RETURN_IF(jb__source_mentions(value + 1, names[n]), JB_ERR_INVALID_ARGUMENT,
+                         "kernel '%s': define %zu names array '%s', which a bounds-checked "
+                         "kernel reaches only through subscripts in its body",
+                         k->name, i, names[n]);
+    }
+    JB_FORWARD_IF_ERROR(jb__bounds_rewrite(k->name, "body", spec->body, names, k->num_checked,
+                                           true, body));
+    return spec->header ? jb__bounds_rewrite(k->name, "header", spec->header, names,
+                                             k->num_checked, true, header)
+                        : JB_OK;
+}
+
 int jb__kernel_generate(jb_custom_kernel *k, const jb_kernel_spec *spec)
 {
     JB_FORWARD_IF_ERROR(find_checked_names(k, spec));
     /* A checked kernel's body and header reach arrays through checked accesses only. */
     jb_strbuf body = {0}, header = {0};
     int status = JB_OK;
-    if (k->bounds_checked) {
-        status = jb__bounds_rewrite(k->name, "body", spec->body,
-                                    (const char *const *)k->checked_names, k->num_checked, true,
-                                    &body);
-        if (status == JB_OK && spec->header)
-            status = jb__bounds_rewrite(k->name, "header", spec->header,
-                                        (const char *const *)k->checked_names, k->num_checked,
-                                        false, &header);
-    }
+    if (k->bounds_checked)
+        status = check_and_rewrite(k, spec, &body, &header);
     const char *body_text = k->bounds_checked ? (body.data ? body.data : "") : spec->body;
     const char *header_text = k->bounds_checked && spec->header ? (header.data ? header.data : "")
                                                                 : spec->header;

@@ -266,6 +266,72 @@ static void test_bounds_checks(void)
     jb_array_free(x);
 }
 
+/* A checked kernel of `body` and `header` (and `define`, or NULL): JB_OK or why it is refused. */
+static jb_status checked_new(jb_custom_kernel **k, const char *body, const char *header,
+                             const char *define)
+{
+    const char *in[] = {"inp"}, *out[] = {"out"}, *defines[] = {define};
+    jb_dtype f32[] = {JB_F32};
+    jb_kernel_spec spec = JB_KERNEL_SPEC_INIT;
+    spec.name = "checked_text";
+    spec.input_names = in, spec.input_dtypes = f32, spec.num_inputs = 1;
+    spec.output_names = out, spec.output_dtypes = f32, spec.num_outputs = 1;
+    spec.compile_flags = JB_COMPILE_BOUNDS_CHECKS;
+    spec.body = body, spec.header = header;
+    spec.defines = defines, spec.num_defines = define != NULL;
+    *k = NULL;
+    return jb_custom_kernel_new(k, &spec);
+}
+
+/* Texts that would reach an array past the checks are refused when the kernel is made: each
+ * was accepted before, and each launch below would then have written past the output. */
+static void test_checked_texts(void)
+{
+    static const struct {
+        const char *body, *header, *define, *why;
+    } refused[] = {
+        {"P[thread_index() + 1000] = 1.0f;", "#define P out", NULL, "array 'out'"},
+        {"#define CAT(a, b) a##b\nCAT(o, ut)[thread_index() + 1000] = 1.0f;", NULL, NULL, "##"},
+        {"o\\\nut[thread_index() + 1000] = 1.0f;", NULL, NULL, "line continuation"},
+        {"out[0] = 1.0f;", "#include \"/dev/null\"", NULL, "#include"},
+        {"out[0] = (f32)1;", "#define f32 double", NULL, "defines 'f32'"},
+        {"out[0] = 1.0f;", "#define out_size 100000", NULL, "defines 'out_size'"},
+        {"#undef uint64_t\nout[0] = 1.0f;", NULL, NULL, "defines 'uint64_t'"},
+        {"P[thread_index() + 1000] = 1.0f;", NULL, "P=out", "names array 'out'"},
+        {"P(o,ut)[0] = 1.0f;", NULL, "P=o##ut", "##"},
+        {"asm(\"\"); out[0] = 1.0f;", NULL, NULL, "asm"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+        jb_custom_kernel *k;
+        jb_status status = checked_new(&k, refused[i].body, refused[i].header, refused[i].define);
+        CHECK(status == JB_ERR_INVALID_ARGUMENT &&
+                  strstr(jb_last_error_message(), refused[i].why),
+              "text %zu was not refused for %s: %s", i, refused[i].why,
+              status == JB_OK ? "made" : jb_last_error_message());
+        jb_custom_kernel_free(k);
+    }
+
+    /* A body may shadow `out_size`: the checks use the array's own size all the same. */
+    jb_custom_kernel *k;
+    CHECK_OK(checked_new(&k, "{ const uint64_t out_size = 1u << 30; (void)out_size;\n"
+                             "out[thread_index() + 100] = 1.0f; }",
+                         NULL, NULL));
+    jb_array *x = f32_filled(device, 16, 0.0f), *y = NULL;
+    CHECK_OK(f32_launch(&y, k, &x, 1, 16));
+    CHECK(jb_array_eval(y) == JB_ERR_BOUNDS && strstr(jb_last_error_message(), "at 100"),
+          "a shadowed out_size let an index of 100 through: %s", jb_last_error_message());
+    jb_array_free(y);
+    jb_array_free(x);
+    jb_custom_kernel_free(k);
+
+    /* A digit separator's quote opens no character literal that hides code from the checks. */
+    CHECK_OK(checked_new(&k, "int a = 1'0; out[thread_index()] = 1.0f; int b = 0'0;", NULL, NULL));
+    const char *gpu = jb_custom_kernel_source(k, "cuda");
+    CHECK(gpu && strstr(gpu, "jb_at_1(thread_index())") && !strstr(gpu, "out[thread_index()]"),
+          "the subscript between two digit separators was not checked");
+    jb_custom_kernel_free(k);
+}
+
 int main(void)
 {
     device = test_device();
@@ -276,5 +342,6 @@ int main(void)
     test_in_place_and_no_inputs();
     test_zeros_and_full();
     test_bounds_checks();
+    test_checked_texts();
     return check_summary("test_kernel_language");
 }
