@@ -1,6 +1,7 @@
 //! `jitbridge bench`: the launch path's costs, each against its baseline, measured in one run.
 //! Each section is a function in a module of bench/ that pushes rows; SECTIONS lists them.
 
+mod bounds;
 mod cold;
 mod decode;
 mod launch;
@@ -25,7 +26,8 @@ pub const BENCH: Command = Command {
     details: "Measures, in one run: hit lookups (lookaside vs the plain locked protocol) at 1-16
 threads, hit latency while other threads build, the probe launch path vs a raw launch, a cold
 first launch vs the compiler alone, a new process's first launch with and without a disk cache
-entry, and decode steps while other threads first-launch kernels. Each row with a target says
+entry, decode steps while other threads first-launch kernels, and a bounds-checked kernel's
+launch against the same kernel unchecked. Each row with a target says
 whether this run met it, and which host the target was set for (the H200 host); on other hosts
 the row is judged against it all the same.
 
@@ -128,7 +130,7 @@ pub struct Section {
 /// pushes its rows (`Row::new(section, measure, value, unit)`, then `.against(baseline)` and
 /// `.target(..)` where it has them, as the others do) and one line here; docs/JSON.md says what
 /// a row holds.
-pub const SECTIONS: [Section; 7] = [
+pub const SECTIONS: [Section; 8] = [
     Section { title: "hit lookups", seconds: [15, 1], measure: lookups::hit_lookups },
     Section {
         title: "hit latency during builds",
@@ -152,6 +154,7 @@ pub const SECTIONS: [Section; 7] = [
         seconds: [26, 3],
         measure: decode::decode_under_load,
     },
+    Section { title: "bounds checks", seconds: [3, 1], measure: bounds::bounds_check_cost },
 ];
 
 /// Probe variants the bench builds come from here up, clear of the run scenario's.
