@@ -152,97 +152,50 @@ void jb__error_append(const char *fmt, ...)
     }
 }
 
+_Static_assert(sizeof(((jb_saved_error *)0)->short_message) == JB_SHORT_MESSAGE,
+               "a saved error holds a whole short message");
+
+void jb__error_save(jb_saved_error *saved)
+{
+    saved->status = tls_status;
+    saved->long_message = tls_long; /* still the key's value: a thread exit inside frees it */
+    memcpy(saved->short_message, tls_short, sizeof saved->short_message);
+    tls_long = NULL;
+}
+
+void jb__error_restore(const jb_saved_error *saved)
+{
+    set_long(saved->long_message); /* frees the long message the callback left, if any */
+    memcpy(tls_short, saved->short_message, sizeof tls_short);
+    tls_status = saved->status;
+}
+
 const char *jb_version(void)
 {
     return JB_VERSION_STRING;
 }
 
-/*
- * The callback never runs under a lock. The callback and its data are one record; a warning
- * takes a reference to the current record under log_mutex, lets go, calls, and gives the
- * reference back. jb_set_log_callback puts a new record in place and waits (log_idle) until the
- * old record's calls have returned before freeing it, so a replaced user_data is never used
- * after the replacement returns. log_mutex guards pointers and counts only, never a call: a
- * callback may fork, or wait for a thread that forks, and fork's prepare takes it at once.
- */
-typedef struct log_sink {
-    jb_log_fn fn;
-    void *user_data;
-    unsigned calls; /* in progress, under log_mutex */
-} log_sink;
-static pthread_mutex_t log_mutex = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t log_idle = PTHREAD_COND_INITIALIZER;
-static log_sink *log_current; /* NULL: warnings go to stderr */
-/* The record this thread is calling, or NULL: the callback's own warnings go to stderr, and it
- * cannot replace itself (that would wait for itself). */
-static _Thread_local log_sink *tls_calling;
-
+/* The log callback follows callback.c's pattern: called under no lock, replaced once its calls
+ * in progress have returned; a warning it causes goes to stderr. */
 jb_status jb_set_log_callback(jb_log_fn fn, void *user_data)
 {
-    JB_RETURN_IF(tls_calling, JB_ERR_INVALID_ARGUMENT,
-                 "jb_set_log_callback called from inside the log callback");
-    log_sink *fresh = NULL;
-    if (fn) {
-        fresh = malloc(sizeof *fresh);
-        JB_RETURN_IF(!fresh, JB_ERR_OUT_OF_MEMORY, "no memory for the log callback");
-        *fresh = (log_sink){fn, user_data, 0};
-    }
-    pthread_mutex_lock(&log_mutex);
-    log_sink *old = log_current;
-    log_current = fresh;
-    while (old && old->calls > 0)
-        pthread_cond_wait(&log_idle, &log_mutex);
-    pthread_mutex_unlock(&log_mutex);
-    free(old);
-    return JB_OK;
-}
-
-void jb__log_fork(jb_fork_phase phase)
-{
-    if (phase == JB_FORK_PREPARE) {
-        pthread_mutex_lock(&log_mutex);
-    } else if (phase == JB_FORK_PARENT) {
-        pthread_mutex_unlock(&log_mutex);
-    } else {
-        pthread_mutex_init(&log_mutex, NULL);
-        pthread_cond_init(&log_idle, NULL);
-        /* Only this thread exists here: the calls still counted were other threads'. (A
-         * replaced record this thread is calling stays allocated: its replacer is gone.) */
-        if (log_current)
-            log_current->calls = tls_calling == log_current;
-    }
+    return jb__callback_set(JB_CALLBACK_LOG, (void (*)(void))fn, user_data, "jb_set_log_callback");
 }
 
 /* Calls the callback (else prints). The callback may call the library: the thread's last error,
  * which the caller may be about to read, is put back afterwards. */
 static void deliver(const char *text)
 {
-    log_sink *sink = NULL;
-    if (!tls_calling) {
-        pthread_mutex_lock(&log_mutex);
-        if ((sink = log_current))
-            sink->calls++;
-        pthread_mutex_unlock(&log_mutex);
-    }
-    if (!sink) {
+    jb_callback_call call;
+    if (!jb__callback_enter(JB_CALLBACK_LOG, &call)) {
         fprintf(stderr, "jitbridge: warning: %s\n", text);
         return;
     }
-    int status = tls_status;
-    char *long_message = tls_long;
-    char short_message[JB_SHORT_MESSAGE];
-    memcpy(short_message, tls_short, sizeof short_message);
-    tls_long = NULL;
-    tls_calling = sink;
-    sink->fn(sink->user_data, JB_LOG_WARNING, text);
-    tls_calling = NULL;
-    set_long(long_message); /* the key too: it held the callback's message, freed here */
-    memcpy(tls_short, short_message, sizeof short_message);
-    tls_status = status;
-    pthread_mutex_lock(&log_mutex);
-    if (--sink->calls == 0 && sink != log_current)
-        pthread_cond_broadcast(&log_idle); /* a replacement waits for this record's last call */
-    pthread_mutex_unlock(&log_mutex);
+    jb_saved_error saved;
+    jb__error_save(&saved);
+    ((jb_log_fn)call.fn)(call.user_data, JB_LOG_WARNING, text);
+    jb__error_restore(&saved);
+    jb__callback_leave(&call);
 }
 
 /* Warnings held back on this thread, oldest first. */
@@ -279,7 +232,7 @@ void jb__warn(const char *fmt, ...)
     va_start(args, fmt);
     vsnprintf(text, sizeof text, fmt, args);
     va_end(args);
-    if (tls_hold_depth == 0 || tls_calling) {
+    if (tls_hold_depth == 0 || jb__callback_inside(JB_CALLBACK_LOG)) {
         deliver(text);
         return;
     }

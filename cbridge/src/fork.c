@@ -14,8 +14,8 @@
  *      its own folder and serials
  *   5. configure hooks' claims (a leaf, never held across a hook: a child takes over a claim
  *      made before the fork, whose thread it does not have, and runs the hook itself)
- *   6. the log callback's record (a leaf: held for a pointer and a count, never across a call,
- *      so a callback may fork or wait for a thread that forks)
+ *   6. the callbacks' records (callback.c; a leaf: held for a pointer and a count, never across
+ *      a call, so a callback may fork or wait for a thread that forks)
  *
  * Per-event mutexes and the cpu streams' worker state are not taken: in the child, streams made
  * before the fork (and their events) are not used (jb__fork_generation).
@@ -36,12 +36,12 @@ static void fork_prepare(void)
     jb__devices_fork(JB_FORK_PREPARE);
     jb__private_dir_fork(JB_FORK_PREPARE);
     jb__configure_fork(JB_FORK_PREPARE);
-    jb__log_fork(JB_FORK_PREPARE);
+    jb__callback_fork(JB_FORK_PREPARE);
 }
 
 static void fork_parent(void)
 {
-    jb__log_fork(JB_FORK_PARENT);
+    jb__callback_fork(JB_FORK_PARENT);
     jb__configure_fork(JB_FORK_PARENT);
     jb__private_dir_fork(JB_FORK_PARENT);
     jb__devices_fork(JB_FORK_PARENT);
@@ -54,7 +54,7 @@ static void fork_parent(void)
 static void fork_child(void)
 {
     atomic_fetch_add(&jb__fork_generation, 1);
-    jb__log_fork(JB_FORK_CHILD);
+    jb__callback_fork(JB_FORK_CHILD);
     jb__configure_fork(JB_FORK_CHILD);
     jb__private_dir_fork(JB_FORK_CHILD);
     jb__devices_fork(JB_FORK_CHILD);

@@ -33,6 +33,15 @@ void jb__error_append(const char *fmt, ...) __attribute__((format(printf, 1, 2))
 /* Sets this thread's last error to `status` and `text`, a whole message as
  * jb_last_error_message gave it (a failure remembered, then recalled); returns `status`. */
 int jb__fail_with_text(int status, const char *text);
+/* The calling thread's last error, taken aside while a callback (which may call the library
+ * and fail) runs, and put back after it: the caller may be about to read it. */
+typedef struct jb_saved_error {
+    int status;
+    char *long_message;
+    char short_message[1024];
+} jb_saved_error;
+void jb__error_save(jb_saved_error *saved);
+void jb__error_restore(const jb_saved_error *saved);
 
 #define JB_RETURN_IF(cond, status, ...)                                                            \
     do {                                                                                           \
@@ -56,8 +65,34 @@ extern pthread_mutex_t *const jb__build_failures_lock; /* build_failures.c */
 void jb__jit_cache_fork(jb_fork_phase phase);    /* the module cache and thread registry */
 void jb__devices_fork(jb_fork_phase phase);      /* each device's streams, events, buffers */
 void jb__private_dir_fork(jb_fork_phase phase);  /* cpu/private_dir.c: the compile folder */
-void jb__log_fork(jb_fork_phase phase);          /* error.c: the log callback's record */
 void jb__configure_fork(jb_fork_phase phase);    /* module.c: configure hooks' claims */
+
+/* ---- callbacks into the caller (callback.c: the one pattern every callback follows) ---- */
+typedef enum jb_callback_kind {
+    JB_CALLBACK_LOG,
+    JB_CALLBACK_EVENT,
+    JB_CALLBACK_KINDS
+} jb_callback_kind;
+/* One call in progress, from enter to leave: what to call, and the reference that keeps it. */
+typedef struct jb_callback_call {
+    jb_callback_kind kind;
+    struct callback_record *record;
+    void (*fn)(void);
+    void *user_data;
+} jb_callback_call;
+/* Installs fn and user_data (fn NULL: none) and returns once no call of the one replaced is in
+ * progress. From inside this kind's own callback: JB_ERR_INVALID_ARGUMENT (it would wait for
+ * itself), naming `who`. Never under a library lock. */
+int jb__callback_set(jb_callback_kind kind, void (*fn)(void), void *user_data, const char *who);
+/* Starts a call: false when none is installed or this thread is inside this kind's callback
+ * already; else `call` says what to call until jb__callback_leave. Never under a library lock. */
+bool jb__callback_enter(jb_callback_kind kind, jb_callback_call *call);
+void jb__callback_leave(jb_callback_call *call);
+/* Whether a callback of `kind` is installed: one atomic load, safe under any lock. */
+bool jb__callback_installed(jb_callback_kind kind);
+/* Whether this thread runs a callback of `kind` now. */
+bool jb__callback_inside(jb_callback_kind kind);
+void jb__callback_fork(jb_fork_phase phase); /* fork.c: last, a leaf */
 
 /* ---- small utilities (util.c) ---- */
 uint64_t jb__now_ns(void);
