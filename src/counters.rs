@@ -43,11 +43,45 @@ pub struct Counters {
     pub mem_reuses: u64,
     /// Driver allocations that failed, freed the idle buffers and tried again.
     pub mem_retries: u64,
+    /// The longest single build, in nanoseconds (of the same builds as `build_ns`).
+    pub build_max_ns: u64,
+    /// Compiles a sealed process refused ([`crate::seal`]); not counted as build failures.
+    pub sealed_refusals: u64,
+    /// Compiles a process sealed to warn warned about, then ran.
+    pub sealed_warnings: u64,
 }
 
 impl Counters {
-    /// The change from `earlier` to `self`. Peaks and the memory byte counts are states, kept
-    /// as they are now.
+    /// Every counter with its field name, in the struct's order: for a dashboard or an export
+    /// (`jitbridge info --json` prints these).
+    pub fn fields(&self) -> [(&'static str, u64); 21] {
+        [
+            ("builds", self.builds),
+            ("build_failures", self.build_failures),
+            ("hits", self.hits),
+            ("misses", self.misses),
+            ("build_ns", self.build_ns),
+            ("configures", self.configures),
+            ("peak_concurrent_builds", self.peak_concurrent_builds),
+            ("disk_hits", self.disk_hits),
+            ("disk_misses", self.disk_misses),
+            ("disk_rejected", self.disk_rejected),
+            ("mem_live_bytes", self.mem_live_bytes),
+            ("mem_peak_live_bytes", self.mem_peak_live_bytes),
+            ("mem_reserved_bytes", self.mem_reserved_bytes),
+            ("mem_idle_bytes", self.mem_idle_bytes),
+            ("mem_allocations", self.mem_allocations),
+            ("mem_frees", self.mem_frees),
+            ("mem_reuses", self.mem_reuses),
+            ("mem_retries", self.mem_retries),
+            ("build_max_ns", self.build_max_ns),
+            ("sealed_refusals", self.sealed_refusals),
+            ("sealed_warnings", self.sealed_warnings),
+        ]
+    }
+
+    /// The change from `earlier` to `self`. Peaks, the longest build and the memory byte counts
+    /// are states, kept as they are now.
     pub fn since(&self, earlier: &Counters) -> Counters {
         Counters {
             builds: self.builds - earlier.builds,
@@ -68,6 +102,9 @@ impl Counters {
             mem_frees: self.mem_frees - earlier.mem_frees,
             mem_reuses: self.mem_reuses - earlier.mem_reuses,
             mem_retries: self.mem_retries - earlier.mem_retries,
+            build_max_ns: self.build_max_ns,
+            sealed_refusals: self.sealed_refusals - earlier.sealed_refusals,
+            sealed_warnings: self.sealed_warnings - earlier.sealed_warnings,
         }
     }
 }
@@ -107,6 +144,31 @@ impl MemoryStats {
             reuses: self.reuses - earlier.reuses,
             retries: self.retries - earlier.retries,
             ..*self
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_name_every_counter_once_in_order() {
+        let mut c = Counters::default();
+        // SAFETY: Counters is repr(C) of u64 fields only: a slice of them is its whole memory.
+        let words = unsafe {
+            std::slice::from_raw_parts_mut(
+                &mut c as *mut Counters as *mut u64,
+                std::mem::size_of::<Counters>() / 8,
+            )
+        };
+        for (i, w) in words.iter_mut().enumerate() {
+            *w = i as u64 + 1;
+        }
+        let fields = c.fields();
+        assert_eq!(fields.len(), std::mem::size_of::<Counters>() / 8, "a counter is missing");
+        for (i, (name, value)) in fields.iter().enumerate() {
+            assert_eq!(*value, i as u64 + 1, "{name} is out of order");
         }
     }
 }

@@ -34,13 +34,15 @@ pub enum ErrorCode {
     /// A bounds-checked kernel indexed outside an array (reported by the next wait for what the
     /// launch wrote).
     Bounds,
+    /// The process is sealed ([`crate::seal`]) and the kernel would have compiled.
+    Sealed,
     /// A status this version of the crate does not know.
     Other(i32),
 }
 
 /// Each failure status of the C library (`JB_STATUS_TABLE` in jitbridge.h) and its code: the one
 /// place the numbers are written on this side.
-const STATUSES: [(c_int, ErrorCode); 11] = [
+const STATUSES: [(c_int, ErrorCode); 12] = [
     (1, ErrorCode::InvalidArgument),
     (2, ErrorCode::OutOfMemory),
     (3, ErrorCode::Unsupported),
@@ -52,10 +54,11 @@ const STATUSES: [(c_int, ErrorCode); 11] = [
     (9, ErrorCode::System),
     (10, ErrorCode::Shape),
     (11, ErrorCode::Bounds),
+    (12, ErrorCode::Sealed),
 ];
 
 impl ErrorCode {
-    fn from_status(status: c_int) -> Self {
+    pub(crate) fn from_status(status: c_int) -> Self {
         STATUSES.iter().find(|(s, _)| *s == status).map_or(Self::Other(status), |&(_, code)| code)
     }
 

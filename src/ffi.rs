@@ -215,6 +215,31 @@ pub struct jb_bench_cold_steps {
     pub compile_again_ns: f64,
 }
 
+/// `jb_cache_event`: one slow-path event, its strings valid during the callback only.
+#[repr(C)]
+pub struct jb_cache_event {
+    pub struct_size: usize,
+    pub kind: c_int,
+    pub name: *const c_char,
+    pub key: *const c_char,
+    pub content_key: *const c_char,
+    pub device: *mut jb_device,
+    pub thread_id: u64,
+    pub tag: *const c_char,
+    pub time_ns: u64,
+    pub duration_ns: u64,
+    pub status: c_int,
+    pub message: *const c_char,
+}
+
+/// `jb_cache_event_fn`: called with the user data and the event.
+pub type jb_cache_event_fn =
+    Option<unsafe extern "C" fn(user_data: *mut c_void, event: *const jb_cache_event)>;
+
+pub const JB_SEAL_OFF: c_int = 0;
+pub const JB_SEAL_WARN: c_int = 1;
+pub const JB_SEAL_ERROR: c_int = 2;
+
 /// `jb_log_fn`: called with the user data, a `jb_log_level` and the message.
 pub type jb_log_fn =
     Option<unsafe extern "C" fn(user_data: *mut c_void, level: c_int, message: *const c_char)>;
@@ -225,6 +250,12 @@ unsafe extern "C" {
     pub fn jb_version() -> *const c_char;
     pub fn jb_abi_version() -> c_int;
     pub fn jb_set_log_callback(callback: jb_log_fn, user_data: *mut c_void) -> c_int;
+    pub fn jb_set_event_callback(callback: jb_cache_event_fn, user_data: *mut c_void) -> c_int;
+    pub fn jb_cache_event_kind_name(kind: c_int) -> *const c_char;
+    pub fn jb_set_thread_tag(tag: *const c_char) -> c_int;
+    pub fn jb_thread_tag() -> *const c_char;
+    pub fn jb_seal(mode: c_int) -> c_int;
+    pub fn jb_seal_mode_get() -> c_int;
 
     pub fn jb_gpu_backend_name() -> *const c_char;
     pub fn jb_device_count(out: *mut c_int, kind: c_int) -> c_int;

@@ -67,10 +67,12 @@ mod counters;
 mod device;
 mod dtype;
 mod error;
+mod events;
 mod kernel;
 mod launch;
 mod logging;
 mod probe;
+mod seal;
 mod source_module;
 mod stream;
 
@@ -101,12 +103,17 @@ pub use counters::{Counters, MemoryStats};
 pub use device::{Device, DeviceKind, GpuBackend, cpu_compiler, gpu_backend, gpu_backends};
 pub use dtype::{Bf16, DType, Element, F16, Scalar};
 pub use error::{Error, ErrorCode};
+pub use events::{
+    CacheEvent, CacheEventKind, THREAD_TAG_MAX, clear_event_callback, set_event_callback,
+    set_thread_tag, thread_tag,
+};
 pub use kernel::{
     CompileOptions, ConfigureHook, CustomKernel, KernelConfig, KernelSpec, LaunchShape, Param,
 };
 pub use launch::{Launch, Output};
 pub use logging::{clear_log_callback, set_log_callback};
 pub use probe::jit_race_probe_array;
+pub use seal::{SealMode, seal, seal_mode};
 pub use source_module::{Arg, ArgDecl, Signature, SourceModule, SourceModuleSpec};
 pub use stream::{DefaultStreamGuard, Stream, streams};
 

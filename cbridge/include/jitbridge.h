@@ -60,7 +60,8 @@ extern "C" {
     X(JB_ERR_BACKEND, 8, "backend call failed")                                                    \
     X(JB_ERR_SYSTEM, 9, "operating system call failed")                                            \
     X(JB_ERR_SHAPE, 10, "shape or dtype mismatch")                                               \
-    X(JB_ERR_BOUNDS, 11, "index out of bounds")
+    X(JB_ERR_BOUNDS, 11, "index out of bounds")                                                  \
+    X(JB_ERR_SEALED, 12, "compiling is sealed off")
 
 typedef enum jb_status {
 #define JB_STATUS_ENUM_(name, value, text) name = value,
@@ -668,6 +669,10 @@ typedef struct jb_counters {
     uint64_t mem_reuses;          /* requests served by an idle buffer, no driver call */
     uint64_t mem_retries;         /* driver allocations that failed, freed the idle buffers and
                                    * tried again */
+    /* The slow path, for a dashboard (see jb_seal and jb_set_event_callback): */
+    uint64_t build_max_ns;    /* the longest single build (the same builds as build_ns) */
+    uint64_t sealed_refusals; /* compiles refused with JB_ERR_SEALED (not build failures) */
+    uint64_t sealed_warnings; /* compiles a sealed process warned about, then ran */
 } jb_counters;
 
 /*
@@ -739,6 +744,100 @@ JB_API jb_status jb_disk_cache_check(uint64_t *valid, uint64_t *invalid, int fix
                                      jb_disk_cache_report_fn report, void *user_data);
 /* jb_disk_cache_check without a report or fix: counts good and bad entries. */
 JB_API jb_status jb_disk_cache_verify(uint64_t *valid, uint64_t *invalid);
+
+/* ---------------------------------------------------------------------------------------------
+ * Seeing compiles. A module found in memory (the hit path, every launch) is never an event and
+ * costs nothing more with a callback installed. What happens on a miss is: each event below is
+ * one call of the event callback, made on the thread whose launch missed.
+ */
+typedef enum jb_cache_event_kind {
+    JB_CACHE_EVENT_DISK_HIT = 1,       /* loaded from the cache folder, no compiler; duration:
+                                        * reading and loading it */
+    JB_CACHE_EVENT_BUNDLE_HIT = 2,     /* loaded from a bundle, no compiler */
+    JB_CACHE_EVENT_BUILD_START = 3,    /* the compiler starts */
+    JB_CACHE_EVENT_BUILD_END = 4,      /* compiled and loaded; duration: since BUILD_START */
+    JB_CACHE_EVENT_BUILD_FAIL = 5,     /* the compile or the load failed; status and message say
+                                        * why (the compiler's log too); duration as BUILD_END */
+    JB_CACHE_EVENT_DISK_STORE = 6,     /* compiled code written to the cache folder; duration:
+                                        * the write (a failed write warns, see jb_set_log_callback,
+                                        * and is no event) */
+    JB_CACHE_EVENT_ENTRY_REJECTED = 7, /* an entry found for the module failed its checks and was
+                                        * not loaded; message says why */
+    JB_CACHE_EVENT_ENTRY_EVICTED = 8,  /* an entry that passed its checks was refused by the
+                                        * loader and removed; status and message: the loader's */
+    JB_CACHE_EVENT_SEAL_VIOLATION = 9, /* a sealed process met a module that would compile:
+                                        * status JB_ERR_SEALED when refused (no compiler runs),
+                                        * JB_OK when it warns and compiles (once per module) */
+} jb_cache_event_kind;
+
+/* One event. Every string is valid during the callback only, never NULL ("" when absent). Fields
+ * are only ever appended: read those past the ones you know only when struct_size covers them. */
+typedef struct jb_cache_event {
+    size_t struct_size;          /* sizeof(jb_cache_event) of the library that made it */
+    jb_cache_event_kind kind;
+    const char *name;            /* the module's name: a custom kernel's name and source hash
+                                  * ("scale_1f2e..."), a source module's name, the probe's */
+    const char *key;             /* the module cache's key, "<device index>:<name>" */
+    const char *content_key;     /* the hash of everything that makes the code (the cache
+                                  * folder's entry name without suffix); "" for modules that skip
+                                  * the disk cache (the probe) or while the disk cache is off */
+    jb_device *device;
+    uint64_t thread_id;          /* the calling thread's id (Linux: gettid()) */
+    const char *tag;             /* the calling thread's tag (jb_set_thread_tag) when it happened */
+    uint64_t time_ns;            /* when it happened (CLOCK_MONOTONIC): delivery may be later */
+    uint64_t duration_ns;        /* for the kinds that say so above; else 0 */
+    int status;                  /* JB_OK, or the failure's status */
+    const char *message;         /* for a failure, a rejection or a seal violation; else "" */
+} jb_cache_event;
+
+typedef void (*jb_cache_event_fn)(void *user_data, const jb_cache_event *event);
+
+/*
+ * Sends each event to fn(user_data, event), replacing any earlier callback; fn NULL stops them.
+ * Rules as the log callback's: fn runs on the thread the event happened on, on several at once,
+ * so it must be thread-safe; it never runs under a library lock (events of a build, which runs
+ * under the module cache's lock, are delivered in order once that lock is let go: time_ns says
+ * when each happened), so it may call the library, launch, fork or wait for threads that do;
+ * the calling thread's jb_last_error_message is kept across it. Events that fn's own calls cause
+ * (a kernel it launches compiles) are not delivered to it (they would recurse); the counters
+ * count them. jb_set_event_callback waits for calls in progress to return, so that once it
+ * returns the previous user_data is no longer used; from inside fn it fails
+ * (JB_ERR_INVALID_ARGUMENT), and so it must not be called from a thread fn waits for. May be
+ * called from any thread.
+ */
+JB_API jb_status jb_set_event_callback(jb_cache_event_fn fn, void *user_data);
+/* "disk hit", "bundle hit", "build start", "build end", "build fail", "disk store",
+ * "entry rejected", "entry evicted", "seal violation"; NULL for other values. */
+JB_API const char *jb_cache_event_kind_name(int kind);
+
+/* The calling thread's tag, carried by the events it causes ("request 1234"): copied, at most
+ * JB_THREAD_TAG_MAX bytes (longer: JB_ERR_INVALID_ARGUMENT, the tag unchanged); NULL or "" clears
+ * it. Cheap enough to set per request: no allocation, no lock. Affects the calling thread only. */
+#define JB_THREAD_TAG_MAX 255
+JB_API jb_status jb_set_thread_tag(const char *tag);
+/* The calling thread's tag; "" when none. Valid until the thread sets another. */
+JB_API const char *jb_thread_tag(void);
+
+/*
+ * Sealed mode: once warm-up is over, a server forbids compiles. Sealed, a miss whose module is
+ * not in the cache folder (or a bundle) would start the compiler; instead:
+ *   JB_SEAL_WARN   one warning (see jb_set_log_callback) and one JB_CACHE_EVENT_SEAL_VIOLATION
+ *                  per module and device, then it compiles as usual;
+ *   JB_SEAL_ERROR  the launch fails with JB_ERR_SEALED naming the kernel, after a
+ *                  JB_CACHE_EVENT_SEAL_VIOLATION event; no compiler starts. Nothing is
+ *                  remembered: unsealed, the next launch compiles.
+ * Modules in memory, in the cache folder or in a bundle load as usual. JB_SEAL_OFF unseals.
+ * JITBRIDGE_SEAL=warn|error|off is read once, at the first call of jb_seal, jb_seal_mode or the
+ * first compile, for worker processes; jb_seal overrides it. Any thread, any time: the mode is
+ * read right before the compiler would start, so a compile already running finishes.
+ */
+typedef enum jb_seal_mode {
+    JB_SEAL_OFF = 0,
+    JB_SEAL_WARN = 1,
+    JB_SEAL_ERROR = 2,
+} jb_seal_mode;
+JB_API jb_status jb_seal(jb_seal_mode mode);
+JB_API jb_seal_mode jb_seal_mode_get(void);
 
 #ifdef __cplusplus
 }

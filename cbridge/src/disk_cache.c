@@ -204,6 +204,10 @@ bool jb__disk_load(const jb_disk_key *key, jb_blob *out)
         if (problem && jb__disk_folder_is_ours())
             jb__disk_remove(dir, key->file);
         atomic_fetch_add(&counter_disk_rejected, 1);
+        char why[256];
+        snprintf(why, sizeof why, "cache entry %s %s", key->file,
+                 problem ? problem : "failed its checks (magic, version, key, length or checksum)");
+        jb__event_raise(JB_CACHE_EVENT_ENTRY_REJECTED, 0, JB_OK, why);
         return false; /* a miss; the rebuilt entry replaces it */
     }
     memmove(data, data + payload_at, size - payload_at);
@@ -317,13 +321,13 @@ static int write_entry(int dir, int tmp, const jb_disk_key *key, const jb_blob *
     return err ? err : EIO;
 }
 
-void jb__disk_store(const jb_disk_key *key, const jb_blob *code)
+bool jb__disk_store(const jb_disk_key *key, const jb_blob *code)
 {
     int dir = jb__disk_dir_fd(), tmp = jb__disk_tmp_fd();
     size_t bytes;
     if (dir < 0 || tmp < 0 || !jb__add_size(code->size, key->bytes, &bytes) ||
         !jb__add_size(bytes, sizeof(entry_header), &bytes) || bytes > MAX_ENTRY_BYTES)
-        return; /* the cap also keeps the key's length within its 32-bit field */
+        return false; /* the cap also keeps the key's length within its 32-bit field */
     const char *what;
     int err = write_entry(dir, tmp, key, code, &what);
     /* The folder or its tmp/ was removed (a cache cleaner) before the temporary was made or
@@ -332,6 +336,7 @@ void jb__disk_store(const jb_disk_key *key, const jb_blob *code)
         err = write_entry(jb__disk_dir_fd(), jb__disk_tmp_fd(), key, code, &what);
     if (err && !jb__errno_is_transient(err)) /* a transient one skips this store only */
         jb__disk_stop_storing(what, strerror(err));
+    return err == 0;
 }
 
 void jb__disk_counters(uint64_t *hits, uint64_t *misses, uint64_t *rejected)

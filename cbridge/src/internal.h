@@ -94,6 +94,29 @@ bool jb__callback_installed(jb_callback_kind kind);
 bool jb__callback_inside(jb_callback_kind kind);
 void jb__callback_fork(jb_fork_phase phase); /* fork.c: last, a leaf */
 
+/* ---- seeing compiles (events.c) and sealed mode (seal.c) ---- */
+/* The module a build on this thread is for, set by the cache around its builder: what the
+ * events raised inside (module.c, disk_cache.c) are about. `name` and `key` live until end. */
+void jb__event_build_begin(jb_device *dev, const char *name, const char *key);
+/* The build's disk cache entry name (its content hash), once known. */
+void jb__event_build_content_key(const char *file);
+void jb__event_build_end(void);
+/* One event about this thread's build (`message` may be NULL). Between hold and release
+ * (nested) events wait and are delivered at the outermost release, after the cache's lock. */
+void jb__event_raise(jb_cache_event_kind kind, uint64_t duration_ns, int status,
+                     const char *message);
+void jb__events_hold(void);
+void jb__events_release(void);
+void jb__count_sealed(bool refused);
+/* Fills and resets jb_counters' slow-path fields kept in events.c. */
+void jb__slow_path_counters(jb_counters *out);
+void jb__slow_path_counters_reset(void);
+/* Right before the compiler would start for module `name` on `dev`: JB_OK to go on (unsealed,
+ * or sealed to warn: with `once_per_module`, only the module's first time on the device, which
+ * needs the cache's write lock held), or JB_ERR_SEALED with the error set. Raises the seal
+ * violation event. */
+int jb__seal_check(jb_device *dev, const char *name, bool once_per_module);
+
 /* ---- small utilities (util.c) ---- */
 uint64_t jb__now_ns(void);
 uint64_t jb__fnv1a64(const void *data, size_t len, uint64_t seed);
@@ -671,8 +694,9 @@ bool jb__disk_load(const jb_disk_key *key, jb_blob *out);
 /* The loaded code was accepted by the loader (a disk hit) or rejected (evicted). */
 void jb__disk_accept(void);
 void jb__disk_reject(const jb_disk_key *key);
-/* Stores compiled code; a failing disk turns the disk cache off with one warning. */
-void jb__disk_store(const jb_disk_key *key, const jb_blob *code);
+/* Stores compiled code: true once the entry is in place; a failing disk stops storing with one
+ * warning. */
+bool jb__disk_store(const jb_disk_key *key, const jb_blob *code);
 /* The payload offset of a well-formed entry whose key matches (any key if NULL), else 0. */
 size_t jb__disk_entry_check(const unsigned char *data, size_t size, const jb_disk_key *key);
 /* Why an entry with this status must not be read (type, owner, mode, links, size), or NULL. */

@@ -34,15 +34,19 @@ static module_cache *the_cache;
 static pthread_once_t the_cache_once = PTHREAD_ONCE_INIT;
 
 /* Per-process counters of the slow path. Hits and misses are counted per thread (below). */
-static atomic_uint_fast64_t counter_builds, counter_build_failures, counter_build_ns, counter_configures, builds_in_flight, counter_peak_concurrent_builds;
+static atomic_uint_fast64_t counter_builds, counter_build_failures, counter_build_ns, counter_build_max_ns, counter_configures, builds_in_flight, counter_peak_concurrent_builds;
+
+static void raise_to(atomic_uint_fast64_t *peak, uint_fast64_t value)
+{
+    uint_fast64_t seen = atomic_load(peak);
+    while (value > seen && !atomic_compare_exchange_weak(peak, &seen, value))
+        ;
+}
 
 /* Builds run one at a time under the write lock; the peak shows it (and shows it broken). */
 static void build_started(void)
 {
-    uint_fast64_t now = atomic_fetch_add(&builds_in_flight, 1) + 1;
-    uint_fast64_t peak = atomic_load(&counter_peak_concurrent_builds);
-    while (now > peak && !atomic_compare_exchange_weak(&counter_peak_concurrent_builds, &peak, now))
-        ;
+    raise_to(&counter_peak_concurrent_builds, atomic_fetch_add(&builds_in_flight, 1) + 1);
 }
 
 /* ---- per-thread state: the lookaside and the hit/miss counters ---- */
@@ -256,16 +260,21 @@ static int cache_lookup_or_build(thread_state *ts, jb_device *dev, const char *n
     JB_TEST_POINT(JB_TEST_CACHE_MISSED, key);
 
     int status = JB_OK;
-    jb__warn_hold(); /* a build's warnings reach the callback once the lock is let go */
+    jb__warn_hold(); /* a build's warnings and events reach the callbacks once the lock is let go */
+    jb__events_hold();
     CACHE_WRITE_LOCK(cache);
     module = cache_find(cache, key, hash);
     if (!module) {
         uint64_t start = jb__now_ns();
         build_started();
         bool from_disk = false;
+        jb__event_build_begin(dev, name, key);
         status = builder(ctx, dev, name, &module, &from_disk);
+        jb__event_build_end();
         atomic_fetch_sub(&builds_in_flight, 1);
-        atomic_fetch_add_explicit(&counter_build_ns, jb__now_ns() - start, memory_order_relaxed);
+        uint64_t took = jb__now_ns() - start;
+        atomic_fetch_add_explicit(&counter_build_ns, took, memory_order_relaxed);
+        raise_to(&counter_build_max_ns, took);
         if (status == JB_OK) {
             if (!from_disk) /* a disk hit is counted by the disk cache */
                 atomic_fetch_add_explicit(&counter_builds, 1, memory_order_relaxed);
@@ -274,12 +283,13 @@ static int cache_lookup_or_build(thread_state *ts, jb_device *dev, const char *n
             status = cache_insert(cache, key, hash, module);
             if (status == JB_OK)
                 index_publish(dev->index, name, index_hash, module);
-        } else {
+        } else if (status != JB_ERR_SEALED) { /* a refusal is counted as one, not as a failure */
             atomic_fetch_add_explicit(&counter_build_failures, 1, memory_order_relaxed);
         }
     }
     CACHE_UNLOCK(cache);
     jb__warn_release();
+    jb__events_release();
     if (key != stack_key)
         free(key);
     if (status == JB_OK)
@@ -376,6 +386,8 @@ jb_status jb_counters_get(jb_counters *caller_out, size_t caller_size)
     jb__disk_counters(&out->disk_hits, &out->disk_misses, &out->disk_rejected);
     memset(&out->mem_live_bytes, 0, sizeof all - offsetof(jb_counters, mem_live_bytes));
     jb__memory_counters_add(out);
+    out->build_max_ns = atomic_load(&counter_build_max_ns);
+    jb__slow_path_counters(out);
     memcpy(caller_out, &all, caller_size);
     return JB_OK;
 }
@@ -390,10 +402,12 @@ void jb_counters_reset(void)
     raw_thread_counters(&baseline_hits, &baseline_misses);
     pthread_mutex_unlock(&registry_mutex);
     atomic_store(&counter_build_ns, 0);
+    atomic_store(&counter_build_max_ns, 0);
     atomic_store(&counter_configures, 0);
     atomic_store(&counter_peak_concurrent_builds, 0);
     jb__disk_counters_reset();
     jb__memory_counters_reset();
+    jb__slow_path_counters_reset();
 }
 
 int jb_removed_locks(void)

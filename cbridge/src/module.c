@@ -248,27 +248,34 @@ int jb__module_build(jb_device *dev, const char *module_name, const char *source
     jb_disk_key key = {0};
     bool use_disk =
         use_disk_cache && jb__disk_cache_usable() && jb__disk_key(dev, source, &key) == JB_OK;
+    if (use_disk)
+        jb__event_build_content_key(key.file);
     jb_blob code = {0};
+    uint64_t start = jb__now_ns();
     if (use_disk && jb__disk_load(&key, &code)) {
         int status = jb__module_create(dev, &code, source, kernel_names, num_kernels, out);
         free(code.data);
         code.data = NULL;
         if (status == JB_OK) {
             jb__disk_accept();
+            jb__event_raise(JB_CACHE_EVENT_DISK_HIT, jb__now_ns() - start, JB_OK, NULL);
             jb__disk_key_free(&key);
             *from_disk = true;
             return JB_OK;
         }
+        jb__event_raise(JB_CACHE_EVENT_ENTRY_EVICTED, 0, status, jb_last_error_message());
         jb__disk_reject(&key); /* the loader refused it: evict, then compile afresh */
     }
     int status;
-    if (jb__build_failure_recall(dev, module_name, source, &status)) {
+    if (jb__build_failure_recall(dev, module_name, source, &status) ||
+        (status = jb__seal_check(dev, module_name, true)) != JB_OK) {
         jb__disk_key_free(&key);
         return status;
     }
     char saved[4096];
     bool is_saved = save_source(dev, module_name, source, saved, sizeof saved);
-    uint64_t start = jb__now_ns();
+    jb__event_raise(JB_CACHE_EVENT_BUILD_START, 0, JB_OK, NULL);
+    uint64_t build_start = start = jb__now_ns();
     jb__build_failure_start();
     status = dev->backend->compile(dev, module_name, source, flags, &code);
     jb__build_steps.compile_ns = jb__now_ns() - start;
@@ -282,8 +289,10 @@ int jb__module_build(jb_device *dev, const char *module_name, const char *source
     if (status == JB_OK)
         status = jb__module_create(dev, &code, source, kernel_names, num_kernels, out);
     start = jb__now_ns();
-    if (status == JB_OK && use_disk)
-        jb__disk_store(&key, &code);
+    jb__event_raise(status == JB_OK ? JB_CACHE_EVENT_BUILD_END : JB_CACHE_EVENT_BUILD_FAIL,
+                    start - build_start, status, status == JB_OK ? NULL : jb_last_error_message());
+    if (status == JB_OK && use_disk && jb__disk_store(&key, &code))
+        jb__event_raise(JB_CACHE_EVENT_DISK_STORE, jb__now_ns() - start, JB_OK, NULL);
     jb__build_steps.disk_store_ns = jb__now_ns() - start;
     free(code.data);
     jb__disk_key_free(&key);

@@ -160,6 +160,10 @@ jb_status jb_bench_compile_only(double *out_ns, jb_custom_kernel *kernel, jb_dev
 {
     JB_RETURN_IF(!out_ns || !kernel || !device, JB_ERR_INVALID_ARGUMENT,
                  "jb_bench_compile_only: bad arguments");
+    jb__event_build_begin(device, kernel->module_name, ""); /* what a seal violation names */
+    int sealed = jb__seal_check(device, kernel->module_name, false);
+    jb__event_build_end();
+    JB_FORWARD_IF_ERROR(sealed);
     jb_blob code = {0};
     uint64_t start = jb__now_ns();
     int status = device->backend->compile(device, kernel->module_name,

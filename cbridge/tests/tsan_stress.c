@@ -8,7 +8,9 @@
  * - event pool: threads create and drop arrays (each takes and returns a pooled event);
  * - configure: 8 threads first-launch one kernel whose configure hook is slow;
  * - allocator: threads allocate and free varying sizes on streams they create and free, without
- *   synchronizing, while one trims, moves the idle cap (0 included) and reads the counters.
+ *   synchronizing, while one trims, moves the idle cap (0 included) and reads the counters;
+ * - events: the distinct-key rounds run with an event callback that reads every field, while
+ *   another thread keeps replacing it, and each launcher sets its thread tag.
  */
 #include "check.h"
 #include "jitbridge.h"
@@ -16,6 +18,8 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
 #include <time.h>
 
 #define THREADS 8
@@ -49,6 +53,9 @@ static void *first_launcher(void *p)
     worker *w = p;
     jb_stream *stream = NULL;
     jb_array *in = NULL;
+    char tag[32];
+    snprintf(tag, sizeof tag, "launcher %d", w->variant);
+    jb_set_thread_tag(tag);
     jb_stream_new(&stream, cpu);
     jb_install_thread_local_default_stream(stream);
     jb_array_arange(&in, cpu, N, JB_F32);
@@ -90,6 +97,28 @@ static void round_of(int first_variant, int step, bool with_hitter)
     if (with_hitter)
         pthread_join(threads[THREADS], NULL);
     pthread_barrier_destroy(&barrier);
+}
+
+/* Two sinks the swapper alternates between; every event reaches one of them. */
+static atomic_long sink_events[2];
+static atomic_bool swapper_stop;
+
+static void count_event(void *user_data, const jb_cache_event *e)
+{
+    size_t bytes = strlen(e->name) + strlen(e->key) + strlen(e->content_key) + strlen(e->tag) +
+                   strlen(e->message);
+    if (bytes > 0 && e->device == cpu)
+        atomic_fetch_add((atomic_long *)user_data, 1);
+}
+
+static void *swapper(void *p)
+{
+    (void)p;
+    for (int i = 0; !atomic_load(&swapper_stop); i++) {
+        jb_set_event_callback(count_event, &sink_events[i % 2]);
+        nanosleep(&(struct timespec){.tv_nsec = 200000}, NULL);
+    }
+    return NULL;
 }
 
 static void *pool_churn(void *p)
@@ -222,8 +251,21 @@ int main(void)
 
     for (int round = 0; round < ROUNDS; round++)
         round_of(1000 + round, 0, false);
+    jb_counters before, after;
+    CHECK_OK(jb_counters_get(&before, sizeof before));
+    CHECK_OK(jb_set_event_callback(count_event, &sink_events[1]));
+    pthread_t swapping;
+    pthread_create(&swapping, NULL, swapper, NULL);
     for (int round = 0; round < ROUNDS; round++)
         round_of(2000 + round * THREADS, 1, true);
+    atomic_store(&swapper_stop, true);
+    pthread_join(swapping, NULL);
+    CHECK_OK(jb_set_event_callback(NULL, NULL));
+    CHECK_OK(jb_counters_get(&after, sizeof after));
+    long events = atomic_load(&sink_events[0]) + atomic_load(&sink_events[1]);
+    CHECK(events == 2 * (long)(after.builds - before.builds),
+          "%ld events for %llu builds (a start and an end each)", events,
+          (unsigned long long)(after.builds - before.builds));
     run_all(pool_churn);
 
     const char *in_names[] = {"inp"}, *out_names[] = {"out"};

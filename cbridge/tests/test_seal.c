@@ -1,0 +1,347 @@
+/*
+ * Sealed mode, with the compiler counted: CC is a wrapper script that writes a line per
+ * invocation. Sealed to refuse, nothing starts it (custom kernels, the probe, the bench's
+ * compile-only), each refusal is JB_ERR_SEALED naming the kernel, is not remembered and is not a
+ * build failure, while modules in memory and in the cache folder still load; sealed to warn, a
+ * module compiles with one warning and one event per module; JITBRIDGE_SEAL is read at start.
+ */
+#include "helpers.h"
+#include "jitbridge_sys.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static char count_file[4200];
+static unsigned salt;
+
+/* Points CC at a script that counts its runs into count_file, then runs the real compiler. */
+static void install_counting_compiler(void)
+{
+    char dir[] = "/tmp/jb-seal-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    const char *real = getenv("CC");
+    char script[4200], text[8600];
+    snprintf(script, sizeof script, "%s/cc", dir);
+    snprintf(count_file, sizeof count_file, "%s/count", dir);
+    snprintf(text, sizeof text, "#!/bin/sh\necho \"$*\" >> %s\nexec %s \"$@\"\n", count_file,
+             real && *real ? real : "cc");
+    int fd = open(script, O_WRONLY | O_CREAT | O_EXCL, 0700);
+    CHECK(fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text), "write %s", script);
+    close(fd);
+    setenv("CC", script, 1);
+}
+
+/* Lines in the count file: the compiler's runs; with `compiles_only`, not counting its version
+ * query (which names it in the cache folder's keys: a new process runs it once to look a module
+ * up in the folder, sealed or not). */
+static int counted_runs(bool compiles_only)
+{
+    FILE *f = fopen(count_file, "r");
+    char line[8192];
+    int runs = 0;
+    while (f && fgets(line, sizeof line, f))
+        runs += !compiles_only || strcmp(line, "--version\n") != 0;
+    if (f)
+        fclose(f);
+    return runs;
+}
+
+static int compiler_runs(void)
+{
+    return counted_runs(false);
+}
+
+static void reset_compiler_runs(void)
+{
+    fclose(fopen(count_file, "w"));
+}
+
+static jb_custom_kernel *kernel(const char *name, const char *body_fmt)
+{
+    char body[256];
+    snprintf(body, sizeof body, body_fmt, salt);
+    return f32_kernel(name, body);
+}
+
+static jb_status launch(jb_custom_kernel *k, jb_device *dev)
+{
+    jb_array *in = f32_filled(dev, 4, 1.0f), *out = NULL;
+    jb_status status = f32_launch(&out, k, &in, 1, 4);
+    if (status == JB_OK)
+        status = jb_array_eval(out);
+    jb_array_free(out);
+    jb_array_free(in);
+    return status;
+}
+
+static jb_source_module *source_module(void)
+{
+    char body[256];
+    snprintf(body, sizeof body, "void touch(void **args, unsigned long n) { (void)n; "
+                                "**(float **)args[0] = %u.0f; }", salt);
+    const char *entries[] = {"touch"};
+    jb_source_module_spec spec = JB_SOURCE_MODULE_SPEC_INIT;
+    spec.name = "seal_disk";
+    spec.cpu_source = body;
+    spec.entry_names = entries;
+    spec.num_entries = 1;
+    jb_source_module *m = NULL;
+    CHECK_OK(jb_source_module_new(&m, &spec));
+    return m;
+}
+
+static jb_status launch_module(jb_source_module *m, jb_device *dev)
+{
+    jb_array *a = f32_filled(dev, 1, 0.0f);
+    jb_arg arg = {.array = a, .written = 1};
+    jb_launch_shape shape = {{1, 1, 1}, {1, 1, 1}, 0};
+    jb_status status = jb_source_module_launch(m, NULL, "touch", &arg, 1, &shape);
+    if (status == JB_OK)
+        status = jb_array_eval(a);
+    jb_array_free(a);
+    return status;
+}
+
+/* ---- what the callbacks saw ---- */
+static pthread_mutex_t seen_mutex = PTHREAD_MUTEX_INITIALIZER;
+static char warnings[8192];
+static int violations, violation_status = -1;
+static char violation_name[256];
+
+static void on_warning(void *user_data, jb_log_level level, const char *message)
+{
+    (void)user_data, (void)level;
+    pthread_mutex_lock(&seen_mutex);
+    snprintf(warnings + strlen(warnings), sizeof warnings - strlen(warnings), "%s\n", message);
+    pthread_mutex_unlock(&seen_mutex);
+}
+
+static void on_event(void *user_data, const jb_cache_event *e)
+{
+    (void)user_data;
+    if (e->kind != JB_CACHE_EVENT_SEAL_VIOLATION)
+        return;
+    pthread_mutex_lock(&seen_mutex);
+    violations++;
+    violation_status = e->status;
+    snprintf(violation_name, sizeof violation_name, "%s", e->name);
+    pthread_mutex_unlock(&seen_mutex);
+}
+
+static void seen_clear(void)
+{
+    pthread_mutex_lock(&seen_mutex);
+    warnings[0] = violation_name[0] = '\0';
+    violations = 0;
+    violation_status = -1;
+    pthread_mutex_unlock(&seen_mutex);
+}
+
+static int occurrences(const char *haystack, const char *needle)
+{
+    int n = 0;
+    for (const char *p = haystack; (p = strstr(p, needle)); p += strlen(needle))
+        n++;
+    return n;
+}
+
+static bool disk_on(void)
+{
+    return strncmp(jb_disk_cache_state(), "on", 2) == 0;
+}
+
+/* Runs this program again as `mode` with JITBRIDGE_SEAL=`seal`; its exit status. */
+static int run_child(const char *mode, const char *seal)
+{
+    char self[4096], salt_text[32];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    self[n > 0 ? n : 0] = '\0';
+    snprintf(salt_text, sizeof salt_text, "%u", salt);
+    pid_t pid = fork();
+    if (pid == 0) {
+        setenv("JITBRIDGE_SEAL", seal, 1);
+        execl(self, self, mode, salt_text, (char *)NULL);
+        _exit(127);
+    }
+    int ws = 0;
+    return pid > 0 && waitpid(pid, &ws, 0) == pid && WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
+}
+
+/* JITBRIDGE_SEAL=error in a new process: the folder's module loads, a new kernel is refused. */
+static int sealed_child(jb_device *dev)
+{
+    CHECK(jb_seal_mode_get() == JB_SEAL_ERROR, "JITBRIDGE_SEAL=error read as %d",
+          jb_seal_mode_get());
+    jb_source_module *m = source_module();
+    CHECK_OK(launch_module(m, dev));
+    jb_custom_kernel *k = kernel("seal_child_new", "out[thread_index()] = %u.5f;");
+    CHECK(launch(k, dev) == JB_ERR_SEALED, "a new kernel in a sealed child: %s",
+          jb_last_error_message());
+    jb_counters c;
+    CHECK_OK(jb_counters_get(&c, sizeof c));
+    CHECK(c.disk_hits == 1 && c.builds == 0 && c.sealed_refusals == 1,
+          "disk hits %llu builds %llu refusals %llu", (unsigned long long)c.disk_hits,
+          (unsigned long long)c.builds, (unsigned long long)c.sealed_refusals);
+    jb_custom_kernel_free(k);
+    jb_source_module_free(m);
+    return check_failed ? 1 : 0;
+}
+
+/* JITBRIDGE_SEAL=<not a mode>: one warning, not sealed. */
+static int bad_value_child(void)
+{
+    CHECK_OK(jb_set_log_callback(on_warning, NULL));
+    CHECK(jb_seal_mode_get() == JB_SEAL_OFF, "a bad JITBRIDGE_SEAL sealed: %d",
+          jb_seal_mode_get());
+    jb_seal_mode_get();
+    CHECK(occurrences(warnings, "JITBRIDGE_SEAL=sideways is not warn, error or off") == 1,
+          "warnings: %s", warnings);
+    CHECK_OK(jb_set_log_callback(NULL, NULL));
+    return check_failed ? 1 : 0;
+}
+
+static int warn_child(void)
+{
+    CHECK(jb_seal_mode_get() == JB_SEAL_WARN, "JITBRIDGE_SEAL=WARN read as %d",
+          jb_seal_mode_get());
+    return check_failed ? 1 : 0;
+}
+
+static void sealed_to_refuse(jb_device *dev, jb_custom_kernel *warm)
+{
+    jb_custom_kernel *fresh = kernel("seal_fresh", "out[thread_index()] = %u.25f;");
+    jb_counters before, after;
+    CHECK_OK(jb_counters_get(&before, sizeof before));
+    CHECK_OK(jb_seal(JB_SEAL_ERROR));
+    CHECK(jb_seal_mode_get() == JB_SEAL_ERROR, "mode %d", jb_seal_mode_get());
+    reset_compiler_runs();
+    seen_clear();
+    CHECK_OK(launch(warm, dev)); /* in memory: loads */
+    for (int attempt = 0; attempt < 2; attempt++) {
+        CHECK(launch(fresh, dev) == JB_ERR_SEALED, "attempt %d: %s", attempt,
+              jb_last_error_message());
+        CHECK(jb_last_error_status() == JB_ERR_SEALED &&
+                  strstr(jb_last_error_message(), jb_custom_kernel_module_name(fresh)) != NULL,
+              "the refusal names the kernel: %s", jb_last_error_message());
+    }
+    CHECK(violations == 2 && violation_status == JB_ERR_SEALED &&
+              strcmp(violation_name, jb_custom_kernel_module_name(fresh)) == 0,
+          "%d violation events, status %d, name %s", violations, violation_status,
+          violation_name);
+    jb_array *in = f32_filled(dev, 8, 1.0f), *out = NULL;
+    CHECK(jb_jit_race_probe_array(&out, in, (int)(salt % 100000) + 7) == JB_ERR_SEALED,
+          "the probe compiled while sealed");
+    double ns = 0;
+    jb_custom_kernel *bench = kernel("seal_bench", "out[thread_index()] = %u.125f;");
+    CHECK(jb_bench_compile_only(&ns, bench, dev) == JB_ERR_SEALED,
+          "the bench's compile-only ran while sealed");
+    CHECK_OK(jb_counters_get(&after, sizeof after));
+    CHECK(after.sealed_refusals - before.sealed_refusals == 4,
+          "%llu refusals counted, want 4", (unsigned long long)(after.sealed_refusals - before.sealed_refusals));
+    CHECK(after.build_failures == before.build_failures && after.builds == before.builds,
+          "a refusal counted as a build or a failure");
+    if (disk_on())
+        CHECK(run_child("sealed-child", "error") == 0, "the JITBRIDGE_SEAL=error child failed");
+    CHECK(counted_runs(true) == 0, "the compiler compiled %d times while sealed",
+          counted_runs(true));
+    CHECK(compiler_runs() == (disk_on() ? 1 : 0), "%d runs: the sealed child's version query only",
+          compiler_runs());
+    jb_array_free(in);
+    jb_custom_kernel_free(bench);
+
+    /* Unsealed, the refused kernel compiles: nothing of the refusal was remembered. */
+    CHECK_OK(jb_seal(JB_SEAL_OFF));
+    CHECK_OK(launch(fresh, dev));
+    CHECK(compiler_runs() > 0, "unsealed, the compiler did not run");
+    jb_custom_kernel_free(fresh);
+}
+
+static void sealed_to_warn(jb_device *dev)
+{
+    jb_custom_kernel *fresh = kernel("seal_warned", "out[thread_index()] = %u.375f;");
+    jb_custom_kernel *broken = kernel("seal_broken", "out[thread_index()] = %u +;");
+    jb_counters before, after;
+    CHECK_OK(jb_counters_get(&before, sizeof before));
+    CHECK_OK(jb_seal(JB_SEAL_WARN));
+    reset_compiler_runs();
+    seen_clear();
+    CHECK_OK(launch(fresh, dev));
+    CHECK(compiler_runs() > 0, "warned, the compiler did not run");
+    const char *name = jb_custom_kernel_module_name(fresh);
+    CHECK(occurrences(warnings, name) == 1 && strstr(warnings, "sealed") != NULL,
+          "one warning naming %s: %s", name, warnings);
+    CHECK(violations == 1 && violation_status == JB_OK && strcmp(violation_name, name) == 0,
+          "%d events, status %d", violations, violation_status);
+    /* A kernel that fails to compile is tried again each time, and warned about once. */
+    CHECK(launch(broken, dev) == JB_ERR_COMPILE, "broken");
+    CHECK(launch(broken, dev) == JB_ERR_COMPILE, "broken, again");
+    CHECK(occurrences(warnings, jb_custom_kernel_module_name(broken)) == 1,
+          "once per kernel: %s", warnings);
+    CHECK_OK(jb_counters_get(&after, sizeof after));
+    CHECK(after.sealed_warnings - before.sealed_warnings == 2 &&
+              after.sealed_refusals == before.sealed_refusals,
+          "warnings %llu", (unsigned long long)(after.sealed_warnings - before.sealed_warnings));
+    CHECK(jb_seal((jb_seal_mode)7) == JB_ERR_INVALID_ARGUMENT && jb_seal_mode_get() == JB_SEAL_WARN,
+          "a bad mode is refused and changes nothing");
+    CHECK_OK(jb_seal(JB_SEAL_OFF));
+    seen_clear();
+    jb_custom_kernel *later = kernel("seal_later", "out[thread_index()] = %u.4375f;");
+    CHECK_OK(launch(later, dev));
+    CHECK(warnings[0] == '\0' && violations == 0, "unsealed, still warned: %s", warnings);
+    jb_custom_kernel_free(later);
+    jb_custom_kernel_free(fresh);
+    jb_custom_kernel_free(broken);
+}
+
+int main(int argc, char **argv)
+{
+    alarm(300);
+    if (argc == 3) {
+        salt = (unsigned)strtoul(argv[2], NULL, 10);
+        jb_device *dev = test_device();
+        if (strcmp(argv[1], "sealed-child") == 0)
+            return dev ? sealed_child(dev) : 1;
+        if (strcmp(argv[1], "bad-value-child") == 0)
+            return bad_value_child();
+        if (strcmp(argv[1], "warn-child") == 0)
+            return warn_child();
+        return 2;
+    }
+    salt = (unsigned)getpid() ^ (unsigned)time(NULL);
+    install_counting_compiler(); /* before the library reads CC */
+    jb_device *dev = test_device();
+    if (!dev)
+        return check_summary("test_seal");
+    default_stream_first(dev);
+    CHECK(jb_seal_mode_get() == JB_SEAL_OFF, "sealed from the start: %d", jb_seal_mode_get());
+    CHECK(run_child("bad-value-child", "sideways") == 0, "the bad JITBRIDGE_SEAL child failed");
+    CHECK(run_child("warn-child", "WARN") == 0, "the JITBRIDGE_SEAL=WARN child failed");
+    CHECK_OK(jb_set_log_callback(on_warning, NULL));
+    CHECK_OK(jb_set_event_callback(on_event, NULL));
+    /* Warm-up: a kernel in memory and a module in the folder (for the sealed child). */
+    jb_custom_kernel *warm = kernel("seal_warm", "out[thread_index()] = %u.0f;");
+    CHECK_OK(launch(warm, dev));
+    jb_source_module *m = source_module();
+    CHECK_OK(launch_module(m, dev));
+    CHECK(compiler_runs() > 0, "the counting compiler did not run: %s", count_file);
+    sealed_to_refuse(dev, warm);
+    sealed_to_warn(dev);
+    CHECK_OK(jb_set_event_callback(NULL, NULL));
+    CHECK_OK(jb_set_log_callback(NULL, NULL));
+    jb_source_module_free(m);
+    jb_custom_kernel_free(warm);
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s", count_file);
+    unlink(count_file);
+    *strrchr(dir, '/') = '\0';
+    char script[4300];
+    snprintf(script, sizeof script, "%s/cc", dir);
+    unlink(script);
+    rmdir(dir);
+    return check_summary("test_seal");
+}
