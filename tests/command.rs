@@ -288,3 +288,25 @@ fn first_launch_child_salt_makes_a_new_source() {
     assert_eq!(extra.status.code(), Some(2), "a third argument is a usage error");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `info --json` is one JSON object a dashboard reads: the seal mode (JITBRIDGE_SEAL) and every
+/// counter by its field name, the slow path's among them.
+#[test]
+fn info_json_names_the_seal_and_every_counter() {
+    let mut command = jitbridge();
+    command.args(["info", "--json"]).env("JITBRIDGE_SEAL", "warn");
+    let output = finish(command, Duration::from_secs(120));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let text = stdout.trim();
+    assert!(text.starts_with('{') && text.ends_with('}') && text.lines().count() == 1, "{text}");
+    assert!(text.contains("\"seal\":\"warn\""), "{text}");
+    for (name, _) in jitbridge::Counters::default().fields() {
+        assert!(text.contains(&format!("\"{name}\":0")), "{name} missing: {text}");
+    }
+    let depth = text.chars().try_fold(0i32, |depth, c| {
+        let depth = depth + i32::from(c == '{' || c == '[') - i32::from(c == '}' || c == ']');
+        (depth >= 0).then_some(depth)
+    });
+    assert_eq!(depth, Some(0), "unbalanced: {text}");
+}

@@ -2,7 +2,7 @@
 //! protocol), and the latencies of hits and of new threads' first launches while other threads
 //! build.
 
-use super::{Context, fresh_variant};
+use super::{Context, fresh_variant, median};
 use crate::histogram::Histogram;
 use crate::rows::{H200, Row, Target, Unit, pretty_ns};
 use jitbridge::{
@@ -42,6 +42,26 @@ pub fn hit_lookups(context: &mut Context<'_>, rows: &mut Vec<Row>) -> Result<(),
             row
         });
     }
+    // The same hits at 16 threads with an event callback installed: memory hits are never
+    // events, so the hit path must not change. Alternated with runs without, so that drift
+    // falls on both alike.
+    let (mut without, mut with) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        without.push(lookup_ns(device, kernels, 16, lookups)?);
+        jitbridge::set_event_callback(|_| {})?;
+        let measured = lookup_ns(device, kernels, 16, lookups);
+        jitbridge::clear_event_callback()?;
+        with.push(measured?);
+    }
+    let row =
+        Row::new("1 hit lookup", "16 threads, event callback installed", median(with), Unit::Ns)
+            .against(median(without));
+    rows.push(row.target(Target {
+        max_value: None,
+        max_ratio: Some(1.05),
+        text: "within 1.05x of no callback",
+        set_for: H200,
+    }));
     Ok(())
 }
 
