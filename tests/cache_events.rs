@@ -76,6 +76,33 @@ fn a_build_is_seen_with_its_tag_and_memory_hits_are_not() {
     assert_eq!(jitbridge::thread_tag(), "");
 }
 
+/// On a GPU (none here: skipped; the H200 runs it), a build's events name the GPU, and a
+/// process sealed to refuse gets `Sealed` for a new kernel while a built one still launches.
+#[test]
+fn a_gpu_build_is_seen_and_sealed_too() {
+    let _serial = common::serial();
+    let Ok(gpu) = Device::gpu(0) else {
+        eprintln!("skipped: no GPU");
+        return;
+    };
+    let built = fresh_kernel("events_rust_gpu", salt() + 4.0);
+    let refused = fresh_kernel("events_rust_gpu_sealed", salt() + 5.0);
+    let seen = collect();
+    built.prepare(gpu).unwrap();
+    jitbridge::seal(jitbridge::SealMode::Error).unwrap();
+    let err = refused.prepare(gpu).unwrap_err();
+    built.prepare(gpu).expect("a built kernel launches sealed");
+    jitbridge::seal(jitbridge::SealMode::Off).unwrap();
+    jitbridge::clear_event_callback().unwrap();
+    assert_eq!(err.code(), ErrorCode::Sealed, "{err}");
+    let events = seen.lock().unwrap();
+    let kinds: Vec<CacheEventKind> = events.iter().map(|e| e.kind).collect();
+    assert_eq!(kinds[..2], [CacheEventKind::BuildStart, CacheEventKind::BuildEnd], "{kinds:?}");
+    assert_eq!(kinds.last(), Some(&CacheEventKind::SealViolation), "{kinds:?}");
+    assert!(events.iter().all(|e| e.device == Some(gpu)), "{events:?}");
+    eprintln!("gpu build: {:?}", events[1].duration);
+}
+
 #[test]
 fn a_failed_build_carries_its_code_and_log() {
     let _serial = common::serial();

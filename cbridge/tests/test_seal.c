@@ -5,6 +5,7 @@
  * build failure, while modules in memory and in the cache folder still load; sealed to warn, a
  * module compiles with one warning and one event per module; JITBRIDGE_SEAL is read at start.
  */
+#include "deadline.h"
 #include "helpers.h"
 #include "jitbridge_sys.h"
 
@@ -162,14 +163,14 @@ static int run_child(const char *mode, const char *seal)
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     self[n > 0 ? n : 0] = '\0';
     snprintf(salt_text, sizeof salt_text, "%u", salt);
-    pid_t pid = fork();
+    pid_t pid = fork_with_deadline(mode, 120);
     if (pid == 0) {
         setenv("JITBRIDGE_SEAL", seal, 1);
         execl(self, self, mode, salt_text, (char *)NULL);
         _exit(127);
     }
-    int ws = 0;
-    return pid > 0 && waitpid(pid, &ws, 0) == pid && WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
+    int ws = wait_child_with_deadline(pid, 125, mode);
+    return ws != -1 && WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
 }
 
 /* JITBRIDGE_SEAL=error in a new process: the folder's module loads, a new kernel is refused. */
@@ -300,7 +301,7 @@ static void sealed_to_warn(jb_device *dev)
 
 int main(int argc, char **argv)
 {
-    alarm(300);
+    alarm(getenv("JB_TEST_UNDER_VALGRIND") ? 1500 : 300); /* a deadlock fails, never hangs */
     if (argc == 3) {
         salt = (unsigned)strtoul(argv[2], NULL, 10);
         jb_device *dev = test_device();
