@@ -388,27 +388,6 @@ static void callback_calls_the_library(jb_device *dev)
 
 /* ---- fork ---- */
 
-/* Forks a child that runs `body` and answers through a pipe (under valgrind a forked child's
- * exit status also counts the parent's threads' blocks as lost): true when it answered yes. */
-static bool child_says_yes(const char *what, bool (*body)(void *), void *arg)
-{
-    int fds[2];
-    if (pipe(fds) != 0)
-        return false;
-    pid_t pid = fork_with_deadline(what, CHILD_S);
-    if (pid == 0) {
-        close(fds[0]);
-        char answer = body(arg) ? 'y' : 'n';
-        _exit(write(fds[1], &answer, 1) == 1 ? 0 : 1);
-    }
-    close(fds[1]);
-    char answer = 0;
-    ssize_t n = pid > 0 ? read(fds[0], &answer, 1) : 0; /* EOF if the child dies first */
-    close(fds[0]);
-    wait_child_with_deadline(pid, CHILD_S + 5, what);
-    return n == 1 && answer == 'y';
-}
-
 static jb_device *fork_device;
 static atomic_int forked_child_ok = -1;
 
@@ -424,7 +403,7 @@ static void fork_from_inside(void *user_data, const jb_cache_event *e)
     (void)user_data;
     if (e->kind == JB_CACHE_EVENT_BUILD_START)
         atomic_store(&forked_child_ok,
-                     child_says_yes("a fork inside the callback", child_builds, "ev_child"));
+                     child_says_yes("a fork inside the callback", CHILD_S, child_builds, "ev_child"));
 }
 
 static void callback_forks(jb_device *dev)
@@ -483,13 +462,14 @@ static void fork_while_a_call_is_parked(void)
     pthread_create(&raiser, NULL, raise_one, NULL);
     while (!atomic_load(&parked))
         nanosleep(&(struct timespec){.tv_nsec = 100000}, NULL);
-    CHECK(child_says_yes("the child of a parked call", child_replaces, "ev_child_parked"),
+    CHECK(child_says_yes("the child of a parked call", CHILD_S, child_replaces, "ev_child_parked"),
           "the child of a parked call could not replace the callback and build");
     /* Now a replacement waits for the parked call too. */
     pthread_create(&replacer, NULL, replace, NULL);
     nanosleep(&(struct timespec){.tv_nsec = 20000000}, NULL);
     CHECK(!atomic_load(&replaced), "the replacement did not wait for the call in progress");
-    CHECK(child_says_yes("the child of a waiting replacement", child_replaces, "ev_child_waiting"),
+    CHECK(child_says_yes("the child of a waiting replacement", CHILD_S, child_replaces,
+                         "ev_child_waiting"),
           "the child of a waiting replacement could not replace the callback and build");
     atomic_store(&release_parked, 1);
     pthread_join(raiser, NULL);
