@@ -44,6 +44,11 @@ pub struct jb_source_module_spec {
     pub num_defines: usize,
     pub dtypes: c_int,
     pub signatures: *const jb_entry_signature,
+    pub compiler_options: *const *const c_char,
+    pub num_compiler_options: usize,
+    pub include_dirs: *const *const c_char,
+    pub num_include_dirs: usize,
+    pub target_arch: *const c_char,
 }
 
 #[repr(C)]
@@ -136,6 +141,11 @@ pub struct jb_kernel_spec {
     pub defines: *const *const c_char,
     pub num_defines: usize,
     pub output_inits: *const jb_scalar,
+    pub compiler_options: *const *const c_char,
+    pub num_compiler_options: usize,
+    pub include_dirs: *const *const c_char,
+    pub num_include_dirs: usize,
+    pub target_arch: *const c_char,
 }
 
 #[repr(C)]

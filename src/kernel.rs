@@ -53,6 +53,19 @@ pub struct CompileOptions<'a> {
     pub bounds_checks: bool,
     /// `"NAME"` or `"NAME=VALUE"`: `#define` lines at the top of the source.
     pub defines: &'a [&'a str],
+    /// More options for the backend's compiler (`$CC`; NVRTC or hiprtc), each one argument
+    /// starting with `-`, passed as it is, never through a shell. An option that moves the
+    /// output, runs or links something, or has its own field (`-o`, `-c`, `-B`, `-fplugin`,
+    /// `-l`, `-D`: `defines`, `-I`: `include_dirs`, `-march`: `target_arch`, ...) is refused.
+    /// Refused, with `include_dirs`, in a setuid program.
+    pub compiler_options: &'a [&'a str],
+    /// Absolute folders searched for `#include`, each (and every folder above it) writable by
+    /// this user and root alone. With include folders the compiled code is never kept on disk:
+    /// the key cannot hold their headers' contents.
+    pub include_dirs: &'a [&'a str],
+    /// The architecture to compile for instead of the device's: GPUs `"sm_90"`,
+    /// `"compute_90"`, `"gfx90a"`; the cpu `-march`'s value (`"native"`, `"x86-64-v3"`).
+    pub target_arch: Option<&'a str>,
 }
 
 impl CompileOptions<'_> {
@@ -60,6 +73,40 @@ impl CompileOptions<'_> {
         (if self.fast_math { ffi::JB_COMPILE_FAST_MATH } else { 0 })
             | (if self.line_info { ffi::JB_COMPILE_LINE_INFO } else { 0 })
             | if self.bounds_checks { ffi::JB_COMPILE_BOUNDS_CHECKS } else { 0 }
+    }
+
+    /// The strings as the C specs take them.
+    pub(crate) fn c_strings(&self) -> Result<COptions, Error> {
+        let all = |what: &str, items: &[&str]| -> Result<Vec<CString>, Error> {
+            items.iter().map(|s| c_string(what, s)).collect()
+        };
+        let defines = all("define", self.defines)?;
+        let compiler_options = all("compiler option", self.compiler_options)?;
+        let include_dirs = all("include folder", self.include_dirs)?;
+        let target_arch = self.target_arch.map(|a| c_string("target_arch", a)).transpose()?;
+        Ok(COptions {
+            define_ptrs: defines.iter().map(|s| s.as_ptr()).collect(),
+            option_ptrs: compiler_options.iter().map(|s| s.as_ptr()).collect(),
+            include_ptrs: include_dirs.iter().map(|s| s.as_ptr()).collect(),
+            _strings: [defines, compiler_options, include_dirs],
+            target_arch,
+        })
+    }
+}
+
+/// Compile options' strings for a C spec; the pointers point into `_strings`, whose heap
+/// buffers stay put when this value moves.
+pub(crate) struct COptions {
+    pub(crate) define_ptrs: Vec<*const std::os::raw::c_char>,
+    pub(crate) option_ptrs: Vec<*const std::os::raw::c_char>,
+    pub(crate) include_ptrs: Vec<*const std::os::raw::c_char>,
+    _strings: [Vec<CString>; 3],
+    target_arch: Option<CString>,
+}
+
+impl COptions {
+    pub(crate) fn target_arch(&self) -> *const std::os::raw::c_char {
+        self.target_arch.as_ref().map_or(std::ptr::null(), |a| a.as_ptr())
     }
 }
 
@@ -240,16 +287,10 @@ impl CustomKernel {
             .iter()
             .map(|(n, _)| c_string("parameter name", n))
             .collect::<Result<Vec<_>, _>>()?;
-        let defines = spec
-            .options
-            .defines
-            .iter()
-            .map(|d| c_string("define", d))
-            .collect::<Result<Vec<_>, _>>()?;
+        let options = spec.options.c_strings()?;
         let input_ptrs: Vec<_> = input_names.iter().map(|s| s.as_ptr()).collect();
         let output_ptrs: Vec<_> = output_names.iter().map(|s| s.as_ptr()).collect();
         let scalar_ptrs: Vec<_> = scalar_names.iter().map(|s| s.as_ptr()).collect();
-        let define_ptrs: Vec<_> = defines.iter().map(|s| s.as_ptr()).collect();
         let input_dtypes: Vec<c_int> = spec.inputs.iter().map(|(_, d)| d.raw()).collect();
         let output_dtypes: Vec<c_int> = spec.outputs.iter().map(|(_, d)| d.raw()).collect();
         let scalar_dtypes: Vec<c_int> = spec.scalars.iter().map(|(_, d)| d.raw()).collect();
@@ -290,9 +331,14 @@ impl CustomKernel {
             params: params.as_ptr(),
             num_params: params.len(),
             compile_flags,
-            defines: define_ptrs.as_ptr(),
-            num_defines: define_ptrs.len(),
+            defines: options.define_ptrs.as_ptr(),
+            num_defines: options.define_ptrs.len(),
             output_inits: output_inits.as_ref().map_or(std::ptr::null(), |v| v.as_ptr()),
+            compiler_options: options.option_ptrs.as_ptr(),
+            num_compiler_options: options.option_ptrs.len(),
+            include_dirs: options.include_ptrs.as_ptr(),
+            num_include_dirs: options.include_ptrs.len(),
+            target_arch: options.target_arch(),
         };
         let mut raw = std::ptr::null_mut();
         // SAFETY: every pointer in `raw_spec` lives until this call returns; the library copies.

@@ -140,12 +140,7 @@ impl SourceModule {
             .iter()
             .map(|e| c_string("entry name", e))
             .collect::<Result<Vec<_>, _>>()?;
-        let defines = spec
-            .options
-            .defines
-            .iter()
-            .map(|d| c_string("define", d))
-            .collect::<Result<Vec<_>, _>>()?;
+        let options = spec.options.c_strings()?;
         let entry_ptrs: Vec<_> = entries.iter().map(|s| s.as_ptr()).collect();
         let decls = declarations(spec, signatures)?;
         let c_signatures: Vec<ffi::jb_entry_signature> = decls
@@ -156,7 +151,6 @@ impl SourceModule {
                 num_args: d.as_ref().map_or(0, |a| a.len()),
             })
             .collect();
-        let define_ptrs: Vec<_> = defines.iter().map(|s| s.as_ptr()).collect();
         let raw_spec = ffi::jb_source_module_spec {
             struct_size: std::mem::size_of::<ffi::jb_source_module_spec>(),
             name: name.as_ptr(),
@@ -165,14 +159,19 @@ impl SourceModule {
             entry_names: entry_ptrs.as_ptr(),
             num_entries: entry_ptrs.len(),
             compile_flags: spec.options.flags(),
-            defines: define_ptrs.as_ptr(),
-            num_defines: define_ptrs.len(),
+            defines: options.define_ptrs.as_ptr(),
+            num_defines: options.define_ptrs.len(),
             dtypes: spec.dtypes as i32,
             signatures: if signatures.is_empty() {
                 std::ptr::null()
             } else {
                 c_signatures.as_ptr()
             },
+            compiler_options: options.option_ptrs.as_ptr(),
+            num_compiler_options: options.option_ptrs.len(),
+            include_dirs: options.include_ptrs.as_ptr(),
+            num_include_dirs: options.include_ptrs.len(),
+            target_arch: options.target_arch(),
         };
         let mut raw = std::ptr::null_mut();
         // SAFETY: every pointer lives until the call returns; the library copies.

@@ -212,14 +212,23 @@ fn options_change_the_key(device: Device) {
     let lines = with_options(CompileOptions { line_info: true, ..Default::default() }).unwrap();
     let defined =
         with_options(CompileOptions { defines: &["OFFSET=2.5f"], ..Default::default() }).unwrap();
-    let names = [&plain, &fast, &lines, &defined].map(|k| k.module_name());
+    // An option the device's compiler takes, and its own architecture named as a target.
+    let cpu = device.kind() == jitbridge::DeviceKind::Cpu;
+    let option = if cpu { "-funsigned-char" } else { "--ftz=true" };
+    let optioned =
+        with_options(CompileOptions { compiler_options: &[option], ..Default::default() }).unwrap();
+    let arch = if cpu { "native".to_string() } else { device.arch() };
+    let targeted =
+        with_options(CompileOptions { target_arch: Some(&arch), ..Default::default() }).unwrap();
+    let names = [&plain, &fast, &lines, &defined, &optioned, &targeted].map(|k| k.module_name());
     for i in 0..names.len() {
         for j in 0..i {
             assert_ne!(names[i], names[j], "two option sets share a module");
         }
     }
     let x = Array::arange(device, 8, DType::F32).unwrap();
-    for (kernel, offset) in [(&plain, 0.0), (&fast, 0.0), (&lines, 0.0), (&defined, 2.5)] {
+    let all = [(&plain, 0.0), (&fast, 0.0), (&lines, 0.0), (&defined, 2.5), (&optioned, 0.0)];
+    for (kernel, offset) in all.into_iter().chain([(&targeted, 0.0)]) {
         let y = run(kernel, &[&x], &[], &[8], LaunchShape::Threads(8), None).unwrap();
         let want: Vec<f32> = (0..8).map(|i| i as f32 + offset).collect();
         assert_eq!(y[0].to_vec::<f32>().unwrap(), want);
@@ -229,6 +238,18 @@ fn options_change_the_key(device: Device) {
         let err =
             with_options(CompileOptions { defines: &defines, ..Default::default() }).unwrap_err();
         assert_eq!(err.code(), ErrorCode::InvalidArgument, "define {bad:?}: {err}");
+    }
+    for bad in ["-o/tmp/x", "-Bprefix", "-DX=1", "-Irelative", "no-dash"] {
+        let options = [bad];
+        let err = with_options(CompileOptions { compiler_options: &options, ..Default::default() })
+            .unwrap_err();
+        assert_eq!(err.code(), ErrorCode::InvalidArgument, "compiler option {bad:?}: {err}");
+    }
+    for bad in ["relative/include", "/definitely/not/a/folder"] {
+        let dirs = [bad];
+        let err =
+            with_options(CompileOptions { include_dirs: &dirs, ..Default::default() }).unwrap_err();
+        assert_eq!(err.code(), ErrorCode::InvalidArgument, "include folder {bad:?}: {err}");
     }
 }
 

@@ -422,6 +422,23 @@ typedef struct jb_kernel_spec {
      * the body runs (dtype the output's; JB_DTYPE_INVALID leaves that output uninitialised).
      * Without it a new output's elements hold whatever the memory held (not zeros). */
     const struct jb_scalar *output_inits;
+    /* Optional: the caller's own compiler options, each part of the kernel's identity.
+     * compiler_options: more options for the backend's compiler ($CC; NVRTC or hiprtc), each
+     * one argument starting with '-', passed as it is, never through a shell; an option that
+     * moves the output, runs or links something, or has its own field (-o, -c, -B, -fplugin,
+     * -l, -D: defines, -I: include_dirs, -march: target_arch, ...) is refused.
+     * include_dirs: absolute folders searched for #include, each (with every folder above it)
+     * writable by this user and root alone; with include folders the compiled code is never
+     * kept on disk (the key cannot hold their headers' contents).
+     * target_arch: the architecture to compile for instead of the device's (GPUs: "sm_90",
+     * "compute_90", "gfx90a"; cpu: -march's value, "native", "x86-64-v3").
+     * Compiler options and include folders are refused in a setuid, setgid or capability-
+     * raised program: its caller must not choose what the compiler reads or runs. */
+    const char *const *compiler_options;
+    size_t num_compiler_options;
+    const char *const *include_dirs;
+    size_t num_include_dirs;
+    const char *target_arch;
 } jb_kernel_spec;
 
 #define JB_KERNEL_SPEC_INIT {.struct_size = sizeof(jb_kernel_spec)}
@@ -595,6 +612,23 @@ typedef struct jb_source_module_spec {
     size_t num_defines;
     int dtypes;                     /* non-zero: the dtype declarations come first */
     const jb_entry_signature *signatures; /* NULL, or one per entry (see above) */
+    /* Optional: the caller's own compiler options, each part of the module's identity.
+     * compiler_options: more options for the backend's compiler ($CC; NVRTC or hiprtc), each
+     * one argument starting with '-', passed as it is, never through a shell; an option that
+     * moves the output, runs or links something, or has its own field (-o, -c, -B, -fplugin,
+     * -l, -D: defines, -I: include_dirs, -march: target_arch, ...) is refused.
+     * include_dirs: absolute folders searched for #include, each (with every folder above it)
+     * writable by this user and root alone; with include folders the compiled code is never
+     * kept on disk (the key cannot hold their headers' contents).
+     * target_arch: the architecture to compile for instead of the device's (GPUs: "sm_90",
+     * "compute_90", "gfx90a"; cpu: -march's value, "native", "x86-64-v3").
+     * Compiler options and include folders are refused in a setuid, setgid or capability-
+     * raised program: its caller must not choose what the compiler reads or runs. */
+    const char *const *compiler_options;
+    size_t num_compiler_options;
+    const char *const *include_dirs;
+    size_t num_include_dirs;
+    const char *target_arch;
 } jb_source_module_spec;
 
 #define JB_SOURCE_MODULE_SPEC_INIT {.struct_size = sizeof(jb_source_module_spec)}

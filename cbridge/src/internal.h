@@ -292,6 +292,25 @@ typedef struct jb_launch_args {
     bool raw;
 } jb_launch_args;
 
+/* How a module is compiled: its JB_COMPILE_* flags and its caller's own compiler options
+ * (compile_options.c), copied and checked; every array NULL when empty. */
+typedef struct jb_compile_options {
+    unsigned flags;
+    const char *const *extra; /* more options for the backend's compiler, one argument each */
+    size_t num_extra;
+    const char *const *include_dirs; /* absolute folders, each searched for #include */
+    size_t num_include_dirs;
+    const char *target_arch; /* NULL: the device's */
+} jb_compile_options;
+/* Checks the options a caller gave (not the flags: jb__compile_options_check); `owner` names
+ * the kernel or module. */
+int jb__compiler_options_check(const char *owner, const jb_compile_options *options);
+/* Copies `options` (the strings too) into *out; jb__compile_options_free lets them go. */
+int jb__compile_options_copy(jb_compile_options *out, const jb_compile_options *options);
+void jb__compile_options_free(jb_compile_options *options);
+/* "compile flags F; options ...; include ...; target ..." for a source's first line. */
+void jb__compile_options_describe(jb_strbuf *sb, const jb_compile_options *options);
+
 /* The language a backend compiles; a custom kernel's source is generated once per dialect. */
 typedef enum jb_source_dialect {
     JB_DIALECT_C,    /* C11, the cpu backend */
@@ -310,10 +329,10 @@ struct jb_backend {
     jb_source_dialect dialect;
     /* Names the compiler, its version and its options: part of every disk cache key. */
     int (*compiler_identity)(jb_device *dev, char *out, size_t len);
-    /* Compiles `source` for the device with the JB_COMPILE_* `flags`; on failure returns
+    /* Compiles `source` for the device with `options` (checked already); on failure returns
      * JB_ERR_COMPILE with the log. */
-    int (*compile)(jb_device *dev, const char *module_name, const char *source, unsigned flags,
-                   jb_blob *out);
+    int (*compile)(jb_device *dev, const char *module_name, const char *source,
+                   const jb_compile_options *options, jb_blob *out);
     int (*module_load)(jb_device *dev, const jb_blob *code, void **out_module);
     int (*module_function)(jb_device *dev, void *module, const char *name, void **out_fn);
     int (*stream_create)(jb_device *dev, void **out_stream);
@@ -764,10 +783,11 @@ int jb__kernel_configured_for(jb_kernel_entry *kernel, jb_kernel_state *state,
 int jb__kernel_configured(jb_kernel_entry *kernel, jb_configure_hook hook, void *user_data,
                           jb_kernel_config *out_config, void **out_fn);
 /* Builds a module from `source` (disk cache, else compiler; see module.c); a jb_module_builder
- * calls it under the cache's write lock. `use_disk_cache` false: always compile. */
+ * calls it under the cache's write lock. `use_disk_cache` false: always compile (and so does a
+ * module with include folders: the key cannot hold their headers' contents). */
 int jb__module_build(jb_device *dev, const char *module_name, const char *source,
-                     unsigned flags, const char *const *kernel_names, size_t num_kernels,
-                     bool use_disk_cache, jb_module **out, bool *from_disk);
+                     const jb_compile_options *options, const char *const *kernel_names,
+                     size_t num_kernels, bool use_disk_cache, jb_module **out, bool *from_disk);
 
 /* ---- failure memory (build_failures.c): a source the compiler rejected is not compiled again.
  * jb__module_build calls them in this order, under the cache's write lock. ---- */
@@ -801,7 +821,7 @@ struct jb_custom_kernel {
     size_t num_scalars;
     char **scalar_names;
     jb_dtype *scalar_dtypes;
-    unsigned compile_flags;
+    jb_compile_options options; /* flags and the caller's compiler options (owned) */
     char *sources[JB_DIALECT_COUNT];
     jb_configure_hook configure;
     void *configure_user_data;

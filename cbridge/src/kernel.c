@@ -36,6 +36,7 @@ void jb_custom_kernel_free(jb_custom_kernel *kernel)
         free(kernel->checked_names[i]);
     free(kernel->checked_names);
     free(kernel->output_inits);
+    jb__compile_options_free(&kernel->options);
     free(kernel->name);
     free(kernel->module_name);
     for (int d = 0; d < JB_DIALECT_COUNT; d++)
@@ -140,8 +141,15 @@ jb_status jb_custom_kernel_new(jb_custom_kernel **out, const jb_kernel_spec *cal
     k->num_inputs = spec->num_inputs;
     k->num_outputs = spec->num_outputs;
     k->num_scalars = spec->num_scalars;
-    k->compile_flags = spec->compile_flags | (bounds_checks_for_all ? JB_COMPILE_BOUNDS_CHECKS : 0);
-    k->bounds_checked = k->compile_flags & JB_COMPILE_BOUNDS_CHECKS;
+    const jb_compile_options requested = {
+        spec->compile_flags | (bounds_checks_for_all ? JB_COMPILE_BOUNDS_CHECKS : 0),
+        spec->compiler_options, spec->num_compiler_options, spec->include_dirs,
+        spec->num_include_dirs, spec->target_arch};
+    if (jb__compile_options_copy(&k->options, &requested) != JB_OK) {
+        free(k);
+        return JB_ERR_OUT_OF_MEMORY;
+    }
+    k->bounds_checked = k->options.flags & JB_COMPILE_BOUNDS_CHECKS;
     k->configure = spec->configure;
     k->configure_user_data = spec->configure_user_data;
     k->disk_cacheable = true;
@@ -192,8 +200,8 @@ static int build_custom_module(void *ctx, jb_device *dev, const char *module_nam
 {
     jb_custom_kernel *k = ctx;
     const char *names[] = {k->name};
-    return jb__module_build(dev, module_name, k->sources[dev->backend->dialect],
-                            k->compile_flags, names, 1, k->disk_cacheable, out, from_disk);
+    return jb__module_build(dev, module_name, k->sources[dev->backend->dialect], &k->options,
+                            names, 1, k->disk_cacheable, out, from_disk);
 }
 
 int jb__resolve_launch_shape(const jb_launch_shape *shape, const jb_kernel_config *config,

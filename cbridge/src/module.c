@@ -242,12 +242,12 @@ static bool save_source(jb_device *dev, const char *module_name, const char *sou
  * loader refuses is evicted), else with the compiler, whose code is then stored for the next
  * process. Runs under the module cache's write lock; any producer of kernels may use it. */
 int jb__module_build(jb_device *dev, const char *module_name, const char *source,
-                     unsigned flags, const char *const *kernel_names, size_t num_kernels,
-                     bool use_disk_cache, jb_module **out, bool *from_disk)
+                     const jb_compile_options *options, const char *const *kernel_names,
+                     size_t num_kernels, bool use_disk_cache, jb_module **out, bool *from_disk)
 {
     jb_disk_key key = {0};
-    bool use_disk =
-        use_disk_cache && jb__disk_cache_usable() && jb__disk_key(dev, source, &key) == JB_OK;
+    bool use_disk = use_disk_cache && !options->num_include_dirs && jb__disk_cache_usable() &&
+                    jb__disk_key(dev, source, &key) == JB_OK;
     if (use_disk)
         jb__event_build_content_key(key.file);
     jb_blob code = {0};
@@ -277,7 +277,7 @@ int jb__module_build(jb_device *dev, const char *module_name, const char *source
     jb__event_raise(JB_CACHE_EVENT_BUILD_START, 0, JB_OK, NULL);
     uint64_t build_start = start = jb__now_ns();
     jb__build_failure_start();
-    status = dev->backend->compile(dev, module_name, source, flags, &code);
+    status = dev->backend->compile(dev, module_name, source, options, &code);
     jb__build_steps.compile_ns = jb__now_ns() - start;
     if (status == JB_ERR_COMPILE) {
         if (is_saved)

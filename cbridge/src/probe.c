@@ -168,7 +168,7 @@ jb_status jb_bench_compile_only(double *out_ns, jb_custom_kernel *kernel, jb_dev
     uint64_t start = jb__now_ns();
     int status = device->backend->compile(device, kernel->module_name,
                                           kernel->sources[device->backend->dialect],
-                                          kernel->compile_flags, &code);
+                                          &kernel->options, &code);
     *out_ns = (double)(jb__now_ns() - start);
     free(code.data);
     return status;

@@ -17,8 +17,8 @@ int jb__cpu_private_write(char *out, size_t len, const char *stem, const char *e
 
 /* ---- the compiler (cpu_compiler.c) ---- */
 int jb__cpu_compiler_identity(jb_device *dev, char *out, size_t len);
-int jb__cpu_compile(jb_device *dev, const char *module_name, const char *source, unsigned flags,
-                    jb_blob *out);
+int jb__cpu_compile(jb_device *dev, const char *module_name, const char *source,
+                    const jb_compile_options *options, jb_blob *out);
 int jb__cpu_module_load(jb_device *dev, const jb_blob *code, void **out_module);
 int jb__cpu_module_function(jb_device *dev, void *module, const char *name, void **out_fn);
 

@@ -190,23 +190,64 @@ static int compile_failed(const jb_child *c, const char *module_name)
                              module_name, compiler_line, WEXITSTATUS(ws));
 }
 
-int jb__cpu_compile(jb_device *dev, const char *module_name, const char *source, unsigned flags,
-                    jb_blob *out)
+/* The compiler's arguments after its own words: the fixed flags, the kernel's options, then
+ * its files. The option strings made here (-I..., -march=...) are in `made`, freed by the
+ * caller with `tail`; NULL on no memory. */
+static char **compile_tail(const jb_compile_options *o, char *obj, char *src, char ***made)
+{
+    size_t most = NUM_FLAGS + 2 + o->num_extra + o->num_include_dirs + 1 + 4 + 1;
+    char **tail = calloc(most, sizeof *tail);
+    *made = calloc(o->num_include_dirs + 2, sizeof **made);
+    if (!tail || !*made) {
+        free(tail);
+        free(*made);
+        *made = NULL;
+        return NULL;
+    }
+    memcpy(tail, compile_flags, sizeof compile_flags);
+    size_t used = NUM_FLAGS, n = 0;
+    if (o->flags & JB_COMPILE_FAST_MATH)
+        tail[used++] = "-ffast-math";
+    if (o->flags & JB_COMPILE_LINE_INFO)
+        tail[used++] = "-g";
+    for (size_t i = 0; i < o->num_extra; i++)
+        tail[used++] = (char *)o->extra[i]; /* each one argument: no shell splits it */
+    bool ok = true;
+    for (size_t i = 0; ok && i < o->num_include_dirs; i++) {
+        size_t len = strlen(o->include_dirs[i]) + 3;
+        ok = ((*made)[n] = malloc(len)) != NULL;
+        if (ok)
+            snprintf((*made)[n], len, "-I%s", o->include_dirs[i]), tail[used++] = (*made)[n++];
+    }
+    if (ok && o->target_arch) {
+        size_t len = strlen(o->target_arch) + 8;
+        ok = ((*made)[n] = malloc(len)) != NULL;
+        if (ok)
+            snprintf((*made)[n], len, "-march=%s", o->target_arch), tail[used++] = (*made)[n++];
+    }
+    char *files[] = {"-o", obj, src, "-lm"};
+    memcpy(tail + used, files, sizeof files);
+    if (!ok) {
+        for (size_t i = 0; i < n; i++)
+            free((*made)[i]);
+        free(*made), *made = NULL;
+        free(tail);
+        return NULL;
+    }
+    return tail;
+}
+
+int jb__cpu_compile(jb_device *dev, const char *module_name, const char *source,
+                    const jb_compile_options *options, jb_blob *out)
 {
     (void)dev;
     char src[4200], obj[4200];
     JB_FORWARD_IF_ERROR(jb__cpu_private_write(src, sizeof src, "kernel", ".c", source,
                                               strlen(source)));
     int status = jb__cpu_private_path(obj, sizeof obj, "kernel", ".so");
-    char *tail[NUM_FLAGS + 7] = {0};
-    memcpy(tail, compile_flags, sizeof compile_flags);
-    size_t used = NUM_FLAGS;
-    if (flags & JB_COMPILE_FAST_MATH)
-        tail[used++] = "-ffast-math";
-    if (flags & JB_COMPILE_LINE_INFO)
-        tail[used++] = "-g";
-    char *files[] = {"-o", obj, src, "-lm"};
-    memcpy(tail + used, files, sizeof files);
+    char **made = NULL, **tail = compile_tail(options, obj, src, &made);
+    if (status == JB_OK && !tail)
+        status = jb__fail(JB_ERR_OUT_OF_MEMORY, "no memory for the compiler's arguments");
     char **argv = NULL, **envp = NULL;
     char folder[4200];
     if (status == JB_OK)
@@ -231,6 +272,10 @@ int jb__cpu_compile(jb_device *dev, const char *module_name, const char *source,
     }
     free(argv);
     free_environment(envp);
+    for (size_t i = 0; made && made[i]; i++)
+        free(made[i]);
+    free(made);
+    free(tail);
     unlink(src);
     unlink(obj);
     return status;

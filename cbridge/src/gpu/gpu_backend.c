@@ -131,21 +131,53 @@ static int gpu_compiler_identity(jb_device *dev, char *out, size_t len)
 }
 
 static int gpu_compile(jb_device *dev, const char *module_name, const char *source,
-                       unsigned flags, jb_blob *out)
+                       const jb_compile_options *o, jb_blob *out)
 {
+    /* The architecture, the flags, the caller's options, then -I per include folder (each
+     * one argument, checked already). */
+    size_t most = 3 + o->num_extra + o->num_include_dirs;
+    const char **options = calloc(most, sizeof *options);
+    char **includes = calloc(o->num_include_dirs + 1, sizeof *includes);
+    char arch_option[sizeof dev->arch + 96];
+    snprintf(arch_option, sizeof arch_option, "%s%s", JB_GPU_ARCH_OPTION,
+             o->target_arch ? o->target_arch : dev->arch);
+    bool ok = options && includes;
+    int num_options = 0;
+    if (ok) {
+        options[num_options++] = arch_option;
+        if (o->flags & JB_COMPILE_FAST_MATH)
+            options[num_options++] = JB_GPU_FAST_MATH_OPTION;
+        if (o->flags & JB_COMPILE_LINE_INFO)
+            options[num_options++] = JB_GPU_LINE_INFO_OPTION;
+        for (size_t i = 0; i < o->num_extra; i++)
+            options[num_options++] = o->extra[i];
+    }
+    for (size_t i = 0; ok && i < o->num_include_dirs; i++) {
+        size_t len = strlen(o->include_dirs[i]) + 3;
+        ok = (includes[i] = malloc(len)) != NULL;
+        if (ok) {
+            snprintf(includes[i], len, "-I%s", o->include_dirs[i]);
+            options[num_options++] = includes[i];
+        }
+    }
     nvrtcProgram program;
-    nvrtcResult r = JB_GPU(nvrtcCreateProgram)(&program, source, module_name, 0, NULL, NULL);
-    JB_RETURN_IF(r != NVRTC_SUCCESS, JB_ERR_COMPILE, "creating the program '%s' failed: %s",
-                 module_name, JB_GPU(nvrtcGetErrorString)(r));
-    char arch_option[sizeof dev->arch + 32];
-    snprintf(arch_option, sizeof arch_option, "%s%s", JB_GPU_ARCH_OPTION, dev->arch);
-    const char *options[3] = {arch_option};
-    int num_options = 1;
-    if (flags & JB_COMPILE_FAST_MATH)
-        options[num_options++] = JB_GPU_FAST_MATH_OPTION;
-    if (flags & JB_COMPILE_LINE_INFO)
-        options[num_options++] = JB_GPU_LINE_INFO_OPTION;
+    nvrtcResult r = ok ? JB_GPU(nvrtcCreateProgram)(&program, source, module_name, 0, NULL, NULL)
+                       : NVRTC_SUCCESS;
+    if (!ok || r != NVRTC_SUCCESS) {
+        for (size_t i = 0; includes && i < o->num_include_dirs; i++)
+            free(includes[i]);
+        free(includes);
+        free(options);
+        if (!ok)
+            return jb__fail(JB_ERR_OUT_OF_MEMORY, "no memory for the compiler's options");
+        return jb__fail(JB_ERR_COMPILE, "creating the program '%s' failed: %s", module_name,
+                        JB_GPU(nvrtcGetErrorString)(r));
+    }
     r = JB_GPU(nvrtcCompileProgram)(program, num_options, options);
+    for (size_t i = 0; i < o->num_include_dirs; i++)
+        free(includes[i]);
+    free(includes);
+    free(options);
     int status = JB_OK;
     if (r != NVRTC_SUCCESS) {
         size_t log_size = 0;
