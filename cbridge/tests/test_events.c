@@ -338,8 +338,9 @@ static void event_of_a_failed_build(jb_device *dev)
 
 typedef struct reentrant {
     jb_device *dev;
-    jb_custom_kernel *inner; /* launched (a miss, so a build) from inside the callback */
-    int calls, inner_status, set_status, seal_status, lookup_status;
+    jb_custom_kernel *inner;  /* launched (a miss, so a build) from inside the callback */
+    jb_custom_kernel *sealed; /* launched from inside while the callback has sealed */
+    int calls, inner_status, sealed_status, set_status, seal_status, lookup_status;
 } reentrant;
 
 static void launch_from_inside(void *user_data, const jb_cache_event *e)
@@ -351,13 +352,17 @@ static void launch_from_inside(void *user_data, const jb_cache_event *e)
     r->set_status = jb_set_event_callback(NULL, NULL);
     jb_device *nothing = NULL;
     r->lookup_status = jb_device_lookup(&nothing, "tpu:0"); /* sets this thread's error */
-    r->seal_status = jb_seal(JB_SEAL_OFF);
+    r->seal_status = jb_seal(JB_SEAL_ERROR);
+    r->sealed_status = launch_once(r->sealed, r->dev); /* its violation event: not delivered */
+    r->seal_status |= jb_seal(JB_SEAL_OFF);
     r->inner_status = launch_once(r->inner, r->dev);
 }
 
 static void callback_calls_the_library(jb_device *dev)
 {
-    reentrant r = {.dev = dev, .inner = unique_kernel("ev_inner", "out[thread_index()] = %u.5f;")};
+    reentrant r = {.dev = dev,
+                   .inner = unique_kernel("ev_inner", "out[thread_index()] = %u.5f;"),
+                   .sealed = unique_kernel("ev_sealed", "out[thread_index()] = %u.875f;")};
     jb_custom_kernel *outer = unique_kernel("ev_outer", "out[thread_index()] = %u.25f;");
     jb_custom_kernel *broken = unique_kernel("ev_broken", "out[thread_index()] = %u +;");
     jb_counters before, after;
@@ -365,6 +370,8 @@ static void callback_calls_the_library(jb_device *dev)
     CHECK_OK(jb_set_event_callback(launch_from_inside, &r));
     CHECK_OK(launch_once(outer, dev));
     CHECK(r.inner_status == JB_OK, "the callback's launch: %d", r.inner_status);
+    CHECK(r.sealed_status == JB_ERR_SEALED, "the callback sealed, then launched: %d",
+          r.sealed_status);
     CHECK(r.set_status == JB_ERR_INVALID_ARGUMENT, "replacing from inside: %d", r.set_status);
     CHECK(r.seal_status == JB_OK && r.lookup_status == JB_ERR_INVALID_ARGUMENT,
           "seal %d lookup %d", r.seal_status, r.lookup_status);
@@ -384,6 +391,7 @@ static void callback_calls_the_library(jb_device *dev)
     jb_custom_kernel_free(outer);
     jb_custom_kernel_free(broken);
     jb_custom_kernel_free(r.inner);
+    jb_custom_kernel_free(r.sealed);
 }
 
 /* ---- fork ---- */
