@@ -27,15 +27,17 @@ fn failed_build_inserts_nothing_and_retries_once_forgotten() {
         inputs: &[("x", DType::F32)],
         outputs: &[("y", DType::F32)],
         body: "y[thread_index()] = x[thread_index()] + JB_RETRY_VALUE;",
+        // An #include: so not bounds-checked (such a kernel refuses one), launched unchecked.
         header: Some(&header),
-        options: CompileOptions { bounds_checks: true, ..Default::default() },
         ..Default::default()
     })
     .unwrap();
     let x = Array::arange(cpu(), 4, DType::F32).unwrap();
+    // SAFETY: 4 threads, and the body reads x[i] and writes y[i] of 4 elements each.
+    let launch = || unsafe { kernel.launch_unchecked(&[&x], &[&[4]], LaunchShape::Threads(4)) };
 
     let before = Counters::read();
-    let err = kernel.launch(&[&x], &[&[4]], LaunchShape::Threads(4)).unwrap_err();
+    let err = launch().unwrap_err();
     assert_eq!(err.code(), ErrorCode::Compile, "{err}");
     assert!(err.message().contains("value.h"), "the compiler's log reaches the caller: {err}");
     let delta = Counters::read().since(&before);
@@ -43,10 +45,10 @@ fn failed_build_inserts_nothing_and_retries_once_forgotten() {
 
     std::fs::write(&header_path, "#define JB_RETRY_VALUE 10.0f\n").unwrap();
     // A rejection is remembered: the same error, without the compiler, until forgotten.
-    let again = kernel.launch(&[&x], &[&[4]], LaunchShape::Threads(4)).unwrap_err();
+    let again = launch().unwrap_err();
     assert_eq!(again.message(), err.message());
     jitbridge::forget_build_failures();
-    let y = kernel.launch(&[&x], &[&[4]], LaunchShape::Threads(4)).unwrap();
+    let y = launch().unwrap();
     assert_eq!(y[0].to_vec::<f32>().unwrap(), [10.0, 11.0, 12.0, 13.0]);
     assert_eq!(Counters::read().since(&before).builds, 1, "the same key built on retry");
     std::fs::remove_dir_all(&dir).unwrap();
