@@ -200,8 +200,15 @@ JB_API const char *jb_cpu_compiler(void);
 
 /* ---------------------------------------------------------------------------------------------
  * Streams. Work launched on one stream runs in launch order, asynchronously to the caller.
- * Every thread has a default stream per device, created on first use and destroyed when the
- * thread exits; a thread may install a stream of its own as that default.
+ * Every thread has a default stream per device, created on its first launch or copy there; a
+ * thread that only waits for and reads arrays makes none. A thread may install a stream of its
+ * own as that default.
+ *
+ * A thread's exit lets go of its default stream (and its installations) without waiting for the
+ * stream's work, and without hanging on a faulted device: a stream still busy stays with its
+ * device, its buffers held, and is destroyed once its work is done (seen by a later
+ * jb_device_trim, a new stream on the device, another thread's exit, or an allocation that no
+ * idle buffer serves).
  */
 typedef struct jb_stream jb_stream;
 /* On the cpu, each stream runs its work on a thread of its own, which has this name (top -H,
@@ -311,7 +318,9 @@ JB_API void jb_array_free(jb_array *array);
 /* Blocks until the work that produces the array is done (see "Arrays" above: now and then
  * it also waits for newer work on that stream). */
 JB_API jb_status jb_array_eval(jb_array *array);
-/* Waits for the array, then copies its contents to `dst` (`dst_bytes` must equal its size). */
+/* Waits for the array, then copies its contents to `dst` (`dst_bytes` must equal its size). Like
+ * jb_array_eval it needs no stream of the calling thread's: a thread that only waits for and
+ * reads results makes none. */
 JB_API jb_status jb_array_read(const jb_array *array, void *dst, size_t dst_bytes);
 JB_API jb_device *jb_array_device(const jb_array *array);
 /* The array's dtype; JB_DTYPE_INVALID for NULL. */

@@ -405,10 +405,7 @@ jb_status jb_array_read(const jb_array *array, void *dst, size_t dst_bytes)
     JB_FORWARD_IF_ERROR(jb_array_eval((jb_array *)array));
     if (dst_bytes == 0)
         return JB_OK;
-    jb_stream *stream;
-    JB_FORWARD_IF_ERROR(jb__current_stream(array->device, &stream));
-    return array->device->backend->memcpy_dtoh(array->device, stream->native, dst,
-                                               array->buffer->ptr, dst_bytes);
+    return array->device->backend->memcpy_dtoh(array->device, dst, array->buffer->ptr, dst_bytes);
 }
 
 jb_device *jb_array_device(const jb_array *array)

@@ -35,10 +35,6 @@ struct jb_bounds_report {
     char text[];
 };
 
-/* Streams for reading GPU records: one per device, made on first use, kept for the process. */
-static pthread_mutex_t read_streams_mutex = PTHREAD_MUTEX_INITIALIZER;
-static void *read_streams[JB_MAX_DEVICES];
-
 int jb__bounds_report_new(jb_custom_kernel *k, jb_stream *stream, jb_bounds_report **out,
                           jb_buffer **record)
 {
@@ -123,15 +119,8 @@ static int read_record(jb_bounds_report *r, bounds_record *out)
         memcpy(out, r->record->ptr, sizeof *out);
         return JB_OK;
     }
-    /* Not the caller's default stream: the read must not wait for the caller's later work. */
-    pthread_mutex_lock(&read_streams_mutex);
-    int status = read_streams[dev->index]
-                     ? JB_OK
-                     : dev->backend->stream_create(dev, &read_streams[dev->index]);
-    void *stream = read_streams[dev->index];
-    pthread_mutex_unlock(&read_streams_mutex);
-    JB_FORWARD_IF_ERROR(status);
-    return dev->backend->memcpy_dtoh(dev, stream, out, r->record->ptr, sizeof *out);
+    /* On no stream of the library's: the read does not wait for the caller's later work. */
+    return dev->backend->memcpy_dtoh(dev, out, r->record->ptr, sizeof *out);
 }
 
 static int report_violation(const jb_bounds_report *r)

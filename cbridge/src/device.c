@@ -174,6 +174,7 @@ void jb__devices_fork(jb_fork_phase phase)
                 jb__mutex_init_spinning(&s->holds_mutex);
             pthread_mutex_init(&dev->streams_mutex, NULL);
             atomic_store(&dev->walking_streams, false); /* its walker is the parent's */
+            atomic_store(&dev->retired_streams, 0);     /* the parent's, never idle here */
         }
     }
 }

@@ -140,8 +140,7 @@ static int hold_fired(jb_device *dev, const jb_hold *hold)
     }
 }
 
-/* 1 when the stream's work is all done, 0 while some runs, a negative status on a failure. */
-static int stream_idle(jb_stream *stream)
+int jb__stream_idle(jb_stream *stream)
 {
 #ifdef JB_TEST_HOOKS
     if (atomic_load(&test_query_fault))
@@ -202,7 +201,7 @@ static int holds_fired(jb_stream *stream, bool every, size_t *out)
     stream->holds_looked_seq = stream->holds_next_seq;
     *out = 0;
     if (every) {
-        int idle = stream_idle(stream);
+        int idle = jb__stream_idle(stream);
         if (idle < 0)
             return -idle;
         if (idle) {
@@ -290,15 +289,19 @@ static bool holds_buffer(jb_stream *stream, const jb_buffer *buffer)
     return false;
 }
 
-void jb__stream_release_if_idle(jb_stream *stream)
+int jb__stream_release_if_idle(jb_stream *stream)
 {
     pthread_mutex_lock(&stream->holds_mutex);
     uint64_t before = stream->holds_next_seq;
     size_t count = stream->holds_count;
     pthread_mutex_unlock(&stream->holds_mutex);
+    if (!count && !atomic_load_explicit(&stream->retired, memory_order_acquire))
+        return 0;
     /* Idle after `before` was read: the work of every hold added before it is done. */
-    if (count && stream_idle(stream) == 1)
+    int idle = jb__stream_idle(stream);
+    if (idle == 1 && count)
         release_holds(stream, RELEASE_WAITED, before);
+    return idle;
 }
 
 jb_event *jb__stream_newest_hold_event(jb_stream *stream, const jb_buffer *buffer)

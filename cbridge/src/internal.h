@@ -353,8 +353,9 @@ struct jb_backend {
     void (*mem_free)(jb_device *dev, void *ptr);
     /* Returns once `src` may be reused. */
     int (*memcpy_htod)(jb_device *dev, void *stream, void *dst, const void *src, size_t bytes);
-    /* Returns once `dst` holds the data (after the stream's earlier work). */
-    int (*memcpy_dtoh)(jb_device *dev, void *stream, void *dst, const void *src, size_t bytes);
+    /* Returns once `dst` holds the data; the caller waited for the work that writes `src`. On
+     * no stream of the library's: a thread that only reads makes none. */
+    int (*memcpy_dtoh)(jb_device *dev, void *dst, const void *src, size_t bytes);
     /* Fills `count` elements of `pattern_bytes` (1, 2, 4 or 8) at `dst` with `pattern`, before
      * the stream's later work; `dst` is a buffer no queued work uses. */
     int (*fill)(jb_device *dev, void *stream, void *dst, size_t count, const void *pattern,
@@ -419,6 +420,7 @@ struct jb_device {
     pthread_mutex_t streams_mutex;
     struct jb_stream *streams;
     atomic_bool walking_streams; /* an allocation lets go of idle streams' holds (stream.c) */
+    atomic_uint retired_streams; /* streams left to the device by exiting threads */
 };
 
 /* ---- events (event_pool.c; their states, event_state.c) ---- */
@@ -484,6 +486,9 @@ struct jb_stream {
      * event with newer work queued behind it, which a late record makes it wait for too. */
     uint64_t eager_until_seq;
     uint64_t unheld_work_seq; /* holds_next_seq when work without a hold was last queued */
+    /* Its last reference went at a thread's exit while its work ran: the device keeps it, with
+     * that one reference, until a walk of the device's streams finds it idle (stream.c). */
+    atomic_bool retired;
     jb_stream *device_prev, *device_next; /* the device's streams, under its streams_mutex */
 };
 /* The calling thread's default stream for `dev`, created on first use. */
@@ -494,6 +499,9 @@ int jb__stream_check_process(const jb_stream *stream, const char *what);
 void jb__stream_retain(jb_stream *stream);
 /* Drops a reference; the last one waits for the stream's work and destroys it. */
 void jb__stream_release(jb_stream *stream);
+/* Drops a reference without waiting: the last one destroys an idle stream and leaves a busy one
+ * (or one whose query fails: a faulted device) to the device, which destroys it once idle. */
+void jb__stream_let_go(jb_stream *stream);
 /* Makes `waiter` wait for the work queued so far on the device's streams named in `ids`, and on
  * those whose holds keep `held` (when not NULL); streams gone are done. */
 int jb__stream_wait_for_readers(jb_stream *waiter, const uint64_t *ids, size_t n,
@@ -555,9 +563,13 @@ int jb__stream_release_holds(jb_stream *stream, bool all);
 /* Waits for the stream's work, then releases the holds added before the wait began (another
  * thread's launch during the wait keeps its hold). Returns the wait's status. */
 int jb__stream_wait(jb_stream *stream);
+/* 1 when the stream's work is all done, 0 while some runs, a negative status on a failure (a
+ * faulted device; a test hook fakes one). */
+int jb__stream_idle(jb_stream *stream);
 /* Releases every hold of the stream if its work is all done, asked without holding its lock (a
- * busy stream or a failed query keeps them): for streams that went quiet. */
-void jb__stream_release_if_idle(jb_stream *stream);
+ * busy stream or a failed query keeps them): for streams that went quiet. Returns the answer
+ * (jb__stream_idle's), or 0 without asking when the stream holds nothing and is not retired. */
+int jb__stream_release_if_idle(jb_stream *stream);
 /* The event of the stream's newest hold (a reference for the caller), which fires once the
  * stream's work that holds buffers so far is done; NULL when nothing is held: that work is done.
  * With `buffer` not NULL, only when some hold keeps that buffer (else NULL). */

@@ -29,13 +29,20 @@ static thread_streams *thread_streams_create(void)
     return calloc(1, sizeof(thread_streams));
 }
 
+static void reap_retired(jb_device *dev);
+
+/* A thread's exit never waits for its streams' work: a busy stream is left to its device. */
 static void thread_streams_destroy(thread_streams *ts)
 {
     for (int i = 0; i < JB_MAX_DEVICES; i++) {
         while (ts->installed[i].depth)
-            jb__stream_release(ts->installed[i].streams[--ts->installed[i].depth]);
+            jb__stream_let_go(ts->installed[i].streams[--ts->installed[i].depth]);
         free(ts->installed[i].streams);
-        jb__stream_release(ts->own[i]);
+        if (ts->own[i]) {
+            jb_device *dev = ts->own[i]->device;
+            jb__stream_let_go(ts->own[i]);
+            reap_retired(dev);
+        }
     }
     free(ts);
 }
@@ -64,6 +71,7 @@ jb_status jb_stream_new(jb_stream **out, jb_device *device)
     JB_RETURN_IF(!out, JB_ERR_INVALID_ARGUMENT, "jb_stream_new: out is NULL");
     *out = NULL;
     JB_RETURN_IF(!device, JB_ERR_INVALID_ARGUMENT, "jb_stream_new: device is NULL");
+    reap_retired(device); /* a new thread's stream: exited threads' streams whose work ended go */
     jb_stream *stream = calloc(1, sizeof *stream);
     JB_RETURN_IF(!stream, JB_ERR_OUT_OF_MEMORY, "no memory for a stream");
     static atomic_uint_fast64_t next_id = 1;
@@ -134,13 +142,42 @@ static void unlink_pause(jb_stream *stream)
 }
 #endif
 
-/* Drops a reference; the last one waits for the stream's work and destroys it. */
-void jb__stream_release(jb_stream *stream)
+/* Drops a reference; true when it was the last of a stream of this process (the caller then
+ * destroys it or retires it). */
+static bool last_reference(jb_stream *stream)
 {
     if (!stream || atomic_fetch_sub_explicit(&stream->refs, 1, memory_order_acq_rel) != 1)
+        return false;
+    /* A parent's stream: its worker thread is the parent's, waiting or joining here would hang. */
+    return from_this_process(stream);
+}
+
+static void destroy(jb_stream *stream);
+
+void jb__stream_release(jb_stream *stream)
+{
+    if (last_reference(stream))
+        destroy(stream);
+}
+
+void jb__stream_let_go(jb_stream *stream)
+{
+    if (!last_reference(stream))
         return;
-    if (!from_this_process(stream))
-        return; /* its worker thread is the parent's: waiting or joining here would hang */
+    if (jb__stream_idle(stream) == 1) {
+        destroy(stream); /* its wait returns at once */
+        return;
+    }
+    /* The device's reference now: walks may retain it again, and the one that finds it idle
+     * lets go of it (reap). */
+    atomic_store_explicit(&stream->refs, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&stream->device->retired_streams, 1, memory_order_relaxed);
+    atomic_store_explicit(&stream->retired, true, memory_order_release);
+}
+
+/* Waits for the stream's work, unlinks it and destroys it: no reference is left. */
+static void destroy(jb_stream *stream)
+{
     jb_device *dev = stream->device;
     /* Listed until its work is done: a write on another stream may still wait for a read here. */
     dev->backend->stream_synchronize(dev, stream->native);
@@ -247,20 +284,51 @@ static void for_each_stream(jb_device *dev, stream_visit visit)
                 && retain_unless_dying(s))
                 batch[n++] = s;
         pthread_mutex_unlock(&dev->streams_mutex);
-        jb__stream_release(resume);
+        jb__stream_let_go(resume);
         resume = s ? batch[n - 1] : NULL; /* s: the batch filled up before the list's end */
         for (size_t i = 0; i < n; i++) {
             visit(batch[i]);
             if (batch[i] != resume)
-                jb__stream_release(batch[i]); /* maybe the last: destroys it */
+                jb__stream_let_go(batch[i]); /* maybe the last: a walk never waits for work */
         }
     } while (resume);
 }
 
-/* Lets go of the stream's fired holds (a failed query keeps them). */
+/* Lets go of the device's reference on a retired stream found idle (once, whoever finds it). */
+static void reap(jb_stream *stream)
+{
+    if (atomic_exchange_explicit(&stream->retired, false, memory_order_acq_rel)) {
+        atomic_fetch_sub_explicit(&stream->device->retired_streams, 1, memory_order_relaxed);
+        jb__stream_let_go(stream); /* not the last: the walk holds one */
+    }
+}
+
+static void reap_if_idle(jb_stream *stream)
+{
+    if (atomic_load_explicit(&stream->retired, memory_order_acquire) &&
+        jb__stream_idle(stream) == 1)
+        reap(stream);
+}
+
+/* Destroys the streams exiting threads left to `dev` whose work has ended. */
+static void reap_retired(jb_device *dev)
+{
+    if (atomic_load_explicit(&dev->retired_streams, memory_order_relaxed))
+        for_each_stream(dev, reap_if_idle);
+}
+
+/* Lets go of the stream's fired holds (a failed query keeps them); a retired one goes if idle. */
 static void release_fired(jb_stream *stream)
 {
     jb__stream_release_holds(stream, false);
+    reap_if_idle(stream);
+}
+
+/* Lets go of every hold of an idle stream; a retired one goes too. */
+static void release_if_idle(jb_stream *stream)
+{
+    if (jb__stream_release_if_idle(stream) == 1)
+        reap(stream);
 }
 
 int jb__buffer_new(jb_device *dev, size_t bytes, jb_buffer **out)
@@ -271,7 +339,7 @@ int jb__buffer_new(jb_device *dev, size_t bytes, jb_buffer **out)
      * its arrays' owners freed, and no launch there will look again. One walk at a time: a
      * thread that misses meanwhile does not wait for it. */
     if (!atomic_exchange_explicit(&dev->walking_streams, true, memory_order_acquire)) {
-        for_each_stream(dev, jb__stream_release_if_idle);
+        for_each_stream(dev, release_if_idle);
         atomic_store_explicit(&dev->walking_streams, false, memory_order_release);
     }
     int status = jb__buffer_alloc(dev, bytes, out);

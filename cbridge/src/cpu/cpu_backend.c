@@ -343,9 +343,9 @@ static int cpu_memcpy_htod(jb_device *dev, void *stream, void *dst, const void *
     return JB_OK;
 }
 
-static int cpu_memcpy_dtoh(jb_device *dev, void *stream, void *dst, const void *src, size_t bytes)
+static int cpu_memcpy_dtoh(jb_device *dev, void *dst, const void *src, size_t bytes)
 {
-    cpu_stream_synchronize(dev, stream);
+    (void)dev;
     memcpy(dst, src, bytes);
     return JB_OK;
 }

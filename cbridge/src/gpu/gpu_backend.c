@@ -396,11 +396,13 @@ static int gpu_fill(jb_device *dev, void *stream, void *dst, size_t count, const
     return JB_OK;
 }
 
-static int gpu_memcpy_dtoh(jb_device *dev, void *stream, void *dst, const void *src, size_t bytes)
+static int gpu_memcpy_dtoh(jb_device *dev, void *dst, const void *src, size_t bytes)
 {
     JB_FORWARD_IF_ERROR(make_current(dev));
-    GPU_CHECK(cuMemcpyDtoHAsync, dst, (CUdeviceptr)(uintptr_t)src, bytes, (CUstream)stream);
-    GPU_CHECK(cuStreamSynchronize, (CUstream)stream);
+    /* The driver's implicit per-thread stream: nothing to create, and it waits for none of the
+     * library's (non-blocking) streams. */
+    GPU_CHECK(cuMemcpyDtoHAsync, dst, (CUdeviceptr)(uintptr_t)src, bytes, JB_GPU_STREAM_PER_THREAD);
+    GPU_CHECK(cuStreamSynchronize, JB_GPU_STREAM_PER_THREAD);
     return JB_OK;
 }
 
