@@ -167,7 +167,8 @@ impl Device {
     /// Frees every idle buffer of the device (memory of freed arrays, kept for reuse) and
     /// returns the bytes given back to the driver. Buffers that queued work still uses are not
     /// idle until that work is done and its stream let go of them
-    /// ([`Stream::synchronize`](crate::Stream::synchronize) does).
+    /// ([`Stream::synchronize`](crate::Stream::synchronize) does). Also destroys the device's
+    /// spare events (those streams and the pool keep for later launches) but a few.
     pub fn trim(&self) -> Result<u64, Error> {
         let mut freed = 0;
         // SAFETY: `freed` is a valid out pointer; `raw` is valid for the process.

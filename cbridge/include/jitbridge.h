@@ -168,7 +168,10 @@ JB_API uint64_t jb_device_total_memory(const jb_device *device);
  * JITBRIDGE_IDLE_CAP (bytes, optionally with K, M, G or T, binary: "512M", "2GiB") sets every
  * device's at start.
  */
-/* Frees every idle buffer of `device`; *out_freed (if not NULL) gets the bytes given back. */
+/* Frees every idle buffer of `device`; *out_freed (if not NULL) gets the bytes given back. Also
+ * gives back the device's spare events: each stream keeps up to 128 that its finished work gave
+ * back, for its next launches (no thread keeps any), and the device's pool keeps those no stream
+ * has; a trim takes every stream's and destroys all but a few (32) of the pool's. */
 JB_API jb_status jb_device_trim(uint64_t *out_freed, jb_device *device);
 /* Sets the device's idle cap; idle buffers past the new cap are freed at once. */
 JB_API jb_status jb_device_set_idle_cap(jb_device *device, uint64_t bytes);

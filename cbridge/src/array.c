@@ -251,8 +251,7 @@ jb_status jb_array_from_host(jb_array **out, jb_device *device, jb_dtype dtype,
                                                             data, bytes)) != JB_OK)
         goto done;
     /* The copy may still write into the buffer: it must not go idle before the copy is done. */
-    if ((status = jb__event_acquire(device, &ready)) != JB_OK ||
-        (status = jb__stream_record_hold(stream, ready, &buf, bytes > 0)) != JB_OK)
+    if ((status = jb__stream_record_hold(stream, &ready, &buf, bytes > 0)) != JB_OK)
         goto done;
     return jb__array_wrap(out, buf, dtype, shape, ndim, ready);
 done:
@@ -338,8 +337,7 @@ static int filled(jb_array **out, jb_device *device, jb_dtype dtype, const int64
                                                      bytes / size, pattern, size)) != JB_OK)
         goto done;
     /* The fill may still write into the buffer: it must not go idle before the fill is done. */
-    if ((status = jb__event_acquire(device, &ready)) != JB_OK ||
-        (status = jb__stream_record_hold(stream, ready, &buf, bytes > 0)) != JB_OK)
+    if ((status = jb__stream_record_hold(stream, &ready, &buf, bytes > 0)) != JB_OK)
         goto done;
     return jb__array_wrap(out, buf, dtype, shape, ndim, ready);
 done:

@@ -3,46 +3,23 @@
  * from any thread, so both run under the pool's mutex (the unlocked pool on the ROCm backend
  * handed one event to two threads: invalid resource handle, SIGABRT, SIGSEGV).
  *
- * In front of it, each thread keeps a few released events per device and takes those first, so
- * a warm launch takes no lock for its event. A thread's events go back to the pool when it exits.
- * Builds without the pool's lock skip the thread's events: the race they show is the pool's.
+ * In front of it, each stream keeps the events its finished work gave back (holds.c), so a warm
+ * launch takes no lock for its event. Nothing else keeps events: a trim takes every stream's
+ * spares back and leaves the pool a few (jb_device_trim), so a burst's events do not stay for
+ * the life of the process. Builds without the pool's lock skip the spares: the race they show is
+ * the pool's.
  */
 #include "internal.h"
 
 #include <stdlib.h>
 
-/* More than a stream releases at once (about 64 holds per look, stream.c), so a launching thread's
- * events come back to it. */
-#define THREAD_EVENTS (2 * JB_HOLDS_PER_LOOK)
-
-/* Events only this thread holds, any device's; the newest is taken first. */
-typedef struct thread_events {
-    size_t count;
-    jb_event *events[THREAD_EVENTS];
-} thread_events;
-
-static void pool_put(jb_event *event);
-
-static thread_events *thread_events_create(void)
-{
-    return calloc(1, sizeof(thread_events));
-}
-
-static void thread_events_destroy(thread_events *te)
-{
-    for (size_t i = 0; i < te->count; i++)
-        pool_put(te->events[i]);
-    free(te);
-}
-
-JB_THREAD_LOCAL(thread_events, this_thread_events, thread_events_create, thread_events_destroy)
+/* Pooled events a trim leaves: enough for a few streams' first launches. */
+#define POOL_FLOOR 32
 
 #ifdef JB_REMOVE_LOCK_EVENT_POOL
-#define THREAD_EVENTS_ENABLED 0
 #define POOL_LOCK(p) ((void)0)
 #define POOL_UNLOCK(p) ((void)0)
 #else
-#define THREAD_EVENTS_ENABLED 1
 #define POOL_LOCK(p) pthread_mutex_lock(&(p)->mutex)
 #define POOL_UNLOCK(p) pthread_mutex_unlock(&(p)->mutex)
 #endif
@@ -52,44 +29,49 @@ void jb__event_pool_init(jb_event_pool *pool)
     jb__mutex_init_spinning(&pool->mutex);
     pool->free_events = NULL;
     pool->count = pool->capacity = 0;
+    atomic_init(&pool->alive, 0);
 }
 
-int jb__event_acquire(jb_device *dev, jb_event **out)
+static void destroy(jb_event *event)
 {
-    thread_events *te = THREAD_EVENTS_ENABLED ? this_thread_events() : NULL;
-    if (te && te->count && te->events[te->count - 1]->device == dev) {
-        jb_event *event = te->events[--te->count];
-        atomic_store_explicit(&event->in_use, true, memory_order_relaxed);
-        atomic_store_explicit(&event->refs, 1, memory_order_relaxed);
-        *out = event;
-        return JB_OK;
-    }
+    jb_device *dev = event->device;
+    dev->backend->event_destroy(dev, event->native);
+    free(event);
+    atomic_fetch_sub_explicit(&dev->event_pool.alive, 1, memory_order_relaxed);
+}
+
+int jb__event_acquire(jb_device *dev, jb_event **out, size_t max, size_t *n)
+{
     jb_event_pool *pool = &dev->event_pool;
-    jb_event *event = NULL;
+    *n = 0;
     POOL_LOCK(pool);
-    if (pool->count > 0)
-        event = pool->free_events[--pool->count];
+    while (*n < max && pool->count > 0)
+        out[(*n)++] = pool->free_events[--pool->count];
     POOL_UNLOCK(pool);
-    if (event) {
+    for (size_t i = 0; i < *n; i++) {
         /* Two owners of one event would wait on each other's work: refuse loudly. */
-        JB_RETURN_IF(atomic_exchange(&event->in_use, true), JB_ERR_BACKEND,
-                     "the event pool of device %d handed out an event that is in use",
-                     dev->index);
-        atomic_store(&event->refs, 1);
-        *out = event;
-        return JB_OK;
+        if (atomic_exchange(&out[i]->in_use, true)) {
+            jb__event_pool_put(out, i); /* those this call owns go back */
+            *n = 0;
+            return jb__fail(JB_ERR_BACKEND,
+                            "the event pool of device %d handed out an event that is in use",
+                            dev->index);
+        }
     }
-    event = calloc(1, sizeof *event);
+    if (*n)
+        return JB_OK;
+    jb_event *event = calloc(1, sizeof *event);
     JB_RETURN_IF(!event, JB_ERR_OUT_OF_MEMORY, "no memory for an event");
     event->device = dev;
     atomic_init(&event->in_use, true);
-    atomic_init(&event->refs, 1);
+    atomic_init(&event->refs, 0);
     int status = dev->backend->event_create(dev, &event->native);
     if (status != JB_OK) {
         free(event);
         return status;
     }
-    *out = event;
+    atomic_fetch_add_explicit(&pool->alive, 1, memory_order_relaxed);
+    out[(*n)++] = event;
     return JB_OK;
 }
 
@@ -102,39 +84,63 @@ void jb__event_release(jb_event *event)
 {
     if (!event || atomic_fetch_sub_explicit(&event->refs, 1, memory_order_acq_rel) != 1)
         return;
-    /* A release store, not a locked exchange: the flag only catches an event with two owners. */
-    atomic_store_explicit(&event->in_use, false, memory_order_release);
-    /* Kept by this thread when it acquires events itself and has room: no lock. A thread that
-     * only frees arrays (or is exiting) gives them back to the pool. */
-    thread_events *te = THREAD_EVENTS_ENABLED ? this_thread_events_tls : NULL;
-    if (te && te->count < THREAD_EVENTS) {
-        te->events[te->count++] = event;
-        return;
-    }
-    pool_put(event);
+    jb__event_pool_put(&event, 1);
 }
 
-/* Gives a released event back to its device's pool (destroys it when no memory is left). */
-static void pool_put(jb_event *event)
+void jb__event_pool_put(jb_event *const *events, size_t n)
 {
-    jb_event_pool *pool = &event->device->event_pool;
-    bool pooled = false;
+    if (!n)
+        return;
+    jb_event_pool *pool = &events[0]->device->event_pool;
+    /* A release store, not a locked exchange: the flag only catches an event with two owners. */
+    for (size_t i = 0; i < n; i++)
+        atomic_store_explicit(&events[i]->in_use, false, memory_order_release);
+    size_t pooled = 0;
     POOL_LOCK(pool);
-    if (pool->count == pool->capacity) {
-        size_t capacity = pool->capacity ? pool->capacity * 2 : 32;
+    size_t need;
+    if (jb__add_size(pool->count, n, &need) && need > pool->capacity) {
+        size_t capacity = pool->capacity ? pool->capacity : 32;
+        while (capacity < need && capacity <= SIZE_MAX / 2)
+            capacity *= 2;
         jb_event **grown = jb__realloc_array(pool->free_events, capacity, sizeof *grown);
         if (grown) {
             pool->free_events = grown;
             pool->capacity = capacity;
         }
     }
-    if (pool->count < pool->capacity) {
-        pool->free_events[pool->count++] = event;
-        pooled = true;
+    while (pooled < n && pool->count < pool->capacity)
+        pool->free_events[pool->count++] = events[pooled++];
+    POOL_UNLOCK(pool);
+    for (; pooled < n; pooled++) /* no memory to keep them: destroy instead of losing them */
+        destroy(events[pooled]);
+}
+
+size_t jb__event_pool_trim(jb_device *dev)
+{
+    jb_event_pool *pool = &dev->event_pool;
+    jb_event **doomed = NULL;
+    size_t n = 0;
+    POOL_LOCK(pool);
+    if (pool->count > POOL_FLOOR) {
+        n = pool->count - POOL_FLOOR;
+        /* The driver calls come after the unlock: the doomed move to an array of their own. */
+        doomed = jb__malloc_array(n, sizeof *doomed);
+        if (doomed) {
+            pool->count = POOL_FLOOR;
+            for (size_t i = 0; i < n; i++)
+                doomed[i] = pool->free_events[POOL_FLOOR + i];
+            jb_event **smaller = jb__realloc_array(pool->free_events, 2 * POOL_FLOOR, sizeof *smaller);
+            if (smaller) {
+                pool->free_events = smaller;
+                pool->capacity = 2 * POOL_FLOOR;
+            }
+        } else {
+            n = 0;
+        }
     }
     POOL_UNLOCK(pool);
-    if (!pooled) { /* no memory to keep it: destroy instead of losing it */
-        event->device->backend->event_destroy(event->device, event->native);
-        free(event);
-    }
+    for (size_t i = 0; i < n; i++)
+        destroy(doomed[i]);
+    free(doomed);
+    return n;
 }

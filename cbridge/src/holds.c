@@ -110,11 +110,13 @@ static void holds_free(jb_hold *holds, size_t n)
             }
             chunk[count++] = buffers[i];
         }
+        free(holds[h].more);
+        if (!holds[h].done)
+            continue; /* the stream kept it as a spare */
         /* With the hold its one owner nobody can read its state again: no atomic swap. */
         if (atomic_load_explicit(&holds[h].done->refs, memory_order_acquire) != 1)
             jb__event_done(holds[h].done);
         jb__event_release(holds[h].done);
-        free(holds[h].more);
     }
     jb__buffer_release_many(chunk, count);
 }
@@ -248,8 +250,18 @@ static int release_holds(jb_stream *stream, release_kind kind, uint64_t waited_b
         releasable <= STACK_HOLDS ? stack_batch : jb__malloc_array(releasable, sizeof *batch);
     if (!batch)
         releasable = STACK_HOLDS, batch = stack_batch; /* release what fits now, the rest later */
-    for (size_t i = 0; i < releasable; i++)
+    for (size_t i = 0; i < releasable; i++) {
         batch[i] = *hold_at(stream, i);
+        /* An event whose one owner is the hold (a reference is taken only under this lock) is
+         * the stream's again: its next launch takes it with no lock of the pool's. */
+        jb_event *done = batch[i].done;
+        if (JB_KEEP_SPARE_EVENTS && stream->spare_count < JB_SPARE_EVENTS &&
+            atomic_load_explicit(&done->refs, memory_order_acquire) == 1) {
+            atomic_store_explicit(&done->refs, 0, memory_order_relaxed);
+            stream->spare_events[stream->spare_count++] = done;
+            batch[i].done = NULL;
+        }
+    }
     if (releasable)
         stream->holds_first = (stream->holds_first + releasable) % stream->holds_capacity;
     stream->holds_count -= releasable;
@@ -336,7 +348,22 @@ static bool holds_reserve(jb_stream *stream)
     return true;
 }
 
-int jb__stream_record_hold(jb_stream *stream, jb_event *done, jb_buffer *const *buffers,
+void jb__stream_give_back_events(jb_stream *stream)
+{
+    jb_event *events[JB_SPARE_EVENTS];
+    pthread_mutex_lock(&stream->holds_mutex);
+    size_t n = stream->spare_count;
+    for (size_t i = 0; i < n; i++)
+        events[i] = stream->spare_events[i];
+    stream->spare_count = 0;
+    pthread_mutex_unlock(&stream->holds_mutex);
+    jb__event_pool_put(events, n);
+}
+
+/* Events a stream takes from the pool at once when it has no spare: one lock for several. */
+#define SPARE_REFILL 16
+
+int jb__stream_record_hold(jb_stream *stream, jb_event **out, jb_buffer *const *buffers,
                            size_t count)
 {
     jb_device *dev = stream->device;
@@ -352,7 +379,25 @@ int jb__stream_record_hold(jb_stream *stream, jb_event *done, jb_buffer *const *
     }
     /* The event's place and the hold in one step: another thread's hold between them would sit
      * ahead of ours in the ring while its work runs after ours on the stream. */
+    jb_event *taken[SPARE_REFILL];
+    size_t num_taken = 0;
     pthread_mutex_lock(&stream->holds_mutex);
+    if (!stream->spare_count) {
+        pthread_mutex_unlock(&stream->holds_mutex);
+        int status = jb__event_acquire(dev, taken, JB_KEEP_SPARE_EVENTS ? SPARE_REFILL : 1,
+                                       &num_taken);
+        if (status != JB_OK) {
+            free(more);
+            *out = NULL;
+            return status;
+        }
+        pthread_mutex_lock(&stream->holds_mutex);
+        while (num_taken && stream->spare_count < JB_SPARE_EVENTS)
+            stream->spare_events[stream->spare_count++] = taken[--num_taken];
+    }
+    jb_event *done = stream->spare_events[--stream->spare_count];
+    atomic_store_explicit(&done->refs, 1, memory_order_relaxed);
+    *out = done;
     done->stream = stream;
     done->stream_id = stream->id;
     done->hold_seq = stream->holds_next_seq;
@@ -386,9 +431,17 @@ int jb__stream_record_hold(jb_stream *stream, jb_event *done, jb_buffer *const *
     if (release_now)
         stream->holds_since_release = 0, stream->holds_bytes_since_release = 0;
     pthread_mutex_unlock(&stream->holds_mutex);
-    if (status != JB_OK || !count) {
+    if (num_taken) /* the spares were filled meanwhile by another thread */
+        jb__event_pool_put(taken, num_taken);
+    if (status != JB_OK) {
         free(more);
+        jb__event_release(done);
+        *out = NULL;
         return status;
+    }
+    if (!count) {
+        free(more);
+        return JB_OK;
     }
     if (!room) {
         /* No memory to remember the hold: wait, then nothing needs holding. */

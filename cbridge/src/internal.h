@@ -385,6 +385,7 @@ typedef struct jb_event_pool {
     pthread_mutex_t mutex;
     jb_event **free_events;
     size_t count, capacity;
+    atomic_size_t alive; /* the device's events: pooled, spare and in use */
 } jb_event_pool;
 
 /* A device's caching allocator (buffer.c): idle buffers by capacity bucket, 16 per doubling
@@ -444,9 +445,22 @@ struct jb_event {
     uint64_t hold_seq;  /* the stream's holds_next_seq before the work's hold went in */
     unsigned generation; /* the stream's: a forked child refuses the parent's unfinished work */
     _Atomic int state;  /* a jb_event_state */
-    atomic_bool in_use; /* set while handed out: catches an event given to two owners */
+    atomic_bool in_use; /* set while out of the pool: catches an event given to two owners */
     atomic_uint refs;   /* owners: an array, and the stream's hold on that work's buffers */
 };
+/* A stream looks whether its holds fired once per this many new holds: a query is a driver call
+ * (1.3-1.6 us on an H200), so a warm launch pays for 1/64 of one. */
+#define JB_HOLDS_PER_LOOK 64
+/* Events a stream keeps for its next launches, given back by its finished work: more than a look
+ * releases (about JB_HOLDS_PER_LOOK holds), so a launching stream's events come back to it. */
+#define JB_SPARE_EVENTS (2 * JB_HOLDS_PER_LOOK)
+/* Streams keep spares, but not in builds without the pool's lock: the race they show is the
+ * pool's. */
+#ifdef JB_REMOVE_LOCK_EVENT_POOL
+#define JB_KEEP_SPARE_EVENTS 0
+#else
+#define JB_KEEP_SPARE_EVENTS 1
+#endif
 /* Holds a stream records each event at once for, after a late record (event_state.c). */
 #define JB_EAGER_HOLDS 4096
 int jb__event_state(const jb_event *event);
@@ -455,9 +469,17 @@ int jb__event_state(const jb_event *event);
 int jb__event_record_now(jb_event *event, bool stream_locked);
 /* The event's work is done (its hold is released): a pending event is never recorded. */
 void jb__event_done(jb_event *event);
-int jb__event_acquire(jb_device *dev, jb_event **out);
+/* Takes up to `max` (at least 1) events from the device's pool, or makes one when it has none:
+ * they go to out[0 .. *n), owned by the caller with no reference counted yet (a stream's spares,
+ * or one to hand out at once with refs set to 1). */
+int jb__event_acquire(jb_device *dev, jb_event **out, size_t max, size_t *n);
 void jb__event_retain(jb_event *event);
+/* Drops a reference; the last one gives the event back to its device's pool. */
 void jb__event_release(jb_event *event);
+/* Gives `n` events no one references, all of one device, back to its pool under one lock. */
+void jb__event_pool_put(jb_event *const *events, size_t n);
+/* Destroys the device's pooled events past a few; returns how many went. */
+size_t jb__event_pool_trim(jb_device *dev);
 /* Waits on the host until the event's work is done. */
 int jb__event_synchronize(jb_event *event);
 /* Makes `stream`'s later work wait for the event's (nothing when it is that stream's, or done). */
@@ -486,6 +508,8 @@ struct jb_stream {
      * event with newer work queued behind it, which a late record makes it wait for too. */
     uint64_t eager_until_seq;
     uint64_t unheld_work_seq; /* holds_next_seq when work without a hold was last queued */
+    jb_event *spare_events[JB_SPARE_EVENTS]; /* for its next launches, under holds_mutex */
+    size_t spare_count;
     /* Its last reference went at a thread's exit while its work ran: the device keeps it, with
      * that one reference, until a walk of the device's streams finds it idle (stream.c). */
     atomic_bool retired;
@@ -545,16 +569,16 @@ void jb__memory_counters_add(jb_counters *out);
 void jb__memory_counters_reset(void);
 
 /* ---- holds on buffers (holds.c) ---- */
-/* A stream looks whether its holds fired once per this many new holds: a query is a driver call
- * (1.3-1.6 us on an H200), so a warm launch pays for 1/64 of one. */
-#define JB_HOLDS_PER_LOOK 64
+/* Gives the stream's spare events back to its device's pool (a trim; a stream's destruction). */
+void jb__stream_give_back_events(jb_stream *stream);
 /* Keeps `count` buffers (none: no hold) alive until the work queued on `stream` so far is done,
- * marked by `done` (acquired, not recorded: it is recorded when needed, or at once without a
- * hold or on an eager stream), in one step under the stream's lock, so that holds sit in the
- * ring in the stream's order whatever other threads launch on it. Also releases earlier holds
- * that are done. A failed record is returned with nothing held; a failed query (after the hold
- * is in) is returned with every hold kept. */
-int jb__stream_record_hold(jb_stream *stream, jb_event *done, jb_buffer *const *buffers,
+ * marked by the event written to *done (a reference for the caller; the stream's spare, else the
+ * pool's; not recorded: it is recorded when needed, or at once without a hold or on an eager
+ * stream), in one step under the stream's lock, so that holds sit in the ring in the stream's
+ * order whatever other threads launch on it. Also releases earlier holds that are done. A failed
+ * record is returned with nothing held and *done NULL; a failed query (after the hold is in) is
+ * returned with every hold kept and *done set. */
+int jb__stream_record_hold(jb_stream *stream, jb_event **done, jb_buffer *const *buffers,
                            size_t count);
 /* Releases the stream's holds whose events have fired; all of them when `all` (the stream has
  * been synchronized and no other thread can launch on it: it is being destroyed). A failed
@@ -900,7 +924,9 @@ typedef struct jb_staged_launch {
     size_t num_outputs;
     jb_array *outputs[JB_KERNEL_MAX_ARRAYS];  /* new outputs; NULL for in-place ones */
     jb_array *in_place[JB_KERNEL_MAX_ARRAYS]; /* the caller's arrays written in place, or NULL */
-    jb_event *end; /* marks the kernel's end: each output and the hold take a reference */
+    jb_event *end; /* marks the kernel's end (from the stream, at jb__launch_end): each output
+                    * and the hold take a reference */
+    bool queued;   /* work may be on the stream: a failure waits for it */
     jb_bounds_report *report; /* a bounds-checked launch's, else NULL */
     /* What the outputs will hold: that report and the inputs' (a reference each). */
     jb_bounds_report *reports[JB_ARRAY_REPORTS];

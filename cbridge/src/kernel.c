@@ -404,6 +404,7 @@ int jb__launch_begin(jb_staged_launch *st, jb_custom_kernel *k, const jb_launch 
     /* Only what a failure path reads is cleared: the arrays are 2.6 KB, and written as filled. */
     st->num_outputs = 0;
     st->end = NULL;
+    st->queued = false;
     st->report = NULL;
     st->num_reports = 0;
     jb_device *dev = NULL;
@@ -451,9 +452,7 @@ int jb__launch_begin(jb_staged_launch *st, jb_custom_kernel *k, const jb_launch 
         for (size_t r = 0; r < count; r++)
             jb__bounds_merge(st->reports, &st->num_reports, held[r]);
     }
-    /* One event marks the kernel's end for every output. */
-    if ((status = jb__event_acquire(dev, &st->end)) != JB_OK)
-        goto done;
+    st->queued = true; /* an output's fill may queue work from here on */
     for (size_t i = 0; i < k->num_outputs; i++) {
         size_t slot = k->num_inputs + i;
         jb_array *y = st->in_place[i];
@@ -510,13 +509,13 @@ int jb__launch_issue(const jb_staged_launch *l)
 
 int jb__launch_end(jb_staged_launch *l, int status, jb_array **outputs)
 {
-    /* The end event marks the kernel's end: until then every buffer the kernel uses stays held,
-     * whoever frees its array. */
+    /* One event marks the kernel's end for every output: until then every buffer the kernel
+     * uses stays held, whoever frees its array. */
     if (status == JB_OK)
-        status = jb__stream_record_hold(l->stream, l->end, l->buffers, l->args.count);
+        status = jb__stream_record_hold(l->stream, &l->end, l->buffers, l->args.count);
     if (status != JB_OK) {
         /* Queued or not, nothing may reuse these buffers before the stream is past them. */
-        if (l->end)
+        if (l->queued)
             l->dev->backend->stream_synchronize(l->dev, l->stream->native);
         for (size_t i = 0; i < l->num_outputs; i++)
             jb_array_free(l->outputs[i]);

@@ -346,8 +346,8 @@ jb_status jb_source_module_launch(jb_source_module *m, jb_stream *stream, const 
     jb_event *done = NULL;
     int status = dev->backend->launch(dev, stream->native, fn, grid, block, 0, &launch);
     /* Written arrays are ready when the entry has run; all stay held until then. */
-    if (status == JB_OK && (status = jb__event_acquire(dev, &done)) == JB_OK)
-        status = jb__stream_record_hold(stream, done, buffers, num_buffers);
+    if (status == JB_OK)
+        status = jb__stream_record_hold(stream, &done, buffers, num_buffers);
     if (status != JB_OK) {
         /* Queued or not, nothing may reuse these buffers before the stream is past them. */
         dev->backend->stream_synchronize(dev, stream->native);

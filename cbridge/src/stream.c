@@ -191,6 +191,7 @@ static void destroy(jb_stream *stream)
         stream->device_next->device_prev = stream->device_prev;
     pthread_mutex_unlock(&dev->streams_mutex);
     jb__stream_release_holds(stream, true);
+    jb__stream_give_back_events(stream);
     dev->backend->stream_destroy(dev, stream->native);
     pthread_mutex_destroy(&stream->holds_mutex);
     free(stream->holds);
@@ -324,6 +325,13 @@ static void release_fired(jb_stream *stream)
     reap_if_idle(stream);
 }
 
+/* A trim's visit: the fired holds, then the spare events (the pool keeps a few of them). */
+static void release_fired_and_spares(jb_stream *stream)
+{
+    release_fired(stream);
+    jb__stream_give_back_events(stream);
+}
+
 /* Lets go of every hold of an idle stream; a retired one goes too. */
 static void release_if_idle(jb_stream *stream)
 {
@@ -355,7 +363,8 @@ jb_status jb_device_trim(uint64_t *out_freed, jb_device *device)
     if (out_freed)
         *out_freed = 0;
     JB_RETURN_IF(!device, JB_ERR_INVALID_ARGUMENT, "jb_device_trim: device is NULL");
-    for_each_stream(device, release_fired);
+    for_each_stream(device, release_fired_and_spares);
+    jb__event_pool_trim(device);
     uint64_t freed = jb__buffer_trim(device);
     if (out_freed)
         *out_freed = freed;

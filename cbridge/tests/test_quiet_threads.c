@@ -154,6 +154,66 @@ static void test_quiet_streams_do_not_keep_freed_memory(void)
     jb_array_free(input);
 }
 
+/* ---- 2. events pooled after a burst ---- */
+
+#define BURST 300 /* outputs each worker keeps live at once: as many events */
+/* Events a trim may leave: the pool's few, and those of arrays still live. */
+#define EVENTS_AFTER_TRIM 64
+
+static void *burst_then_go_quiet(void *arg)
+{
+    quiet_worker *w = arg;
+    jb_array *outputs[BURST];
+    for (int i = 0; i < BURST; i++)
+        outputs[i] = touch(w->input, w->output_bytes);
+    CHECK_OK(jb_array_eval(outputs[BURST - 1]));
+    for (int i = 0; i < BURST; i++)
+        jb_array_free(outputs[i]);
+    go_quiet(w->crew);
+    /* Sent home: its stream launches again after the trim took its spare events. */
+    jb_array *y = touch(w->input, w->output_bytes);
+    float *host = malloc(w->output_bytes);
+    CHECK_OK(jb_array_read(y, host, w->output_bytes));
+    CHECK(host[0] == 2.0f, "a launch after the trim wrote %g, not 2", host[0]);
+    free(host);
+    jb_array_free(y);
+    return NULL;
+}
+
+static size_t events_alive(void)
+{
+    return atomic_load(&dev->event_pool.alive);
+}
+
+/* WORKERS threads each keep BURST outputs live at once (an event each), free them and go quiet:
+ * a trim then leaves the device a few events, wherever the burst's went (the pool, the quiet
+ * streams' spares), instead of keeping every one for the life of the process. */
+static void test_trim_gives_back_a_bursts_events(void)
+{
+    jb_array *input = f32_filled(dev, 1, 1.0f);
+    CHECK_OK(jb_array_eval(input));
+    crew c;
+    crew_init(&c);
+    quiet_worker w = {&c, input, 1024};
+    pthread_t workers[WORKERS];
+    for (int i = 0; i < WORKERS; i++)
+        pthread_create(&workers[i], NULL, burst_then_go_quiet, &w);
+    wait_until_quiet(&c, WORKERS);
+    size_t after_burst = events_alive();
+    CHECK_OK(jb_device_trim(NULL, dev));
+    size_t after_trim = events_alive();
+    printf("  %d workers' bursts of %d: %zu events, %zu after a trim\n", WORKERS, BURST,
+           after_burst, after_trim);
+    CHECK(after_trim <= EVENTS_AFTER_TRIM,
+          "%zu events after a trim (%zu after %d threads' bursts of %d, the threads quiet): "
+          "pooled and cached events are kept for ever",
+          after_trim, after_burst, WORKERS, BURST);
+    send_home(&c);
+    for (int i = 0; i < WORKERS; i++)
+        pthread_join(workers[i], NULL);
+    jb_array_free(input);
+}
+
 int main(void)
 {
     dev = test_device();
@@ -163,6 +223,7 @@ int main(void)
     touch_one = f32_kernel("quiet_touch_one", "out[0] = inp[0] + 1.0f;");
     CHECK_OK(jb_custom_kernel_prepare(touch_one, dev));
     test_quiet_streams_do_not_keep_freed_memory();
+    test_trim_gives_back_a_bursts_events();
     jb_custom_kernel_free(touch_one);
     return check_summary("test_quiet_threads");
 }
