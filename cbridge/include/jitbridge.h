@@ -161,8 +161,9 @@ JB_API uint64_t jb_device_total_memory(const jb_device *device);
  * memory frees the device's idle buffers and tries once more. A buffer that queued work still
  * uses is not idle before that work is done and its stream has let go of it: a stream looks once
  * per 64 launches on it (or once its new work holds 64 MiB); jb_stream_synchronize lets go at
- * once; an allocation that no idle buffer serves first has every stream of the device whose
- * work is all done let go (so memory freed on a thread that then went quiet serves the others);
+ * once; an allocation that no idle buffer serves first has every stream of the device that went
+ * quiet (no launch since the previous such allocation) and whose work is all done let go (so
+ * memory freed on a thread that then went quiet serves the others);
  * and a refused allocation and jb_device_trim have every stream let go of its finished work's.
  * The idle cap defaults to 1/16 of the device's memory (1 GiB where unknown);
  * JITBRIDGE_IDLE_CAP (bytes, optionally with K, M, G or T, binary: "512M", "2GiB") sets every

@@ -301,13 +301,17 @@ static bool holds_buffer(jb_stream *stream, const jb_buffer *buffer)
     return false;
 }
 
-int jb__stream_release_if_idle(jb_stream *stream)
+int jb__stream_release_if_quiet(jb_stream *stream)
 {
     pthread_mutex_lock(&stream->holds_mutex);
     uint64_t before = stream->holds_next_seq;
     size_t count = stream->holds_count;
+    bool quiet = before == stream->quiet_check_seq;
+    stream->quiet_check_seq = before;
     pthread_mutex_unlock(&stream->holds_mutex);
-    if (!count && !atomic_load_explicit(&stream->retired, memory_order_acquire))
+    /* A stream that launched since the last check looks at its holds itself, soon enough; and
+     * releasing its newest holds would keep the idle buffers from ever covering its launches. */
+    if (!atomic_load_explicit(&stream->retired, memory_order_acquire) && (!quiet || !count))
         return 0;
     /* Idle after `before` was read: the work of every hold added before it is done. */
     int idle = jb__stream_idle(stream);

@@ -508,6 +508,7 @@ struct jb_stream {
      * event with newer work queued behind it, which a late record makes it wait for too. */
     uint64_t eager_until_seq;
     uint64_t unheld_work_seq; /* holds_next_seq when work without a hold was last queued */
+    uint64_t quiet_check_seq; /* holds_next_seq at the last check for quiet streams (stream.c) */
     jb_event *spare_events[JB_SPARE_EVENTS]; /* for its next launches, under holds_mutex */
     size_t spare_count;
     /* Its last reference went at a thread's exit while its work ran: the device keeps it, with
@@ -590,10 +591,11 @@ int jb__stream_wait(jb_stream *stream);
 /* 1 when the stream's work is all done, 0 while some runs, a negative status on a failure (a
  * faulted device; a test hook fakes one). */
 int jb__stream_idle(jb_stream *stream);
-/* Releases every hold of the stream if its work is all done, asked without holding its lock (a
- * busy stream or a failed query keeps them): for streams that went quiet. Returns the answer
- * (jb__stream_idle's), or 0 without asking when the stream holds nothing and is not retired. */
-int jb__stream_release_if_idle(jb_stream *stream);
+/* Releases every hold of a stream that went quiet (no hold added since the previous call) if its
+ * work is all done, asked without holding its lock (a busy stream or a failed query keeps them).
+ * Returns the answer (jb__stream_idle's), or 0 without asking when the stream launched since the
+ * previous call or holds nothing (unless it is retired). */
+int jb__stream_release_if_quiet(jb_stream *stream);
 /* The event of the stream's newest hold (a reference for the caller), which fires once the
  * stream's work that holds buffers so far is done; NULL when nothing is held: that work is done.
  * With `buffer` not NULL, only when some hold keeps that buffer (else NULL). */

@@ -332,10 +332,10 @@ static void release_fired_and_spares(jb_stream *stream)
     jb__stream_give_back_events(stream);
 }
 
-/* Lets go of every hold of an idle stream; a retired one goes too. */
-static void release_if_idle(jb_stream *stream)
+/* Lets go of every hold of a quiet, idle stream; a retired one goes too. */
+static void release_if_quiet(jb_stream *stream)
 {
-    if (jb__stream_release_if_idle(stream) == 1)
+    if (jb__stream_release_if_quiet(stream) == 1)
         reap(stream);
 }
 
@@ -343,11 +343,11 @@ int jb__buffer_new(jb_device *dev, size_t bytes, jb_buffer **out)
 {
     if (jb__buffer_reuse(dev, bytes, out))
         return JB_OK;
-    /* Before reserved memory grows: finished work on a stream that went quiet still holds what
-     * its arrays' owners freed, and no launch there will look again. One walk at a time: a
-     * thread that misses meanwhile does not wait for it. */
+    /* Before reserved memory grows: finished work on a stream that went quiet (no launch since
+     * the previous walk) still holds what its arrays' owners freed, and no launch there will look
+     * again. One walk at a time: a thread that misses meanwhile does not wait for it. */
     if (!atomic_exchange_explicit(&dev->walking_streams, true, memory_order_acquire)) {
-        for_each_stream(dev, release_if_idle);
+        for_each_stream(dev, release_if_quiet);
         atomic_store_explicit(&dev->walking_streams, false, memory_order_release);
     }
     int status = jb__buffer_alloc(dev, bytes, out);

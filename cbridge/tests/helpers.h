@@ -61,7 +61,7 @@ static inline jb_array *f32_filled(jb_device *device, int64_t n, float value)
 
 /* Leaves `count` idle buffers of n f32 on `device`, made on the thread's default stream, which is
  * then synchronized: launches whose outputs take them allocate nothing, and so do not first let
- * go of the holds of every idle stream (what a test of a stream's own looks must not see). */
+ * go of the holds of quiet streams (what a test of the holds a stream keeps must not see). */
 static inline void f32_idle_buffers(jb_device *device, int64_t n, int count)
 {
     jb_array **arrays = calloc((size_t)count, sizeof *arrays);
