@@ -304,6 +304,10 @@ unsafe extern "C" {
         out: *mut *mut jb_stream,
         device: *mut jb_device,
     ) -> c_int;
+    pub fn jb_thread_local_default_stream_retain(
+        out: *mut *mut jb_stream,
+        device: *mut jb_device,
+    ) -> c_int;
 
     pub fn jb_array_from_host(
         out: *mut *mut jb_array,

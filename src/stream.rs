@@ -28,6 +28,28 @@ impl Stream {
         Ok(Stream { raw })
     }
 
+    /// The calling thread's default stream for `device` (the installed one, else the thread's
+    /// own), as a `Stream` of its own: send it to helper threads, which may launch on it (or
+    /// install it) after this thread has exited. Like any `Stream`, dropping it waits for the
+    /// stream's work; the last reference destroys it.
+    ///
+    /// ```
+    /// use jitbridge::{Array, DType, Device, Stream, streams};
+    /// let cpu = Device::cpu()?;
+    /// let handed = std::thread::spawn(move || Stream::thread_default(cpu)).join().unwrap()?;
+    /// // The thread that made it has exited; its stream lives on for this one.
+    /// let _guard = streams::install_thread_local_default_stream(&handed)?;
+    /// let x = Array::arange(cpu, 3, DType::F32)?;
+    /// assert_eq!(x.to_vec::<f32>()?, [0.0, 1.0, 2.0]);
+    /// # Ok::<(), jitbridge::Error>(())
+    /// ```
+    pub fn thread_default(device: Device) -> Result<Stream, Error> {
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: `raw` is a valid out pointer; the retain gives us a reference of our own.
+        check(unsafe { ffi::jb_thread_local_default_stream_retain(&mut raw, device.raw()) })?;
+        Ok(Stream { raw })
+    }
+
     /// Blocks until every piece of work queued on the stream has finished.
     pub fn synchronize(&self) -> Result<(), Error> {
         // SAFETY: `raw` is a live stream.

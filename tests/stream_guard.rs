@@ -109,3 +109,33 @@ fn forgotten_guard_on_a_thread_that_exits() {
     drop(stream); // the exited thread's installation let go of its reference already
     launch_and_check(device, 1);
 }
+
+#[test]
+fn thread_default_stream_handed_to_helpers_outlives_its_thread() {
+    let device = Device::cpu().unwrap();
+    // The thread's default stream, retained; the thread then exits (its own reference goes).
+    let (stream, made) = std::thread::spawn(move || {
+        let stream = jitbridge::Stream::thread_default(device).unwrap();
+        let made = Array::arange(device, 256, DType::F32).unwrap(); // queued on that stream
+        (stream, made)
+    })
+    .join()
+    .unwrap();
+    std::thread::scope(|s| {
+        for helper in 0..3 {
+            let (stream, made) = (&stream, &made);
+            s.spawn(move || {
+                let _guard = streams::install_thread_local_default_stream(stream).unwrap();
+                for round in 0..10 {
+                    let out = jit_race_probe_array(made, 9_100).unwrap();
+                    let values = out.to_vec::<f32>().unwrap();
+                    for (i, v) in values.iter().enumerate() {
+                        assert_eq!(*v, 2.0 * i as f32 + 1.0, "helper {helper} round {round}");
+                    }
+                }
+            });
+        }
+    });
+    drop(made);
+    drop(stream); // the last reference: waits for the stream's work, then destroys it
+}

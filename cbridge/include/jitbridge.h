@@ -213,6 +213,14 @@ JB_API const char *jb_cpu_compiler(void);
  * device, its buffers held, and is destroyed once its work is done (seen by a later
  * jb_device_trim, a new stream on the device, another thread's exit, or an allocation that no
  * idle buffer serves).
+ *
+ * Streams are reference-counted. jb_stream_new, jb_new_thread_local_generation_stream and
+ * jb_thread_local_default_stream_retain give the caller a reference of its own, which any thread
+ * may use and which jb_stream_free lets go of; each installation holds another. What takes a
+ * jb_stream * argument borrows it for the call. jb_thread_local_default_stream borrows: its
+ * stream is valid only on that thread and only while it stays the thread's default (an
+ * uninstall or the thread's exit may destroy it); to hand a thread's default stream to other
+ * threads, retain it.
  */
 typedef struct jb_stream jb_stream;
 /* On the cpu, each stream runs its work on a thread of its own, which has this name (top -H,
@@ -221,8 +229,8 @@ typedef struct jb_stream jb_stream;
 
 /* A new stream on `device`, owned by the caller (jb_stream_free). */
 JB_API jb_status jb_stream_new(jb_stream **out, jb_device *device);
-/* Lets go of the caller's stream; if the calling thread has it installed, it is uninstalled
- * first. A thread that still has it installed keeps it alive, and its launches keep working,
+/* Lets go of the caller's reference (from jb_stream_new or a retain); if the calling thread has
+ * the stream installed, it is uninstalled first. A thread that still has it installed keeps it alive, and its launches keep working,
  * until it uninstalls it or exits. The last one to let go waits for the stream's work, then
  * destroys it. Accepts NULL. */
 JB_API void jb_stream_free(jb_stream *stream);
@@ -245,8 +253,13 @@ JB_API jb_status jb_install_thread_local_default_stream(jb_stream *stream);
 /* Removes the latest installation of `stream` on this thread, wherever it is in the nesting
  * (out-of-order removal is safe). JB_ERR_INVALID_ARGUMENT if it is not installed here. */
 JB_API jb_status jb_uninstall_thread_local_default_stream(jb_stream *stream);
-/* The calling thread's default stream for `device` (borrowed: do not free). */
+/* The calling thread's default stream for `device`, borrowed: do not free it, and use it only on
+ * this thread while it stays the default (see "Streams" above). */
 JB_API jb_status jb_thread_local_default_stream(jb_stream **out, jb_device *device);
+/* The calling thread's default stream for `device`, with a reference for the caller: usable by
+ * any thread, also after this one exits, until the caller lets go of it with jb_stream_free
+ * (whose last reference waits for the stream's work). */
+JB_API jb_status jb_thread_local_default_stream_retain(jb_stream **out, jb_device *device);
 
 /* ---------------------------------------------------------------------------------------------
  * Arrays: a device buffer with a dtype and a shape, plus the event that marks the end of the

@@ -411,6 +411,20 @@ jb_status jb_thread_local_default_stream(jb_stream **out, jb_device *device)
     return jb__current_stream(device, out);
 }
 
+jb_status jb_thread_local_default_stream_retain(jb_stream **out, jb_device *device)
+{
+    JB_RETURN_IF(!out, JB_ERR_INVALID_ARGUMENT,
+                 "jb_thread_local_default_stream_retain: out is NULL");
+    *out = NULL;
+    JB_RETURN_IF(!device, JB_ERR_INVALID_ARGUMENT,
+                 "jb_thread_local_default_stream_retain: device is NULL");
+    jb_stream *stream;
+    JB_FORWARD_IF_ERROR(jb__current_stream(device, &stream));
+    jb__stream_retain(stream);
+    *out = stream;
+    return JB_OK;
+}
+
 jb_status jb_install_thread_local_default_stream(jb_stream *stream)
 {
     JB_RETURN_IF(!stream, JB_ERR_INVALID_ARGUMENT,

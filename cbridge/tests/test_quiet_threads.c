@@ -214,6 +214,64 @@ static void test_trim_gives_back_a_bursts_events(void)
     jb_array_free(input);
 }
 
+/* ---- 3. a thread's default stream handed to helpers ---- */
+
+#define HELPERS 4
+#define HANDED_N 4096
+
+typedef struct handoff {
+    jb_stream *stream; /* the exited thread's default, retained */
+    jb_array *made;    /* made on it before the thread exited */
+    jb_custom_kernel *plus_one;
+} handoff;
+
+static void *retain_default_and_exit(void *arg)
+{
+    handoff *h = arg;
+    jb_stream *borrowed = NULL;
+    CHECK_OK(jb_thread_local_default_stream_retain(&h->stream, dev));
+    CHECK_OK(jb_thread_local_default_stream(&borrowed, dev));
+    CHECK(borrowed == h->stream, "the retained stream is not the thread's default");
+    h->made = f32_filled(dev, HANDED_N, 3.0f); /* queued on that stream */
+    return NULL;
+}
+
+static void *launch_on_handed(void *arg)
+{
+    handoff *h = arg;
+    int64_t n = HANDED_N;
+    const int64_t *shapes[] = {&n};
+    int ndims[] = {1};
+    jb_launch_shape shape = {{0, 0, 0}, {0, 0, 0}, (uint64_t)n};
+    for (int i = 0; i < 8; i++) {
+        jb_array *y = NULL;
+        CHECK_OK(jb_custom_kernel_launch_on(&y, h->plus_one, h->stream, &h->made, 1, NULL, 0,
+                                            shapes, ndims, &shape));
+        CHECK(f32_all_equal(y, n, 4.0f), "a helper's launch on the handed stream");
+        jb_array_free(y);
+    }
+    return NULL;
+}
+
+/* A thread retains its default stream, queues work on it and exits; helper threads then launch
+ * on it, the stream alive through their reference (a borrowed one died with the thread: a use
+ * after free). The last jb_stream_free destroys it. */
+static void test_default_stream_handed_to_helpers(void)
+{
+    handoff h = {NULL, NULL, f32_kernel("quiet_plus_one", "out[thread_index()] = inp[thread_index()] + 1.0f;")};
+    pthread_t owner, helpers[HELPERS];
+    pthread_create(&owner, NULL, retain_default_and_exit, &h);
+    pthread_join(owner, NULL);
+    for (int i = 0; i < HELPERS; i++)
+        pthread_create(&helpers[i], NULL, launch_on_handed, &h);
+    for (int i = 0; i < HELPERS; i++)
+        pthread_join(helpers[i], NULL);
+    CHECK(f32_all_equal(h.made, HANDED_N, 3.0f), "the exited thread's array");
+    jb_array_free(h.made);
+    jb_stream_free(h.stream);
+    jb_custom_kernel_free(h.plus_one);
+}
+
 int main(void)
 {
     dev = test_device();
@@ -224,6 +282,7 @@ int main(void)
     CHECK_OK(jb_custom_kernel_prepare(touch_one, dev));
     test_quiet_streams_do_not_keep_freed_memory();
     test_trim_gives_back_a_bursts_events();
+    test_default_stream_handed_to_helpers();
     jb_custom_kernel_free(touch_one);
     return check_summary("test_quiet_threads");
 }
