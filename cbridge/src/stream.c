@@ -1,12 +1,14 @@
 /*
  * Streams and the thread-local default stream of each device. A thread's own default is created
- * on first use and destroyed when the thread exits. Streams are reference-counted: the creator
- * owns one reference (jb_stream_free drops it) and each installation owns another, so a stream
- * freed by its owner while some thread still has it installed lives on until that thread lets go
- * (a leaked guard leaks a reference, never leaves a dangling default). Installed streams form a
- * stack per device: the top one is the default, and uninstalling removes a stream wherever it is,
- * so guards dropped out of order never bring back a stream that was uninstalled already. Each
- * stream also keeps the holds on the buffers its queued work uses (holds.c).
+ * on first use; the thread's exit lets go of it without waiting for its work (a busy stream is
+ * left to its device and destroyed once a walk of the device's streams finds it idle). Streams
+ * are reference-counted: the creator owns one reference (jb_stream_free drops it), a retain
+ * another, and each installation another, so a stream freed by its owner while some thread still
+ * has it installed lives on until that thread lets go (a leaked guard leaks a reference, never
+ * leaves a dangling default). Installed streams form a stack per device: the top one is the
+ * default, and uninstalling removes a stream wherever it is, so guards dropped out of order never
+ * bring back a stream that was uninstalled already. Each stream also keeps the holds on the
+ * buffers its queued work uses, and spare events for its next launches (holds.c).
  */
 #include "internal.h"
 
