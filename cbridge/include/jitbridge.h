@@ -198,7 +198,8 @@ JB_API jb_status jb_device_memory_stats(jb_memory_stats *out, size_t out_size, j
 /* The command the cpu backend compiles with ($CC, else "cc"); owned by the library. The compiler
  * and its `--version` query run with an environment the library chooses, not the host's: PATH,
  * HOME, LANG, LANGUAGE, LC_* and the names JITBRIDGE_COMPILER_ENV lists, with TMPDIR set to the
- * library's private folder. A setuid (AT_SECURE) host ignores $CC and passes none of its
+ * library's private folder, and run in that folder, not the caller's current one (a relative
+ * $CC still names a program there). A setuid (AT_SECURE) host ignores $CC and passes none of its
  * caller's variables: the compiler gets PATH=/usr/bin:/bin and TMPDIR only. */
 JB_API const char *jb_cpu_compiler(void);
 

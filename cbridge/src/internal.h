@@ -242,10 +242,13 @@ bool jb__published_add(jb_published_table *t, uint64_t hash, const void *key, vo
 /* ---- child processes (process.c) ---- */
 /* The PATH of a child whose caller may not choose one (a setuid host), or that has none. */
 #define JB_TRUSTED_PATH "/usr/bin:/bin"
-/* One run of a program: argv[0] is searched in envp's PATH unless it names a path; no shell. */
+/* One run of a program: argv[0] is searched in envp's PATH unless it names a path (a relative
+ * name or PATH folder means the host's current folder, as for execvp); no shell. */
 typedef struct jb_child {
     char *const *argv;
     char *const *envp;   /* its whole environment (NULL-terminated) */
+    const char *cwd;     /* the folder it runs in: never the host's, which a linker script's
+                          * relative names (libgcc_s.so.1) are looked up in first */
     const char *what;    /* "the compiler": names it in messages */
     const char *hint;    /* appended when it cannot start (" (set CC)"), or NULL */
     uint64_t timeout_ms; /* at most a day; its process group is killed past it */

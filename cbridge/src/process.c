@@ -142,9 +142,10 @@ typedef struct report {
 } report;
 
 typedef struct plan {
-    char *const *paths; /* argv[0], or each PATH candidate for it */
+    char *const *paths; /* argv[0], or each PATH candidate for it: absolute */
     char *const *argv;
     char *const *envp;
+    const char *cwd;
     int null_fd, out_fd, report_fd; /* all >= 3 and close-on-exec */
     uint64_t timeout_ns;
     char *program_stack; /* its top */
@@ -180,6 +181,10 @@ CHILD_CODE int program_main(void *arg)
     syscall(SYS_dup3, (long)p->out_fd, 2L, 0L);
     static const unsigned long empty_mask[4];
     syscall(SYS_rt_sigprocmask, (long)SIG_SETMASK, empty_mask, NULL, (long)(_NSIG / 8));
+    if (syscall(SYS_chdir, p->cwd) != 0) { /* its own: clone shares no CLONE_FS */
+        child_report(p, REPORT_EXEC_ERRNO, errno);
+        syscall(SYS_exit, 127L);
+    }
     int err = ENOENT;
     for (size_t i = 0; p->paths[i]; i++)
         if (syscall(SYS_execve, p->paths[i], p->argv, p->envp) < 0 && errno != ENOENT &&
@@ -247,13 +252,34 @@ CHILD_CODE int intermediate_main(void *arg)
     return 0;
 }
 
+static void free_candidates(char **list)
+{
+    for (size_t i = 0; list && list[i]; i++)
+        free(list[i]);
+    free(list);
+}
+
+/* `dir`/`name` (`dir` may be empty: `name` alone), made absolute against `here` (the host's
+ * current folder), since the program runs in a folder of its own. NULL: no memory. */
+static char *absolute_path(const char *here, const char *dir, size_t dir_len, const char *name)
+{
+    jb_strbuf sb = {0};
+    if ((dir_len ? dir[0] : name[0]) != '/')
+        jb__strbuf_appendf(&sb, "%s/", here);
+    jb__strbuf_appendf(&sb, "%.*s%s%s", (int)dir_len, dir, dir_len ? "/" : "", name);
+    return sb.failed ? NULL : sb.data;
+}
+
 /* argv[0] as is when it names a path, else each directory of the child's own PATH joined with
- * it (the environment it is given: never the caller's, in a setuid host). */
+ * it (the environment it is given: never the caller's, in a setuid host); each absolute. */
 static char **exec_candidates(const char *name, char *const *envp)
 {
+    char here[4096];
+    if (!getcwd(here, sizeof here))
+        snprintf(here, sizeof here, "/"); /* only a relative name would miss it */
     if (strchr(name, '/')) {
         char **one = calloc(2, sizeof *one);
-        if (one && !(one[0] = jb__strdup(name)))
+        if (one && !(one[0] = absolute_path(here, "", 0, name)))
             free(one), one = NULL;
         return one;
     }
@@ -271,27 +297,16 @@ static char **exec_candidates(const char *name, char *const *envp)
     for (const char *p = path;; p++) {
         const char *end = strchr(p, ':');
         size_t len = end ? (size_t)(end - p) : strlen(p);
-        jb_strbuf sb = {0}; /* an empty entry means the current directory, as execvp says */
-        jb__strbuf_appendf(&sb, "%.*s%s%s", (int)len, p, len ? "/" : "", name);
-        if (sb.failed) {
-            for (size_t i = 0; i < count; i++)
-                free(list[i]);
-            free(list);
+        /* an empty entry means the current directory, as execvp says */
+        if (!(list[count++] = absolute_path(here, p, len, name))) {
+            free_candidates(list);
             return NULL;
         }
-        list[count++] = sb.data;
         if (!end)
             break;
         p = end;
     }
     return list;
-}
-
-static void free_candidates(char **list)
-{
-    for (size_t i = 0; list && list[i]; i++)
-        free(list[i]);
-    free(list);
 }
 
 /* Moves a descriptor to 3 or above, so that the program's dup3 onto 0-2 never clobbers it. */
@@ -336,7 +351,7 @@ int jb__child_run(jb_child *c)
     int err = errno;
     pid_t pid = -1;
     if (fds[0] >= 0 && fds[1] >= 0 && fds[2] >= 0 && fds[3] >= 0 && stacks != MAP_FAILED) {
-        plan p = {paths, c->argv, c->envp, fds[0], fds[1], fds[3],
+        plan p = {paths, c->argv, c->envp, c->cwd, fds[0], fds[1], fds[3],
                   c->timeout_ms * 1000000ULL, stacks + STACK_BYTES};
         sigset_t all, old;
         sigfillset(&all);

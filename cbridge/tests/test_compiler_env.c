@@ -12,7 +12,10 @@
  *  - a setuid copy of this test (as root: owned by nobody, so AT_SECURE is set) passes none of
  *    its caller's, PATH and JITBRIDGE_COMPILER_ENV included: no marker ever;
  *  - the compiler and its version query see only PATH, HOME, LANG, LANGUAGE, LC_*, the names
- *    JITBRIDGE_COMPILER_ENV lists, and TMPDIR set to the private folder.
+ *    JITBRIDGE_COMPILER_ENV lists, and TMPDIR set to the private folder;
+ *  - the compiler runs in the private folder, not in the host's current one, where an object
+ *    planted as libgcc_s.so.1 (a name Debian's libgcc_s.so linker script gives relative) was
+ *    linked into the module; a relative $CC still means the host's folder.
  */
 #include "check.h"
 #include "deadline.h"
@@ -157,32 +160,21 @@ static void plant(size_t v)
     }
 }
 
-/* Runs `program --compile` with variable v planted (and JITBRIDGE_COMPILER_ENV naming it when
- * `listed`): whether the plant took effect; *secure and *status are what the host saw. */
-static bool planted_took_effect(const char *program, size_t v, bool listed, unsigned long *secure,
-                                int *status)
+/* Runs `program --compile` in `cwd` (NULL: this process's) and reads its report. */
+static void run_host(const char *program, const char *cwd, unsigned long *secure, int *status)
 {
-    char marker[512], report[256] = "";
-    snprintf(marker, sizeof marker, "%s/%s", open_dir, variables[v]);
-    unlink(marker);
-    char *saved_path = strdup(getenv("PATH") ? getenv("PATH") : "/usr/bin:/bin");
-    setenv(variables[v], values[v], 1);
-    if (listed)
-        setenv("JITBRIDGE_COMPILER_ENV", variables[v], 1);
+    char report[256] = "";
     int fds[2];
     CHECK(pipe(fds) == 0, "pipe");
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
     posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0); /* the report says */
+    if (cwd)
+        posix_spawn_file_actions_addchdir_np(&actions, cwd);
     char *argv[] = {(char *)program, "--compile", NULL};
     pid_t pid;
     int spawned = posix_spawn(&pid, program, &actions, NULL, argv, environ);
-    setenv("PATH", saved_path, 1); /* PATH's plant: restored for this process at once */
-    free(saved_path);
-    if (strcmp(variables[v], "PATH") != 0)
-        unsetenv(variables[v]);
-    unsetenv("JITBRIDGE_COMPILER_ENV");
     close(fds[1]);
     if (spawned == 0) {
         ssize_t n = read(fds[0], report, sizeof report - 1); /* the host's alarm bounds it */
@@ -192,9 +184,55 @@ static bool planted_took_effect(const char *program, size_t v, bool listed, unsi
     close(fds[0]);
     posix_spawn_file_actions_destroy(&actions);
     *secure = 99, *status = -1;
-    CHECK(sscanf(report, "secure=%lu status=%d", secure, status) == 2,
-          "%s with %s: no report: '%s'", program, variables[v], report);
+    CHECK(sscanf(report, "secure=%lu status=%d", secure, status) == 2, "%s: no report: '%s'",
+          program, report);
+}
+
+/* Runs `program --compile` with variable v planted (and JITBRIDGE_COMPILER_ENV naming it when
+ * `listed`): whether the plant took effect; *secure and *status are what the host saw. */
+static bool planted_took_effect(const char *program, size_t v, bool listed, unsigned long *secure,
+                                int *status)
+{
+    char marker[512];
+    snprintf(marker, sizeof marker, "%s/%s", open_dir, variables[v]);
+    unlink(marker);
+    char *saved_path = strdup(getenv("PATH") ? getenv("PATH") : "/usr/bin:/bin");
+    setenv(variables[v], values[v], 1);
+    if (listed)
+        setenv("JITBRIDGE_COMPILER_ENV", variables[v], 1);
+    run_host(program, NULL, secure, status);
+    setenv("PATH", saved_path, 1); /* PATH's plant: restored for this process */
+    free(saved_path);
+    if (strcmp(variables[v], "PATH") != 0)
+        unsetenv(variables[v]);
+    unsetenv("JITBRIDGE_COMPILER_ENV");
     return access(marker, F_OK) == 0;
+}
+
+/* The host's current folder is not the compiler's: ld looks for a linker script's relative
+ * names there first (Debian's libgcc_s.so says GROUP ( libgcc_s.so.1 -lgcc )), so an object
+ * planted as libgcc_s.so.1 in the folder a host runs in was linked into its module. */
+static char cwd_dir[400], cwd_marker[400];
+
+static void plant_in_cwd(void)
+{
+    char source[600], text[1024], command[2048];
+    snprintf(cwd_dir, sizeof cwd_dir, "%s/cwd", root);
+    snprintf(cwd_marker, sizeof cwd_marker, "%s/cwd", open_dir);
+    make_folder(cwd_dir, 0755);
+    snprintf(source, sizeof source, "%s/planted.c", root);
+    snprintf(text, sizeof text, constructor_fmt, cwd_marker);
+    write_file(source, text, 0644);
+    snprintf(command, sizeof command, "cc -fPIC -c %s -o %s/libgcc_s.so.1 && chmod 644 %s/*",
+             source, cwd_dir, cwd_dir);
+    CHECK(system(command) == 0, "%s", command);
+}
+
+static bool cwd_plant_took_effect(const char *program, unsigned long *secure, int *status)
+{
+    unlink(cwd_marker);
+    run_host(program, cwd_dir, secure, status);
+    return access(cwd_marker, F_OK) == 0;
 }
 
 static void plain_host(const char *self)
@@ -214,6 +252,19 @@ static void plain_host(const char *self)
         CHECK(ran, "%s listed in JITBRIDGE_COMPILER_ENV: the plant did not take effect",
               variables[v]);
     }
+    unsigned long secure;
+    int status;
+    CHECK(!cwd_plant_took_effect(self, &secure, &status),
+          "a plain host's compiler linked the libgcc_s.so.1 of the folder the host ran in");
+    CHECK(status == JB_OK, "a plain host in %s could not compile", cwd_dir);
+    /* A relative $CC still means the host's folder, as it does for execvp. */
+    char relative_cc[600];
+    snprintf(relative_cc, sizeof relative_cc, "%s/relative-cc", cwd_dir);
+    write_file(relative_cc, "#!/bin/sh\nexec cc \"$@\"\n", 0755);
+    setenv("CC", "./relative-cc", 1);
+    run_host(self, cwd_dir, &secure, &status);
+    unsetenv("CC");
+    CHECK(status == JB_OK, "CC=./relative-cc, run in %s, did not compile", cwd_dir);
 }
 
 static void setuid_host(const char *self)
@@ -241,6 +292,11 @@ static void setuid_host(const char *self)
         CHECK(status == JB_OK, "a setuid host with its caller's %s could not compile",
               variables[v]);
     }
+    unsigned long secure;
+    int status;
+    CHECK(!cwd_plant_took_effect(copy, &secure, &status),
+          "a setuid host's compiler linked the libgcc_s.so.1 of its caller's folder");
+    CHECK(status == JB_OK, "a setuid host in %s could not compile", cwd_dir);
     unlink(copy);
 }
 
@@ -355,6 +411,7 @@ int main(int argc, char **argv)
             unsetenv(variables[v]); /* this machine's own (LIBRARY_PATH, CPATH) stay out */
     for (size_t v = 0; v < NUM_VARIABLES; v++)
         plant(v);
+    plant_in_cwd();
     char self[4096];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     self[n > 0 ? n : 0] = '\0';

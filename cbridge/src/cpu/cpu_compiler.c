@@ -3,7 +3,8 @@
  * into a shared object in the private directory and loaded with dlopen. The compiler runs from
  * an argument vector, never through a shell, under the compile timeout (process.c), and so
  * does its version query, which names it in the disk cache key. Both get an environment chosen
- * here, never the host's whole one.
+ * here, never the host's whole one, and run in the private directory, never the host's current
+ * one: ld opens a linker script's relative names there first (libgcc_s.so.1 in libgcc_s.so).
  */
 #include "cpu.h"
 
@@ -259,6 +260,7 @@ int jb__cpu_compile(jb_device *dev, const char *module_name, const char *source,
     if (status == JB_OK) {
         jb_child c = {.argv = argv,
                       .envp = envp,
+                      .cwd = folder,
                       .what = "the compiler",
                       .hint = " (set CC)",
                       .timeout_ms = jb__child_timeout_ms(),
@@ -292,8 +294,8 @@ static void find_compiler_version(void)
     if (compiler_command(extra, &argv) != JB_OK)
         return;
     char folder[4200]; /* the query writes nothing: without a private folder, no TMPDIR */
-    char **envp = compiler_environment(
-        jb__cpu_private_dir(folder, sizeof folder) == JB_OK ? folder : NULL);
+    bool have_folder = jb__cpu_private_dir(folder, sizeof folder) == JB_OK;
+    char **envp = compiler_environment(have_folder ? folder : NULL);
     if (!envp) {
         free(argv);
         jb__warn("the compiler's version is unknown, so compiled code is not kept on disk: "
@@ -303,6 +305,7 @@ static void find_compiler_version(void)
     uint64_t timeout_ms = jb__child_timeout_ms();
     jb_child c = {.argv = argv,
                   .envp = envp,
+                  .cwd = have_folder ? folder : "/",
                   .what = "the compiler's version query",
                   .hint = " (set CC)",
                   .timeout_ms = timeout_ms < VERSION_TIMEOUT_CAP_MS ? timeout_ms
