@@ -338,6 +338,9 @@ struct jb_backend {
                    const jb_compile_options *options, jb_blob *out);
     int (*module_load)(jb_device *dev, const jb_blob *code, void **out_module);
     int (*module_function)(jb_device *dev, void *module, const char *name, void **out_fn);
+    /* Unloads a module no thread has used: one whose entries did not all resolve, never
+     * published. A module in the cache is never unloaded. */
+    void (*module_unload)(jb_device *dev, void *module);
     int (*stream_create)(jb_device *dev, void **out_stream);
     void (*stream_destroy)(jb_device *dev, void *stream);
     int (*stream_synchronize)(jb_device *dev, void *stream);

@@ -72,8 +72,10 @@ int jb__module_create(jb_device *dev, const jb_blob *code, const char *source,
     jb__build_steps.load_ns = loaded - start;
     jb__build_steps.get_function_ns = jb__now_ns() - loaded;
     if (status != JB_OK) {
-        /* A module that failed to load leaves nothing behind; a loaded native module whose
-         * kernel is missing stays loaded (never unloaded, by the cache's rule). */
+        /* Nothing is left behind: a native module whose entries did not all resolve was never
+         * published, so no thread can be in it (every failed launch of it would keep one). */
+        if (module->native)
+            dev->backend->module_unload(dev, module->native);
         for (size_t i = 0; i < num_kernels; i++)
             free(module->kernels[i].name);
         free(module->source);

@@ -8,6 +8,7 @@
 #include "check.h"
 #include "jitbridge.h"
 
+#include <link.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -180,9 +181,25 @@ static void source_modules(void)
     jb_array_free(y);
 }
 
+static int count_object(struct dl_phdr_info *info, size_t size, void *count)
+{
+    (void)info, (void)size;
+    ++*(int *)count;
+    return 0;
+}
+
+/* Shared objects loaded in this process now. */
+static int loaded_objects(void)
+{
+    int count = 0;
+    dl_iterate_phdr(count_object, &count);
+    return count;
+}
+
 /* An entry the source does not define: dlsym on the module's handle also searches its
  * dependencies, so "abort" bound to libc's (the source calls memcpy) and the launch ran it. Each
- * is JB_ERR_LOAD naming the entry, and so is a name that is data, not a function. */
+ * is JB_ERR_LOAD naming the entry, and so is a name that is data, not a function; each such
+ * module is unloaded again (a server retrying it would otherwise keep one per launch). */
 static void foreign_entries(void)
 {
     static const char source[] =
@@ -204,8 +221,12 @@ static void foreign_entries(void)
     CHECK_OK(jb_array_arange(&y, cpu, 4, JB_F32));
     jb_launch_shape shape = {{0, 0, 0}, {0, 0, 0}, 4};
     jb_arg args[] = {{.array = x}, {.array = y, .written = 1}};
+    int loaded_before = loaded_objects();
     for (size_t i = 0; i <= sizeof foreign / sizeof *foreign; i++) {
         const char *entries[] = {"copy", i < sizeof foreign / sizeof *foreign ? foreign[i] : NULL};
+        if (!entries[1])
+            CHECK(loaded_objects() == loaded_before, "%d shared objects loaded, not %d: a module "
+                  "whose entries did not resolve stayed loaded", loaded_objects(), loaded_before);
         jb_source_module_spec spec = JB_SOURCE_MODULE_SPEC_INIT;
         spec.name = "foreign_entry", spec.cpu_source = source;
         spec.entry_names = entries, spec.num_entries = entries[1] ? 2 : 1;

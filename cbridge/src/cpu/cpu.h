@@ -21,5 +21,6 @@ int jb__cpu_compile(jb_device *dev, const char *module_name, const char *source,
                     const jb_compile_options *options, jb_blob *out);
 int jb__cpu_module_load(jb_device *dev, const jb_blob *code, void **out_module);
 int jb__cpu_module_function(jb_device *dev, void *module, const char *name, void **out_fn);
+void jb__cpu_module_unload(jb_device *dev, void *module);
 
 #endif /* JB_CPU_H */

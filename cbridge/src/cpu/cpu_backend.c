@@ -372,6 +372,7 @@ const jb_backend jb__cpu_backend = {
     .compile = jb__cpu_compile,
     .module_load = jb__cpu_module_load,
     .module_function = jb__cpu_module_function,
+    .module_unload = jb__cpu_module_unload,
     .stream_create = cpu_stream_create,
     .stream_destroy = cpu_stream_destroy,
     .stream_synchronize = cpu_stream_synchronize,

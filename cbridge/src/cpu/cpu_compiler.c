@@ -379,3 +379,9 @@ int jb__cpu_module_function(jb_device *dev, void *module, const char *name, void
     *out_fn = fn;
     return JB_OK;
 }
+
+void jb__cpu_module_unload(jb_device *dev, void *module)
+{
+    (void)dev;
+    dlclose(module);
+}

@@ -234,6 +234,12 @@ static int gpu_module_function(jb_device *dev, void *module, const char *name, v
     return JB_OK;
 }
 
+static void gpu_module_unload(jb_device *dev, void *module)
+{
+    if (JB_GPU(cuModuleUnload) && make_current(dev) == JB_OK) /* a faulted device: it stays */
+        JB_GPU(cuModuleUnload)((CUmodule)module);
+}
+
 static int gpu_stream_create(jb_device *dev, void **out_stream)
 {
     JB_FORWARD_IF_ERROR(make_current(dev));
@@ -448,6 +454,7 @@ const jb_backend JB_GPU_PREFIXED(backend) = {
     .compile = gpu_compile,
     .module_load = gpu_module_load,
     .module_function = gpu_module_function,
+    .module_unload = gpu_module_unload,
     .stream_create = gpu_stream_create,
     .stream_destroy = gpu_stream_destroy,
     .stream_synchronize = gpu_stream_synchronize,

@@ -84,6 +84,7 @@ typedef CUcontext jb_gpu_context;
 #define cuDeviceTotalMem hipDeviceTotalMem
 #define cuModuleLoadData hipModuleLoadData
 #define cuModuleGetFunction hipModuleGetFunction
+#define cuModuleUnload hipModuleUnload
 #define cuStreamCreate hipStreamCreateWithFlags
 #define cuStreamDestroy hipStreamDestroy
 #define cuStreamSynchronize hipStreamSynchronize
@@ -166,8 +167,10 @@ typedef int jb_gpu_context;
     JB_GPU_VENDOR_CALLS(X)
 
 /* Calls used where the driver has them: a missing one leaves its entry NULL, never fails the
- * load (the stream-ordered allocator came with CUDA 11.2 and ROCm 5.2). */
-#define JB_GPU_OPTIONAL_CALLS(X) X(cuMemAllocAsync) X(cuMemFreeAsync) JB_GPU_OPTIONAL_VENDOR_CALLS(X)
+ * load (the stream-ordered allocator came with CUDA 11.2 and ROCm 5.2; without an unload, a
+ * module whose entries did not all resolve stays loaded). */
+#define JB_GPU_OPTIONAL_CALLS(X)                                                                   \
+    X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuModuleUnload) JB_GPU_OPTIONAL_VENDOR_CALLS(X)
 
 /* The runtime compiler's calls (NVRTC; hiprtc, inside libamdhip64 before ROCm 6). */
 #define JB_GPU_COMPILER_CALLS(X)                                                                   \
