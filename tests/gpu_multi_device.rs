@@ -7,8 +7,8 @@
 mod common;
 
 use jitbridge::{
-    Array, Counters, CustomKernel, DType, Device, DeviceKind, KernelConfig, KernelSpec,
-    LaunchShape, race,
+    Array, CompileOptions, Counters, CustomKernel, DType, Device, DeviceKind, KernelConfig,
+    KernelSpec, LaunchShape, race,
 };
 use std::sync::{Arc, Mutex};
 
@@ -69,6 +69,7 @@ fn one_kernel_object_is_configured_once_on_each_device() {
         inputs: &[("x", DType::F32)],
         outputs: &[("y", DType::F32)],
         body: "y[thread_index()] = x[thread_index()] * 2.0f + 1.0f;",
+        options: CompileOptions { bounds_checks: true, ..Default::default() },
         configure: Some(Arc::new(move |device: Device| {
             log.lock().unwrap().push(device.index());
             // A block size of the device's own: 64, 96, 128.

@@ -8,8 +8,9 @@
 mod common;
 
 use jitbridge::{
-    Arg, ArgDecl, Array, CompileOptions, Counters, CustomKernel, DType, Device, ErrorCode,
-    KernelSpec, Launch, LaunchShape, Output, Scalar, Signature, SourceModule, SourceModuleSpec,
+    Arg, ArgDecl, Array, CompileOptions, Counters, CustomKernel, DType, Device, DeviceKind,
+    ErrorCode, KernelSpec, Launch, LaunchShape, Output, Scalar, Signature, SourceModule,
+    SourceModuleSpec,
 };
 
 fn writer(bounds_checks: bool) -> CustomKernel {
@@ -22,6 +23,14 @@ fn writer(bounds_checks: bool) -> CustomKernel {
         ..Default::default()
     })
     .unwrap()
+}
+
+/// The thread a bounds report names: "... thread N indexed ...".
+fn reported_thread(message: &str) -> u64 {
+    let after =
+        message.split("thread ").nth(1).unwrap_or_else(|| panic!("no thread in: {message}"));
+    let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().unwrap_or_else(|_| panic!("no thread number in: {message}"))
 }
 
 /// The first crash, with a bounds-checked kernel: the wait fails, naming kernel, array, index
@@ -37,7 +46,13 @@ fn threads_past_the_output(device: Device) {
         let err = out[0].to_vec::<f32>().unwrap_err();
         assert_eq!(err.code(), ErrorCode::Bounds, "round {round}: {err}");
         let message = err.message();
-        for part in ["writes_its_thread", "array 'out'", "at 16,", "thread 16 ", "16 elements"] {
+        // The cpu runs threads in order, so thread 16 is the first past the end; on a GPU the
+        // first to claim the record is any of threads 16..1000, and its index is its own.
+        let thread = reported_thread(message);
+        let first = if device.kind() == DeviceKind::Cpu { 16..17 } else { 16..1000 };
+        assert!(first.contains(&thread), "round {round}: thread {thread} in: {message}");
+        let (at, named) = (format!("at {thread},"), format!("thread {thread} "));
+        for part in ["writes_its_thread", "array 'out'", &at, &named, "16 elements"] {
             assert!(message.contains(part), "round {round}: no {part:?} in: {message}");
         }
         // Every later wait for it says so too; fresh arrays are sound.
