@@ -31,7 +31,7 @@ launch against the same kernel unchecked. Each row with a target says
 whether this run met it, and which host the target was set for (the H200 host); on other hosts
 the row is judged against it all the same.
 
-It takes about 1.5 minutes (--quick: about 10 s) on 2 cores with the cpu backend, and up to
+It takes about 1.5 minutes (--quick: about 15 s) on 2 cores with the cpu backend, and up to
 twice that when other work keeps the cores busy; progress goes to stderr, one updating line on
 a terminal, a line per section otherwise, and the time taken at the end.
 
@@ -101,7 +101,7 @@ pub fn bench_command(args: &[String]) -> Outcome {
 }
 
 /// What the sections share: the device, how much work each measure does, and the warm kernels
-/// sections 1, 2 and 2b look up (built once, by the first that asks).
+/// sections 1 to 3 look up (built once, by the first that asks).
 pub struct Context<'a> {
     pub device: Device,
     pub scale: &'a Scale,
@@ -126,10 +126,11 @@ pub struct Section {
     pub measure: fn(&mut Context<'_>, &mut Vec<Row>) -> Result<(), jitbridge::Error>,
 }
 
-/// The bench, in the order it runs. A new measure is a function in a module of bench/ that
-/// pushes its rows (`Row::new(section, measure, value, unit)`, then `.against(baseline)` and
-/// `.target(..)` where it has them, as the others do) and one line here; docs/JSON.md says what
-/// a row holds.
+/// The bench, in the order it runs; a section's number is its place here, which `run` puts
+/// before the section name of each row it pushes. A new measure is a function in a module of
+/// bench/ that pushes its rows (`Row::new(section, measure, value, unit)` with a section name
+/// and no number, then `.against(baseline)` and `.target(..)` where it has them, as the others
+/// do) and one line here; docs/JSON.md says what a row holds.
 pub const SECTIONS: [Section; 8] = [
     Section { title: "hit lookups", seconds: [15, 1], measure: lookups::hit_lookups },
     Section {
@@ -234,12 +235,45 @@ pub fn run(device: Device, scale: &Scale) -> Result<Vec<Row>, jitbridge::Error> 
             section.title,
             start.elapsed().as_secs_f64()
         ));
+        let first_row = rows.len();
         let measured = (section.measure)(&mut context, &mut rows);
         if measured.is_err() {
             progress.finish();
         }
         measured?;
+        for row in &mut rows[first_row..] {
+            debug_assert!(
+                !row.section.starts_with(|c: char| c.is_ascii_digit()),
+                "{}",
+                row.section
+            );
+            row.section = format!("{} {}", i + 1, row.section);
+        }
     }
     progress.finish();
     Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{BENCH, SECTIONS};
+
+    /// `bench --help` states the time the sections' own estimates add up to (within a quarter),
+    /// the full run in minutes and --quick in seconds: a new section changes both.
+    #[test]
+    fn the_help_states_the_time_the_sections_add_up_to() {
+        let stated = |before: &str, after: &str| -> f64 {
+            let rest = BENCH.details.split(before).nth(1).expect(before);
+            rest.split(after).next().and_then(|n| n.parse().ok()).expect(after)
+        };
+        let stated =
+            [stated("It takes about ", " minutes") * 60.0, stated("(--quick: about ", " s)")];
+        for (i, stated) in stated.into_iter().enumerate() {
+            let sum: f64 = SECTIONS.iter().map(|s| f64::from(s.seconds[i])).sum();
+            assert!(
+                (sum / stated - 1.0).abs() <= 0.25,
+                "the sections add up to {sum} s, the help says {stated} s"
+            );
+        }
+    }
 }

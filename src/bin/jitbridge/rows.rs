@@ -87,7 +87,8 @@ impl Target {
 /// `.target(..)` where it has them.
 #[derive(Debug)]
 pub struct Row {
-    pub section: &'static str,
+    /// The group it belongs to; a bench row's starts with its section's number (`bench::run`).
+    pub section: String,
     pub measure: String,
     pub value: f64,
     pub unit: Unit,
@@ -99,11 +100,10 @@ pub struct Row {
 }
 
 impl Row {
-    pub fn new(section: &'static str, measure: impl Into<String>, value: f64, unit: Unit) -> Row {
-        let measure = measure.into();
+    pub fn new(section: &str, measure: impl Into<String>, value: f64, unit: Unit) -> Row {
         Row {
-            section,
-            measure,
+            section: section.to_string(),
+            measure: measure.into(),
             value,
             unit,
             baseline: None,
@@ -156,7 +156,7 @@ impl Row {
                 .build()
         });
         Object::new()
-            .text("section", self.section)
+            .text("section", &self.section)
             .text("measure", &self.measure)
             .number("value", self.value)
             .text("unit", self.unit.name())
@@ -223,7 +223,7 @@ impl Results {
                 let target =
                     row.target.map_or(String::new(), |t| format!("{} ({})", t.text, t.set_for));
                 vec![
-                    row.section.to_string(),
+                    row.section.clone(),
                     row.measure.clone(),
                     row.unit.show(row.value),
                     row.baseline.map_or(String::new(), |b| row.unit.show(b)),

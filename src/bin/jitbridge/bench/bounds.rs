@@ -46,7 +46,7 @@ pub fn bounds_check_cost(
     let (checked, unchecked) = (kernel(true, variant)?, kernel(false, variant)?);
     let small_launches = (context.scale.probe_launches as usize / 10).max(BLOCKS);
     let large_launches = if context.scale.quick { BLOCKS } else { 5 * BLOCKS };
-    let section = "7 bounds checks";
+    let section = "bounds checks";
     for (elements, launches, what) in [
         (256, small_launches, "256 elements, launch + wait, checked vs unchecked"),
         (1 << 20, large_launches, "1 Mi elements, launch + wait, checked vs unchecked"),

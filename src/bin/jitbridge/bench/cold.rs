@@ -45,7 +45,7 @@ pub fn cold_first_launch(
         }
     }
     let compile = median(compile);
-    let section = "4 cold first launch";
+    let section = "cold first launch";
     let first_launch =
         format!("first launch, median of {samples} (timed by the caller) vs the compiler alone");
     rows.push(Row::new(section, first_launch, median(first), Unit::Ns).against(compile).target(

@@ -21,7 +21,7 @@ pub fn decode_under_load(
     if soak.decode_alone.steps == 0 || soak.decode_together.steps == 0 {
         return Err(jitbridge::Error::new_other("the soak measured no decode step in a phase"));
     }
-    let section = "6 decode under load";
+    let section = "decode under load";
     let (alone, together) = (&soak.decode_alone, &soak.decode_together);
     let measure = |quantile: &str| {
         format!("step {quantile}, with first launches vs alone ({seconds} s soak)")

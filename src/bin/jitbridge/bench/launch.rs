@@ -44,7 +44,7 @@ pub fn probe_launch_path(
         full_sum += full_launches(block)?;
     }
     let (raw_ns, full_ns) = (raw_sum / f64::from(PROBE_BLOCKS), full_sum / f64::from(PROBE_BLOCKS));
-    let section = "3 probe launch";
+    let section = "probe launch";
     rows.push(
         Row::new(section, "per call, full path vs raw launch + event", full_ns, Unit::Ns)
             .against(raw_ns)

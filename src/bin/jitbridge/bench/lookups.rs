@@ -1,4 +1,4 @@
-//! Sections 1, 2 and 2b of the bench: hit lookups (the lookaside against the plain read-lock
+//! Sections 1 to 3 of the bench: hit lookups (the lookaside against the plain read-lock
 //! protocol), and the latencies of hits and of new threads' first launches while other threads
 //! build.
 
@@ -29,7 +29,7 @@ pub fn hit_lookups(context: &mut Context<'_>, rows: &mut Vec<Row>) -> Result<(),
         let plain = lookup_ns(device, kernels, threads, lookups);
         set_lookaside_enabled(true);
         let lookaside = lookup_ns(device, kernels, threads, lookups)?;
-        let row = Row::new("1 hit lookup", format!("{threads} threads"), lookaside, Unit::Ns)
+        let row = Row::new("hit lookup", format!("{threads} threads"), lookaside, Unit::Ns)
             .against(plain?);
         rows.push(if threads == 16 {
             row.target(Target {
@@ -54,7 +54,7 @@ pub fn hit_lookups(context: &mut Context<'_>, rows: &mut Vec<Row>) -> Result<(),
         with.push(measured?);
     }
     let row =
-        Row::new("1 hit lookup", "16 threads, event callback installed", median(with), Unit::Ns)
+        Row::new("hit lookup", "16 threads, event callback installed", median(with), Unit::Ns)
             .against(median(without));
     rows.push(row.target(Target {
         max_value: None,
@@ -86,7 +86,7 @@ pub fn hits_during_builds(
             (false, _) => "plain protocol",
         };
         let row = Row::new(
-            "2 hit during builds",
+            "hit during builds",
             format!("max, {mode} ({samples} hits)"),
             max as f64,
             Unit::Ns,
@@ -101,7 +101,7 @@ pub fn hits_during_builds(
         } else {
             row
         });
-        rows.push(Row::new("2 hit during builds", format!("p99, {mode}"), p99 as f64, Unit::Ns));
+        rows.push(Row::new("hit during builds", format!("p99, {mode}"), p99 as f64, Unit::Ns));
         if enabled {
             histograms.push((mode, histogram));
         }
@@ -111,13 +111,13 @@ pub fn hits_during_builds(
             let upper = if lower == 0 { 1 } else { lower * 2 };
             let bucket =
                 format!("{mode}: [{}, {})", pretty_ns(lower as f64), pretty_ns(upper as f64));
-            rows.push(Row::new("2 hit histogram", bucket, count as f64, Unit::Samples));
+            rows.push(Row::new("hit histogram", bucket, count as f64, Unit::Samples));
         }
     }
     Ok(())
 }
 
-/// Section 2b: a new thread's first launch of a warm kernel while two threads build, with the
+/// Section 3: a new thread's first launch of a warm kernel while two threads build, with the
 /// published index and with the plain protocol.
 pub fn new_thread_launches(
     context: &mut Context<'_>,
@@ -132,7 +132,7 @@ pub fn new_thread_launches(
         let histogram = histogram?;
         let mode = if enabled { "published index" } else { "plain protocol" };
         let max = Row::new(
-            "2b new thread launch",
+            "new thread launch",
             format!("max, {mode} ({} threads)", histogram.total()),
             histogram.max as f64,
             Unit::Ns,
@@ -148,7 +148,7 @@ pub fn new_thread_launches(
             max
         });
         let p99 = histogram.quantile(0.99) as f64;
-        rows.push(Row::new("2b new thread launch", format!("p99, {mode}"), p99, Unit::Ns));
+        rows.push(Row::new("new thread launch", format!("p99, {mode}"), p99, Unit::Ns));
     }
     Ok(())
 }

@@ -17,7 +17,7 @@ pub fn new_process_first_launch(
     let (cold, warm) =
         first_launch_in_new_processes(context.device, context.scale.new_process_rounds)?;
     rows.push(
-        Row::new("5 new process", "first launch, entry on disk vs no entry", warm, Unit::Ns)
+        Row::new("new process", "first launch, entry on disk vs no entry", warm, Unit::Ns)
             .against(cold)
             .target(Target {
                 max_value: Some(300_000.0),
