@@ -9,7 +9,6 @@
 #include "internal.h"
 
 #include <inttypes.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,7 +19,8 @@ typedef struct bounds_record {
     unsigned long long thread;
 } bounds_record;
 
-enum { UNREAD, READING, CLEAN, VIOLATED };
+/* READING_WAITED: being read, and some thread sleeps until the read ends. */
+enum { UNREAD, READING, READING_WAITED, CLEAN, VIOLATED };
 
 struct jb_bounds_report {
     atomic_uint refs;
@@ -139,7 +139,14 @@ static int report_violation(const jb_bounds_report *r)
                     r->names[0], v->thread, name, v->index);
 }
 
-/* Reads a report's record once (its launch is done), by one thread; others wait for that. */
+/* Ends a read: publishes `state` and wakes the threads that sleep until it ends. */
+static void end_reading(jb_bounds_report *r, int state)
+{
+    if (atomic_exchange_explicit(&r->state, state, memory_order_release) == READING_WAITED)
+        jb__futex_wake_all(&r->state);
+}
+
+/* Reads a report's record once (its launch is done), by one thread; others sleep until then. */
 static int settle(jb_bounds_report *r)
 {
     for (;;) {
@@ -147,19 +154,23 @@ static int settle(jb_bounds_report *r)
         if (atomic_compare_exchange_strong_explicit(&r->state, &state, READING,
                                                     memory_order_acquire, memory_order_acquire))
             break;
-        if (state != READING)
+        if (state != READING && state != READING_WAITED)
             return state;
-        sched_yield();
+        if (state == READING_WAITED ||
+            atomic_compare_exchange_strong_explicit(&r->state, &state, READING_WAITED,
+                                                    memory_order_acquire, memory_order_acquire))
+            jb__futex_wait(&r->state, READING_WAITED);
     }
+    JB_TEST_POINT(JB_TEST_BOUNDS_READING, r->names[0]);
     bounds_record seen;
     int status = read_record(r, &seen);
     if (status != JB_OK) { /* not read: the next wait tries again */
-        atomic_store_explicit(&r->state, UNREAD, memory_order_release);
+        end_reading(r, UNREAD);
         return -status;
     }
     r->seen = seen;
     int state = seen.flag ? VIOLATED : CLEAN;
-    atomic_store_explicit(&r->state, state, memory_order_release);
+    end_reading(r, state);
     return state;
 }
 

@@ -8,11 +8,6 @@
  */
 #include "internal.h"
 
-#include <limits.h>
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 int jb__event_state(const jb_event *event)
 {
     return atomic_load_explicit(&event->state, memory_order_acquire);
@@ -24,17 +19,14 @@ static bool recording(int state)
 }
 
 /* Sleeps until the event, seen `state` (recording), is no longer recording, or a moment later:
- * the caller looks again. A futex, never a yield loop: a real-time thread spinning on a core
- * would keep a lower-priority recorder there from ever finishing. */
+ * the caller looks again (jb__futex_wait says why it never spins). */
 static void wait_while_recording(jb_event *event, int state)
 {
     if (state == JB_EVENT_RECORDING &&
         !atomic_compare_exchange_strong_explicit(&event->state, &state, JB_EVENT_RECORDING_WAITED,
                                                  memory_order_acquire, memory_order_acquire))
         return; /* it changed meanwhile */
-    /* _Atomic int is an int here (Linux, gcc and clang): the futex word is the state. */
-    syscall(SYS_futex, (int *)&event->state, FUTEX_WAIT_PRIVATE, JB_EVENT_RECORDING_WAITED, NULL,
-            NULL, 0);
+    jb__futex_wait(&event->state, JB_EVENT_RECORDING_WAITED);
 }
 
 /* Ends a record: publishes `state` and wakes the threads that sleep on the event. */
@@ -42,7 +34,7 @@ static void end_recording(jb_event *event, int state)
 {
     if (atomic_exchange_explicit(&event->state, state, memory_order_release) ==
         JB_EVENT_RECORDING_WAITED)
-        syscall(SYS_futex, (int *)&event->state, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+        jb__futex_wake_all(&event->state);
 }
 
 /* Records a pending event on its stream now: behind its work, and behind whatever was queued

@@ -149,6 +149,12 @@ bool jb__parse_bytes(const char *text, uint64_t *out);
  * that launches on many threads take (the allocator, the event pool, a stream's holds): a plain
  * one puts a thread that finds it taken to sleep, and the wake-up costs far more than the wait. */
 void jb__mutex_init_spinning(pthread_mutex_t *mutex);
+/* Sleeps while *word holds `expected`; a wake, a signal or a change ends it (the caller looks
+ * again). What a thread waiting for another's step uses, never a yield loop: a real-time thread
+ * spinning on a core keeps a lower-priority thread there from ever finishing that step. */
+void jb__futex_wait(_Atomic int *word, int expected);
+/* Wakes every thread sleeping on `word`. */
+void jb__futex_wake_all(_Atomic int *word);
 /* A growable string; on allocation failure `failed` is set and appends become no-ops. */
 typedef struct jb_strbuf {
     char *data;
@@ -640,6 +646,8 @@ typedef enum jb_test_point {
                             * asked for; arg: the cache key */
     JB_TEST_ENTRY_OPENED,  /* disk_cache.c: an entry opened, before it is checked; arg: its
                             * file name in the cache folder */
+    JB_TEST_BOUNDS_READING, /* bounds.c: this thread is about to read a bounds record (others
+                             * wait for it); arg: the kernel's name */
     JB_TEST_POINTS
 } jb_test_point;
 typedef void (*jb_test_point_fn)(void *ctx, const char *arg);

@@ -8,6 +8,9 @@
 #include <time.h>
 #include <unistd.h>
 #include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
 
 uint64_t jb__now_ns(void)
 {
@@ -226,4 +229,15 @@ void jb__mutex_init_spinning(pthread_mutex_t *mutex)
 #endif
     pthread_mutex_init(mutex, &attr);
     pthread_mutexattr_destroy(&attr);
+}
+
+void jb__futex_wait(_Atomic int *word, int expected)
+{
+    /* _Atomic int is an int here (Linux, gcc and clang): the kernel compares it and sleeps. */
+    syscall(SYS_futex, (int *)word, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
+}
+
+void jb__futex_wake_all(_Atomic int *word)
+{
+    syscall(SYS_futex, (int *)word, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }

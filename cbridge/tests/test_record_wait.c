@@ -1,10 +1,12 @@
 /*
  * A thread that needs an event another thread is recording right now waits for that record
- * (event_state.c). It must sleep, not spin: a real-time thread that spins on a core never lets a
- * lower-priority recorder on that core finish, and a spinning thread burns a core while it
- * waits. The recorder is held inside its record by a test hook (JB_TEST_HOOKS) for PAUSE_MS, and
- * the waiter's CPU time over its wait is measured; where SCHED_FIFO is permitted the waiter also
- * runs as a real-time thread on the recorder's core, and its wait must end soon after the pause.
+ * (event_state.c), and one that needs a bounds record another thread is reading waits for that
+ * read (bounds.c). It must sleep, not spin: a real-time thread that spins on a core never lets a
+ * lower-priority recorder or reader on that core finish, and a spinning thread burns a core
+ * while it waits. The other thread is held inside its step by a test hook (JB_TEST_HOOKS) for
+ * PAUSE_MS, and the waiter's CPU time over its wait is measured; where SCHED_FIFO is permitted
+ * the waiter also runs as a real-time thread on the other's core, and its wait must end soon
+ * after the pause.
  */
 #include "../src/internal.h"
 #include "helpers.h"
@@ -45,12 +47,16 @@ static void sleep_ms(unsigned ms)
         ;
 }
 
+/* What the other thread is held inside of. */
+typedef enum step { RECORD, BOUNDS_READ } step;
+
 typedef struct scene {
+    step step;
     jb_stream *stream;
     jb_array *array; /* its event pending: the first eval records it */
     int cpu;         /* the core both threads run on, or -1 */
     bool real_time;  /* the waiter runs SCHED_FIFO */
-    atomic_bool recorder_paused, waiter_done;
+    atomic_bool other_paused, waiter_done;
     pthread_t waiter;
     uint64_t waiter_cpu_ms, waiter_wall_ms;
     int waiter_status;
@@ -64,9 +70,44 @@ static void pause_record(void *ctx, jb_stream *stream)
 {
     (void)ctx;
     scene *s = current;
-    if (!s || stream != s->stream || atomic_exchange(&s->recorder_paused, true))
+    if (!s || stream != s->stream || atomic_exchange(&s->other_paused, true))
         return;
     sleep_ms(PAUSE_MS);
+}
+
+/* The reader of a bounds record, about to read it: the same, for the checked kernel's report. */
+static void pause_bounds_read(void *ctx, const char *kernel)
+{
+    (void)ctx;
+    scene *s = current;
+    if (!s || strcmp(kernel, "record_wait_checked") != 0 ||
+        atomic_exchange(&s->other_paused, true))
+        return;
+    sleep_ms(PAUSE_MS);
+}
+
+static void set_pause(step step, bool on)
+{
+    if (step == RECORD)
+        jb__test_set_record_pause(on ? pause_record : NULL, NULL);
+    else
+        jb__test_set_point(JB_TEST_BOUNDS_READING, on ? pause_bounds_read : NULL, NULL);
+}
+
+/* out = inp[0] + 1, bounds-checked or not. */
+static jb_custom_kernel *plus_one(const char *name, unsigned flags)
+{
+    const char *in[] = {"inp"}, *out[] = {"out"};
+    jb_dtype f32[] = {JB_F32};
+    jb_kernel_spec spec = JB_KERNEL_SPEC_INIT;
+    spec.name = name;
+    spec.input_names = in, spec.input_dtypes = f32, spec.num_inputs = 1;
+    spec.output_names = out, spec.output_dtypes = f32, spec.num_outputs = 1;
+    spec.body = "out[thread_index()] = inp[0] + 1.0f;";
+    spec.compile_flags = flags;
+    jb_custom_kernel *k = NULL;
+    CHECK_OK(jb_custom_kernel_new(&k, &spec));
+    return k;
 }
 
 static void pin_to(int cpu)
@@ -83,12 +124,12 @@ static void *wait_for_record(void *arg)
 {
     scene *s = arg;
     pin_to(s->cpu);
-    while (!atomic_load(&s->recorder_paused))
+    while (!atomic_load(&s->other_paused))
         sleep_ms(1);
     struct timespec cpu_start, wall_start;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu_start);
     clock_gettime(CLOCK_MONOTONIC, &wall_start);
-    s->waiter_status = jb_array_eval(s->array); /* the record is in progress: it waits */
+    s->waiter_status = jb_array_eval(s->array); /* the record or read is in progress: it waits */
     s->waiter_cpu_ms = ms_since(&cpu_start, CLOCK_THREAD_CPUTIME_ID);
     s->waiter_wall_ms = ms_since(&wall_start, CLOCK_MONOTONIC);
     atomic_store(&s->waiter_done, true);
@@ -137,11 +178,13 @@ static bool start_waiter(scene *s, bool real_time)
     return err == 0;
 }
 
-/* One round: this thread records (paused inside), another waits for that record. */
-static void waiter_sleeps_during_a_record(bool real_time)
+/* One round: this thread records the event or reads the bounds record (paused inside), another
+ * waits for that. */
+static void waiter_sleeps_during(step step, bool real_time)
 {
-    scene s = {.cpu = -1, .real_time = real_time};
-    atomic_init(&s.recorder_paused, false);
+    const char *what = step == RECORD ? "record" : "bounds record's read";
+    scene s = {.step = step, .cpu = -1, .real_time = real_time};
+    atomic_init(&s.other_paused, false);
     atomic_init(&s.waiter_done, false);
     cpu_set_t before;
     pthread_getaffinity_np(pthread_self(), sizeof before, &before);
@@ -150,7 +193,8 @@ static void waiter_sleeps_during_a_record(bool real_time)
         pin_to(s.cpu);
     }
     CHECK_OK(jb_stream_new(&s.stream, dev));
-    jb_custom_kernel *k = f32_kernel("record_wait_plus_one", "out[thread_index()] = inp[0] + 1.0f;");
+    jb_custom_kernel *k = step == RECORD ? plus_one("record_wait_plus_one", 0)
+                                         : plus_one("record_wait_checked", JB_COMPILE_BOUNDS_CHECKS);
     jb_array *x = f32_filled(dev, 1, 2.0f);
     CHECK_OK(jb_array_eval(x));
     int64_t one = 1;
@@ -162,30 +206,30 @@ static void waiter_sleeps_during_a_record(bool real_time)
     CHECK(s.array && jb__event_state(jb__array_ready_event(s.array)) == JB_EVENT_PENDING,
           "the output's event is not pending: nothing to record");
     current = &s;
-    jb__test_set_record_pause(pause_record, NULL);
+    set_pause(step, true);
     if (!start_waiter(&s, real_time)) {
         printf("  SCHED_FIFO refused here: the real-time round is skipped\n");
-        jb__test_set_record_pause(NULL, NULL);
+        set_pause(step, false);
         current = NULL;
-        atomic_store(&s.recorder_paused, true);
+        atomic_store(&s.other_paused, true);
     } else {
         pthread_t watchdog;
         pthread_create(&watchdog, NULL, watch_waiter, &s);
-        CHECK_OK(jb_array_eval(s.array)); /* records, paused PAUSE_MS inside */
+        CHECK_OK(jb_array_eval(s.array)); /* records or reads, paused PAUSE_MS inside */
         pthread_join(s.waiter, NULL);
         pthread_join(watchdog, NULL);
-        jb__test_set_record_pause(NULL, NULL);
+        set_pause(step, false);
         current = NULL;
         CHECK(s.waiter_status == JB_OK, "the waiter's eval: %s", jb_status_name(s.waiter_status));
         CHECK(s.waiter_cpu_ms <= MAX_WAIT_CPU_MS,
-              "%s waiter burned %llu ms of CPU in a %llu ms wait for another thread's record "
+              "%s waiter burned %llu ms of CPU in a %llu ms wait for another thread's %s "
               "(it spins instead of sleeping)",
               real_time ? "a SCHED_FIFO" : "a", (unsigned long long)s.waiter_cpu_ms,
-              (unsigned long long)s.waiter_wall_ms);
+              (unsigned long long)s.waiter_wall_ms, what);
         if (real_time)
             CHECK(!s.rescued && s.waiter_wall_ms < PAUSE_MS + 500,
-                  "a SCHED_FIFO waiter on the recorder's core waited %llu ms for a %d ms record%s",
-                  (unsigned long long)s.waiter_wall_ms, PAUSE_MS,
+                  "a SCHED_FIFO waiter on the other thread's core waited %llu ms for a %d ms %s%s",
+                  (unsigned long long)s.waiter_wall_ms, PAUSE_MS, what,
                   s.rescued ? " and was taken off real time to end the livelock" : "");
     }
     float v = 0.0f;
@@ -204,9 +248,12 @@ int main(void)
     if (!dev)
         return check_summary("test_record_wait");
     default_stream_first(dev);
-    waiter_sleeps_during_a_record(false);
     /* Under valgrind threads take turns on one lock: a real-time round proves nothing there. */
-    if (!getenv("JB_TEST_UNDER_VALGRIND"))
-        waiter_sleeps_during_a_record(true);
+    bool real_time_rounds = !getenv("JB_TEST_UNDER_VALGRIND");
+    for (step step = RECORD; step <= BOUNDS_READ; step++) {
+        waiter_sleeps_during(step, false);
+        if (real_time_rounds)
+            waiter_sleeps_during(step, true);
+    }
     return check_summary("test_record_wait");
 }
