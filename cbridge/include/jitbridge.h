@@ -231,9 +231,10 @@ typedef struct jb_stream jb_stream;
 /* A new stream on `device`, owned by the caller (jb_stream_free). */
 JB_API jb_status jb_stream_new(jb_stream **out, jb_device *device);
 /* Lets go of the caller's reference (from jb_stream_new or a retain); if the calling thread has
- * the stream installed, it is uninstalled first. A thread that still has it installed keeps it alive, and its launches keep working,
- * until it uninstalls it or exits. The last one to let go waits for the stream's work, then
- * destroys it. Accepts NULL. */
+ * the stream installed, it is uninstalled first. A thread that still has it installed keeps it
+ * alive, and its launches keep working, until it uninstalls it or exits. The last one to let go
+ * waits for the stream's work, then destroys it (a thread's exit is the exception: see
+ * "Streams" above). Accepts NULL. */
 JB_API void jb_stream_free(jb_stream *stream);
 /* Blocks until the work queued on the stream so far is done, then lets go of the buffers that
  * work held. A backend's failure to wait is returned. */

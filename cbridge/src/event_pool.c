@@ -129,7 +129,8 @@ size_t jb__event_pool_trim(jb_device *dev)
             pool->count = POOL_FLOOR;
             for (size_t i = 0; i < n; i++)
                 doomed[i] = pool->free_events[POOL_FLOOR + i];
-            jb_event **smaller = jb__realloc_array(pool->free_events, 2 * POOL_FLOOR, sizeof *smaller);
+            jb_event **smaller =
+                jb__realloc_array(pool->free_events, 2 * POOL_FLOOR, sizeof *smaller);
             if (smaller) {
                 pool->free_events = smaller;
                 pool->capacity = 2 * POOL_FLOOR;

@@ -258,7 +258,8 @@ static void *launch_on_handed(void *arg)
  * after free). The last jb_stream_free destroys it. */
 static void test_default_stream_handed_to_helpers(void)
 {
-    handoff h = {NULL, NULL, f32_kernel("quiet_plus_one", "out[thread_index()] = inp[thread_index()] + 1.0f;")};
+    handoff h = {NULL, NULL,
+                 f32_kernel("quiet_plus_one", "out[thread_index()] = inp[thread_index()] + 1.0f;")};
     pthread_t owner, helpers[HELPERS];
     pthread_create(&owner, NULL, retain_default_and_exit, &h);
     pthread_join(owner, NULL);
