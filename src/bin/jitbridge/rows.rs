@@ -51,6 +51,11 @@ impl Unit {
 }
 
 /// Nanoseconds as ns, us or ms.
+/// A count and its noun, plural unless the count is 1: "1 thread", "16 threads".
+pub fn counted(count: u64, noun: &str) -> String {
+    if count == 1 { format!("1 {noun}") } else { format!("{count} {noun}s") }
+}
+
 pub fn pretty_ns(ns: f64) -> String {
     if ns >= 1e6 {
         format!("{:.2} ms", ns / 1e6)
@@ -249,14 +254,13 @@ impl Results {
         for (note, rows) in notes {
             match rows[..] {
                 [row] => out!("note: {}, {}: {note}", row.section, row.measure),
-                _ => out!("note: {} rows: {note}", rows.len()),
+                _ => out!("note: {note} ({} rows)", rows.len()),
             }
         }
         let (judged, missed) = (self.judged(), self.missed());
         let judged = match judged {
             0 => "no target".to_string(),
-            1 => "1 target".to_string(),
-            n => format!("{n} targets"),
+            n => counted(n as u64, "target"),
         };
         out!("judged: {judged}, {missed} missed (with --check, a missed one fails the run)");
         out!("ratio = value / baseline; (met) and (missed): a target shown, not judged");
@@ -291,7 +295,7 @@ impl Results {
 
 #[cfg(test)]
 mod tests {
-    use super::{ANY_HOST, Row, Target, Unit};
+    use super::{ANY_HOST, Row, Target, Unit, counted};
 
     const AT_MOST_ONE: Target =
         Target { max_value: Some(1.0), max_ratio: None, text: "<= 1", set_for: ANY_HOST };
@@ -315,5 +319,12 @@ mod tests {
         assert!(row.missed(), "no baseline, no ratio: the target cannot be met");
         assert!(!Row::new("s", "m", 1.0, Unit::Ns).against(4.0).target(HALF).missed());
         assert!(Row::new("s", "m", 3.0, Unit::Ns).against(4.0).target(HALF).missed());
+    }
+
+    #[test]
+    fn one_of_a_thing_is_singular() {
+        assert_eq!(counted(1, "thread"), "1 thread");
+        assert_eq!(counted(0, "module"), "0 modules");
+        assert_eq!(counted(16, "thread"), "16 threads");
     }
 }

@@ -4,7 +4,7 @@
 
 use super::{Context, fresh_variant, median};
 use crate::histogram::Histogram;
-use crate::rows::{H200, Row, Target, Unit, pretty_ns};
+use crate::rows::{H200, Row, Target, Unit, counted, pretty_ns};
 use jitbridge::{
     Array, CustomKernel, DType, Device, KernelSpec, LaunchShape, jit_race_probe_array, race,
     set_lookaside_enabled,
@@ -29,7 +29,7 @@ pub fn hit_lookups(context: &mut Context<'_>, rows: &mut Vec<Row>) -> Result<(),
         let plain = lookup_ns(device, kernels, threads, lookups);
         set_lookaside_enabled(true);
         let lookaside = lookup_ns(device, kernels, threads, lookups)?;
-        let row = Row::new("hit lookup", format!("{threads} threads"), lookaside, Unit::Ns)
+        let row = Row::new("hit lookup", counted(threads as u64, "thread"), lookaside, Unit::Ns)
             .against(plain?);
         rows.push(if threads == 16 {
             row.target(Target {

@@ -19,6 +19,10 @@ fn workers_line(w: Workers) -> String {
 
 /// Slow steps of a phase, and which part dominated them.
 fn slow_line(s: &Slow) -> String {
+    if s.steps == 0 {
+        // A short run: the others' last compiles took the time this phase had.
+        return " no steps (the run ended while the others stopped)".into();
+    }
     format!(
         " {} of {} steps ({:.2}%); launch dominated {}, wait dominated {}; mean launch {}, wait {}",
         s.over,
@@ -217,4 +221,33 @@ pub fn details_json(r: &Report) -> String {
         .count("module_rss", r.module_rss)
         .count("modules_after_warm", r.modules_after_warm)
         .build()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::slow_line;
+    use crate::soak::decode::Slow;
+
+    /// A phase a short run left no time for says so, not "0 of 0 steps (0.00%)".
+    #[test]
+    fn a_phase_without_steps_says_why() {
+        let none = Slow {
+            steps: 0,
+            over: 0,
+            launch_dominated: 0,
+            wait_dominated: 0,
+            launch_ns: 0,
+            wait_ns: 0,
+        };
+        assert_eq!(slow_line(&none), " no steps (the run ended while the others stopped)");
+        let some = Slow {
+            steps: 4,
+            over: 1,
+            launch_dominated: 1,
+            wait_dominated: 0,
+            launch_ns: 2000,
+            wait_ns: 0,
+        };
+        assert!(slow_line(&some).starts_with(" 1 of 4 steps (25.00%)"), "{}", slow_line(&some));
+    }
 }

@@ -3,7 +3,7 @@
 use super::decode::{Slow, Threshold};
 use super::{DecodeMode, Workers};
 use crate::histogram::Histogram;
-use crate::rows::{ANY_HOST, H200, Row, Target, Unit};
+use crate::rows::{ANY_HOST, H200, Row, Target, Unit, counted};
 
 /// The targets, from the server-life issue.
 pub const MAX_P99_RATIO: f64 = 1.1;
@@ -132,8 +132,8 @@ impl Report {
             .worst_reserved()
             .map_or((0.0, None), |s| (s.reserved as f64, Some(s.peak_live as f64)));
         let rss = format!(
-            "RSS growth after warm-up, less {} modules at {} KiB",
-            self.modules_after_warm,
+            "RSS growth after warm-up, less {} at {} KiB",
+            counted(self.modules_after_warm, "module"),
             self.module_rss / 1024
         );
         let rss_row = Row::new("memory", rss, self.rss_growth_net_bytes() as f64, Unit::Bytes)
