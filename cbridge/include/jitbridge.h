@@ -95,7 +95,8 @@ JB_API int jb_abi_version(void);
  * in progress to return, so that once it returns the previous user_data is no longer used. From
  * inside fn, jb_set_log_callback fails (JB_ERR_INVALID_ARGUMENT) and a warning fn causes goes to
  * stderr. fn may call the library, fork, and wait for threads that do either: it never runs
- * under a library lock, and the calling thread's jb_last_error_message is kept across it. May be
+ * under a library lock, and the calling thread's jb_last_error_message is kept across it (but a
+ * thread it waits for must not replace the callback: that waits for fn to return). May be
  * called from any thread.
  */
 typedef enum jb_log_level {

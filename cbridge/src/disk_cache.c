@@ -221,11 +221,12 @@ void jb__disk_accept(void)
     atomic_fetch_add(&counter_disk_hits, 1);
 }
 
+/* Nothing is removed: the refusal may be the loader's own moment of EMFILE or ENOMEM (or a full
+ * TMPDIR), not the entry's fault. The compile that follows stores its entry over this one; if
+ * that compile fails too, the entry stays for the next process to try. */
 void jb__disk_reject(const jb_disk_key *key)
 {
-    int dir = jb__disk_dir_fd();
-    if (dir >= 0 && jb__disk_folder_is_ours()) /* elsewhere the rebuilt entry replaces it */
-        unlinkat(dir, key->file, 0);
+    (void)key;
     atomic_fetch_add(&counter_disk_rejected, 1);
 }
 

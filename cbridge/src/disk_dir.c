@@ -71,6 +71,7 @@ pthread_mutex_t *const jb__disk_locks[2] = {&setup_mutex, &state_mutex}; /* fork
 static atomic_bool usable, storing, shared, warned, set_up, attempted;
 static atomic_uint_fast64_t retry_at_ns; /* no setup attempt before this (after a transient one) */
 static uint64_t retry_delay_ns;
+static int shared_tag_error; /* under setup_mutex: why the folder could not be marked, or 0 */
 
 /* A relative JITBRIDGE_CACHE_DIR means the directory the process started in, not wherever the
  * host has chdir'd to by the first compile. */
@@ -447,14 +448,19 @@ static int write_tag(int dir)
 }
 
 /* Whether the cache may manage `dir` (*ours), marking it when it holds only the cache's kinds
- * of files: 0, or -1 (errno) when that cannot be told now. */
-static int claim(int dir, bool *ours)
+ * of files (*tag_error: why a tag could not be written, else 0): 0, or -1 (errno) when that
+ * cannot be told now. */
+static int claim(int dir, bool *ours, int *tag_error)
 {
+    *tag_error = 0;
     int is_marked = marked(dir);
     if (is_marked == 0) {
         int only_ours = holds_only_ours(dir, true);
-        if (only_ours == 1 && write_tag(dir) != 0 && jb__errno_is_transient(errno))
-            return -1;
+        if (only_ours == 1 && write_tag(dir) != 0) {
+            if (jb__errno_is_transient(errno))
+                return -1;
+            *tag_error = errno; /* a read-only folder: used, never swept */
+        }
         is_marked = only_ours == 1 ? marked(dir) : only_ours; /* ours, or another's, tag */
     }
     *ours = is_marked == 1;
@@ -555,7 +561,7 @@ static attach_result attach(char *why, size_t why_len)
     int dir = open_trusted(cache_dir, true, &missing, why, why_len, &err);
     if (dir < 0)
         return err && jb__errno_is_transient(err) ? NOT_NOW : REFUSED;
-    if (claim(dir, &ours) != 0) {
+    if (claim(dir, &ours, &shared_tag_error) != 0) {
         say(why, why_len, "cannot look into the cache folder %s (%s)", cache_dir,
             strerror(errno));
         close(dir);
@@ -579,9 +585,15 @@ static const char shared_text[] = "on, shared: the folder is not marked as the c
                                   TAG_NAME ") and holds other files, so nothing in it is swept "
                                   "or removed";
 
+/* Under setup_mutex. */
 static void set_state_on(void)
 {
-    set_state("%s", atomic_load(&shared) ? shared_text : "on");
+    if (atomic_load(&shared) && shared_tag_error)
+        set_state("on, shared: the folder could not be marked as the cache's own (%s: %s), so "
+                  "nothing in it is swept or removed",
+                  TAG_NAME, strerror(shared_tag_error));
+    else
+        set_state("%s", atomic_load(&shared) ? shared_text : "on");
 }
 
 /* Under setup_mutex. A transient failure leaves set_up false and the next try for later. */
@@ -740,6 +752,8 @@ const char *jb_disk_cache_state(void)
             marked(fd) == 0 && holds_only_ours(fd, true) == 0 ? shared_text : "on");
     else if (missing)
         say(preview, sizeof preview, "on (the folder is created, 0700, at the first compile)");
+    else if (err && jb__errno_is_transient(err))
+        say(preview, sizeof preview, "off for now: %s; a passing failure", refused);
     else
         say(preview, sizeof preview, "off: %s", refused);
     if (fd >= 0)

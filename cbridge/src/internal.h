@@ -762,7 +762,8 @@ int jb__disk_key(jb_device *dev, const char *source, jb_disk_key *out);
 void jb__disk_key_free(jb_disk_key *key);
 /* True with the stored code when a valid entry exists; a missing or invalid one is a miss. */
 bool jb__disk_load(const jb_disk_key *key, jb_blob *out);
-/* The loaded code was accepted by the loader (a disk hit) or rejected (evicted). */
+/* The loaded code was accepted by the loader (a disk hit) or refused (counted; the compile that
+ * follows replaces the entry, which is never removed first). */
 void jb__disk_accept(void);
 void jb__disk_reject(const jb_disk_key *key);
 /* Stores compiled code: true once the entry is in place; a failing disk stops storing with one

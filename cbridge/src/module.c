@@ -266,7 +266,7 @@ int jb__module_build(jb_device *dev, const char *module_name, const char *source
             return JB_OK;
         }
         jb__event_raise(JB_CACHE_EVENT_ENTRY_EVICTED, 0, status, jb_last_error_message());
-        jb__disk_reject(&key); /* the loader refused it: evict, then compile afresh */
+        jb__disk_reject(&key); /* the loader refused it: compile afresh, storing over it */
     }
     int status;
     if (jb__build_failure_recall(dev, module_name, source, &status) ||

@@ -3,8 +3,9 @@
  * - a folder that is not the cache's own ($HOME, ".") loses nothing: no sweep, no file named
  *   tmp replaced, no prune, clear or fix; a folder the cache makes, or finds holding only its
  *   kinds of files, is marked with CACHEDIR.TAG and managed;
- * - a transient failure (here: out of descriptors) while loading evicts nothing, while storing
- *   stops nothing, and while setting up turns nothing off: the cache is set up at a later build;
+ * - a transient failure (here: out of descriptors) while loading evicts nothing, nor does one
+ *   that makes the loader refuse a good entry, while storing it stops nothing, and while setting
+ *   up turns nothing off: the cache is set up at a later build;
  * - prune, stats and verify of a folder that does not exist yet report an empty cache.
  * The folder is chosen once per process, so each case runs in a child of its own (its exit
  * status is its count of failed checks) before the parent uses the library.
@@ -329,6 +330,51 @@ static void transient_failures_evict_and_stop_nothing(const char *dir)
     jb__disk_key_free(&other);
 }
 
+/* A good entry is opened, then descriptors run out (a test point): the loader cannot take it
+ * (its private copy cannot be written), and the compile cannot start. The entry used to be
+ * evicted as "refused by the loader"; it stays, and loads once descriptors are back. */
+static void use_up_descriptors_at(void *ctx, const char *entry)
+{
+    (void)entry;
+    *(int *)ctx += 1;
+    if (*(int *)ctx > 1)
+        return;
+    use_up_descriptors();
+    /* Closing the entry frees its number: with the limit under every number in use, no open
+     * gets it (an open takes the lowest free number, and fails when that is past the limit). */
+    struct rlimit none = saved_limit;
+    none.rlim_cur = 3;
+    CHECK(setrlimit(RLIMIT_NOFILE, &none) == 0, "setrlimit: %s", strerror(errno));
+}
+
+static void entry_for_the_loader(const char *dir)
+{
+    CHECK_OK(build_salted(9));
+    CHECK(count_entries(dir) == 1, "%d entries", count_entries(dir));
+}
+
+static void loader_without_descriptors_evicts_nothing(const char *dir)
+{
+    cpu();
+    int opened = 0;
+    jb__test_set_point(JB_TEST_ENTRY_OPENED, use_up_descriptors_at, &opened);
+    jb_status status = build_salted(9);
+    give_back_descriptors();
+    jb__test_set_point(JB_TEST_ENTRY_OPENED, NULL, NULL);
+    CHECK(opened == 1 && status != JB_OK, "the entry was opened %d times; the build gave %s",
+          opened, jb_status_name(status));
+    CHECK(count_entries(dir) == 1, "a good entry the loader could not take for want of a "
+          "descriptor was evicted: %d entries", count_entries(dir));
+    jb_counters before, after;
+    jb_counters_get(&before, sizeof before);
+    CHECK_OK(build_salted(9));
+    jb_counters_get(&after, sizeof after);
+    CHECK(after.disk_hits == before.disk_hits + 1 && after.builds == before.builds,
+          "the kept entry did not load: %llu disk hits, %llu builds",
+          (unsigned long long)(after.disk_hits - before.disk_hits),
+          (unsigned long long)(after.builds - before.builds));
+}
+
 /* Out of descriptors at the first build: the cache is off for now, says so, and is set up at
  * a later build; nothing is lost but that build's entry. */
 static void transient_setup_failure_is_retried(const char *dir)
@@ -417,6 +463,9 @@ int main(void)
 
     run_case("6. transient failures while loading and storing",
              new_folder("transient", 0700), transient_failures_evict_and_stop_nothing);
+    char *loader = new_folder("loader", 0700);
+    run_case("6. an entry for the loader", loader, entry_for_the_loader);
+    run_case("6. a loader out of descriptors", loader, loader_without_descriptors_evicts_nothing);
     snprintf(setup, sizeof setup, "%s/setup", base);
     run_case("7. a transient failure while setting up", setup,
              transient_setup_failure_is_retried);
