@@ -664,6 +664,7 @@ bool jb__disk_reattach(void)
 {
     if (!jb__disk_cache_usable())
         return false;
+    jb__warn_hold(); /* a warning of turn_off reaches the callback after the lock, not under it */
     pthread_mutex_lock(&setup_mutex);
     struct stat st;
     int dir = atomic_load(&dir_fd);
@@ -681,6 +682,7 @@ bool jb__disk_reattach(void)
         atomic_store(&tmp_fd, tmp >= 0 ? tmp : dir);
     }
     pthread_mutex_unlock(&setup_mutex);
+    jb__warn_release();
     return attached;
 }
 

@@ -18,6 +18,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -399,6 +400,45 @@ static void transient_setup_failure_is_retried(const char *dir)
     CHECK(strcmp(jb_disk_cache_state(), "on") == 0, "state: %s", jb_disk_cache_state());
 }
 
+/* The folder is removed under a running process and cannot be made again (its parent became
+ * writable by others): a store outside a build turns the cache off with a warning, and the log
+ * callback that gets it may fork. The warning used to be given under the folder's setup lock,
+ * which fork's prepare takes: the fork hung. */
+static atomic_int forks_in_callback;
+
+static void fork_in_log_callback(void *user_data, jb_log_level level, const char *message)
+{
+    (void)user_data, (void)level, (void)message;
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(0);
+    if (pid > 0 && waitpid(pid, NULL, 0) == pid)
+        atomic_fetch_add(&forks_in_callback, 1);
+}
+
+static void refused_reattach_warns_outside_the_lock(const char *dir)
+{
+    jb_disk_key key = {0}, other = {0};
+    jb_blob code = {.data = (unsigned char *)"compiled code", .size = 13};
+    CHECK(jb__disk_cache_usable(), "state: %s", jb_disk_cache_state());
+    CHECK_OK(jb__disk_key(cpu(), "a source", &key));
+    CHECK_OK(jb__disk_key(cpu(), "another source", &other));
+    jb__disk_store(&key, &code);
+    char command[600];
+    snprintf(command, sizeof command, "rm -rf '%s' && chmod 777 '%s'", dir, base);
+    CHECK(system(command) == 0, "%s", command);
+    CHECK_OK(jb_set_log_callback(fork_in_log_callback, NULL));
+    jb__disk_store(&other, &code);
+    CHECK_OK(jb_set_log_callback(NULL, NULL));
+    chmod(base, 0700);
+    CHECK(atomic_load(&forks_in_callback) == 1, "the callback forked %d times",
+          atomic_load(&forks_in_callback));
+    CHECK(strncmp(jb_disk_cache_state(), "off: refusing", 13) == 0, "state: %s",
+          jb_disk_cache_state());
+    jb__disk_key_free(&key);
+    jb__disk_key_free(&other);
+}
+
 /* A lasting refusal turns the cache off, and says so: no retry makes it on. */
 static void lasting_refusal_turns_off(const char *dir)
 {
@@ -470,6 +510,8 @@ int main(void)
     run_case("7. a transient failure while setting up", setup,
              transient_setup_failure_is_retried);
     run_case("7. a lasting refusal", new_folder("refused", 0777), lasting_refusal_turns_off);
+    run_case("10. a refused reattach, its warning to a callback that forks",
+             new_folder("reattach", 0700), refused_reattach_warns_outside_the_lock);
 
     char command[400];
     snprintf(command, sizeof command, "rm -rf '%s'", base);
