@@ -142,6 +142,27 @@ fn compile_errors_point_into_the_body(device: Device) {
     );
 }
 
+/// Sizes whose arithmetic wraps are refused before anything runs: a thread count within a block
+/// of 2^64 wrapped its block count to 0 and was launched (the cpu worker then looped for ever),
+/// and an output of 2^40 x 2^40 elements read as 0 elements (a 0-byte output the kernel wrote
+/// into). In a child, so that a launch that never ends fails the test instead of hanging it.
+#[test]
+fn sizes_that_wrap_are_refused() {
+    if common::run_in_child("sizes_that_wrap_are_refused", &[]).is_some() {
+        return;
+    }
+    let kernel = CustomKernel::new(&spec("out[thread_index()] = inp[thread_index()];")).unwrap();
+    let input = Array::arange(Device::cpu().unwrap(), 8, DType::F32).unwrap();
+    for threads in [usize::MAX, usize::MAX - 1, usize::MAX - 255] {
+        let err = kernel.launch(&[&input], &[&[8]], LaunchShape::Threads(threads)).unwrap_err();
+        assert_eq!(err.code(), ErrorCode::InvalidArgument, "{threads} threads: {err}");
+    }
+    for shape in [[1usize << 40, 1 << 40], [1 << 32, 1 << 32]] {
+        let err = kernel.launch(&[&input], &[&shape], LaunchShape::Threads(8)).unwrap_err();
+        assert_eq!(err.code(), ErrorCode::InvalidArgument, "an output of {shape:?}: {err}");
+    }
+}
+
 macro_rules! custom_kernel_tests {
     ($module:ident, $device:expr) => {
         mod $module {
