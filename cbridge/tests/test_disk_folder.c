@@ -121,21 +121,26 @@ static void make_dir(const char *dir, const char *name, int age_seconds)
 
 /* ---- running a case in a child ---- */
 
+typedef struct a_case {
+    const char *cache_dir;
+    void (*body)(const char *dir);
+} a_case;
+
+static bool run_in_child(void *arg)
+{
+    a_case *c = arg;
+    check_failed = check_passed = 0; /* the child's own count */
+    setenv("JITBRIDGE_CACHE_DIR", c->cache_dir, 1);
+    unsetenv("JITBRIDGE_DISK_CACHE"); /* on, whatever the run says: it is what is tested */
+    c->body(c->cache_dir);
+    return check_failed == 0;
+}
+
 static void run_case(const char *name, const char *cache_dir, void (*body)(const char *dir))
 {
-    pid_t pid = fork_with_deadline(name, 60);
-    if (pid == 0) {
-        check_failed = check_passed = 0; /* the child's own count */
-        setenv("JITBRIDGE_CACHE_DIR", cache_dir, 1);
-        unsetenv("JITBRIDGE_DISK_CACHE"); /* on, whatever the run says: it is what is tested */
-        body(cache_dir);
-        _exit(check_failed > 125 ? 125 : check_failed);
-    }
-    int status = wait_child_with_deadline(pid, 120, name);
-    CHECK(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s: %s %d", name,
-          WIFEXITED(status) ? "exit status (failed checks, or 1 for a sanitizer's report)"
-                            : "killed by signal",
-          WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+    a_case c = {cache_dir, body};
+    CHECK(child_says_yes(name, 60, run_in_child, &c),
+          "%s: the child's checks failed (above), or it crashed or hung", name);
     printf("%s: done\n", name);
 }
 

@@ -89,18 +89,22 @@ static void disk_entry_length_wraps(void)
     jb__disk_key_free(&key);
 }
 
+typedef struct child_body {
+    void (*run)(void);
+} child_body;
+
+static bool run_body(void *arg)
+{
+    check_failed = check_passed = 0;
+    ((child_body *)arg)->run();
+    return check_failed == 0;
+}
+
 static void in_a_child(const char *what, void (*body)(void))
 {
-    pid_t pid = fork_with_deadline(what, 20);
-    if (pid == 0) {
-        check_failed = check_passed = 0;
-        body();
-        _exit(check_failed ? 1 : 0);
-    }
-    int status = wait_child_with_deadline(pid, 25, what);
-    CHECK(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s: the child %s %d",
-          what, WIFEXITED(status) ? "failed, exit status" : "crashed, signal",
-          WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+    child_body b = {body};
+    CHECK(child_says_yes(what, 20, run_body, &b),
+          "%s: the child's checks failed (above), or it crashed", what);
 }
 
 int main(void)
