@@ -31,7 +31,8 @@ pub enum CacheEventKind {
     DiskStore,
     /// An entry found for the module failed its checks and was not loaded.
     EntryRejected,
-    /// An entry that passed its checks was refused by the loader and removed.
+    /// An entry that passed its checks was refused by the loader: not used and not removed (the
+    /// refusal may be a moment's EMFILE); the compile that follows replaces it.
     EntryEvicted,
     /// A sealed process met a module that would compile (see [`crate::seal`]).
     SealViolation,

@@ -827,7 +827,9 @@ typedef enum jb_cache_event_kind {
     JB_CACHE_EVENT_ENTRY_REJECTED = 7, /* an entry found for the module failed its checks and was
                                         * not loaded; message says why */
     JB_CACHE_EVENT_ENTRY_EVICTED = 8,  /* an entry that passed its checks was refused by the
-                                        * loader and removed; status and message: the loader's */
+                                        * loader: not used, not removed (the refusal may be a
+                                        * moment's EMFILE), the compile that follows replaces
+                                        * it; status and message: the loader's */
     JB_CACHE_EVENT_SEAL_VIOLATION = 9, /* a sealed process met a module that would compile:
                                         * status JB_ERR_SEALED when refused (no compiler runs),
                                         * JB_OK when it warns and compiles (once per module) */
