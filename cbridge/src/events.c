@@ -87,7 +87,6 @@ typedef struct queued_event {
 
 static _Thread_local int tls_hold_depth;
 static _Thread_local queued_event *tls_queue, *tls_queue_last;
-static _Thread_local uint64_t tls_thread_id;
 
 static void deliver(const queued_event *q)
 {
@@ -124,8 +123,6 @@ void jb__event_raise(jb_cache_event_kind kind, uint64_t duration_ns, int status,
     queued_event *q = malloc(sizeof *q + strings);
     if (!q)
         return; /* an event is information: without memory it is lost, the build goes on */
-    if (!tls_thread_id)
-        tls_thread_id = (uint64_t)gettid();
     char *at = q->strings;
     q->next = NULL;
     q->event = (jb_cache_event){
@@ -135,7 +132,7 @@ void jb__event_raise(jb_cache_event_kind kind, uint64_t duration_ns, int status,
         .key = place(&at, key),
         .content_key = place(&at, b->content_key),
         .device = b->device,
-        .thread_id = tls_thread_id,
+        .thread_id = (uint64_t)gettid(), /* not kept: a forked child's thread has another */
         .tag = place(&at, tls_tag),
         .time_ns = jb__now_ns(),
         .duration_ns = duration_ns,

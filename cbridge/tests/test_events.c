@@ -485,6 +485,27 @@ static void fork_while_a_call_is_parked(void)
     CHECK(atomic_load(&replaced), "replaced");
 }
 
+/* A child's events carry the child's thread id, not the id its forking thread had in the
+ * parent (which an earlier event there may have cached). */
+static bool child_events_carry_its_thread_id(void *arg)
+{
+    (void)arg;
+    recorder_clear();
+    raise_one(NULL);
+    return rec.count == 1 && rec.events[0].e.thread_id == (uint64_t)gettid();
+}
+
+static void forked_thread_id(void)
+{
+    CHECK_OK(jb_set_event_callback(record, &rec));
+    recorder_clear();
+    raise_one(NULL);
+    CHECK(rec.count == 1 && rec.events[0].e.thread_id == (uint64_t)gettid(), "this thread's id");
+    CHECK(child_says_yes("a child's thread id", CHILD_S, child_events_carry_its_thread_id, NULL),
+          "the child's event carried another thread's id (the parent's)");
+    CHECK_OK(jb_set_event_callback(NULL, NULL));
+}
+
 /* ---- many threads: replaced user_data never used, no torn event ---- */
 
 #define RAISERS 8
@@ -597,6 +618,7 @@ int main(int argc, char **argv)
     callback_calls_the_library(dev);
     callback_forks(dev);
     fork_while_a_call_is_parked();
+    forked_thread_id();
     many_threads_while_replacing();
     return check_summary("test_events");
 }
