@@ -148,6 +148,17 @@ pub(crate) fn take_drop_error(device_index: i32) -> Option<Error> {
 }
 
 /// A C string the library owns for the life of the process (or of the object it came from).
+/// Runs `body`, catching a panic, and one in dropping its payload too (that second payload is
+/// leaked): for callbacks from C, which no unwind may cross.
+pub(crate) fn catch_all(body: impl FnOnce() + std::panic::UnwindSafe) {
+    if let Err(payload) = std::panic::catch_unwind(body) {
+        let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(payload)));
+        if let Err(again) = dropped {
+            std::mem::forget(again);
+        }
+    }
+}
+
 pub(crate) fn c_str(ptr: *const std::os::raw::c_char) -> String {
     if ptr.is_null() {
         return String::new();

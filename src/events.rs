@@ -4,13 +4,11 @@
 //! event.
 
 use crate::device::Device;
-use crate::error::{Error, ErrorCode, c_str, check};
+use crate::error::{Error, ErrorCode, c_str, catch_all, check};
 use crate::ffi;
-use std::cell::Cell;
 use std::ffi::CString;
 use std::os::raw::c_void;
-use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Mutex;
+use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
 /// What happened on the slow path.
@@ -120,44 +118,49 @@ impl CacheEvent {
 
 type Callback = Box<dyn Fn(&CacheEvent) + Send + Sync + 'static>;
 
-/// The installed closure, boxed twice so the C side holds a thin pointer; kept here until the
-/// C side has let go of it.
-static INSTALLED: Mutex<Option<Box<Callback>>> = Mutex::new(None);
-
-thread_local! {
-    /// Set while this thread runs the closure: replacing it from there would wait for itself.
-    static IN_CALLBACK: Cell<bool> = const { Cell::new(false) };
+unsafe extern "C" fn deliver(user_data: *mut c_void, raw: *const ffi::jb_cache_event) {
+    // A panic must not unwind into C: the event is then lost to the closure, nothing else.
+    catch_all(AssertUnwindSafe(|| {
+        // SAFETY: user_data is a `Callback` installed with this function, alive until the
+        // exchange that replaces it returns, which waits for this call; the event and its
+        // strings are valid during the call.
+        let (callback, event) =
+            unsafe { (&*(user_data as *const Callback), CacheEvent::from_raw(&*raw)) };
+        callback(&event)
+    }));
 }
 
-unsafe extern "C" fn deliver(user_data: *mut c_void, raw: *const ffi::jb_cache_event) {
-    // SAFETY: user_data is the `Callback` installed with it, alive until a replacement returns,
-    // and the replacement waits for this call; the event and its strings are valid during it.
-    let (callback, event) =
-        unsafe { (&*(user_data as *const Callback), CacheEvent::from_raw(&*raw)) };
-    IN_CALLBACK.with(|c| c.set(true));
-    // A panic must not unwind into C; the event is then lost to the closure, nothing else.
-    let _ = catch_unwind(AssertUnwindSafe(|| callback(&event)));
-    IN_CALLBACK.with(|c| c.set(false));
+/// The trampoline's address, to know a user_data the library gives back as a `Callback` of ours.
+fn ours(function: ffi::jb_cache_event_fn) -> bool {
+    let deliver: unsafe extern "C" fn(*mut c_void, *const ffi::jb_cache_event) = deliver;
+    function.is_some_and(|f| f as usize == deliver as usize)
 }
 
 fn install(callback: Option<Callback>) -> Result<(), Error> {
-    // Before INSTALLED's lock: a replacement in progress holds it while it waits for this call.
-    if IN_CALLBACK.with(Cell::get) {
-        return Err(Error::new(
-            ErrorCode::InvalidArgument,
-            "the event callback cannot be replaced from inside the event callback",
-        ));
-    }
-    let mut installed = INSTALLED.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let boxed = callback.map(Box::new);
-    let (function, user_data): (ffi::jb_cache_event_fn, *mut c_void) = match &boxed {
-        Some(b) => (Some(deliver), &**b as *const Callback as *mut c_void),
+    // Leaked into the library, and taken back from it: no lock of ours is held while the
+    // exchange waits for calls in progress (a child forked then would find it held for ever),
+    // and the closure given back is dropped once nothing is locked (its drop may install).
+    let fresh = callback.map(|c| Box::into_raw(Box::new(c)));
+    let (function, user_data): (ffi::jb_cache_event_fn, *mut c_void) = match fresh {
+        Some(p) => (Some(deliver), p.cast()),
         None => (None, std::ptr::null_mut()),
     };
-    // SAFETY: user_data stays alive in INSTALLED until the next successful replacement, which
-    // returns only once no call is using it.
-    check(unsafe { ffi::jb_set_event_callback(function, user_data) })?;
-    *installed = boxed;
+    let (mut old_function, mut old_data): (ffi::jb_cache_event_fn, *mut c_void) =
+        (None, std::ptr::null_mut());
+    // SAFETY: user_data lives until an exchange gives it back below; the out pointers are ours.
+    let status = unsafe {
+        ffi::jb_exchange_event_callback(&mut old_function, &mut old_data, function, user_data)
+    };
+    if status != ffi::JB_OK {
+        // SAFETY: refused, so never installed: still ours alone.
+        drop(fresh.map(|p| unsafe { Box::from_raw(p) }));
+        return check(status);
+    }
+    if ours(old_function) && !old_data.is_null() {
+        // SAFETY: beside our trampoline the library holds only a leaked `Callback` of ours,
+        // and the exchange returned once no call of it was in progress.
+        drop(unsafe { Box::from_raw(old_data.cast::<Callback>()) });
+    }
     Ok(())
 }
 

@@ -261,6 +261,18 @@ unsafe extern "C" {
     pub fn jb_abi_version() -> c_int;
     pub fn jb_set_log_callback(callback: jb_log_fn, user_data: *mut c_void) -> c_int;
     pub fn jb_set_event_callback(callback: jb_cache_event_fn, user_data: *mut c_void) -> c_int;
+    pub fn jb_exchange_log_callback(
+        old_callback: *mut jb_log_fn,
+        old_user_data: *mut *mut c_void,
+        callback: jb_log_fn,
+        user_data: *mut c_void,
+    ) -> c_int;
+    pub fn jb_exchange_event_callback(
+        old_callback: *mut jb_cache_event_fn,
+        old_user_data: *mut *mut c_void,
+        callback: jb_cache_event_fn,
+        user_data: *mut c_void,
+    ) -> c_int;
     pub fn jb_cache_event_kind_name(kind: c_int) -> *const c_char;
     pub fn jb_set_thread_tag(tag: *const c_char) -> c_int;
     pub fn jb_thread_tag() -> *const c_char;

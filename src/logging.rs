@@ -1,52 +1,56 @@
 //! Where the library's warnings go: stderr by default, or a closure of the caller's.
 
-use crate::error::{Error, ErrorCode, check};
+use crate::error::{Error, catch_all, check};
 use crate::ffi;
-use std::cell::Cell;
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_void};
-use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Mutex;
+use std::panic::AssertUnwindSafe;
 
 type Callback = Box<dyn Fn(&str) + Send + Sync + 'static>;
 
-/// The installed closure, boxed twice so the C side holds a thin pointer; kept here until the
-/// C side has let go of it.
-static INSTALLED: Mutex<Option<Box<Callback>>> = Mutex::new(None);
-
-thread_local! {
-    /// Set while this thread runs the closure: replacing it from there would wait for itself.
-    static IN_CALLBACK: Cell<bool> = const { Cell::new(false) };
+unsafe extern "C" fn deliver(user_data: *mut c_void, _level: c_int, message: *const c_char) {
+    // A panic must not unwind into C: the warning is then lost, as a failed print would be.
+    catch_all(AssertUnwindSafe(|| {
+        // SAFETY: user_data is a `Callback` installed with this function, alive until the
+        // exchange that replaces it returns, which waits for this call; the message is a
+        // NUL-terminated string.
+        let (callback, text) = unsafe {
+            (&*(user_data as *const Callback), CStr::from_ptr(message).to_string_lossy())
+        };
+        callback(&text)
+    }));
 }
 
-unsafe extern "C" fn deliver(user_data: *mut c_void, _level: c_int, message: *const c_char) {
-    // SAFETY: user_data is the `Callback` installed with it, alive until a replacement returns,
-    // and the replacement waits for this call; the message is a NUL-terminated string.
-    let (callback, text) =
-        unsafe { (&*(user_data as *const Callback), CStr::from_ptr(message).to_string_lossy()) };
-    IN_CALLBACK.with(|c| c.set(true));
-    // A panic must not unwind into C; the warning is then lost, as a failed print would be.
-    let _ = catch_unwind(AssertUnwindSafe(|| callback(&text)));
-    IN_CALLBACK.with(|c| c.set(false));
+/// The trampoline's address, to know a user_data the library gives back as a `Callback` of ours.
+fn ours(function: ffi::jb_log_fn) -> bool {
+    let deliver: unsafe extern "C" fn(*mut c_void, c_int, *const c_char) = deliver;
+    function.is_some_and(|f| f as usize == deliver as usize)
 }
 
 fn install(callback: Option<Callback>) -> Result<(), Error> {
-    if IN_CALLBACK.with(Cell::get) {
-        return Err(Error::new(
-            ErrorCode::InvalidArgument,
-            "the log callback cannot be replaced from inside the log callback",
-        ));
-    }
-    let mut installed = INSTALLED.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let boxed = callback.map(Box::new);
-    let (function, user_data): (ffi::jb_log_fn, *mut c_void) = match &boxed {
-        Some(b) => (Some(deliver), &**b as *const Callback as *mut c_void),
+    // As the event closure's (events.rs): no lock of ours across the exchange, and the closure
+    // given back is dropped once nothing is locked.
+    let fresh = callback.map(|c| Box::into_raw(Box::new(c)));
+    let (function, user_data): (ffi::jb_log_fn, *mut c_void) = match fresh {
+        Some(p) => (Some(deliver), p.cast()),
         None => (None, std::ptr::null_mut()),
     };
-    // SAFETY: user_data stays alive in INSTALLED until the next successful replacement, which
-    // returns only once no call is using it.
-    check(unsafe { ffi::jb_set_log_callback(function, user_data) })?;
-    *installed = boxed;
+    let (mut old_function, mut old_data): (ffi::jb_log_fn, *mut c_void) =
+        (None, std::ptr::null_mut());
+    // SAFETY: user_data lives until an exchange gives it back below; the out pointers are ours.
+    let status = unsafe {
+        ffi::jb_exchange_log_callback(&mut old_function, &mut old_data, function, user_data)
+    };
+    if status != ffi::JB_OK {
+        // SAFETY: refused, so never installed: still ours alone.
+        drop(fresh.map(|p| unsafe { Box::from_raw(p) }));
+        return check(status);
+    }
+    if ours(old_function) && !old_data.is_null() {
+        // SAFETY: beside our trampoline the library holds only a leaked `Callback` of ours,
+        // and the exchange returned once no call of it was in progress.
+        drop(unsafe { Box::from_raw(old_data.cast::<Callback>()) });
+    }
     Ok(())
 }
 

@@ -104,6 +104,13 @@ typedef enum jb_log_level {
 } jb_log_level;
 typedef void (*jb_log_fn)(void *user_data, jb_log_level level, const char *message);
 JB_API jb_status jb_set_log_callback(jb_log_fn fn, void *user_data);
+/* jb_set_log_callback, and the callback it replaced into *old_fn and *old_user_data (NULL, NULL
+ * when none or on an error; each may be NULL): that callback has returned from every call and
+ * is not called again, so its user_data may be freed now. A wrapper that allocates user_data
+ * frees what this gives back, and so needs no lock of its own around the exchange (a lock held
+ * across it would be held while calls in progress end, and stay held in a child forked then). */
+JB_API jb_status jb_exchange_log_callback(jb_log_fn *old_fn, void **old_user_data, jb_log_fn fn,
+                                          void *user_data);
 
 /* ---------------------------------------------------------------------------------------------
  * Devices. Process-global and never freed: a jb_device pointer stays valid for the process.
@@ -871,6 +878,9 @@ typedef void (*jb_cache_event_fn)(void *user_data, const jb_cache_event *event);
  * called from any thread.
  */
 JB_API jb_status jb_set_event_callback(jb_cache_event_fn fn, void *user_data);
+/* jb_set_event_callback, and the callback it replaced, as jb_exchange_log_callback does. */
+JB_API jb_status jb_exchange_event_callback(jb_cache_event_fn *old_fn, void **old_user_data,
+                                            jb_cache_event_fn fn, void *user_data);
 /* "disk hit", "bundle hit", "build start", "build end", "build fail", "disk store",
  * "entry rejected", "entry evicted", "seal violation"; NULL for other values. */
 JB_API const char *jb_cache_event_kind_name(int kind);

@@ -28,8 +28,13 @@ static _Atomic(callback_record *) current[JB_CALLBACK_KINDS];
 /* The record of each kind this thread is calling, or NULL. */
 static _Thread_local callback_record *tls_calling[JB_CALLBACK_KINDS];
 
-int jb__callback_set(jb_callback_kind kind, void (*fn)(void), void *user_data, const char *who)
+int jb__callback_set(jb_callback_kind kind, void (*fn)(void), void *user_data, const char *who,
+                     void (**old_fn)(void), void **old_user_data)
 {
+    if (old_fn)
+        *old_fn = NULL;
+    if (old_user_data)
+        *old_user_data = NULL;
     JB_RETURN_IF(tls_calling[kind], JB_ERR_INVALID_ARGUMENT,
                  "%s called from inside that callback (it would wait for itself)", who);
     callback_record *fresh = NULL;
@@ -44,6 +49,10 @@ int jb__callback_set(jb_callback_kind kind, void (*fn)(void), void *user_data, c
     while (old && old->calls > 0)
         pthread_cond_wait(&callback_idle, &callback_mutex);
     pthread_mutex_unlock(&callback_mutex);
+    if (old && old_fn)
+        *old_fn = old->fn;
+    if (old && old_user_data)
+        *old_user_data = old->user_data;
     free(old);
     return JB_OK;
 }

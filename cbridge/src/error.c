@@ -179,7 +179,19 @@ const char *jb_version(void)
  * in progress have returned; a warning it causes goes to stderr. */
 jb_status jb_set_log_callback(jb_log_fn fn, void *user_data)
 {
-    return jb__callback_set(JB_CALLBACK_LOG, (void (*)(void))fn, user_data, "jb_set_log_callback");
+    return jb__callback_set(JB_CALLBACK_LOG, (void (*)(void))fn, user_data, "jb_set_log_callback",
+                            NULL, NULL);
+}
+
+jb_status jb_exchange_log_callback(jb_log_fn *old_fn, void **old_user_data, jb_log_fn fn,
+                                   void *user_data)
+{
+    void (*old)(void) = NULL;
+    int status = jb__callback_set(JB_CALLBACK_LOG, (void (*)(void))fn, user_data,
+                                  "jb_exchange_log_callback", &old, old_user_data);
+    if (old_fn)
+        *old_fn = (jb_log_fn)old;
+    return status;
 }
 
 /* Calls the callback (else prints). The callback may call the library: the thread's last error,

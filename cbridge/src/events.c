@@ -47,7 +47,18 @@ const char *jb_cache_event_kind_name(int kind)
 jb_status jb_set_event_callback(jb_cache_event_fn fn, void *user_data)
 {
     return jb__callback_set(JB_CALLBACK_EVENT, (void (*)(void))fn, user_data,
-                            "jb_set_event_callback");
+                            "jb_set_event_callback", NULL, NULL);
+}
+
+jb_status jb_exchange_event_callback(jb_cache_event_fn *old_fn, void **old_user_data,
+                                     jb_cache_event_fn fn, void *user_data)
+{
+    void (*old)(void) = NULL;
+    int status = jb__callback_set(JB_CALLBACK_EVENT, (void (*)(void))fn, user_data,
+                                  "jb_exchange_event_callback", &old, old_user_data);
+    if (old_fn)
+        *old_fn = (jb_cache_event_fn)old;
+    return status;
 }
 
 /* ---- the module a build on this thread is for, and the events it raises ---- */

@@ -81,9 +81,11 @@ typedef struct jb_callback_call {
     void *user_data;
 } jb_callback_call;
 /* Installs fn and user_data (fn NULL: none) and returns once no call of the one replaced is in
- * progress. From inside this kind's own callback: JB_ERR_INVALID_ARGUMENT (it would wait for
- * itself), naming `who`. Never under a library lock. */
-int jb__callback_set(jb_callback_kind kind, void (*fn)(void), void *user_data, const char *who);
+ * progress; the one replaced into *old_fn and *old_user_data (each may be NULL; NULL, NULL when
+ * none or on an error). From inside this kind's own callback: JB_ERR_INVALID_ARGUMENT (it would
+ * wait for itself), naming `who`. Never under a library lock. */
+int jb__callback_set(jb_callback_kind kind, void (*fn)(void), void *user_data, const char *who,
+                     void (**old_fn)(void), void **old_user_data);
 /* Starts a call: false when none is installed or this thread is inside this kind's callback
  * already; else `call` says what to call until jb__callback_leave. Never under a library lock. */
 bool jb__callback_enter(jb_callback_kind kind, jb_callback_call *call);

@@ -581,6 +581,25 @@ static void many_threads_while_replacing(void)
     CHECK(sinks[0].torn + sinks[1].torn == 0, "%ld torn events", sinks[0].torn + sinks[1].torn);
 }
 
+/* jb_exchange_event_callback gives back what it replaced, for its caller to free. */
+static void exchange_gives_back_the_replaced(void)
+{
+    int a, b;
+    jb_cache_event_fn old_fn = record;
+    void *old_data = &a;
+    CHECK_OK(jb_set_event_callback(NULL, NULL));
+    CHECK_OK(jb_exchange_event_callback(&old_fn, &old_data, record, &a));
+    CHECK(old_fn == NULL && old_data == NULL, "none was installed");
+    CHECK_OK(jb_exchange_event_callback(&old_fn, &old_data, check_event, &b));
+    CHECK(old_fn == record && old_data == &a, "the first one is given back");
+    CHECK_OK(jb_exchange_event_callback(NULL, NULL, NULL, NULL));
+    CHECK_OK(jb_exchange_event_callback(&old_fn, NULL, NULL, NULL));
+    CHECK(old_fn == NULL, "none after NULL");
+    jb_log_fn old_log = NULL;
+    CHECK_OK(jb_exchange_log_callback(&old_log, &old_data, NULL, &a));
+    CHECK(old_log == NULL && old_data == NULL, "no log callback was installed");
+}
+
 static void thread_tags(void)
 {
     char long_tag[JB_THREAD_TAG_MAX + 2];
@@ -619,6 +638,7 @@ int main(int argc, char **argv)
     callback_forks(dev);
     fork_while_a_call_is_parked();
     forked_thread_id();
+    exchange_gives_back_the_replaced();
     many_threads_while_replacing();
     return check_summary("test_events");
 }
