@@ -1,10 +1,11 @@
 //! `jitbridge info`: what this build and this host have: backends, devices (with their idle
 //! caps), the compiler, the disk cache (its folder, state and size) and the seal mode; with
-//! `--json`, the same as one object, with every counter by its name.
+//! `--json`, the same as one object of docs/JSON.md's schema, with every counter by its name.
 
 use crate::args::{Command, Opt, no_positional, parse_args, print_help};
 use crate::cache::readable_bytes;
 use crate::json::{Object, json_list};
+use crate::rows::SCHEMA;
 use crate::{Failure, Outcome, VERSION};
 use jitbridge::{Counters, Device, SealMode, disk_cache, sys_tools};
 
@@ -12,9 +13,9 @@ pub const INFO: Command = Command {
     name: "info",
     usage: "jitbridge info [--json]",
     about: "print the backends, the devices, the compiler, the disk cache and the seal mode",
-    details: "  --json        one JSON object: the same facts, and this process's counters by their
-                names (`Counters::fields`: a server reads its own the same way; in a new
-                process they are all 0)",
+    details: "  --json        one JSON object (docs/JSON.md): the same facts, and this process's
+                counters by their names (`Counters::fields`: a server reads its own the
+                same way; in a new process they are all 0)",
 };
 
 pub fn info_command(args: &[String]) -> Outcome {
@@ -69,6 +70,8 @@ fn info_json() -> Result<(), Failure> {
     out!(
         "{}",
         Object::new()
+            .count("schema", u64::from(SCHEMA))
+            .text("command", "info")
             .text("jitbridge", VERSION)
             .text("gpu_backend", &jitbridge::gpu_backend())
             .text("cpu_compiler", &jitbridge::cpu_compiler())
