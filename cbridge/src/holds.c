@@ -90,9 +90,51 @@ struct jb_hold {
     jb_buffer *inline_buffers[HOLD_INLINE_BUFFERS];
 };
 
+/* A borrowed entry: a buffer the hold right before this one also keeps, whose reference this
+ * hold uses instead of taking one (a decode loop's weights and input, launch after launch: no
+ * atomic add and subtract on them per launch). Holds go in ring order, so the lender goes
+ * first: when it goes and the borrower stays, the borrower takes a reference of its own. The tag
+ * is the pointer's low bit (buffers are malloc'd, so at least 8-aligned). */
+#define BORROWED ((uintptr_t)1)
+/* How far back in the previous hold a buffer is looked for: a kernel's first few arrays. */
+#define BORROW_LOOK HOLD_INLINE_BUFFERS
+
+static jb_buffer *untagged(jb_buffer *entry)
+{
+    return (jb_buffer *)((uintptr_t)entry & ~BORROWED);
+}
+
+static bool borrowed(jb_buffer *entry)
+{
+    return (uintptr_t)entry & BORROWED;
+}
+
 static jb_buffer **hold_buffers(jb_hold *hold)
 {
     return hold->count > HOLD_INLINE_BUFFERS ? hold->more : hold->inline_buffers;
+}
+
+/* Whether one of the hold's first BORROW_LOOK entries is `buffer`. */
+static bool hold_lends(jb_hold *hold, const jb_buffer *buffer)
+{
+    jb_buffer **entries = hold_buffers(hold);
+    size_t look = hold->count < BORROW_LOOK ? hold->count : BORROW_LOOK;
+    for (size_t i = 0; i < look; i++)
+        if (untagged(entries[i]) == buffer)
+            return true;
+    return false;
+}
+
+/* The hold's lender is going: each entry it borrowed takes a reference of its own. */
+static void stop_borrowing(jb_hold *hold)
+{
+    jb_buffer **entries = hold_buffers(hold);
+    for (size_t i = 0; i < hold->count; i++) {
+        if (borrowed(entries[i])) {
+            entries[i] = untagged(entries[i]);
+            jb__buffer_retain(entries[i]);
+        }
+    }
 }
 
 /* Lets go of the holds' buffers and events: the buffers in chunks, one allocator lock each. */
@@ -104,6 +146,8 @@ static void holds_free(jb_hold *holds, size_t n)
     for (size_t h = 0; h < n; h++) {
         jb_buffer **buffers = hold_buffers(&holds[h]);
         for (size_t i = 0; i < holds[h].count; i++) {
+            if (borrowed(buffers[i])) /* the reference is a hold's before it, let go with it */
+                continue;
             if (count == CHUNK) {
                 jb__buffer_release_many(chunk, count);
                 count = 0;
@@ -262,6 +306,8 @@ static int release_holds(jb_stream *stream, release_kind kind, uint64_t waited_b
             batch[i].done = NULL;
         }
     }
+    if (releasable && releasable < stream->holds_count)
+        stop_borrowing(hold_at(stream, releasable)); /* its lender is in the batch */
     if (releasable)
         stream->holds_first = (stream->holds_first + releasable) % stream->holds_capacity;
     stream->holds_count -= releasable;
@@ -295,7 +341,7 @@ static bool holds_buffer(jb_stream *stream, const jb_buffer *buffer)
         jb_hold *hold = hold_at(stream, h);
         jb_buffer **buffers = hold_buffers(hold);
         for (size_t i = 0; i < hold->count; i++)
-            if (buffers[i] == buffer)
+            if (untagged(buffers[i]) == buffer)
                 return true;
     }
     return false;
@@ -416,6 +462,7 @@ int jb__stream_record_hold(jb_stream *stream, jb_event **out, jb_buffer *const *
     JB_TEST_PAUSE(stream);
     bool room = status == JB_OK && count && have_memory && holds_reserve(stream);
     if (room) {
+        jb_hold *lender = stream->holds_count ? hold_at(stream, stream->holds_count - 1) : NULL;
         jb_hold *hold = hold_at(stream, stream->holds_count);
         hold->done = done;
         jb__event_retain(done);
@@ -423,6 +470,10 @@ int jb__stream_record_hold(jb_stream *stream, jb_event **out, jb_buffer *const *
         hold->more = more;
         jb_buffer **kept = hold_buffers(hold);
         for (size_t i = 0; i < count; i++) {
+            if (i < BORROW_LOOK && lender && hold_lends(lender, buffers[i])) {
+                kept[i] = (jb_buffer *)((uintptr_t)buffers[i] | BORROWED);
+                continue;
+            }
             kept[i] = buffers[i];
             jb__buffer_retain(buffers[i]);
         }
