@@ -158,6 +158,13 @@ impl Device {
         c_str(unsafe { ffi::jb_device_backend_name(self.raw) })
     }
 
+    /// The most urgent stream priority the device offers ([`Stream::with_priority`](crate::Stream::with_priority));
+    /// 0 when it has none above normal.
+    pub fn max_stream_priority(&self) -> i32 {
+        // SAFETY: as in `index`.
+        unsafe { ffi::jb_device_max_stream_priority(self.raw) }
+    }
+
     /// Device memory in bytes (0 where unknown).
     pub fn total_memory(&self) -> u64 {
         // SAFETY: as in `index`.

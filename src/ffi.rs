@@ -303,6 +303,13 @@ unsafe extern "C" {
     pub fn jb_cpu_compiler() -> *const c_char;
 
     pub fn jb_stream_new(out: *mut *mut jb_stream, device: *mut jb_device) -> c_int;
+    pub fn jb_stream_new_with_priority(
+        out: *mut *mut jb_stream,
+        device: *mut jb_device,
+        priority: c_int,
+    ) -> c_int;
+    pub fn jb_device_max_stream_priority(device: *const jb_device) -> c_int;
+    pub fn jb_stream_priority(out: *mut c_int, stream: *const jb_stream) -> c_int;
     pub fn jb_stream_free(stream: *mut jb_stream);
     pub fn jb_stream_synchronize(stream: *mut jb_stream) -> c_int;
     pub fn jb_stream_device(stream: *const jb_stream) -> *mut jb_device;

@@ -50,6 +50,38 @@ impl Stream {
         Ok(Stream { raw })
     }
 
+    /// A new stream on `device` with `priority`: 0 is normal (what [`Stream::new`] makes),
+    /// higher is more urgent, up to [`Device::max_stream_priority`]; a priority outside that
+    /// range is clamped into it. Where several streams' work waits to run, the device runs the
+    /// more urgent stream's first: give a decode stream a priority above its workers'. On a GPU
+    /// these are the driver's stream priorities; on the cpu, the stream's worker thread runs at
+    /// a nice value 5 below its creator's per level, where the system permits it (where it does
+    /// not, the stream gets the most urgent level it may, and [`Stream::priority`] says which).
+    ///
+    /// ```
+    /// use jitbridge::{Device, Stream};
+    /// let cpu = Device::cpu()?;
+    /// let decode = Stream::with_priority(cpu, cpu.max_stream_priority())?;
+    /// assert!(decode.priority()? <= cpu.max_stream_priority());
+    /// assert_eq!(Stream::with_priority(cpu, -3)?.priority()?, 0); // clamped
+    /// # Ok::<(), jitbridge::Error>(())
+    /// ```
+    pub fn with_priority(device: Device, priority: i32) -> Result<Stream, Error> {
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: `raw` is a valid out pointer and `device` a library device; any priority is
+        // clamped by the library.
+        check(unsafe { ffi::jb_stream_new_with_priority(&mut raw, device.raw(), priority) })?;
+        Ok(Stream { raw })
+    }
+
+    /// The stream's priority, as the driver (on the cpu: the system) reports it.
+    pub fn priority(&self) -> Result<i32, Error> {
+        let mut priority = 0;
+        // SAFETY: `raw` is a live stream and `priority` a valid out pointer.
+        check(unsafe { ffi::jb_stream_priority(&mut priority, self.raw) })?;
+        Ok(priority)
+    }
+
     /// Blocks until every piece of work queued on the stream has finished.
     pub fn synchronize(&self) -> Result<(), Error> {
         // SAFETY: `raw` is a live stream.

@@ -238,6 +238,23 @@ typedef struct jb_stream jb_stream;
 
 /* A new stream on `device`, owned by the caller (jb_stream_free). */
 JB_API jb_status jb_stream_new(jb_stream **out, jb_device *device);
+/*
+ * Stream priorities, one scale on every device: 0 is normal (what jb_stream_new makes), higher
+ * is more urgent, up to jb_device_max_stream_priority(device); a priority outside that range is
+ * clamped into it (a negative one to 0). Where work of several streams waits to run, the device
+ * runs the more urgent stream's first: a decode stream above its workers' streams.
+ *  - CUDA and HIP: the device's own priorities (cuCtxGetStreamPriorityRange,
+ *    hipDeviceGetStreamPriorityRange): priority p is the driver's default priority minus p.
+ *  - cpu: the stream's worker thread runs at a nice value 5 below its creator's per level (0..4,
+ *    at most -20), where the system permits it (CAP_SYS_NICE, or room under RLIMIT_NICE); where
+ *    it does not, the stream gets the most urgent level it may, 0 at worst: the call still
+ *    succeeds (jb_stream_priority says what was got).
+ */
+JB_API jb_status jb_stream_new_with_priority(jb_stream **out, jb_device *device, int priority);
+/* The most urgent stream priority `device` offers (0: none above normal; 0 for NULL). */
+JB_API int jb_device_max_stream_priority(const jb_device *device);
+/* The priority `stream` has, on the scale above, as the driver (cpu: the system) reports it. */
+JB_API jb_status jb_stream_priority(int *out, const jb_stream *stream);
 /* Lets go of the caller's reference (from jb_stream_new or a retain); if the calling thread has
  * the stream installed, it is uninstalled first. A thread that still has it installed keeps it
  * alive, and its launches keep working, until it uninstalls it or exits. The last one to let go
@@ -593,6 +610,67 @@ JB_API jb_status jb_custom_kernel_launch_on(jb_array **outputs, jb_custom_kernel
                                             size_t num_scalars,
                                             const int64_t *const *output_shapes,
                                             const int *output_ndims, const jb_launch_shape *shape);
+
+/* ---------------------------------------------------------------------------------------------
+ * Captured graphs: a step's launches recorded once on a stream and replayed with one call (CUDA
+ * and HIP graphs; on the cpu, a recorded list the stream's worker replays). A decode step that
+ * launches the same kernels on the same arrays thousands of times pays one call per step:
+ *
+ *     jb_graph_begin_capture(stream);
+ *     jb_custom_kernel_run(...) on `stream` (or on the calling thread's default stream, when
+ *                          that is `stream`), as usual, as many as the step has;
+ *     jb_graph_end_capture(&graph, stream);
+ *     for each step: jb_graph_set_scalar(graph, ...) where a scalar changes;
+ *                    jb_graph_launch(graph, any stream of the device);
+ *
+ * Between begin and end, the calling thread's custom kernel launches on `stream` run nothing:
+ * each is checked as usual and recorded, and its new outputs are made (arrays whose contents are
+ * undefined until the graph's first launch). Every replay writes the same arrays: each new
+ * output made in the capture and each array written in place. A replay does what those
+ * launches would have done around their work: it waits for the work that made the arrays the
+ * graph reads and, for those it writes, for kernels on other streams still reading them; it
+ * holds every buffer until it is done, and the arrays it writes are ready once it is. The graph
+ * keeps a reference on every array and buffer it uses: freeing one (or the kernel) while the
+ * graph exists is safe, and the graph keeps using it.
+ *
+ * Not captured, refused while `stream` captures (JB_ERR_INVALID_ARGUMENT unless said): another
+ * thread's work on `stream` (a capture belongs to the thread that began it), a second
+ * jb_graph_begin_capture on it (captures do not nest), making an array or reading one through
+ * it (jb_array_from_host, _arange, _zeros, _full and jb_array_read on the thread's default
+ * stream when that is `stream`), jb_stream_synchronize of it, and whole-source module launches
+ * on it (JB_ERR_UNSUPPORTED). On a GPU, an output initial value of 8 bytes whose halves differ
+ * (JB_ERR_UNSUPPORTED). A capture begins only after the stream's earlier work is done (it
+ * waits). A launch that fails during the capture fails the capture: jb_graph_end_capture then
+ * returns the error and nothing is kept, as it does for a capture another thread's launch
+ * raced into. Freeing a stream that captures discards the capture.
+ *
+ * A graph may be launched from any thread, on any stream of its device that is not capturing;
+ * launches and scalar updates of one graph are serialized by the graph. As with in-place
+ * writes, no other thread may use an array the graph writes during jb_graph_launch.
+ */
+typedef struct jb_graph jb_graph;
+
+/* Begins capturing the calling thread's launches on `stream`: waits for its work so far, then
+ * records instead of running (see above). JB_ERR_UNSUPPORTED where the driver has no graphs. */
+JB_API jb_status jb_graph_begin_capture(jb_stream *stream);
+/* Ends the capture the calling thread began on `stream`: *out gets the graph (owned by the
+ * caller, jb_graph_free), to launch with jb_graph_launch. JB_ERR_INVALID_ARGUMENT when the
+ * stream is not capturing, when another thread began the capture, or when nothing was launched
+ * in it; a capture that failed returns its error. The stream runs its work again either way. */
+JB_API jb_status jb_graph_end_capture(jb_graph **out, jb_stream *stream);
+/* Queues one replay of the graph on `stream` (its device's), with its scalars as set now. */
+JB_API jb_status jb_graph_launch(jb_graph *graph, jb_stream *stream);
+/* How many kernel launches the graph holds (0 for NULL): launch i is the i-th captured. */
+JB_API size_t jb_graph_launch_count(const jb_graph *graph);
+/* 1 when every launch of the graph is of a bounds-checked kernel, else 0 (also for NULL). */
+JB_API int jb_graph_bounds_checked(const jb_graph *graph);
+/* Sets scalar `scalar` of launch `launch` (the kernel's order, its dtype) for the replays that
+ * jb_graph_launch queues from now on; a replay already queued keeps the value it had. */
+JB_API jb_status jb_graph_set_scalar(jb_graph *graph, size_t launch, size_t scalar,
+                                     const jb_scalar *value);
+/* Waits for the graph's replays to finish, then frees it; its arrays live on with their other
+ * owners. Accepts NULL. */
+JB_API void jb_graph_free(jb_graph *graph);
 
 /* ---------------------------------------------------------------------------------------------
  * Whole-source modules (CuPy's RawModule): the caller's complete source, with several entry

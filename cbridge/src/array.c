@@ -27,6 +27,10 @@ struct jb_array {
     /* Bounds-checked launches that wrote it or what it was made from (bounds.c). */
     size_t num_reports;
     jb_bounds_report *reports[JB_ARRAY_REPORTS];
+    /* The owner's reference and one per captured graph that uses it (graph.c): the owner's free
+     * and the last graph's free each let go, and the last one frees. */
+    atomic_uint refs;
+    bool owner_freed;
 };
 
 /* Each thread keeps a few freed array records and reuses them: a warm launch's output array
@@ -198,6 +202,7 @@ int jb__array_wrap(jb_array **out, jb_buffer *buf, jb_dtype dtype, const int64_t
     }
     *array = (jb_array){.device = buf->device, .dtype = dtype, .ndim = ndim, .size = 1,
                         .buffer = buf, .ready = ready};
+    atomic_init(&array->refs, 1);
     for (int i = 0; i < ndim; i++) {
         array->shape[i] = shape[i];
         array->size *= shape[i];
@@ -243,6 +248,7 @@ jb_status jb_array_from_host(jb_array **out, jb_device *device, jb_dtype dtype,
                      ((const unsigned char *)data)[i]);
     jb_stream *stream;
     JB_FORWARD_IF_ERROR(jb__current_stream(device, &stream));
+    JB_FORWARD_IF_ERROR(jb__stream_refuse_capture(stream, "jb_array_from_host"));
     jb_buffer *buf;
     JB_FORWARD_IF_ERROR(jb__buffer_new(device, bytes, &buf));
     jb_event *ready = NULL;
@@ -328,6 +334,7 @@ static int filled(jb_array **out, jb_device *device, jb_dtype dtype, const int64
     JB_FORWARD_IF_ERROR(shape_bytes(shape, ndim, dtype, &bytes));
     jb_stream *stream;
     JB_FORWARD_IF_ERROR(jb__current_stream(device, &stream));
+    JB_FORWARD_IF_ERROR(jb__stream_refuse_capture(stream, "jb_array_zeros/full"));
     jb_buffer *buf;
     JB_FORWARD_IF_ERROR(jb__buffer_new(device, bytes, &buf));
     jb_event *ready = NULL;
@@ -363,15 +370,9 @@ jb_status jb_array_full(jb_array **out, jb_device *device, const int64_t *shape,
     return filled(out, device, value->dtype, shape, ndim, &value->value);
 }
 
-void jb_array_free(jb_array *array)
+/* Lets go of the array's contents and record: its last reference is gone. */
+static void array_destroy(jb_array *array)
 {
-    if (!array)
-        return;
-    /* A record in quarantine still reads as freed: that second free is caught. */
-    if (!array->buffer) {
-        jb__warn("jb_array_free: the array was freed already; this call does nothing");
-        return;
-    }
     jb__event_release(array->ready);
     jb__buffer_release(array->buffer);
     for (size_t i = 0; i < array->num_reports; i++)
@@ -383,6 +384,33 @@ void jb_array_free(jb_array *array)
         keep_record(ta, array);
     else
         free(array);
+}
+
+void jb__array_retain(jb_array *array)
+{
+    atomic_fetch_add_explicit(&array->refs, 1, memory_order_relaxed);
+}
+
+void jb__array_release(jb_array *array)
+{
+    /* One reference is the owner's alone: nobody can take another while it lets go (a capture
+     * that uses the array during its free is the caller's bug), so no atomic subtraction. */
+    if (atomic_load_explicit(&array->refs, memory_order_acquire) == 1 ||
+        atomic_fetch_sub_explicit(&array->refs, 1, memory_order_acq_rel) == 1)
+        array_destroy(array);
+}
+
+void jb_array_free(jb_array *array)
+{
+    if (!array)
+        return;
+    /* A record in quarantine still reads as freed: that second free is caught. */
+    if (!array->buffer || array->owner_freed) {
+        jb__warn("jb_array_free: the array was freed already; this call does nothing");
+        return;
+    }
+    array->owner_freed = true;
+    jb__array_release(array);
 }
 
 jb_status jb_array_eval(jb_array *array)
@@ -400,6 +428,11 @@ jb_status jb_array_read(const jb_array *array, void *dst, size_t dst_bytes)
     JB_RETURN_IF(dst_bytes != array->buffer->bytes, JB_ERR_SHAPE,
                  "jb_array_read: the array holds %zu bytes, the destination %zu",
                  array->buffer->bytes, dst_bytes);
+    /* The copy itself uses no stream of the library's (none is made for it), but what the
+     * capturing thread reads may be a captured launch's output, not written until a replay. */
+    jb_stream *current = jb__current_stream_if_made(array->device);
+    if (current)
+        JB_FORWARD_IF_ERROR(jb__stream_refuse_capture(current, "jb_array_read"));
     JB_FORWARD_IF_ERROR(jb_array_eval((jb_array *)array));
     if (dst_bytes == 0)
         return JB_OK;

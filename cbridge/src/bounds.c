@@ -77,6 +77,33 @@ int jb__bounds_report_new(jb_custom_kernel *k, jb_stream *stream, jb_bounds_repo
     return JB_OK;
 }
 
+jb_bounds_report *jb__bounds_report_clone(const jb_bounds_report *r)
+{
+    size_t text_bytes = 0;
+    for (size_t i = 0; i < r->num_names; i++)
+        text_bytes += strlen(r->names[i]) + 1;
+    jb_bounds_report *c = calloc(1, sizeof *c + text_bytes);
+    const char **names = calloc(r->num_names, sizeof *names);
+    if (!c || !names) {
+        free(c);
+        free(names);
+        return NULL;
+    }
+    memcpy(c->text, r->text, text_bytes);
+    for (size_t i = 0; i < r->num_names; i++)
+        names[i] = c->text + (r->names[i] - r->text);
+    c->names = names;
+    c->num_names = r->num_names;
+    c->num_arrays = r->num_arrays;
+    memcpy(c->sizes, r->sizes, sizeof c->sizes);
+    c->device = r->device;
+    c->record = r->record;
+    jb__buffer_retain(c->record);
+    atomic_init(&c->refs, 1);
+    atomic_init(&c->state, UNREAD);
+    return c;
+}
+
 /* The launch's array sizes, for the message: an index is reported against its array's size. */
 void jb__bounds_report_sizes(jb_bounds_report *r, const uint64_t *sizes, size_t count)
 {

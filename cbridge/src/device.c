@@ -53,6 +53,7 @@ static void cpu_device_init(jb_device *dev)
 {
     dev->kind = JB_DEVICE_CPU;
     dev->backend = &jb__cpu_backend;
+    dev->max_stream_priority = JB_CPU_MAX_STREAM_PRIORITY;
     dev->ordinal = 0;
     snprintf(dev->name, sizeof dev->name, "cpu");
     FILE *cpuinfo = fopen("/proc/cpuinfo", "r");

@@ -349,7 +349,12 @@ struct jb_backend {
     /* Unloads a module no thread has used: one whose entries did not all resolve, never
      * published. A module in the cache is never unloaded. */
     void (*module_unload)(jb_device *dev, void *module);
-    int (*stream_create)(jb_device *dev, void **out_stream);
+    /* A stream of `priority` on the portable scale (0 normal, up to the device's
+     * max_stream_priority; the caller clamps). */
+    int (*stream_create)(jb_device *dev, int priority, void **out_stream);
+    /* The stream's priority on the portable scale, as the device or system reports it now; a
+     * negative status (the error set) when the query fails. */
+    int (*stream_priority)(jb_device *dev, void *stream);
     void (*stream_destroy)(jb_device *dev, void *stream);
     int (*stream_synchronize)(jb_device *dev, void *stream);
     /* 1 once every piece of work queued on the stream so far is done, 0 while some runs; a
@@ -378,9 +383,31 @@ struct jb_backend {
                   const uint32_t block[3], uint32_t shared_bytes, const jb_launch_args *args);
     /* Applies a kernel's configured dynamic shared memory limit (NULL where meaningless). */
     int (*kernel_set_shared_limit)(jb_device *dev, void *fn, uint32_t bytes);
+    /* Graphs (graph.c). capture_begin is NULL where there are none (a driver without them).
+     * Between begin and end the calling thread's launches and fills on `stream` are recorded,
+     * not run; another thread's work on it is not recorded (the cpu runs it) or, where the
+     * driver captures it anyway, found at the end by the count of what was recorded. */
+    int (*capture_begin)(jb_device *dev, void *stream);
+    /* The handle of the launch the calling thread captured last on `stream`. */
+    int (*capture_node)(jb_device *dev, void *stream, void **out_node);
+    /* Ends the capture: the executable graph in *out_graph, unless `discard` (then nothing is
+     * kept). `ops`: the launches and fills the library captured; a graph holding other work
+     * is refused (an error, nothing kept). */
+    int (*capture_end)(jb_device *dev, void *stream, size_t ops, bool discard, void **out_graph);
+    /* Gives a launch of the graph new arguments, for its replays from the next on. */
+    int (*graph_set_launch)(jb_device *dev, void *graph, void *node, void *fn,
+                            const uint32_t grid[3], const uint32_t block[3],
+                            uint32_t shared_bytes, const jb_launch_args *args);
+    /* Queues one replay of the graph on `stream`. */
+    int (*graph_launch)(jb_device *dev, void *graph, void *stream);
+    void (*graph_destroy)(jb_device *dev, void *graph);
 };
 
 extern const jb_backend jb__cpu_backend;
+/* The cpu's stream priorities: each level lowers the worker thread's nice value by 5, from its
+ * creator's, as far as the system permits (raising a thread's priority needs CAP_SYS_NICE or
+ * RLIMIT_NICE room; without them a stream is made at the level it could get, 0 at worst). */
+#define JB_CPU_MAX_STREAM_PRIORITY 4
 /* The GPU backends: gpu/ compiled once per vendor (JB_VENDOR_CUDA, JB_VENDOR_HIP). Each
  * enumerate loads its vendor's libraries, then lists its GPUs into `devices` (at most `max`):
  * JB_OK with the count, or JB_ERR_NO_DEVICE with the reason ("cuda: libcuda.so.1 not found
@@ -420,14 +447,14 @@ typedef struct jb_buffer_cache {
 } jb_buffer_cache;
 
 struct jb_device {
-    int index; /* process-wide, the prefix of every cache key; GPUs first, so a GPU's index is
-                * also its ordinal among GPUs */
+    int index; /* process-wide, the prefix of every cache key, in the order set up */
     jb_device_kind kind;
     const jb_backend *backend;
     int ordinal; /* among its backend's devices: the N of "cuda:N" */
     char name[256];
     char arch[160];
     uint64_t total_memory;
+    int max_stream_priority; /* the most urgent stream priority, on the portable scale */
     jb_event_pool event_pool;
     jb_buffer_cache buffers;
     /* Every live stream of the device: a failed allocation or a trim lets go of their fired
@@ -528,10 +555,14 @@ struct jb_stream {
     /* Its last reference went at a thread's exit while its work ran: the device keeps it, with
      * that one reference, until a walk of the device's streams finds it idle (stream.c). */
     atomic_bool retired;
+    /* The graph capture in progress (graph.c), set and cleared under holds_mutex. */
+    _Atomic(struct jb_capture *) capture;
     jb_stream *device_prev, *device_next; /* the device's streams, under its streams_mutex */
 };
 /* The calling thread's default stream for `dev`, created on first use. */
 int jb__current_stream(jb_device *dev, jb_stream **out);
+/* The calling thread's default stream for `dev` if it has one already; NULL (none made) if not. */
+jb_stream *jb__current_stream_if_made(jb_device *dev);
 /* JB_OK, or an error naming `what` when the stream was made before this process forked. */
 int jb__stream_check_process(const jb_stream *stream, const char *what);
 /* A reference on a stream for something that keeps using it (the bench's raw launcher). */
@@ -678,6 +709,9 @@ typedef struct jb_bounds_report jb_bounds_report;
  * record's buffer, which the launch passes after its arrays and holds like them. */
 int jb__bounds_report_new(jb_custom_kernel *k, jb_stream *stream, jb_bounds_report **out,
                           jb_buffer **record);
+/* A new report on the same record (a captured launch's, for one replay of its graph): unread,
+ * a reference of its own on the record's buffer. NULL without memory. */
+jb_bounds_report *jb__bounds_report_clone(const jb_bounds_report *report);
 /* The launch's array element counts, in slot order (for the message). */
 void jb__bounds_report_sizes(jb_bounds_report *report, const uint64_t *sizes, size_t count);
 void jb__bounds_report_retain(jb_bounds_report *report);
@@ -692,6 +726,10 @@ int jb__bounds_check(jb_bounds_report *const *reports, size_t count);
 void jb__bounds_merge(jb_bounds_report **into, size_t *count, jb_bounds_report *report);
 
 /* ---- arrays (array.c) ---- */
+/* A reference for a captured graph that uses the array (the owner's free then leaves it to the
+ * graph), and its release: the last reference frees the array. */
+void jb__array_retain(jb_array *array);
+void jb__array_release(jb_array *array);
 jb_buffer *jb__array_buffer(const jb_array *array);
 jb_event *jb__array_ready_event(const jb_array *array);
 /* Wraps a fresh buffer as an array whose contents are ready once `ready` fires (may be NULL);
@@ -929,9 +967,13 @@ int jb__resolve_launch_shape(const jb_launch_shape *shape, const jb_kernel_confi
                              uint32_t grid[3], uint32_t block[3], uint64_t *total);
 
 /* One launch of a custom kernel, staged: the one launch path (public launch, probe, bench). */
+typedef struct jb_capture jb_capture;
 typedef struct jb_staged_launch {
     jb_device *dev;
     jb_stream *stream; /* the caller's, else the calling thread's default of the device */
+    const jb_custom_kernel *kernel;
+    jb_capture *capture; /* the stream's capture (this thread's), or NULL: a plain launch */
+    uint32_t captured[JB_KERNEL_MAX_ARRAYS]; /* captured: each array slot's index in the graph */
     void *fn;
     uint32_t grid[3], block[3], shared_bytes;
     jb_launch_args args; /* points into the arrays below */
@@ -951,6 +993,25 @@ typedef struct jb_staged_launch {
     jb_bounds_report *reports[JB_ARRAY_REPORTS];
     size_t num_reports;
 } jb_staged_launch;
+/* ---- captured graphs (graph.c) ---- */
+/* The capture in progress on `stream`, when the calling thread began it, in *out; NULL when
+ * none is. One begun by another thread: JB_ERR_INVALID_ARGUMENT naming `what`. */
+int jb__stream_capture(jb_stream *stream, const char *what, jb_capture **out);
+/* JB_ERR_INVALID_ARGUMENT naming `what` while `stream` captures: work other than a custom
+ * kernel's launch (copies, fills of new arrays, reads, waits) is never captured. */
+int jb__stream_refuse_capture(jb_stream *stream, const char *what);
+/* A launch being captured uses `array` (written: the graph writes it): the graph takes a
+ * reference; its index in the graph in *out_index. Out of memory fails the capture. */
+int jb__capture_array(jb_capture *capture, jb_array *array, bool written, uint32_t *out_index);
+/* One more operation the backend captured besides launches (a fill). */
+void jb__capture_count_op(jb_capture *capture);
+/* Records the staged launch, just issued into the capture: its node, arguments and buffers. */
+int jb__capture_launch(jb_capture *capture, const jb_staged_launch *launch);
+/* Something the capture holds went wrong: its end fails (`why` says what) and discards it. */
+void jb__capture_poison(jb_capture *capture, const char *why);
+/* The stream is being destroyed while it captures: the capture is discarded. */
+void jb__capture_abandon(jb_stream *stream);
+
 /* Checks the scalars against the kernel's and stores each value in its slot of `slots`. */
 int jb__stage_scalars(const jb_custom_kernel *k, const jb_scalar *scalars, size_t num_scalars,
                       unsigned char *slots);

@@ -405,6 +405,7 @@ int jb__launch_begin(jb_staged_launch *st, jb_custom_kernel *k, const jb_launch 
     st->num_outputs = 0;
     st->end = NULL;
     st->queued = false;
+    st->capture = NULL;
     st->report = NULL;
     st->num_reports = 0;
     jb_device *dev = NULL;
@@ -428,6 +429,9 @@ int jb__launch_begin(jb_staged_launch *st, jb_custom_kernel *k, const jb_launch 
         st->stream = l->stream;
     else
         JB_FORWARD_IF_ERROR(jb__current_stream(dev, &st->stream));
+    st->kernel = k;
+    JB_FORWARD_IF_ERROR(jb__stream_capture(st->stream, "jb_custom_kernel_launch", &st->capture));
+    jb_capture *capture = st->capture; /* captured: the graph orders and holds at each replay */
 
     /* From here on a failure goes through jb__launch_end, which undoes what was staged. */
     size_t num_arrays = k->num_inputs + k->num_outputs;
@@ -441,8 +445,10 @@ int jb__launch_begin(jb_staged_launch *st, jb_custom_kernel *k, const jb_launch 
     int status = JB_OK;
     for (size_t i = 0; i < k->num_inputs; i++) {
         jb_array *x = l->inputs[i];
-        jb_event *input_ready = jb__array_ready_for_read(x, st->stream);
+        jb_event *input_ready = capture ? NULL : jb__array_ready_for_read(x, st->stream);
         if (input_ready && (status = jb__event_order_before(input_ready, st->stream)) != JB_OK)
+            goto done;
+        if (capture && (status = jb__capture_array(capture, x, false, &st->captured[i])) != JB_OK)
             goto done;
         st->buffers[i] = jb__array_buffer(x);
         st->pointers[i] = st->buffers[i]->ptr;
@@ -452,12 +458,14 @@ int jb__launch_begin(jb_staged_launch *st, jb_custom_kernel *k, const jb_launch 
         for (size_t r = 0; r < count; r++)
             jb__bounds_merge(st->reports, &st->num_reports, held[r]);
     }
-    st->queued = true; /* an output's fill may queue work from here on */
+    st->queued = !capture; /* an output's fill may queue work from here on (a capture's is
+                            * captured: never waited for) */
     for (size_t i = 0; i < k->num_outputs; i++) {
         size_t slot = k->num_inputs + i;
         jb_array *y = st->in_place[i];
         if (y) { /* after its maker, and after its readers on other streams */
-            if ((status = jb__array_order_write(y, st->stream)) != JB_OK)
+            if ((status = capture ? jb__capture_array(capture, y, true, &st->captured[slot])
+                                  : jb__array_order_write(y, st->stream)) != JB_OK)
                 goto done;
             st->buffers[slot] = jb__array_buffer(y);
         } else {
@@ -474,12 +482,18 @@ int jb__launch_begin(jb_staged_launch *st, jb_custom_kernel *k, const jb_launch 
                                          l->output_shapes[i], l->output_ndims[i], NULL)) != JB_OK)
                 goto done;
             st->buffers[slot] = buf;
-            const jb_scalar *init = k->output_inits ? &k->output_inits[i] : NULL;
-            if (init && init->dtype != JB_DTYPE_INVALID && bytes &&
-                (status = dev->backend->fill(dev, st->stream->native, buf->ptr,
-                                             bytes / jb_dtype_size(init->dtype), &init->value,
-                                             jb_dtype_size(init->dtype))) != JB_OK)
+            if (capture && (status = jb__capture_array(capture, st->outputs[i], true,
+                                                       &st->captured[slot])) != JB_OK)
                 goto done;
+            const jb_scalar *init = k->output_inits ? &k->output_inits[i] : NULL;
+            if (init && init->dtype != JB_DTYPE_INVALID && bytes) {
+                if ((status = dev->backend->fill(dev, st->stream->native, buf->ptr,
+                                                 bytes / jb_dtype_size(init->dtype), &init->value,
+                                                 jb_dtype_size(init->dtype))) != JB_OK)
+                    goto done;
+                if (capture)
+                    jb__capture_count_op(capture);
+            }
         }
         st->pointers[slot] = st->buffers[slot]->ptr;
         st->sizes[slot] = (uint64_t)jb_array_size(y ? y : st->outputs[i]);
@@ -488,6 +502,8 @@ int jb__launch_begin(jb_staged_launch *st, jb_custom_kernel *k, const jb_launch 
         jb_buffer *record;
         if ((status = jb__bounds_report_new(k, st->stream, &st->report, &record)) != JB_OK)
             goto done;
+        if (capture) /* the record's zeroing, replayed before each run */
+            jb__capture_count_op(capture);
         jb__bounds_report_sizes(st->report, st->sizes, num_arrays);
         st->buffers[num_arrays] = record;
         st->pointers[num_arrays] = record->ptr;
@@ -509,10 +525,13 @@ int jb__launch_issue(const jb_staged_launch *l)
 
 int jb__launch_end(jb_staged_launch *l, int status, jb_array **outputs)
 {
-    /* One event marks the kernel's end for every output: until then every buffer the kernel
-     * uses stays held, whoever frees its array. */
+    /* The end event marks the kernel's end: until then every buffer the kernel uses stays held,
+     * whoever frees its array. A captured launch's buffers the graph holds instead. */
     if (status == JB_OK)
-        status = jb__stream_record_hold(l->stream, &l->end, l->buffers, l->args.count);
+        status = l->capture ? jb__capture_launch(l->capture, l)
+                            : jb__stream_record_hold(l->stream, &l->end, l->buffers, l->args.count);
+    if (status != JB_OK && l->capture) /* what was captured may hold the outputs' buffers */
+        jb__capture_poison(l->capture, jb_last_error_message());
     if (status != JB_OK) {
         /* Queued or not, nothing may reuse these buffers before the stream is past them. */
         if (l->queued)
@@ -524,6 +543,14 @@ int jb__launch_end(jb_staged_launch *l, int status, jb_array **outputs)
         for (size_t r = 0; r < l->num_reports; r++)
             jb__bounds_report_release(l->reports[r]);
         return status;
+    }
+    if (l->capture) { /* nothing ran: the arrays' events and reports are each replay's */
+        for (size_t i = 0; outputs && i < l->num_outputs; i++)
+            outputs[i] = l->outputs[i];
+        jb__bounds_report_release(l->report);
+        for (size_t r = 0; r < l->num_reports; r++)
+            jb__bounds_report_release(l->reports[r]);
+        return JB_OK;
     }
     /* One loop, no memcpy: a copy of one pointer inlined as `rep movsq` cost 13 ns a launch. */
     for (size_t i = 0; i < l->num_outputs; i++) {

@@ -126,6 +126,17 @@ jb_status jb_rocm_jit_race_probe_array(jb_array **out, jb_array *input, int vari
 
 /* ---- benchmark support ---- */
 
+/* A bench's staged launch is issued again and again by hand: never into a capture. */
+static int refuse_captured(jb_staged_launch *launch, const char *what)
+{
+    if (!launch->capture)
+        return JB_OK;
+    return jb__launch_end(launch,
+                          jb__fail(JB_ERR_INVALID_ARGUMENT,
+                                   "%s: the thread's default stream is capturing a graph", what),
+                          NULL);
+}
+
 jb_status jb_bench_raw_probe_launches(double *out_ns_per_launch, jb_array *input, int variant,
                                       int launches)
 {
@@ -138,6 +149,7 @@ jb_status jb_bench_raw_probe_launches(double *out_ns_per_launch, jb_array *input
     /* Staged once; then only the backend's launch and event record are timed. */
     jb_staged_launch launch;
     JB_FORWARD_IF_ERROR(probe_launch_begin(&launch, input, variant));
+    JB_FORWARD_IF_ERROR(refuse_captured(&launch, "jb_bench_raw_probe_launches"));
     jb_device *dev = launch.dev;
     void *stream = launch.stream->native;
     void *event = NULL; /* the backend's own, as the launch path's event would be */
@@ -188,6 +200,7 @@ jb_status jb_bench_cold_probe_steps(jb_bench_cold_steps *out, jb_array *input, i
     uint64_t t0 = jb__now_ns();
     jb_staged_launch launch;
     JB_FORWARD_IF_ERROR(probe_launch_begin(&launch, input, variant));
+    JB_FORWARD_IF_ERROR(refuse_captured(&launch, "jb_bench_cold_probe_steps"));
     uint64_t t1 = jb__now_ns();
     int status = jb__launch_issue(&launch);
     uint64_t t2 = jb__now_ns();
@@ -249,6 +262,8 @@ jb_status jb_bench_raw_launcher_new(jb_bench_raw_launcher **out, jb_custom_kerne
     r->kernel = kernel;
     /* The library's own first launch: lookup, build, outputs, holds; the steps reuse its staging. */
     int status = jb__launch_begin(&r->launch, kernel, &l);
+    if (status == JB_OK)
+        status = refuse_captured(&r->launch, "jb_bench_raw_launcher_new");
     if (status != JB_OK) {
         free(r);
         return status;

@@ -298,6 +298,10 @@ jb_status jb_source_module_launch(jb_source_module *m, jb_stream *stream, const 
     JB_FORWARD_IF_ERROR(jb__resolve_launch_shape(shape, &defaults, grid, block, &total));
     if (!stream)
         JB_FORWARD_IF_ERROR(jb__current_stream(dev, &stream));
+    JB_RETURN_IF(atomic_load_explicit(&stream->capture, memory_order_acquire) != NULL,
+                 JB_ERR_UNSUPPORTED,
+                 "jb_source_module_launch: the stream is capturing a graph, and graphs hold "
+                 "custom kernels' launches only (launch the module outside the capture)");
 
     jb_module *module;
     JB_FORWARD_IF_ERROR(

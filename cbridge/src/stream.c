@@ -68,12 +68,17 @@ static bool remove_installed(thread_streams *ts, jb_stream *stream)
     return false;
 }
 
-jb_status jb_stream_new(jb_stream **out, jb_device *device)
+jb_status jb_stream_new_with_priority(jb_stream **out, jb_device *device, int priority)
 {
     JB_RETURN_IF(!out, JB_ERR_INVALID_ARGUMENT, "jb_stream_new: out is NULL");
     *out = NULL;
     JB_RETURN_IF(!device, JB_ERR_INVALID_ARGUMENT, "jb_stream_new: device is NULL");
     reap_retired(device); /* a new thread's stream: exited threads' streams whose work ended go */
+    /* One scale on every device: 0 normal, higher more urgent, clamped to what it offers. */
+    if (priority < 0)
+        priority = 0;
+    if (priority > device->max_stream_priority)
+        priority = device->max_stream_priority;
     jb_stream *stream = calloc(1, sizeof *stream);
     JB_RETURN_IF(!stream, JB_ERR_OUT_OF_MEMORY, "no memory for a stream");
     static atomic_uint_fast64_t next_id = 1;
@@ -82,7 +87,7 @@ jb_status jb_stream_new(jb_stream **out, jb_device *device)
     stream->generation = atomic_load_explicit(&jb__fork_generation, memory_order_relaxed);
     atomic_init(&stream->refs, 1);
     jb__mutex_init_spinning(&stream->holds_mutex);
-    int status = device->backend->stream_create(device, &stream->native);
+    int status = device->backend->stream_create(device, priority, &stream->native);
     if (status != JB_OK) {
         free(stream);
         return status;
@@ -94,6 +99,29 @@ jb_status jb_stream_new(jb_stream **out, jb_device *device)
     device->streams = stream;
     pthread_mutex_unlock(&device->streams_mutex);
     *out = stream;
+    return JB_OK;
+}
+
+jb_status jb_stream_new(jb_stream **out, jb_device *device)
+{
+    return jb_stream_new_with_priority(out, device, 0);
+}
+
+int jb_device_max_stream_priority(const jb_device *device)
+{
+    return device ? device->max_stream_priority : 0;
+}
+
+jb_status jb_stream_priority(int *out, const jb_stream *stream)
+{
+    JB_RETURN_IF(!out, JB_ERR_INVALID_ARGUMENT, "jb_stream_priority: out is NULL");
+    *out = 0;
+    JB_RETURN_IF(!stream, JB_ERR_INVALID_ARGUMENT, "jb_stream_priority: stream is NULL");
+    JB_FORWARD_IF_ERROR(jb__stream_check_process(stream, "jb_stream_priority"));
+    int priority = stream->device->backend->stream_priority(stream->device, stream->native);
+    if (priority < 0)
+        return -priority;
+    *out = priority;
     return JB_OK;
 }
 
@@ -181,6 +209,7 @@ void jb__stream_let_go(jb_stream *stream)
 static void destroy(jb_stream *stream)
 {
     jb_device *dev = stream->device;
+    jb__capture_abandon(stream); /* freed while capturing: nothing of it is kept */
     /* Listed until its work is done: a write on another stream may still wait for a read here. */
     dev->backend->stream_synchronize(dev, stream->native);
     unlink_pause(stream);
@@ -377,6 +406,7 @@ jb_status jb_stream_synchronize(jb_stream *stream)
 {
     JB_RETURN_IF(!stream, JB_ERR_INVALID_ARGUMENT, "jb_stream_synchronize: stream is NULL");
     JB_FORWARD_IF_ERROR(jb__stream_check_process(stream, "jb_stream_synchronize"));
+    JB_FORWARD_IF_ERROR(jb__stream_refuse_capture(stream, "jb_stream_synchronize"));
     return jb__stream_wait(stream);
 }
 
@@ -402,6 +432,16 @@ int jb__current_stream(jb_device *dev, jb_stream **out)
         JB_FORWARD_IF_ERROR(jb_stream_new(&ts->own[dev->index], dev));
     *out = ts->own[dev->index];
     return JB_OK;
+}
+
+jb_stream *jb__current_stream_if_made(jb_device *dev)
+{
+    thread_streams *ts = this_thread_streams_tls;
+    if (!ts)
+        return NULL;
+    installed_stack *stack = &ts->installed[dev->index];
+    jb_stream *stream = stack->depth ? stack->streams[stack->depth - 1] : ts->own[dev->index];
+    return stream && from_this_process(stream) ? stream : NULL;
 }
 
 jb_status jb_thread_local_default_stream(jb_stream **out, jb_device *device)

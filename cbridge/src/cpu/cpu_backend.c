@@ -5,9 +5,11 @@
  */
 #include "cpu.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 /* ---- events ---- */
 
@@ -69,7 +71,14 @@ static int cpu_event_query(jb_device *dev, void *event)
 
 /* ---- streams: a worker thread and an ordered queue ---- */
 
-typedef enum task_kind { TASK_LAUNCH, TASK_SIGNAL, TASK_WAIT, TASK_STOP } task_kind;
+typedef enum task_kind {
+    TASK_LAUNCH,
+    TASK_SIGNAL,
+    TASK_WAIT,
+    TASK_FILL,  /* a captured fill (outside a capture a fill runs at once, on a buffer no work uses) */
+    TASK_GRAPH, /* a graph's replay: copies of its tasks, back to back behind this one */
+    TASK_STOP
+} task_kind;
 
 typedef void (*cpu_kernel_fn)(void *const *pointers, const uint64_t *sizes,
                               const unsigned char *scalars, uint64_t threads);
@@ -79,6 +88,7 @@ typedef void (*cpu_entry_fn)(void **args, uint64_t threads);
 typedef struct cpu_task {
     struct cpu_task *next;
     task_kind kind;
+    size_t bytes; /* its allocation, what follows it included: a replay copies it whole */
     union {
         struct {
             cpu_kernel_fn fn;
@@ -90,10 +100,35 @@ typedef struct cpu_task {
             cpu_event *event;
             uint64_t target;
         } event;
+        struct {
+            unsigned char *dst;
+            size_t count, pattern_bytes;
+            unsigned char pattern[8];
+        } fill;
+        struct {
+            size_t count;
+        } graph;
     } u;
     /* TASK_LAUNCH only: count pointers, count sizes, then the scalar slots, behind the task */
     void **pointers;
 } cpu_task;
+
+/* A capture in progress on a stream, then the graph it ended as: the tasks the capturing thread
+ * queued, in order, never run themselves (each replay runs copies). */
+typedef struct cpu_graph {
+    pthread_t owner;
+    cpu_task **tasks;
+    size_t count, capacity;
+    size_t replay_bytes; /* the copies' size, each aligned */
+    bool failed;         /* no memory to record a task: the capture fails */
+} cpu_graph;
+
+/* Where a task's copy ends in a replay: each starts aligned as malloc's memory is. */
+static size_t aligned_task_bytes(size_t bytes)
+{
+    const size_t align = _Alignof(max_align_t);
+    return (bytes + align - 1) / align * align;
+}
 
 typedef struct cpu_stream {
     pthread_mutex_t mutex;
@@ -103,6 +138,11 @@ typedef struct cpu_stream {
     uint64_t submitted, completed;
     pthread_t thread;
     cpu_task stop_task; /* allocated with the stream, so destroying one cannot fail */
+    /* The priority asked for, and the one the worker got (set before the stream is handed out:
+     * raising a thread's priority is refused without CAP_SYS_NICE or RLIMIT_NICE room). */
+    int priority_asked, priority;
+    bool started;
+    _Atomic(cpu_graph *) capture; /* set while the owner thread captures */
 } cpu_stream;
 
 static void run_task(cpu_task *task)
@@ -131,14 +171,56 @@ static void run_task(cpu_task *task)
     case TASK_WAIT:
         event_wait_for(task->u.event.event, task->u.event.target);
         break;
+    case TASK_FILL:
+        for (size_t i = 0; i < task->u.fill.count; i++)
+            memcpy(task->u.fill.dst + i * task->u.fill.pattern_bytes, task->u.fill.pattern,
+                   task->u.fill.pattern_bytes);
+        break;
+    case TASK_GRAPH: {
+        unsigned char *at = (unsigned char *)(task + 1);
+        for (size_t i = 0; i < task->u.graph.count; i++) {
+            cpu_task *copy = (cpu_task *)at;
+            run_task(copy);
+            at += aligned_task_bytes(copy->bytes);
+        }
+        break;
+    }
     case TASK_STOP:
         break;
     }
 }
 
+/* Each priority level is this many nice steps below the creating thread's (Linux threads have
+ * their own nice value; the worker inherits its creator's). */
+#define NICE_PER_PRIORITY 5
+
+/* Raises the calling worker's priority as far toward `asked` as the system permits; the level
+ * it got. */
+static int raise_priority(int asked)
+{
+    errno = 0;
+    int base = getpriority(PRIO_PROCESS, 0); /* Linux: the calling thread's */
+    if (base == -1 && errno)
+        return 0;
+    for (int level = asked; level > 0; level--) {
+        int nice = base - NICE_PER_PRIORITY * level;
+        if (setpriority(PRIO_PROCESS, 0, nice < -20 ? -20 : nice) == 0)
+            return level;
+    }
+    return 0;
+}
+
 static void *stream_worker(void *arg)
 {
     cpu_stream *s = arg;
+    if (s->priority_asked > 0) {
+        int got = raise_priority(s->priority_asked);
+        pthread_mutex_lock(&s->mutex);
+        s->priority = got;
+        s->started = true;
+        pthread_cond_broadcast(&s->idle);
+        pthread_mutex_unlock(&s->mutex);
+    }
     for (;;) {
         /* Take every queued task at once: one lock per batch, not two per task. */
         pthread_mutex_lock(&s->mutex);
@@ -169,8 +251,38 @@ static void *stream_worker(void *arg)
     }
 }
 
+/* Records `task` in the capture instead of running it; without memory the capture fails. */
+static void capture_task(cpu_graph *g, cpu_task *task)
+{
+    if (g->count == g->capacity) {
+        size_t capacity = g->capacity ? 2 * g->capacity : 16;
+        cpu_task **grown = jb__realloc_array(g->tasks, capacity, sizeof *grown);
+        if (!grown) {
+            g->failed = true;
+            free(task);
+            return;
+        }
+        g->tasks = grown;
+        g->capacity = capacity;
+    }
+    g->tasks[g->count++] = task;
+    g->replay_bytes += aligned_task_bytes(task->bytes);
+}
+
+/* The stream's capture when the calling thread is the one capturing (others' work runs). */
+static cpu_graph *own_capture(cpu_stream *s)
+{
+    cpu_graph *g = atomic_load_explicit(&s->capture, memory_order_acquire);
+    return g && pthread_equal(g->owner, pthread_self()) ? g : NULL;
+}
+
 static void enqueue(cpu_stream *s, cpu_task *task)
 {
+    cpu_graph *capturing = own_capture(s);
+    if (capturing) {
+        capture_task(capturing, task);
+        return;
+    }
     task->next = NULL;
     pthread_mutex_lock(&s->mutex);
     if (s->tail)
@@ -190,16 +302,18 @@ static cpu_task *task_new(task_kind kind, size_t extra)
     cpu_task *task = jb__add_size(sizeof *task, extra, &bytes) ? calloc(1, bytes) : NULL;
     if (task) {
         task->kind = kind;
+        task->bytes = bytes;
         task->pointers = (void **)(task + 1);
     }
     return task;
 }
 
-static int cpu_stream_create(jb_device *dev, void **out_stream)
+static int cpu_stream_create(jb_device *dev, int priority, void **out_stream)
 {
     (void)dev;
     cpu_stream *s = calloc(1, sizeof *s);
     JB_RETURN_IF(!s, JB_ERR_OUT_OF_MEMORY, "no memory for a stream");
+    s->priority_asked = priority;
     pthread_mutex_init(&s->mutex, NULL);
     pthread_cond_init(&s->work, NULL);
     pthread_cond_init(&s->idle, NULL);
@@ -216,8 +330,23 @@ static int cpu_stream_create(jb_device *dev, void **out_stream)
     }
     /* Named before the stream is handed out: top -H, a debugger and tests can tell it apart. */
     pthread_setname_np(s->thread, JB_CPU_STREAM_THREAD_NAME);
+    /* A stream with a priority is handed out once its worker has it (or was refused it). */
+    pthread_mutex_lock(&s->mutex);
+    while (priority > 0 && !s->started)
+        pthread_cond_wait(&s->idle, &s->mutex);
+    pthread_mutex_unlock(&s->mutex);
     *out_stream = s;
     return JB_OK;
+}
+
+static int cpu_stream_priority(jb_device *dev, void *stream)
+{
+    (void)dev;
+    cpu_stream *s = stream;
+    pthread_mutex_lock(&s->mutex);
+    int priority = s->priority;
+    pthread_mutex_unlock(&s->mutex);
+    return priority;
 }
 
 static int cpu_stream_synchronize(jb_device *dev, void *stream)
@@ -353,7 +482,18 @@ static int cpu_memcpy_dtoh(jb_device *dev, void *dst, const void *src, size_t by
 static int cpu_fill(jb_device *dev, void *stream, void *dst, size_t count, const void *pattern,
                     size_t pattern_bytes)
 {
-    (void)dev, (void)stream;
+    (void)dev;
+    cpu_graph *capturing = own_capture(stream);
+    if (capturing && count) { /* each replay fills again, before the kernels after it */
+        cpu_task *task = task_new(TASK_FILL, 0);
+        JB_RETURN_IF(!task, JB_ERR_OUT_OF_MEMORY, "no memory to capture a fill");
+        task->u.fill.dst = dst;
+        task->u.fill.count = count;
+        task->u.fill.pattern_bytes = pattern_bytes;
+        memcpy(task->u.fill.pattern, pattern, pattern_bytes);
+        capture_task(capturing, task);
+        return JB_OK;
+    }
     /* dst is a buffer no queued work uses: filled now, as a copy from the host is. */
     unsigned char *out = dst;
     if (count && pattern_bytes == 1) {
@@ -362,6 +502,95 @@ static int cpu_fill(jb_device *dev, void *stream, void *dst, size_t count, const
     }
     for (size_t i = 0; i < count; i++)
         memcpy(out + i * pattern_bytes, pattern, pattern_bytes);
+    return JB_OK;
+}
+
+/* ---- graphs ---- */
+
+static int cpu_capture_begin(jb_device *dev, void *stream)
+{
+    (void)dev;
+    cpu_graph *g = calloc(1, sizeof *g);
+    JB_RETURN_IF(!g, JB_ERR_OUT_OF_MEMORY, "no memory for a capture");
+    g->owner = pthread_self();
+    atomic_store_explicit(&((cpu_stream *)stream)->capture, g, memory_order_release);
+    return JB_OK;
+}
+
+static int cpu_capture_node(jb_device *dev, void *stream, void **out_node)
+{
+    (void)dev;
+    cpu_graph *g = own_capture(stream);
+    JB_RETURN_IF(!g || g->failed || !g->count || g->tasks[g->count - 1]->kind != TASK_LAUNCH,
+                 JB_ERR_OUT_OF_MEMORY, "no memory to capture a launch");
+    *out_node = g->tasks[g->count - 1];
+    return JB_OK;
+}
+
+static void cpu_graph_destroy(jb_device *dev, void *graph)
+{
+    (void)dev;
+    cpu_graph *g = graph;
+    if (!g)
+        return;
+    for (size_t i = 0; i < g->count; i++)
+        free(g->tasks[i]);
+    free(g->tasks);
+    free(g);
+}
+
+static int cpu_capture_end(jb_device *dev, void *stream, size_t ops, bool discard,
+                           void **out_graph)
+{
+    cpu_stream *s = stream;
+    cpu_graph *g = atomic_exchange_explicit(&s->capture, NULL, memory_order_acq_rel);
+    *out_graph = NULL;
+    int status = JB_OK;
+    if (g && g->failed)
+        status = jb__fail(JB_ERR_OUT_OF_MEMORY, "no memory to capture a graph's work");
+    else if (g && g->count != ops)
+        status = jb__fail(JB_ERR_INVALID_ARGUMENT,
+                          "the capture recorded %zu operations, the library %zu", g->count, ops);
+    if (discard || status != JB_OK) {
+        cpu_graph_destroy(dev, g);
+        return status;
+    }
+    *out_graph = g;
+    return JB_OK;
+}
+
+static int cpu_graph_set_launch(jb_device *dev, void *graph, void *node, void *fn,
+                                const uint32_t grid[3], const uint32_t block[3],
+                                uint32_t shared_bytes, const jb_launch_args *args)
+{
+    (void)dev, (void)graph, (void)fn, (void)grid, (void)block, (void)shared_bytes;
+    cpu_task *task = node; /* its arrays stay; only scalars change */
+    unsigned char *slots = args->raw ? (unsigned char *)&task->pointers[args->num_scalars]
+                                     : (unsigned char *)&task->pointers[2 * args->count];
+    memcpy(slots, args->scalars, args->num_scalars * JB_SCALAR_SLOT);
+    return JB_OK;
+}
+
+/* One replay: a task holding copies of the graph's tasks as they are now, so that a later
+ * scalar change or the graph's destruction leaves a queued replay as it was. */
+static int cpu_graph_launch(jb_device *dev, void *graph, void *stream)
+{
+    (void)dev;
+    cpu_graph *g = graph;
+    cpu_task *replay = task_new(TASK_GRAPH, g->replay_bytes);
+    JB_RETURN_IF(!replay, JB_ERR_OUT_OF_MEMORY, "no memory to launch a graph");
+    replay->u.graph.count = g->count;
+    unsigned char *at = (unsigned char *)(replay + 1);
+    for (size_t i = 0; i < g->count; i++) {
+        cpu_task *copy = memcpy(at, g->tasks[i], g->tasks[i]->bytes);
+        copy->pointers = (void **)(copy + 1);
+        if (copy->kind == TASK_LAUNCH && copy->u.launch.raw) /* its argument pointers too */
+            for (size_t a = 0; a < copy->u.launch.count; a++)
+                copy->pointers[a] =
+                    (unsigned char *)&copy->pointers[copy->u.launch.count] + a * JB_SCALAR_SLOT;
+        at += aligned_task_bytes(copy->bytes);
+    }
+    enqueue(stream, replay);
     return JB_OK;
 }
 
@@ -374,6 +603,7 @@ const jb_backend jb__cpu_backend = {
     .module_function = jb__cpu_module_function,
     .module_unload = jb__cpu_module_unload,
     .stream_create = cpu_stream_create,
+    .stream_priority = cpu_stream_priority,
     .stream_destroy = cpu_stream_destroy,
     .stream_synchronize = cpu_stream_synchronize,
     .stream_query = cpu_stream_query,
@@ -390,4 +620,10 @@ const jb_backend jb__cpu_backend = {
     .fill = cpu_fill,
     .launch = cpu_launch,
     .kernel_set_shared_limit = NULL,
+    .capture_begin = cpu_capture_begin,
+    .capture_node = cpu_capture_node,
+    .capture_end = cpu_capture_end,
+    .graph_set_launch = cpu_graph_set_launch,
+    .graph_launch = cpu_graph_launch,
+    .graph_destroy = cpu_graph_destroy,
 };

@@ -17,6 +17,9 @@ static jb_gpu_context contexts[JB_MAX_DEVICES];
  * process waits on: on an H200, another thread allocating and freeing took one thread's launch
  * from 3.6 to 17.6 us at the median (decode step p99 15 -> 53 us); with cuMemAllocAsync, 16 us. */
 static CUstream alloc_streams[JB_MAX_DEVICES];
+/* Per device, the driver's least urgent stream priority (the default, 0 on CUDA and HIP): the
+ * portable priority p is the driver's least - p (the driver's scale counts down to urgent). */
+static int least_priorities[JB_MAX_DEVICES];
 
 /* JITBRIDGE_STREAM_ORDERED_ALLOC=0 keeps cuMemAlloc/cuMemFree (to compare, or for a driver that
  * misbehaves); 1 or unset uses the stream-ordered allocator where the device has one. */
@@ -101,6 +104,13 @@ int JB_GPU_PREFIXED(enumerate)(jb_device *devices, int max, int *out_count, char
             continue;
         }
         JB_GPU(cuDeviceGetName)(dev->name, (int)sizeof dev->name, handle);
+        int least = 0, greatest = 0;
+        if (jb_gpu_context_make_current(contexts[found]) == CUDA_SUCCESS &&
+            JB_GPU(cuCtxGetStreamPriorityRange)(&least, &greatest) == CUDA_SUCCESS &&
+            greatest < least) {
+            least_priorities[found] = least;
+            dev->max_stream_priority = least - greatest;
+        }
         jb_gpu_arch_name(ordinal, dev->arch, sizeof dev->arch);
         if (JB_GPU(cuDeviceTotalMem)(&total, handle) == CUDA_SUCCESS)
             dev->total_memory = total;
@@ -240,14 +250,27 @@ static void gpu_module_unload(jb_device *dev, void *module)
         JB_GPU(cuModuleUnload)((CUmodule)module);
 }
 
-static int gpu_stream_create(jb_device *dev, void **out_stream)
+static int gpu_stream_create(jb_device *dev, int priority, void **out_stream)
 {
     JB_FORWARD_IF_ERROR(make_current(dev));
     CUstream stream;
     /* Non-blocking: per-thread streams must not serialise with the legacy default stream. */
-    GPU_CHECK(cuStreamCreate, &stream, CU_STREAM_NON_BLOCKING);
+    GPU_CHECK(cuStreamCreateWithPriority, &stream, CU_STREAM_NON_BLOCKING,
+              least_priorities[dev->ordinal] - priority);
     *out_stream = (void *)stream;
     return JB_OK;
+}
+
+static int gpu_stream_priority(jb_device *dev, void *stream)
+{
+    int status = make_current(dev);
+    if (status != JB_OK)
+        return -status;
+    int native = 0;
+    CUresult r = JB_GPU(cuStreamGetPriority)((CUstream)stream, &native);
+    if (r != CUDA_SUCCESS)
+        return -gpu_fail(r, JB_GPU_STR(cuStreamGetPriority));
+    return least_priorities[dev->ordinal] - native;
 }
 
 static void gpu_stream_destroy(jb_device *dev, void *stream)
@@ -393,6 +416,11 @@ static int gpu_fill(jb_device *dev, void *stream, void *dst, size_t count, const
     else if (pattern_bytes == 4)
         GPU_CHECK(cuMemsetD32Async, at, (unsigned int)value, count, (CUstream)stream);
     else if (count) { /* no 64-bit memset: one element, then copies that double what is set */
+        /* That element's copy reads host memory gone by the time a captured graph replays. */
+        JB_RETURN_IF(jb_gpu_stream_capturing((CUstream)stream), JB_ERR_UNSUPPORTED,
+                     "an initial value of 8 bytes whose halves differ cannot be captured in a "
+                     "graph on %s (fill such an output outside the capture)",
+                     dev->name);
         JB_FORWARD_IF_ERROR(gpu_memcpy_htod(dev, stream, dst, &value, 8));
         for (size_t set = 1; set < count; set *= 2) {
             size_t more = count - set < set ? count - set : set;
@@ -412,16 +440,17 @@ static int gpu_memcpy_dtoh(jb_device *dev, void *dst, const void *src, size_t by
     return JB_OK;
 }
 
-static int gpu_launch(jb_device *dev, void *stream, void *fn, const uint32_t grid[3],
-                      const uint32_t block[3], uint32_t shared_bytes, const jb_launch_args *args)
+/* Room for a launch's kernel parameters. */
+#define MAX_PARAMS (2 * (JB_KERNEL_MAX_ARRAYS + 1) + JB_KERNEL_MAX_SLOTS + 1)
+
+/* The kernel parameters of a launch, as cuLaunchKernel takes them: pointers into `args`, and to
+ * *total (the thread count, which the caller keeps alive for the call). The generated kernel
+ * takes (pointer, element count) per array, the scalars by value, then the thread count. */
+static int launch_params(const jb_launch_args *args, uint64_t *total, void **params)
 {
-    JB_FORWARD_IF_ERROR(make_current(dev));
-    /* The generated kernel takes (pointer, element count) per array, the scalars by value, then
-     * the thread count. */
-    void *params[2 * (JB_KERNEL_MAX_ARRAYS + 1) + JB_KERNEL_MAX_SLOTS + 1];
     JB_RETURN_IF(args->count > JB_KERNEL_MAX_ARRAYS + 1 || args->num_scalars > JB_KERNEL_MAX_SLOTS,
                  JB_ERR_LAUNCH, "too many kernel arguments");
-    uint64_t total = args->total_threads;
+    *total = args->total_threads;
     size_t n = 0;
     for (size_t i = 0; i < args->count; i++) {
         params[n++] = &args->pointers[i];
@@ -430,7 +459,17 @@ static int gpu_launch(jb_device *dev, void *stream, void *fn, const uint32_t gri
     for (size_t i = 0; i < args->num_scalars; i++)
         params[n++] = (void *)(args->scalars + i * JB_SCALAR_SLOT);
     if (!args->raw) /* a whole-source entry takes exactly its own arguments */
-        params[n] = &total;
+        params[n] = total;
+    return JB_OK;
+}
+
+static int gpu_launch(jb_device *dev, void *stream, void *fn, const uint32_t grid[3],
+                      const uint32_t block[3], uint32_t shared_bytes, const jb_launch_args *args)
+{
+    JB_FORWARD_IF_ERROR(make_current(dev));
+    void *params[MAX_PARAMS];
+    uint64_t total;
+    JB_FORWARD_IF_ERROR(launch_params(args, &total, params));
     CUresult r = JB_GPU(cuLaunchKernel)((CUfunction)fn, grid[0], grid[1], grid[2], block[0],
                                         block[1], block[2], shared_bytes, (CUstream)stream,
                                         params, NULL);
@@ -447,6 +486,121 @@ static int gpu_kernel_set_shared_limit(jb_device *dev, void *fn, uint32_t bytes)
     return JB_OK;
 }
 
+/* ---- graphs: stream capture, in relaxed mode (other threads' allocations and this one's stay
+ * allowed; the library never waits on or queries the capturing stream meanwhile) ---- */
+
+typedef struct gpu_graph {
+    CUgraph graph; /* the captured one: its nodes are what updates name */
+    CUgraphExec exec;
+} gpu_graph;
+
+static bool graphs_supported(void)
+{
+#define JB_GPU_PRESENT(fn) &&JB_GPU(fn)
+    return true JB_GPU_GRAPH_CALLS(JB_GPU_PRESENT);
+#undef JB_GPU_PRESENT
+}
+
+static int gpu_capture_begin(jb_device *dev, void *stream)
+{
+    JB_RETURN_IF(!graphs_supported(), JB_ERR_UNSUPPORTED,
+                 "%s: the driver has no graphs (" JB_GPU_STR(cuStreamBeginCapture) " or another "
+                 "graph call is missing)",
+                 dev->name);
+    JB_FORWARD_IF_ERROR(make_current(dev));
+    GPU_CHECK(cuStreamBeginCapture, (CUstream)stream, CU_STREAM_CAPTURE_MODE_RELAXED);
+    return JB_OK;
+}
+
+static int gpu_capture_node(jb_device *dev, void *stream, void **out_node)
+{
+    JB_FORWARD_IF_ERROR(make_current(dev));
+    CUgraphNode node = NULL;
+    size_t count = 0;
+    CUresult r = jb_gpu_capture_last_node((CUstream)stream, &node, &count);
+    if (r != CUDA_SUCCESS)
+        return gpu_fail(r, JB_GPU_STR(cuStreamGetCaptureInfo));
+    JB_RETURN_IF(count != 1 || !node, JB_ERR_BACKEND,
+                 "the capture's last work is not one launch (%zu nodes lead to it)", count);
+    *out_node = (void *)node;
+    return JB_OK;
+}
+
+static int gpu_capture_end(jb_device *dev, void *stream, size_t ops, bool discard,
+                           void **out_graph)
+{
+    *out_graph = NULL;
+    JB_FORWARD_IF_ERROR(make_current(dev));
+    CUgraph graph = NULL;
+    CUresult r = JB_GPU(cuStreamEndCapture)((CUstream)stream, &graph);
+    if (r != CUDA_SUCCESS) {
+        if (graph)
+            JB_GPU(cuGraphDestroy)(graph);
+        return gpu_fail(r, JB_GPU_STR(cuStreamEndCapture));
+    }
+    size_t nodes = 0;
+    if (!discard && (r = JB_GPU(cuGraphGetNodes)(graph, NULL, &nodes)) != CUDA_SUCCESS) {
+        JB_GPU(cuGraphDestroy)(graph);
+        return gpu_fail(r, JB_GPU_STR(cuGraphGetNodes));
+    }
+    if (discard || nodes != ops) {
+        JB_GPU(cuGraphDestroy)(graph);
+        JB_RETURN_IF(!discard, JB_ERR_INVALID_ARGUMENT,
+                     "the captured graph holds %zu operations, the capturing thread's launches "
+                     "and fills %zu: another thread's work got into the capture (a launch on a "
+                     "capturing stream from another thread)",
+                     nodes, ops);
+        return JB_OK;
+    }
+    gpu_graph *g = calloc(1, sizeof *g);
+    if (!g) {
+        JB_GPU(cuGraphDestroy)(graph);
+        return jb__fail(JB_ERR_OUT_OF_MEMORY, "no memory for a graph");
+    }
+    g->graph = graph;
+    r = JB_GPU(cuGraphInstantiateWithFlags)(&g->exec, graph, 0);
+    if (r != CUDA_SUCCESS) {
+        JB_GPU(cuGraphDestroy)(graph);
+        free(g);
+        return gpu_fail(r, JB_GPU_STR(cuGraphInstantiateWithFlags));
+    }
+    *out_graph = g;
+    return JB_OK;
+}
+
+static int gpu_graph_set_launch(jb_device *dev, void *graph, void *node, void *fn,
+                                const uint32_t grid[3], const uint32_t block[3],
+                                uint32_t shared_bytes, const jb_launch_args *args)
+{
+    JB_FORWARD_IF_ERROR(make_current(dev));
+    gpu_graph *g = graph;
+    void *params[MAX_PARAMS];
+    uint64_t total;
+    JB_FORWARD_IF_ERROR(launch_params(args, &total, params));
+    CUresult r = jb_gpu_graph_set_kernel(g->exec, (CUgraphNode)node, (CUfunction)fn, grid, block,
+                                         shared_bytes, params);
+    return r == CUDA_SUCCESS ? JB_OK : gpu_fail(r, JB_GPU_STR(cuGraphExecKernelNodeSetParams));
+}
+
+static int gpu_graph_launch(jb_device *dev, void *graph, void *stream)
+{
+    JB_FORWARD_IF_ERROR(make_current(dev));
+    GPU_CHECK(cuGraphLaunch, ((gpu_graph *)graph)->exec, (CUstream)stream);
+    return JB_OK;
+}
+
+static void gpu_graph_destroy(jb_device *dev, void *graph)
+{
+    gpu_graph *g = graph;
+    if (!g)
+        return;
+    if (make_current(dev) == JB_OK) {
+        JB_GPU(cuGraphExecDestroy)(g->exec);
+        JB_GPU(cuGraphDestroy)(g->graph);
+    }
+    free(g);
+}
+
 const jb_backend JB_GPU_PREFIXED(backend) = {
     .name = JB_GPU_BACKEND_NAME,
     .dialect = JB_DIALECT_CUDA,
@@ -456,6 +610,7 @@ const jb_backend JB_GPU_PREFIXED(backend) = {
     .module_function = gpu_module_function,
     .module_unload = gpu_module_unload,
     .stream_create = gpu_stream_create,
+    .stream_priority = gpu_stream_priority,
     .stream_destroy = gpu_stream_destroy,
     .stream_synchronize = gpu_stream_synchronize,
     .stream_query = gpu_stream_query,
@@ -472,4 +627,10 @@ const jb_backend JB_GPU_PREFIXED(backend) = {
     .fill = gpu_fill,
     .launch = gpu_launch,
     .kernel_set_shared_limit = gpu_kernel_set_shared_limit,
+    .capture_begin = gpu_capture_begin,
+    .capture_node = gpu_capture_node,
+    .capture_end = gpu_capture_end,
+    .graph_set_launch = gpu_graph_set_launch,
+    .graph_launch = gpu_graph_launch,
+    .graph_destroy = gpu_graph_destroy,
 };

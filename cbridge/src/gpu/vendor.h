@@ -11,7 +11,9 @@
 #ifndef JB_GPU_VENDOR_H
 #define JB_GPU_VENDOR_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -86,6 +88,9 @@ typedef CUcontext jb_gpu_context;
 #define cuModuleGetFunction hipModuleGetFunction
 #define cuModuleUnload hipModuleUnload
 #define cuStreamCreate hipStreamCreateWithFlags
+#define cuStreamCreateWithPriority hipStreamCreateWithPriority
+#define cuStreamGetPriority hipStreamGetPriority
+#define cuCtxGetStreamPriorityRange hipDeviceGetStreamPriorityRange /* the current device's */
 #define cuStreamDestroy hipStreamDestroy
 #define cuStreamSynchronize hipStreamSynchronize
 #define cuStreamQuery hipStreamQuery
@@ -107,6 +112,21 @@ typedef CUcontext jb_gpu_context;
 #define cuMemsetD32Async hipMemsetD32Async
 #define cuLaunchKernel hipModuleLaunchKernel
 #define cuFuncSetAttribute hipFuncSetAttribute
+#define CUgraph hipGraph_t
+#define CUgraphExec hipGraphExec_t
+#define CUgraphNode hipGraphNode_t
+#define CUstreamCaptureStatus hipStreamCaptureStatus
+#define CU_STREAM_CAPTURE_STATUS_ACTIVE hipStreamCaptureStatusActive
+#define CU_STREAM_CAPTURE_MODE_RELAXED hipStreamCaptureModeRelaxed
+#define cuStreamBeginCapture hipStreamBeginCapture
+#define cuStreamEndCapture hipStreamEndCapture
+#define cuStreamGetCaptureInfo hipStreamGetCaptureInfo_v2
+#define cuGraphInstantiateWithFlags hipGraphInstantiateWithFlags
+#define cuGraphLaunch hipGraphLaunch
+#define cuGraphExecKernelNodeSetParams hipGraphExecKernelNodeSetParams
+#define cuGraphExecDestroy hipGraphExecDestroy
+#define cuGraphDestroy hipGraphDestroy
+#define cuGraphGetNodes hipGraphGetNodes
 
 /* runtime compiler */
 #define nvrtcResult hiprtcResult
@@ -145,6 +165,9 @@ typedef int jb_gpu_context;
     X(cuModuleLoadData)                                                                            \
     X(cuModuleGetFunction)                                                                         \
     X(cuStreamCreate)                                                                              \
+    X(cuStreamCreateWithPriority)                                                                  \
+    X(cuStreamGetPriority)                                                                         \
+    X(cuCtxGetStreamPriorityRange)                                                                 \
     X(cuStreamDestroy)                                                                             \
     X(cuStreamSynchronize)                                                                         \
     X(cuStreamQuery)                                                                               \
@@ -166,11 +189,25 @@ typedef int jb_gpu_context;
     X(cuFuncSetAttribute)                                                                          \
     JB_GPU_VENDOR_CALLS(X)
 
+/* Graphs (stream capture, then replays): where the driver lacks one of them, a capture is
+ * refused as unsupported. */
+#define JB_GPU_GRAPH_CALLS(X)                                                                      \
+    X(cuStreamBeginCapture)                                                                        \
+    X(cuStreamEndCapture)                                                                          \
+    X(cuStreamGetCaptureInfo)                                                                      \
+    X(cuGraphInstantiateWithFlags)                                                                 \
+    X(cuGraphLaunch)                                                                               \
+    X(cuGraphExecKernelNodeSetParams)                                                              \
+    X(cuGraphExecDestroy)                                                                          \
+    X(cuGraphDestroy)                                                                              \
+    X(cuGraphGetNodes)
+
 /* Calls used where the driver has them: a missing one leaves its entry NULL, never fails the
  * load (the stream-ordered allocator came with CUDA 11.2 and ROCm 5.2; without an unload, a
  * module whose entries did not all resolve stays loaded). */
 #define JB_GPU_OPTIONAL_CALLS(X)                                                                   \
-    X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuModuleUnload) JB_GPU_OPTIONAL_VENDOR_CALLS(X)
+    X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuModuleUnload) JB_GPU_GRAPH_CALLS(X)                  \
+        JB_GPU_OPTIONAL_VENDOR_CALLS(X)
 
 /* The runtime compiler's calls (NVRTC; hiprtc, inside libamdhip64 before ROCm 6). */
 #define JB_GPU_COMPILER_CALLS(X)                                                                   \
@@ -264,6 +301,44 @@ static inline bool jb_gpu_memory_pools_supported(int ordinal)
 
 #define JB_GPU_COMPILER_NAME "NVRTC"
 
+/* The node a capture on `stream` recorded last: the one dependency of its next node. */
+static inline CUresult jb_gpu_capture_last_node(CUstream stream, CUgraphNode *out, size_t *count)
+{
+    CUstreamCaptureStatus status;
+    const CUgraphNode *dependencies = NULL;
+    *count = 0;
+    CUresult r = JB_GPU(cuStreamGetCaptureInfo)(stream, &status, NULL, NULL, &dependencies, NULL,
+                                                count);
+    if (r == CUDA_SUCCESS && status == CU_STREAM_CAPTURE_STATUS_ACTIVE && *count == 1)
+        *out = dependencies[0];
+    return r;
+}
+
+/* Whether `stream` is capturing (false where the driver has no graphs). */
+static inline bool jb_gpu_stream_capturing(CUstream stream)
+{
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    return JB_GPU(cuStreamGetCaptureInfo) &&
+           JB_GPU(cuStreamGetCaptureInfo)(stream, &status, NULL, NULL, NULL, NULL, NULL) ==
+               CUDA_SUCCESS &&
+           status == CU_STREAM_CAPTURE_STATUS_ACTIVE;
+}
+
+/* A graph's kernel node gets new arguments (copied now) for the replays from the next on. */
+static inline CUresult jb_gpu_graph_set_kernel(CUgraphExec exec, CUgraphNode node, CUfunction fn,
+                                               const uint32_t grid[3], const uint32_t block[3],
+                                               uint32_t shared_bytes, void **params)
+{
+    CUDA_KERNEL_NODE_PARAMS p;
+    memset(&p, 0, sizeof p);
+    p.func = fn;
+    p.gridDimX = grid[0], p.gridDimY = grid[1], p.gridDimZ = grid[2];
+    p.blockDimX = block[0], p.blockDimY = block[1], p.blockDimZ = block[2];
+    p.sharedMemBytes = shared_bytes;
+    p.kernelParams = params;
+    return JB_GPU(cuGraphExecKernelNodeSetParams)(exec, node, &p);
+}
+
 #else /* JB_VENDOR_HIP */
 
 static inline const char *jb_gpu_error_name(hipError_t result)
@@ -311,6 +386,43 @@ static inline bool jb_gpu_memory_pools_supported(int ordinal)
 }
 
 #define JB_GPU_COMPILER_NAME "hiprtc"
+
+static inline hipError_t jb_gpu_capture_last_node(hipStream_t stream, hipGraphNode_t *out,
+                                                  size_t *count)
+{
+    hipStreamCaptureStatus status;
+    const hipGraphNode_t *dependencies = NULL;
+    *count = 0;
+    hipError_t r = JB_GPU(hipStreamGetCaptureInfo_v2)(stream, &status, NULL, NULL, &dependencies,
+                                                      count);
+    if (r == hipSuccess && status == hipStreamCaptureStatusActive && *count == 1)
+        *out = dependencies[0];
+    return r;
+}
+
+static inline bool jb_gpu_stream_capturing(hipStream_t stream)
+{
+    hipStreamCaptureStatus status = hipStreamCaptureStatusNone;
+    return JB_GPU(hipStreamGetCaptureInfo_v2) &&
+           JB_GPU(hipStreamGetCaptureInfo_v2)(stream, &status, NULL, NULL, NULL, NULL) ==
+               hipSuccess &&
+           status == hipStreamCaptureStatusActive;
+}
+
+static inline hipError_t jb_gpu_graph_set_kernel(hipGraphExec_t exec, hipGraphNode_t node,
+                                                 hipFunction_t fn, const uint32_t grid[3],
+                                                 const uint32_t block[3], uint32_t shared_bytes,
+                                                 void **params)
+{
+    hipKernelNodeParams p;
+    memset(&p, 0, sizeof p);
+    p.func = (void *)fn;
+    p.gridDim.x = grid[0], p.gridDim.y = grid[1], p.gridDim.z = grid[2];
+    p.blockDim.x = block[0], p.blockDim.y = block[1], p.blockDim.z = block[2];
+    p.sharedMemBytes = shared_bytes;
+    p.kernelParams = params;
+    return JB_GPU(hipGraphExecKernelNodeSetParams)(exec, node, &p);
+}
 
 #endif /* JB_VENDOR_CUDA */
 
