@@ -1,6 +1,8 @@
 //! Device names on every build: `cpu`, `gpu`, `cuda`, `rocm`, each with an optional `:N`.
 
-use jitbridge::{Device, ErrorCode, gpu_backends};
+mod common;
+
+use jitbridge::{Array, DType, Device, ErrorCode, gpu_backends};
 
 #[test]
 fn the_cpu_has_names() {
@@ -98,5 +100,39 @@ fn gpu_in_a_build_without_one_is_unsupported_like_cuda() {
         let err = Device::gpu(ordinal).unwrap_err();
         assert_eq!(err.code(), ErrorCode::Unsupported, "gpu({ordinal}): {err}");
         assert!(err.message().contains("built without a GPU backend"), "{err}");
+    }
+}
+
+/// Whether a library whose file name contains `name` is mapped into this process.
+fn mapped(name: &str) -> bool {
+    std::fs::read_to_string("/proc/self/maps").unwrap().lines().any(|line| line.contains(name))
+}
+
+/// A GPU backend's libraries are loaded only when one of its devices is asked for: a process
+/// that uses the cpu loads none, and asking for cuda loads nothing of ROCm's (a build with both
+/// backends starts like a build with one). In a child: the libraries mapped are its own.
+#[test]
+fn a_gpu_backend_is_set_up_only_when_asked_for() {
+    const NAME: &str = "a_gpu_backend_is_set_up_only_when_asked_for";
+    if common::run_in_child(NAME, &[]).is_some() {
+        return;
+    }
+    let cpu = Device::cpu().unwrap();
+    let x = Array::arange(cpu, 4, DType::F32).unwrap();
+    assert_eq!(x.to_vec::<f32>().unwrap(), [0.0, 1.0, 2.0, 3.0]);
+    assert_eq!(Device::count(jitbridge::DeviceKind::Cpu).unwrap(), 1);
+    for library in ["libcuda.so", "libnvrtc", "libamdhip64", "libhiprtc"] {
+        assert!(!mapped(library), "{library} was loaded for the cpu alone");
+    }
+    if cfg!(feature = "cuda") {
+        let _ = Device::lookup("cuda:0");
+        assert!(!mapped("libamdhip64"), "asking for cuda loaded ROCm's driver");
+    }
+    if cfg!(feature = "rocm") {
+        match Device::lookup("rocm:0") {
+            // Not installed: nothing to load (no assertion possible).
+            Err(e) if e.message().contains("not found") => println!("no ROCm here: {e}"),
+            _ => assert!(mapped("libamdhip64"), "asking for rocm loaded no ROCm driver"),
+        }
     }
 }

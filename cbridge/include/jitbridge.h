@@ -114,10 +114,12 @@ JB_API jb_status jb_exchange_log_callback(jb_log_fn *old_fn, void **old_user_dat
 
 /* ---------------------------------------------------------------------------------------------
  * Devices. Process-global and never freed: a jb_device pointer stays valid for the process.
- * Device indices are process-wide: the GPUs of each GPU backend built (cuda, then rocm; each in
- * its vendor's order) come first, then the cpu device. A GPU backend's libraries (libcuda and
- * NVRTC; libamdhip64 and hiprtc) are loaded when devices are first asked for, never linked:
- * without them the backend has no devices, and asking for one says what was not found.
+ * Each backend is set up when one of its devices is first asked for: a GPU backend's libraries
+ * (libcuda and NVRTC; libamdhip64 and hiprtc) are loaded then, never linked, and never for a
+ * backend nobody asks for ("gpu" and the default device set up the GPU backends in order, cuda
+ * then rocm, until one has devices). Without its libraries a backend has no devices, and asking
+ * for one says what was not found. Device indices are process-wide, given in the order backends
+ * were set up (each backend's devices in its vendor's order).
  * Devices are named "cpu", "cuda:N", "rocm:N"; "gpu:N" is GPU N of the first GPU backend that
  * has devices, and that backend is what JB_DEVICE_GPU means below. Every function here may be
  * called from any thread.

@@ -1,5 +1,7 @@
-/* The process-global device table: the GPUs of each GPU backend built (cuda, then rocm), then
- * the cpu. A GPU backend's libraries are loaded when the table is first asked for. */
+/* The process-global device table. Each backend is set up when a device of it is first asked
+ * for, never before: a GPU backend's libraries are loaded (and its driver started) only when
+ * one of its devices, "gpu", or the default device needs it, so a build with both GPU backends
+ * starts like a build with one. Indices go in the order backends are set up. */
 #include "internal.h"
 
 #include <errno.h>
@@ -16,30 +18,33 @@ typedef int (*gpu_enumerate_fn)(jb_device *devices, int max, int *out_count, cha
 typedef struct gpu_backend {
     const char *name;
     gpu_enumerate_fn enumerate;
-    int first, count; /* its devices are devices[first .. first + count) */
-    char why[512];    /* when count is 0: what was not found, or what the driver said */
+    pthread_once_t once; /* its set-up: the first that asks for one of its devices runs it */
+    int first, count;    /* its devices are devices[first .. first + count) */
+    char why[512];       /* when count is 0: what was not found, or what the driver said */
 } gpu_backend;
 
 static gpu_backend gpu_backends[] = {
 #if defined(JB_WITH_CUDA)
-    {"cuda", jb__cuda_enumerate, 0, 0, ""},
+    {"cuda", jb__cuda_enumerate, PTHREAD_ONCE_INIT, 0, 0, ""},
 #endif
 #if defined(JB_WITH_ROCM)
-    {"rocm", jb__rocm_enumerate, 0, 0, ""},
+    {"rocm", jb__rocm_enumerate, PTHREAD_ONCE_INIT, 0, 0, ""},
 #endif
-    {NULL, NULL, 0, 0, ""}, /* the end (and keeps the array non-empty without a GPU backend) */
+    /* the end (and keeps the array non-empty without a GPU backend) */
+    {NULL, NULL, PTHREAD_ONCE_INIT, 0, 0, ""},
 };
 #define NUM_GPU_BACKENDS ((int)(sizeof gpu_backends / sizeof gpu_backends[0]) - 1)
 /* Every backend a device name may ask for, built or not. */
 static const char *const known_gpu_backends[] = {"cuda", "rocm"};
 
 static jb_device devices[JB_MAX_DEVICES];
-static int num_gpus;
+/* Devices set up so far, under setup_mutex; ready_devices publishes the count (the counters and
+ * fork read it without setting anything up). */
 static int num_devices;
-static char no_gpu_reason[1100]; /* why no GPU backend that was built has a device */
-static pthread_once_t devices_once = PTHREAD_ONCE_INIT;
-/* Devices set up so far: the counters read this without setting devices up. */
+static pthread_mutex_t setup_mutex = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int ready_devices;
+static jb_device *cpu_device;
+static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
 
 static void device_common_init(jb_device *dev, int index)
 {
@@ -77,38 +82,76 @@ static void cpu_device_init(jb_device *dev)
     dev->total_memory = pages > 0 && page_size > 0 ? (uint64_t)pages * (uint64_t)page_size : 0;
 }
 
-static void devices_init(void)
+/* Gives the next `count` slots of the table their indices and publishes them (setup_mutex held). */
+static void publish_devices(int count)
 {
-    for (int b = 0; b < NUM_GPU_BACKENDS; b++) {
-        gpu_backend *backend = &gpu_backends[b];
-        int found = 0;
-        backend->enumerate(devices + num_gpus, JB_MAX_DEVICES - 1 - num_gpus, &found,
-                           backend->why, sizeof backend->why);
-        backend->first = num_gpus;
-        backend->count = found;
-        for (int i = 0; i < found; i++)
-            device_common_init(&devices[num_gpus + i], num_gpus + i);
-        num_gpus += found;
-        if (b == 0)
-            no_gpu_reason[0] = '\0';
-        if (found == 0)
-            snprintf(no_gpu_reason + strlen(no_gpu_reason),
-                     sizeof no_gpu_reason - strlen(no_gpu_reason), "%s%s",
-                     no_gpu_reason[0] ? "; " : "", backend->why);
-    }
-    cpu_device_init(&devices[num_gpus]);
-    device_common_init(&devices[num_gpus], num_gpus);
-    num_devices = num_gpus + 1;
+    for (int i = 0; i < count; i++)
+        device_common_init(&devices[num_devices + i], num_devices + i);
+    num_devices += count;
     atomic_store_explicit(&ready_devices, num_devices, memory_order_release);
 }
 
-/* Sets the devices up once; warnings raised meanwhile reach the callback after, so that it may
- * call the library. */
-static void devices_ready(void)
+static void setup_cpu(void)
+{
+    pthread_mutex_lock(&setup_mutex);
+    cpu_device_init(&devices[num_devices]);
+    cpu_device = &devices[num_devices];
+    publish_devices(1);
+    pthread_mutex_unlock(&setup_mutex);
+}
+
+#if defined(JB_WITH_CUDA) || defined(JB_WITH_ROCM)
+/* Loads GPU backend `b`'s libraries and lists its devices into the next free slots (one stays
+ * free for the cpu until the cpu has its own). */
+static void setup_gpu_backend(int b)
+{
+    gpu_backend *backend = &gpu_backends[b];
+    pthread_mutex_lock(&setup_mutex);
+    int room = JB_MAX_DEVICES - num_devices - (cpu_device ? 0 : 1), found = 0;
+    backend->enumerate(devices + num_devices, room, &found, backend->why, sizeof backend->why);
+    backend->first = num_devices;
+    backend->count = found;
+    publish_devices(found);
+    pthread_mutex_unlock(&setup_mutex);
+}
+
+static void setup_gpu_backend_0(void)
+{
+    setup_gpu_backend(0);
+}
+#endif
+#if defined(JB_WITH_CUDA) && defined(JB_WITH_ROCM)
+static void setup_gpu_backend_1(void)
+{
+    setup_gpu_backend(1);
+}
+#endif
+
+/* Sets `backend` up once (pthread_once wants a function without arguments: one per slot);
+ * warnings raised meanwhile reach the callback after, so that it may call the library. */
+static const gpu_backend *gpu_backend_ready(int b)
+{
+    static void (*const setups[])(void) = {
+#if defined(JB_WITH_CUDA) || defined(JB_WITH_ROCM)
+        setup_gpu_backend_0,
+#endif
+#if defined(JB_WITH_CUDA) && defined(JB_WITH_ROCM)
+        setup_gpu_backend_1,
+#endif
+        NULL,
+    };
+    jb__warn_hold();
+    pthread_once(&gpu_backends[b].once, setups[b]);
+    jb__warn_release();
+    return &gpu_backends[b];
+}
+
+static jb_device *cpu_ready(void)
 {
     jb__warn_hold();
-    pthread_once(&devices_once, devices_init);
+    pthread_once(&cpu_once, setup_cpu);
     jb__warn_release();
+    return cpu_device;
 }
 
 #ifdef JB_TEST_HOOKS
@@ -117,18 +160,21 @@ static jb_device *second_cpu;
 
 static void second_cpu_init(void)
 {
-    if (num_devices >= JB_MAX_DEVICES)
-        return;
-    jb_device *dev = &devices[num_devices];
-    cpu_device_init(dev);
-    dev->ordinal = 1;
-    device_common_init(dev, num_devices);
-    second_cpu = dev;
+    pthread_mutex_lock(&setup_mutex);
+    if (num_devices < JB_MAX_DEVICES) {
+        jb_device *dev = &devices[num_devices];
+        cpu_device_init(dev);
+        dev->ordinal = 1;
+        device_common_init(dev, num_devices);
+        num_devices++; /* not published: never counted among the devices */
+        second_cpu = dev;
+    }
+    pthread_mutex_unlock(&setup_mutex);
 }
 
 int jb__test_second_cpu(jb_device **out)
 {
-    devices_ready();
+    cpu_ready();
     pthread_once(&second_cpu_once, second_cpu_init);
     *out = second_cpu;
     JB_RETURN_IF(!second_cpu, JB_ERR_NO_DEVICE, "test hook: no room for a second cpu device");
@@ -150,9 +196,11 @@ void jb__memory_counters_reset(void)
         jb__buffer_counters_reset(&devices[i]);
 }
 
-/* fork.c's step 4. A device still being set up at fork time is not counted in yet. */
+/* fork.c's step 4. A backend being set up at fork time is waited for (setup_mutex). */
 void jb__devices_fork(jb_fork_phase phase)
 {
+    if (phase == JB_FORK_PREPARE)
+        pthread_mutex_lock(&setup_mutex);
     int n = atomic_load_explicit(&ready_devices, memory_order_acquire);
     for (int i = 0; i < n; i++) {
         jb_device *dev = &devices[i];
@@ -178,15 +226,30 @@ void jb__devices_fork(jb_fork_phase phase)
             atomic_store(&dev->retired_streams, 0);     /* the parent's, never idle here */
         }
     }
+    if (phase == JB_FORK_PARENT)
+        pthread_mutex_unlock(&setup_mutex);
+    else if (phase == JB_FORK_CHILD)
+        pthread_mutex_init(&setup_mutex, NULL);
 }
 
-/* The backend that "gpu" means: the first GPU backend that has devices; NULL if none has. */
+/* The backend that "gpu" means: the first GPU backend that has devices, setting each up in
+ * turn until one has; NULL if none has. */
 static const gpu_backend *default_gpu_backend(void)
 {
     for (int b = 0; b < NUM_GPU_BACKENDS; b++)
-        if (gpu_backends[b].count > 0)
+        if (gpu_backend_ready(b)->count > 0)
             return &gpu_backends[b];
     return NULL;
+}
+
+/* Why no GPU backend has a device (each set up by default_gpu_backend first), in `out`. */
+static const char *no_gpu_reason(char *out, size_t len)
+{
+    out[0] = '\0';
+    for (int b = 0; b < NUM_GPU_BACKENDS; b++)
+        snprintf(out + strlen(out), len - strlen(out), "%s%s", out[0] ? "; " : "",
+                 gpu_backends[b].why);
+    return out;
 }
 
 const char *jb_gpu_backend_name(void)
@@ -217,7 +280,8 @@ static int built_without(const char *asked, const char *backend)
                     asked);
 }
 
-/* The GPU backend called `name` ("gpu": the default one); sets the error when there is none. */
+/* The GPU backend called `name` ("gpu": the default one), set up; sets the error when there is
+ * none. */
 static int find_gpu_backend(const gpu_backend **out, const char *name, const char *asked)
 {
     *out = NULL;
@@ -225,12 +289,14 @@ static int find_gpu_backend(const gpu_backend **out, const char *name, const cha
         if (NUM_GPU_BACKENDS == 0)
             return built_without(asked, NULL);
         *out = default_gpu_backend();
-        JB_RETURN_IF(!*out, JB_ERR_NO_DEVICE, "no device %s: %s", asked, no_gpu_reason);
+        char why[1100];
+        JB_RETURN_IF(!*out, JB_ERR_NO_DEVICE, "no device %s: %s", asked,
+                     no_gpu_reason(why, sizeof why));
         return JB_OK;
     }
     for (int b = 0; b < NUM_GPU_BACKENDS; b++) {
         if (strcmp(gpu_backends[b].name, name) == 0) {
-            *out = &gpu_backends[b];
+            *out = gpu_backend_ready(b);
             JB_RETURN_IF(gpu_backends[b].count == 0, JB_ERR_NO_DEVICE, "no device %s: %s",
                          asked, gpu_backends[b].why);
             return JB_OK;
@@ -250,8 +316,8 @@ jb_status jb_backend_device_count(int *out, const char *backend)
     JB_RETURN_IF(!out, JB_ERR_INVALID_ARGUMENT, "jb_backend_device_count: out is NULL");
     *out = 0;
     JB_RETURN_IF(!backend, JB_ERR_INVALID_ARGUMENT, "jb_backend_device_count: backend is NULL");
-    devices_ready();
     if (strcmp(backend, "cpu") == 0) {
+        cpu_ready();
         *out = 1;
         return JB_OK;
     }
@@ -284,11 +350,10 @@ jb_status jb_device_lookup(jb_device **out, const char *name)
                      JB_ERR_INVALID_ARGUMENT,
                      "device '%s': the part after ':' must be a device number (0, 1, ...)", name);
     }
-    devices_ready();
     if (strcmp(backend, "cpu") == 0) {
         JB_RETURN_IF(ordinal != 0, JB_ERR_NO_DEVICE, "no device %s: there is one cpu device (0)",
                      name);
-        *out = &devices[num_gpus];
+        *out = cpu_ready();
         return JB_OK;
     }
     const gpu_backend *found;
@@ -304,9 +369,13 @@ jb_status jb_device_count(int *out, jb_device_kind kind)
     JB_RETURN_IF(!out, JB_ERR_INVALID_ARGUMENT, "jb_device_count: out is NULL");
     JB_RETURN_IF(kind != JB_DEVICE_CPU && kind != JB_DEVICE_GPU, JB_ERR_INVALID_ARGUMENT,
                  "jb_device_count: unknown device kind %d", (int)kind);
-    devices_ready();
+    if (kind == JB_DEVICE_CPU) {
+        cpu_ready();
+        *out = 1;
+        return JB_OK;
+    }
     const gpu_backend *gpu = default_gpu_backend();
-    *out = kind == JB_DEVICE_CPU ? 1 : gpu ? gpu->count : 0;
+    *out = gpu ? gpu->count : 0;
     return JB_OK;
 }
 
@@ -316,11 +385,10 @@ jb_status jb_device_get(jb_device **out, jb_device_kind kind, int ordinal)
     *out = NULL;
     JB_RETURN_IF(kind != JB_DEVICE_CPU && kind != JB_DEVICE_GPU, JB_ERR_INVALID_ARGUMENT,
                  "jb_device_get: unknown device kind %d", (int)kind);
-    devices_ready();
     if (kind == JB_DEVICE_CPU) {
         JB_RETURN_IF(ordinal != 0, JB_ERR_NO_DEVICE, "there is one cpu device (0), not %d",
                      ordinal);
-        *out = &devices[num_gpus];
+        *out = cpu_ready();
         return JB_OK;
     }
     if (NUM_GPU_BACKENDS == 0) {
@@ -329,7 +397,9 @@ jb_status jb_device_get(jb_device **out, jb_device_kind kind, int ordinal)
         return built_without(asked, NULL);
     }
     const gpu_backend *gpu = default_gpu_backend();
-    JB_RETURN_IF(!gpu, JB_ERR_NO_DEVICE, "no GPU %d: %s", ordinal, no_gpu_reason);
+    char why[1100];
+    JB_RETURN_IF(!gpu, JB_ERR_NO_DEVICE, "no GPU %d: %s", ordinal,
+                 no_gpu_reason(why, sizeof why));
     JB_RETURN_IF(ordinal < 0 || ordinal >= gpu->count, JB_ERR_NO_DEVICE,
                  "no GPU %d: %s has %d GPU(s)", ordinal, gpu->name, gpu->count);
     *out = &devices[gpu->first + ordinal];
@@ -340,8 +410,8 @@ jb_status jb_device_default(jb_device **out)
 {
     JB_RETURN_IF(!out, JB_ERR_INVALID_ARGUMENT, "jb_device_default: out is NULL");
     *out = NULL;
-    devices_ready();
-    *out = &devices[0];
+    const gpu_backend *gpu = default_gpu_backend();
+    *out = gpu ? &devices[gpu->first] : cpu_ready();
     return JB_OK;
 }
 
