@@ -116,12 +116,50 @@ static void test_trim_of_busy_stream(void)
     jb_array_free(second);
 }
 
+/* A launch that uses the buffer the launch before it used borrows that hold's reference (holds.c);
+ * when a trim lets the lender go while the borrower still runs, the borrower keeps the buffer,
+ * though its array is freed: a new array gets another buffer, and the kernel reads its own. The
+ * lender is the 64th hold, whose event the look records, so the trim knows it finished. */
+static void test_borrower_outlives_its_lender(void)
+{
+    jb_stream *stream;
+    CHECK_OK(jb_stream_new(&stream, dev));
+    jb_array *x = filled(1.0f), *first = filled(0.0f), *w = filled(0.0f);
+    jb_array_free(launch(gated, first, stream)); /* nothing below runs before the gate opens */
+    for (int i = 0; i < JB_HOLDS_PER_LOOK - 2; i++)
+        jb_array_free(launch(plus_one, x, stream));
+    jb_array *lender_out = not_yet(launch(plus_one, w, stream)); /* the lender: w, 64th hold */
+    jb_array *borrower_out = not_yet(launch(gated, w, stream));  /* borrows w: spins on it */
+    jb_buffer *w_buffer = jb__array_buffer(w);
+    jb_array_free(w); /* only the holds keep its buffer now */
+    set_gate(first, 1.0f);
+    wait_for_value(lender_out, 1.0f);
+    CHECK_OK(jb_device_trim(NULL, dev));
+    CHECK(jb__test_hold_count(stream) == 1, "%zu holds after the trim: the borrower's alone",
+          jb__test_hold_count(stream));
+    CHECK(atomic_load(&w_buffer->refs) == 1,
+          "the borrower's buffer has %u references after its lender went",
+          atomic_load(&w_buffer->refs));
+    jb_array *decoy = filled(7.0f); /* takes w's buffer if the holds let it go */
+    *(volatile float *)w_buffer->ptr = 1.0f; /* the borrower's gate opens */
+    CHECK(value_of(borrower_out) == 2.0f, "the borrower read %g, not its own input",
+          value_of(borrower_out));
+    CHECK(value_of(decoy) == 7.0f, "a new array shares the borrower's buffer");
+    jb_array_free(decoy);
+    jb_array_free(lender_out);
+    jb_array_free(borrower_out);
+    jb_stream_free(stream);
+    jb_array_free(x);
+    jb_array_free(first);
+}
+
 int main(void)
 {
     if (!gated_kernels_new("search"))
         return check_summary("test_hold_search");
     test_lagging_stream_lets_go_of_finished_holds();
     test_trim_of_busy_stream();
+    test_borrower_outlives_its_lender();
     gated_kernels_free();
     return check_summary("test_hold_search");
 }
