@@ -3,8 +3,9 @@
  * variable gcc reads that changes what it runs, includes, links or writes, a plant leaves a
  * marker when it takes effect: a fake cc1, as, collect2 and ld found through PATH,
  * COMPILER_PATH or GCC_EXEC_PREFIX; a stdint.h with a constructor through CPATH or
- * C_INCLUDE_PATH; a start file (crtbeginS.o) with a constructor through LIBRARY_PATH; a
- * dependency file written through DEPENDENCIES_OUTPUT or SUNPRO_DEPENDENCIES.
+ * C_INCLUDE_PATH; start files (crtbeginS.o, crtendS.o) with a constructor through LIBRARY_PATH;
+ * a dependency file written through DEPENDENCIES_OUTPUT or SUNPRO_DEPENDENCIES. The prefix
+ * variables' plants go in every folder `cc -print-search-dirs` lists for them, as that cc says.
  * Each variable is tried in a new process (this test with --compile, whose first compile reads
  * it):
  *  - a plain host passes PATH (its fake as runs) but none of the others, unless
@@ -108,15 +109,130 @@ static void fake_tools(const char *dir, const char *marker)
     }
 }
 
+/* Whether variable v's plant is fake tools, which fail the compile they run in. */
+static bool runs_fake_tools(size_t v)
+{
+    return strcmp(variables[v], "PATH") == 0 || strcmp(variables[v], "COMPILER_PATH") == 0 ||
+           strcmp(variables[v], "GCC_EXEC_PREFIX") == 0;
+}
+
 /* A file whose constructor creates `marker` when the module it is compiled into is loaded. */
 static const char constructor_fmt[] =
     "__attribute__((constructor)) static void jb_planted(void)\n"
     "{ extern int creat(const char *, unsigned); creat(\"%s\", 0644); }\n";
 
+/* `path` with "." and ".." taken out by its words alone (the folders need not exist yet). */
+static void lexical_path(const char *path, char *out, size_t len)
+{
+    size_t used = 0;
+    out[0] = '\0';
+    for (const char *p = path; *p;) {
+        p += strspn(p, "/");
+        size_t word = strcspn(p, "/");
+        if (word == 2 && strncmp(p, "..", 2) == 0) {
+            while (used > 0 && out[--used] != '/')
+                ;
+            out[used] = '\0';
+        } else if (word && !(word == 1 && *p == '.') && used + word + 2 <= len) {
+            out[used++] = '/';
+            memcpy(out + used, p, word);
+            used += word;
+            out[used] = '\0';
+        }
+        p += word;
+    }
+}
+
+/* Whether `path`, its ".." taken out, is a folder or file inside `within`. */
+static bool inside(const char *path, const char *within)
+{
+    char plain[1024];
+    lexical_path(path, plain, sizeof plain);
+    return strncmp(plain, within, strlen(within)) == 0 && plain[strlen(within)] == '/';
+}
+
+/* Makes the folder `listed` names as written, so that the kernel can walk it: in
+ * PREFIX/lib/gcc/../../libexec/ each folder before a ".." must exist. Only the folders inside
+ * `within` are made (a folder above it is never made or chmod-ed). */
+static void make_listed_folder(const char *within, const char *listed)
+{
+    char part[1024];
+    for (const char *slash = strchr(listed + 1, '/');; slash = strchr(slash + 1, '/')) {
+        size_t len = slash ? (size_t)(slash - listed) : strlen(listed);
+        snprintf(part, sizeof part, "%.*s", (int)len, listed);
+        if (inside(part, within))
+            make_folder(part, 0755);
+        if (!slash)
+            break;
+    }
+}
+
+/* The folders `cc -print-search-dirs` lists as `kind` ("programs" or "libraries") with
+ * name=value set that lie inside `within`, made, each handed to `plant_in` with `arg`: the
+ * compiler says where it looks (gcc 12 looks in PREFIX/MACHINE/VERSION/ for its programs, an
+ * Ubuntu gcc 13 in PREFIX/../../libexec/gcc/MACHINE/VERSION/), no layout is assumed. */
+static int plant_where_cc_looks(const char *name, const char *value, const char *kind,
+                                const char *within, void (*plant_in)(const char *, const void *),
+                                const void *arg)
+{
+    char command[1200], line[16384];
+    snprintf(command, sizeof command, "%s='%s' cc -print-search-dirs", name, value);
+    FILE *p = popen(command, "r");
+    size_t kind_len = strlen(kind);
+    int planted = 0;
+    while (p && fgets(line, sizeof line, p)) {
+        line[strcspn(line, "\n")] = '\0';
+        if (strncmp(line, kind, kind_len) != 0 || strncmp(line + kind_len, ": ", 2) != 0)
+            continue;
+        char *list = line + kind_len + 2;
+        list += *list == '='; /* gcc marks a sysroot-relative list so */
+        for (char *save = NULL, *dir = strtok_r(list, ":", &save); dir;
+             dir = strtok_r(NULL, ":", &save)) {
+            if (!inside(dir, within))
+                continue; /* the compiler's own folders, or ones above the plant's */
+            make_listed_folder(within, dir);
+            plant_in(dir, arg);
+            planted++;
+        }
+    }
+    if (p)
+        pclose(p);
+    CHECK(planted > 0, "%s listed no %s folder inside %s: nothing planted", command, kind, within);
+    return planted;
+}
+
+/* What `cc -print-NAME=what` says with name=value set: where it would take `what` from. */
+static void where_cc_takes(const char *name, const char *value, const char *option,
+                           const char *what, char *out, size_t len)
+{
+    char command[1200];
+    snprintf(command, sizeof command, "%s='%.600s' cc -print-%s=%.200s", name, value, option,
+             what);
+    first_line(command, out, len);
+}
+
+static void fake_tools_in(const char *dir, const void *marker) { fake_tools(dir, marker); }
+
+/* The start files a shared object is linked with, each planted as the real one joined with
+ * `planted_object` (its constructor): the link works as before, and the constructor runs. */
+static const char *const start_files[] = {"crtbeginS.o", "crtendS.o"};
+
+static void start_files_in(const char *dir, const void *planted_object)
+{
+    for (size_t i = 0; i < sizeof start_files / sizeof *start_files; i++) {
+        char real[1024], command[3400];
+        snprintf(command, sizeof command, "cc -print-file-name=%s", start_files[i]);
+        first_line(command, real, sizeof real); /* LIBRARY_PATH is not set here: main unset it */
+        snprintf(command, sizeof command,
+                 "cc -nostdlib -r -o %s/%s %s %s && chmod 644 %s/%s", dir, start_files[i], real,
+                 (const char *)planted_object, dir, start_files[i]);
+        CHECK(system(command) == 0, "%s", command);
+    }
+}
+
 static void plant(size_t v)
 {
-    char dir[400], marker[400], path[1024], text[2048], machine[128];
-    first_line("cc -dumpmachine", machine, sizeof machine);
+    char dir[400], marker[400], path[1024], text[2048];
     snprintf(dir, sizeof dir, "%s/%s", root, variables[v]);
     snprintf(marker, sizeof marker, "%s/%s", open_dir, variables[v]);
     make_folder(dir, 0755);
@@ -128,14 +244,15 @@ static void plant(size_t v)
     } else if (strcmp(name, "COMPILER_PATH") == 0) {
         fake_tools(dir, marker);
     } else if (strcmp(name, "GCC_EXEC_PREFIX") == 0) {
-        char version[64];
-        first_line("cc -dumpversion", version, sizeof version);
-        snprintf(path, sizeof path, "%s/%s", dir, machine);
-        make_folder(path, 0755);
-        snprintf(path, sizeof path, "%s/%s/%s", dir, machine, version);
-        make_folder(path, 0755);
-        fake_tools(path, marker);
-        snprintf(values[v], sizeof values[v], "%s/", dir);
+        /* A prefix shaped like an install's (PREFIX/lib/gcc/): the folders gcc finds relative
+         * to it (PREFIX/lib/gcc/../../libexec/gcc/..., PREFIX/lib/gcc/../../MACHINE/bin/...)
+         * are inside the plant's folder too. */
+        snprintf(values[v], sizeof values[v], "%s/prefix/lib/gcc/", dir);
+        plant_where_cc_looks(name, values[v], "programs", dir, fake_tools_in, marker);
+        where_cc_takes(name, values[v], "prog-name", "cc1", path, sizeof path);
+        CHECK(inside(path, dir),
+              "with GCC_EXEC_PREFIX=%s, cc would run cc1 from '%s', not the plant", values[v],
+              path);
     } else if (strcmp(name, "CPATH") == 0 || strcmp(name, "C_INCLUDE_PATH") == 0) {
         int n = snprintf(text, sizeof text,
                          "#include_next <stdint.h>\n#ifndef JB_PLANTED\n#define JB_PLANTED\n");
@@ -144,26 +261,31 @@ static void plant(size_t v)
         snprintf(path, sizeof path, "%s/stdint.h", dir);
         write_file(path, text, 0644);
     } else if (strcmp(name, "LIBRARY_PATH") == 0) {
-        /* gcc looks for its start files there: crtbeginS.o is one, and harmless to replace */
-        char source[1024], command[3200];
-        snprintf(path, sizeof path, "%s/%s", dir, machine);
-        make_folder(path, 0755);
+        /* gcc searches it for start files (and GCC_EXEC_PREFIX first, unset here) */
+        char source[600], object[600], command[1400];
         snprintf(source, sizeof source, "%s/planted.c", dir);
+        snprintf(object, sizeof object, "%s/planted.o", dir);
         snprintf(text, sizeof text, constructor_fmt, marker);
         write_file(source, text, 0644);
-        snprintf(command, sizeof command,
-                 "cc -fPIC -c %s -o %s/crtbeginS.o && chmod 644 %s/crtbeginS.o", source, path,
-                 path);
+        snprintf(command, sizeof command, "cc -fPIC -c %s -o %s", source, object);
         CHECK(system(command) == 0, "%s", command);
+        plant_where_cc_looks(name, dir, "libraries", dir, start_files_in, object);
+        where_cc_takes(name, dir, "file-name", "crtbeginS.o", path, sizeof path);
+        CHECK(inside(path, dir),
+              "with LIBRARY_PATH=%s, cc would link crtbeginS.o from '%s', not the plant", dir,
+              path);
     } else { /* a file the compiler writes where its caller says */
         snprintf(values[v], sizeof values[v], "%s", marker);
     }
 }
 
+/* The last host's report: "secure=N status=N message". */
+static char report[1024];
+
 /* Runs `program --compile` in `cwd` (NULL: this process's) and reads its report. */
 static void run_host(const char *program, const char *cwd, unsigned long *secure, int *status)
 {
-    char report[256] = "";
+    report[0] = '\0';
     int fds[2];
     CHECK(pipe(fds) == 0, "pipe");
     posix_spawn_file_actions_t actions;
@@ -179,6 +301,8 @@ static void run_host(const char *program, const char *cwd, unsigned long *secure
     if (spawned == 0) {
         ssize_t n = read(fds[0], report, sizeof report - 1); /* the host's alarm bounds it */
         report[n > 0 ? n : 0] = '\0';
+        while (n > 0 && report[n - 1] == '\n')
+            report[--n] = '\0';
         wait_child_with_deadline(pid, 65, "a host that compiles");
     }
     close(fds[0]);
@@ -249,8 +373,11 @@ static void plain_host(const char *self)
                   values[v]);
         /* Named in JITBRIDGE_COMPILER_ENV it reaches the compiler: the plant works. */
         ran = planted_took_effect(self, v, true, &secure, &status);
-        CHECK(ran, "%s listed in JITBRIDGE_COMPILER_ENV: the plant did not take effect",
-              variables[v]);
+        CHECK(ran, "%s listed in JITBRIDGE_COMPILER_ENV: the plant did not take effect (%s)",
+              variables[v], report);
+        if (!runs_fake_tools(v)) /* a fake tool fails the compile; the other plants do not */
+            CHECK(status == JB_OK, "%s listed in JITBRIDGE_COMPILER_ENV: %s", variables[v],
+                  report);
     }
     unsigned long secure;
     int status;
