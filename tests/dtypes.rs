@@ -6,6 +6,7 @@ mod common;
 
 use jitbridge::{
     Array, Bf16, CustomKernel, DType, Device, Element, ErrorCode, F16, KernelSpec, LaunchShape,
+    Scalar,
 };
 
 /// The f16 rounding rule checked from first principles: `got` is a nearest f16 to `x` (in exact
@@ -280,6 +281,68 @@ fn a_kernel_per_dtype_is_exact(device: Device) {
     }
 }
 
+/// Array::zeros and Array::full fill on the device, every dtype, odd counts and 8-byte values
+/// whose halves differ included.
+fn zeros_and_full(device: Device) {
+    for dtype in DType::ALL {
+        let zeros = Array::zeros(device, &[3, 7], dtype).unwrap();
+        assert_eq!((zeros.dtype(), zeros.shape()), (dtype, vec![3, 7]));
+        fn all_zero<T: Element + PartialEq + std::fmt::Debug>(a: &Array) {
+            assert_eq!(a.to_vec::<T>().unwrap(), vec![T::default(); a.size()], "{:?}", a.dtype());
+        }
+        match dtype {
+            DType::F32 => all_zero::<f32>(&zeros),
+            DType::I32 => all_zero::<i32>(&zeros),
+            DType::F16 => all_zero::<F16>(&zeros),
+            DType::Bf16 => all_zero::<Bf16>(&zeros),
+            DType::F64 => all_zero::<f64>(&zeros),
+            DType::I8 => all_zero::<i8>(&zeros),
+            DType::U8 => all_zero::<u8>(&zeros),
+            DType::U32 => all_zero::<u32>(&zeros),
+            DType::I64 => all_zero::<i64>(&zeros),
+            DType::Bool => all_zero::<bool>(&zeros),
+        }
+    }
+    let third = 1.0f64 / 3.0;
+    assert_eq!(
+        Array::full(device, &[37], Scalar::F64(third)).unwrap().to_vec::<f64>().unwrap(),
+        [third; 37]
+    );
+    assert_eq!(Array::full(device, &[5], -2.5).unwrap().to_vec::<f32>().unwrap(), [-2.5; 5]);
+    assert_eq!(Array::full(device, &[3], -7i64).unwrap().to_vec::<i64>().unwrap(), [-7; 3]);
+    assert_eq!(Array::full(device, &[4], 9u8).unwrap().to_vec::<u8>().unwrap(), [9; 4]);
+    assert_eq!(Array::full(device, &[2], true).unwrap().to_vec::<bool>().unwrap(), [true; 2]);
+    let h = Bf16::from(1.5f32);
+    assert_eq!(Array::full(device, &[6], h).unwrap().to_vec::<Bf16>().unwrap(), [h; 6]);
+    let h = F16::from(-0.25f32);
+    assert_eq!(Array::full(device, &[6], h).unwrap().to_vec::<F16>().unwrap(), [h; 6]);
+}
+
+/// f16 and bf16 convert from and to f32 with From, and whole slices both ways.
+#[test]
+fn half_floats_convert_with_from_and_by_slice() {
+    let values = [0.0f32, 1.0, -2.5, 65504.0, 1e-3];
+    for &v in &values {
+        assert_eq!(F16::from(v), F16::from_f32(v));
+        assert_eq!(Bf16::from(v), Bf16::from_f32(v));
+        assert_eq!(f32::from(Bf16::from(v)), Bf16::from_f32(v).to_f32());
+    }
+    let halves = F16::from_f32_slice(&values);
+    assert_eq!(F16::to_f32_vec(&halves), values.map(|v| F16::from_f32(v).to_f32()));
+    let brains = Bf16::from_f32_slice(&values);
+    assert_eq!(Bf16::to_f32_vec(&brains), values.map(|v| Bf16::from_f32(v).to_f32()));
+}
+
+/// A float literal converts to an f32 scalar, what kernels take: it became an f64 (no kernel's
+/// dtype) and failed only at the launch.
+#[test]
+fn a_float_literal_is_an_f32_scalar() {
+    let s: Scalar = 2.0.into();
+    assert_eq!(s, Scalar::F32(2.0));
+    let s: Scalar = 3.into();
+    assert_eq!(s, Scalar::I32(3));
+}
+
 macro_rules! dtype_tests {
     ($module:ident, $device:expr) => {
         mod $module {
@@ -293,6 +356,11 @@ macro_rules! dtype_tests {
             #[test]
             fn a_kernel_per_dtype_is_exact() {
                 super::a_kernel_per_dtype_is_exact($device);
+            }
+
+            #[test]
+            fn zeros_and_full() {
+                super::zeros_and_full($device);
             }
         }
     };
