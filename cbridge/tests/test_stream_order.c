@@ -1,8 +1,9 @@
 /*
  * Write after read across streams: a whole-source launch that writes an array in place waits for
- * the kernels on other streams that still read it, and for nothing else. On the cpu, where a
- * kernel can wait on a host flag (a "gate" passed as an i64 scalar), so a reader is held running
- * for as long as the test wants: no timing decides whether it passes.
+ * the kernels on other streams that still read it, and for nothing else; a custom kernel's
+ * in-place output waits for them too. On the cpu, where a kernel can wait on a host flag (a
+ * "gate" passed as an i64 scalar), so a reader is held running for as long as the test wants: no
+ * timing decides whether it passes.
  */
 #include "jitbridge.h"
 #include "helpers.h"
@@ -20,7 +21,7 @@
 #define MAX_READERS 20
 
 static jb_device *cpu;
-static jb_custom_kernel *reader;
+static jb_custom_kernel *reader, *in_place_writer;
 static jb_source_module *module;
 
 /* Spins until *gate is non-zero; a reader holds its stream while it waits. */
@@ -91,6 +92,17 @@ static void write_new(jb_stream *stream, jb_array *x, atomic_int *done)
     CHECK_OK(jb_source_module_launch(module, stream, "fill", args, 3, &shape));
 }
 
+/* The same write by a custom kernel's in-place output. */
+static void write_new_in_place(jb_stream *stream, jb_array *x, atomic_int *done)
+{
+    jb_scalar scalars[] = {{.dtype = JB_F32, .value.f32 = NEW}, gate_scalar(done)};
+    jb_array *in_place[] = {x};
+    jb_launch l = JB_LAUNCH_INIT;
+    l.stream = stream, l.scalars = scalars, l.num_scalars = 2, l.in_place = in_place;
+    l.shape = shape;
+    CHECK_OK(jb_custom_kernel_run(NULL, in_place_writer, &l));
+}
+
 static bool done_within(atomic_int *done, int ms)
 {
     for (int i = 0; i < ms && !atomic_load(done); i++)
@@ -107,7 +119,7 @@ static jb_stream *new_stream(void)
 
 /* One reader on stream A, the write on stream B; x made on A itself (the read follows its
  * producer on one stream) or on a third stream P. The write must not pass the held reader. */
-static void one_reader(bool by_module, bool made_on_reader_stream)
+static void one_reader(bool by_module, bool made_on_reader_stream, bool write_in_place)
 {
     jb_stream *a = new_stream(), *b = new_stream(), *p = new_stream();
     CHECK_OK(jb_install_thread_local_default_stream(made_on_reader_stream ? a : p));
@@ -116,12 +128,13 @@ static void one_reader(bool by_module, bool made_on_reader_stream)
     atomic_int gate = 0;
     jb_array *y = by_module ? module_read(a, x, &gate) : kernel_read(a, x, &gate);
     atomic_int written = 0;
-    write_new(b, x, &written);
+    (write_in_place ? write_new_in_place : write_new)(b, x, &written);
     /* Done soon without the wait for the reader (1 s: a loaded machine); never with it. */
     bool passed = done_within(&written, 1000);
     atomic_store(&gate, 1);
-    CHECK(!passed, "%s reader, x made on %s: the write on another stream ran while the reader "
-          "still read x", by_module ? "module" : "kernel", made_on_reader_stream ? "A" : "P");
+    CHECK(!passed, "%s reader, x made on %s: the %s write on another stream ran while the reader "
+          "still read x", by_module ? "module" : "kernel", made_on_reader_stream ? "A" : "P",
+          write_in_place ? "in-place kernel" : "module");
     CHECK(all_equal(y, OLD), "%s reader, x made on %s: the reader saw the later write",
           by_module ? "module" : "kernel", made_on_reader_stream ? "A" : "P");
     CHECK(all_equal(x, NEW), "the write");
@@ -255,16 +268,27 @@ int main(void)
     spec.scalar_names = scalars, spec.scalar_dtypes = i64, spec.num_scalars = 1;
     spec.body = "if (thread_index() == 0) gate_wait(gate); y[thread_index()] = x[thread_index()];";
     CHECK_OK(jb_custom_kernel_new(&reader, &spec));
+    const char *writer_scalars[] = {"v", "done"};
+    jb_dtype writer_dtypes[] = {JB_F32, JB_I64};
+    spec.name = "war_in_place_writer", spec.header = NULL;
+    spec.input_names = NULL, spec.input_dtypes = NULL, spec.num_inputs = 0;
+    spec.scalar_names = writer_scalars, spec.scalar_dtypes = writer_dtypes, spec.num_scalars = 2;
+    spec.body = "y[thread_index()] = v;\n"
+                "if (thread_index() == 0)\n"
+                "    __atomic_store_n((int *)(intptr_t)done, 1, __ATOMIC_RELEASE);";
+    CHECK_OK(jb_custom_kernel_new(&in_place_writer, &spec));
     const char *entries[] = {"gated_copy", "gated", "fill"};
     jb_source_module_spec ms = JB_SOURCE_MODULE_SPEC_INIT;
     ms.name = "war_module", ms.cpu_source = module_source;
     ms.entry_names = entries, ms.num_entries = 3;
     CHECK_OK(jb_source_module_new(&module, &ms));
 
-    one_reader(false, true);
-    one_reader(false, false);
-    one_reader(true, true);
-    one_reader(true, false);
+    one_reader(false, true, false);
+    one_reader(false, false, false);
+    one_reader(true, true, false);
+    one_reader(true, false, false);
+    one_reader(false, false, true);
+    one_reader(true, true, true);
     several_readers(2, 1);
     several_readers(6, 1);            /* more than an array's reader slots */
     several_readers(MAX_READERS, 19); /* more streams than a write's wait list holds unallocated */
@@ -272,6 +296,7 @@ int main(void)
     reader_stream_freed();
 
     jb_source_module_free(module);
+    jb_custom_kernel_free(in_place_writer);
     jb_custom_kernel_free(reader);
     return check_summary("test_stream_order");
 }
