@@ -285,6 +285,14 @@ fn a_kernel_per_dtype_is_exact(device: Device) {
 /// whose halves differ included.
 fn zeros_and_full(device: Device) {
     for dtype in DType::ALL {
+        // Bytes that are not zero, freed first: a zeros that wrote nothing would hand back their
+        // memory (a fresh allocation is often zero already, and could not tell).
+        let bytes = 21 * dtype.size();
+        let junk: Vec<Array> = (0..64)
+            .map(|_| Array::from_slice(device, &vec![0xa5u8; bytes], &[bytes]).unwrap())
+            .collect();
+        junk.iter().for_each(|a| a.eval().unwrap());
+        drop(junk);
         let zeros = Array::zeros(device, &[3, 7], dtype).unwrap();
         assert_eq!((zeros.dtype(), zeros.shape()), (dtype, vec![3, 7]));
         fn all_zero<T: Element + PartialEq + std::fmt::Debug>(a: &Array) {
