@@ -940,14 +940,18 @@ int jb__compile_options_check(const char *owner, unsigned flags, unsigned also_a
                               const char *const *defines, size_t num_defines);
 /* Whether `text` uses `name` as a name (not inside a comment or literal, not a member name). */
 bool jb__source_mentions(const char *text, const char *name);
+/* Appends `text` with every line continuation (a backslash, blanks, a newline) removed, as
+ * the compiler removes them before it reads a token. */
+void jb__splice_lines(const char *text, jb_strbuf *out);
 /* Appends `text` (the kernel's body or header, `what` names it) with every subscript of one of
  * `names`, `name[i]`, made `jb_at_<slot>(i)`. `strict` (the body): any other use of those names,
  * and any name starting with jb_, is refused. */
 int jb__bounds_rewrite(const char *kernel, const char *what, const char *text,
                        const char *const *names, size_t num_names, bool strict, jb_strbuf *out);
 /* JB_OK when a checked kernel's text (`what`: body, header, a define) holds nothing that could
- * reach an array past its checks: no name pasted (##) or split by a line continuation, no
- * #include, no asm, and no #define or #undef of a reserved name, of the kernel's arrays and
+ * reach an array past its checks: no name pasted (## or %:%:) or split by a line continuation,
+ * no directive that brings in other text (#include and its kin), no %: digraph, no asm, no raw
+ * string, no digit separator, and no #define or #undef of a reserved name, of the kernel's arrays and
  * their companions (`names`), or of a name the generated code uses. */
 int jb__bounds_text_check(const char *kernel, const char *what, const char *text,
                           const char *const *names, size_t num_names);

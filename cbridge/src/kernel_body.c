@@ -10,6 +10,7 @@
  */
 #include "internal.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -23,6 +24,36 @@ static bool is_start(char c)
 static bool is_part(char c)
 {
     return is_start(c) || (c >= '0' && c <= '9');
+}
+
+/* The length of a line continuation at `p`: a backslash, blanks (which GCC allows there), and a
+ * newline; 0 when there is none. */
+static size_t continuation_at(const char *p)
+{
+    if (*p != '\\')
+        return 0;
+    size_t n = 1;
+    while (p[n] == ' ' || p[n] == '\t' || p[n] == '\r' || p[n] == '\f' || p[n] == '\v')
+        n++;
+    return p[n] == '\n' ? n + 1 : 0;
+}
+
+void jb__splice_lines(const char *text, jb_strbuf *out)
+{
+    jb__strbuf_append(out, "");
+    for (const char *p = text; *p;) {
+        size_t skip = continuation_at(p), run = 0;
+        if (skip) {
+            p += skip;
+            continue;
+        }
+        while (p[run] && (p[run] != '\\' || !continuation_at(p + run)))
+            run++;
+        if (run > INT_MAX)
+            run = INT_MAX;
+        jb__strbuf_appendf(out, "%.*s", (int)run, p);
+        p += run;
+    }
 }
 
 /* Past the comment, literal, number or #include line at `p`, or `p` when there is none. */
@@ -286,6 +317,22 @@ static const char *skip_blanks(const char *p)
     }
 }
 
+/* Whether a checked text may hold the directive named by `len` bytes at `name`: none that
+ * brings in text from elsewhere (#include, #include_next, #import, #embed). */
+static bool directive_allowed(const char *name, size_t len)
+{
+    static const char *const allowed[] = {
+        "define", "undef", "if", "ifdef", "ifndef", "elif", "elifdef", "elifndef", "else",
+        "endif", "line", "error", "warning", "pragma",
+    };
+    if (len == 0)
+        return true; /* a null directive, or a line marker (# 12 "file") */
+    for (size_t i = 0; i < sizeof allowed / sizeof *allowed; i++)
+        if (strlen(allowed[i]) == len && strncmp(name, allowed[i], len) == 0)
+            return true;
+    return false;
+}
+
 int jb__bounds_text_check(const char *kernel, const char *what, const char *text,
                           const char *const *names, size_t num_names)
 {
@@ -298,8 +345,10 @@ int jb__bounds_text_check(const char *kernel, const char *what, const char *text
             size_t len = 0;
             while (is_part(q[len]))
                 len++;
-            if (len == 7 && strncmp(q, "include", 7) == 0)
-                problem = "an #include (its text would escape the checks)";
+            if (!directive_allowed(q, len))
+                problem = "a directive other than #define, #undef, #if and its kin, #line, "
+                          "#error, #warning and #pragma (an #include's text would escape the "
+                          "checks)";
             if ((len == 6 && strncmp(q, "define", 6) == 0) ||
                 (len == 5 && strncmp(q, "undef", 5) == 0)) {
                 const char *name = skip_blanks(q + len);
@@ -314,14 +363,24 @@ int jb__bounds_text_check(const char *kernel, const char *what, const char *text
                 }
             }
         }
+        if (!problem && (*p >= '0' && *p <= '9')) {
+            const char *end = skip_other(p, false);
+            if (memchr(p, '\'', (size_t)(end - p)))
+                problem = "a digit separator (C before C23 reads 1'0 as 1 and a character "
+                          "literal, C++ as 10)";
+        }
         if (!problem) {
             const char *next = skip_other(p, false);
             if (next != p) {
+                /* A comment is a blank: a # after one still opens a directive. */
+                if (!(p[0] == '/' && p[1] == '*'))
+                    line_start = false;
                 p = next;
-                line_start = false;
                 continue;
             }
         }
+        if (!problem && p[0] == '%' && p[1] == ':')
+            problem = "%: (the digraph of #, which the checks would not see)";
         if (!problem && p[0] == '#' && p[1] == '#')
             problem = "## (a name pasted together would escape the checks)";
         if (!problem && p[0] == '\\' && (p[1] == '\n' || (p[1] == '\r' && p[2] == '\n')) &&
@@ -334,6 +393,8 @@ int jb__bounds_text_check(const char *kernel, const char *what, const char *text
             if ((len == 3 && strncmp(p, "asm", 3) == 0) || (len == 5 && strncmp(p, "__asm", 5) == 0) ||
                 (len == 7 && strncmp(p, "__asm__", 7) == 0))
                 problem = "asm";
+            else if (p[len - 1] == 'R' && p[len] == '"')
+                problem = "a raw string literal (whose text the checks would read as code)";
             else {
                 p += len;
                 line_start = false;

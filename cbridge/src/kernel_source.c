@@ -587,17 +587,16 @@ static int find_checked_names(jb_custom_kernel *k, const jb_kernel_spec *spec)
     return JB_OK;
 }
 
-/* A checked kernel's texts: refused where they could reach an array past the checks, then
- * every subscript of an array or shape made a checked access. A define's value is pasted where
- * the body names it, so it may name no array at all. */
-static int check_and_rewrite(jb_custom_kernel *k, const jb_kernel_spec *spec, jb_strbuf *body,
-                             jb_strbuf *header)
+/* check_and_rewrite on texts whose lines are joined. */
+static int check_and_rewrite_joined(jb_custom_kernel *k, const jb_kernel_spec *spec,
+                                    const char *body_text, const char *header_text,
+                                    jb_strbuf *body, jb_strbuf *header)
 {
     const char *const *names = (const char *const *)k->checked_names;
-    JB_FORWARD_IF_ERROR(jb__bounds_text_check(k->name, "body", spec->body, names, k->num_checked));
-    if (spec->header)
+    JB_FORWARD_IF_ERROR(jb__bounds_text_check(k->name, "body", body_text, names, k->num_checked));
+    if (header_text)
         JB_FORWARD_IF_ERROR(
-            jb__bounds_text_check(k->name, "header", spec->header, names, k->num_checked));
+            jb__bounds_text_check(k->name, "header", header_text, names, k->num_checked));
     for (size_t i = 0; i < spec->num_defines; i++) {
         const char *value = strchr(spec->defines[i], '=');
         if (!value)
@@ -610,11 +609,36 @@ static int check_and_rewrite(jb_custom_kernel *k, const jb_kernel_spec *spec, jb
                          "kernel reaches only through subscripts in its body",
                          k->name, i, names[n]);
     }
-    JB_FORWARD_IF_ERROR(jb__bounds_rewrite(k->name, "body", spec->body, names, k->num_checked,
+    JB_FORWARD_IF_ERROR(jb__bounds_rewrite(k->name, "body", body_text, names, k->num_checked,
                                            true, body));
-    return spec->header ? jb__bounds_rewrite(k->name, "header", spec->header, names,
-                                             k->num_checked, true, header)
-                        : JB_OK;
+    return header_text ? jb__bounds_rewrite(k->name, "header", header_text, names,
+                                            k->num_checked, true, header)
+                       : JB_OK;
+}
+
+/* A checked kernel's texts: refused where they could reach an array past the checks, then
+ * every subscript of an array or shape made a checked access. A define's value is pasted where
+ * the body names it, so it may name no array at all. */
+static int check_and_rewrite(jb_custom_kernel *k, const jb_kernel_spec *spec, jb_strbuf *body,
+                             jb_strbuf *header)
+{
+    /* Lines are joined first, as the compiler joins them before it reads a token: a comment
+     * that ends in `*\<newline>/`, or a string in `\\<newline>`, ends elsewhere for the
+     * compiler than for a scan of the unjoined text, which would not see what lies between. */
+    jb_strbuf body_text = {0}, header_text = {0};
+    jb__splice_lines(spec->body, &body_text);
+    if (spec->header)
+        jb__splice_lines(spec->header, &header_text);
+    int status = JB_OK;
+    if (body_text.failed || header_text.failed)
+        status = jb__fail(JB_ERR_OUT_OF_MEMORY, "no memory for the source of kernel '%s'",
+                          k->name);
+    else
+        status = check_and_rewrite_joined(k, spec, body_text.data,
+                                          spec->header ? header_text.data : NULL, body, header);
+    jb__strbuf_free(&body_text);
+    jb__strbuf_free(&header_text);
+    return status;
 }
 
 int jb__kernel_generate(jb_custom_kernel *k, const jb_kernel_spec *spec)
