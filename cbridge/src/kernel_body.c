@@ -110,6 +110,18 @@ static void walk(const char *text, name_visitor visit, bracket_visitor bracket, 
 {
     bool line_start = true, after_member = false;
     for (const char *p = text; *p;) {
+        /* Tokens are taken whole, so that `a-->x` is `a -- > x` (no member follows) and `->`
+         * is one token; nor does a member follow `...`. */
+        bool arrow = p[0] == '-' && p[1] == '>';
+        if (arrow || (p[0] == '-' && p[1] == '-') || (p[0] == '.' && p[1] == '.' && p[2] == '.')) {
+            size_t len = p[0] == '-' ? 2 : 3;
+            if (out)
+                jb__strbuf_appendf(out, "%.*s", (int)len, p);
+            p += len;
+            line_start = false;
+            after_member = arrow;
+            continue;
+        }
         const char *next = skip_other(p, line_start);
         if (next != p) {
             if (out)
@@ -143,9 +155,11 @@ static void walk(const char *text, name_visitor visit, bracket_visitor bracket, 
             line_start = true;
         else if (c != ' ' && c != '\t' && c != '\r')
             line_start = false;
-        if (c == '.' || (c == '>' && p - text >= 2 && p[-2] == '-'))
+        /* A member name follows `.` on its line: after a newline it may be a directive's
+         * last `.` (`#define M(s) s.`), and the name on the next line a use of an array. */
+        if (c == '.')
             after_member = true;
-        else if (c != ' ' && c != '\t' && c != '\r' && c != '\n')
+        else if (c != ' ' && c != '\t' && c != '\r')
             after_member = false;
     }
 }

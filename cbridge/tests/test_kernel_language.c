@@ -343,13 +343,17 @@ static void test_checked_texts(void)
         "/* *\\\n/ out[thread_index() + 1000] = 1.0f; /* */",
         "/* *\\ \t\n/ out[thread_index() + 1000] = 1.0f; /* */",
         "const char *s = \"a\\\\\nb\"; out[thread_index() + 1000] = 1.0f; const char *t = \"\";",
+        /* Nor are these member names: `a-->x` is `a -- > x`, and a directive's last `.`
+         * is followed by the next line (both hid the subscript before). */
+        "int a = 0; out[0] = (float)(a-->out[thread_index() + 1000]);",
+        "#define D(s) s.\nout[thread_index() + 1000] = 1.0f;",
     };
     for (size_t i = 0; i < sizeof joined / sizeof *joined; i++) {
         CHECK_OK(checked_new(&k, joined[i], NULL, NULL));
         const char *cpu = k ? jb_custom_kernel_source(k, "cpu") : NULL;
         CHECK(cpu && strstr(cpu, "jb_at_1(thread_index() + 1000)") &&
                   !strstr(cpu, "out[thread_index() + 1000]"),
-              "joined text %zu: the subscript of out was not checked", i);
+              "text %zu: the subscript of out was not checked", i);
         jb_custom_kernel_free(k);
     }
     CHECK_OK(checked_new(&k, joined[1], NULL, NULL));
