@@ -167,6 +167,22 @@ void jb__strbuf_append(jb_strbuf *sb, const char *s);
 void jb__strbuf_appendf(jb_strbuf *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void jb__strbuf_free(jb_strbuf *sb);
 
+/* ---- SHA-256 (sha256.c, FIPS 180-4): bundle checksums and content keys ---- */
+#define JB_SHA256_BYTES 32
+typedef struct jb_sha256 {
+    uint32_t state[8];
+    uint64_t bytes;
+    unsigned char block[64];
+    size_t used;
+} jb_sha256;
+void jb__sha256_init(jb_sha256 *h);
+void jb__sha256_update(jb_sha256 *h, const void *data, size_t len);
+/* Writes the digest and wipes `h` (init it again to reuse it). */
+void jb__sha256_final(jb_sha256 *h, unsigned char out[JB_SHA256_BYTES]);
+void jb__sha256(const void *data, size_t len, unsigned char out[JB_SHA256_BYTES]);
+/* `n` bytes as 2n lowercase hex digits and a NUL into `out`. */
+void jb__hex(const unsigned char *bytes, size_t n, char *out);
+
 /* Defines `static T *NAME(void)`: the calling thread's T, made by CREATE() on its first call
  * (NULL when that fails) and passed to DESTROY(T *) when the thread exits, on that thread, after
  * NAME_tls (the thread's T, or NULL: for reads that must not make one) is cleared. */
