@@ -4,9 +4,8 @@
  * cannot be trusted turns it off, one that cannot be written stops new entries (those it has
  * are still served): each with one warning, never an error.
  *
- * - An entry's file name is a hash of the inputs only (format version, backend, full target,
- *   compiler identity and options, source), never of compiler output. The whole key is also
- *   stored in the entry and compared on read, so a hash collision is a miss.
+ * - An entry's file name is a hash of its content key (cache_key.c), never of compiler output.
+ *   The whole key is also stored in the entry and compared on read, so a collision is a miss.
  * - One file per entry: magic, format version, key length, payload length, checksum, key,
  *   payload. Written to the cache's own tmp/, fsynced, then renamed into place; no lock files
  *   (a killed process would leave one behind and hang every later run).
@@ -48,32 +47,6 @@ typedef struct entry_header {
 } entry_header;
 
 static atomic_uint_fast64_t counter_disk_hits, counter_disk_misses, counter_disk_rejected;
-
-/* ---- keys ---- */
-
-int jb__disk_key(jb_device *dev, const char *source, jb_disk_key *out)
-{
-    char identity[1024];
-    JB_FORWARD_IF_ERROR(dev->backend->compiler_identity(dev, identity, sizeof identity));
-    jb_strbuf sb = {0};
-    jb__strbuf_appendf(&sb, "jitbridge disk cache format %u\nbackend %s\ntarget %s\ncompiler %s\n",
-                       FORMAT_VERSION, dev->backend->name, dev->arch, identity);
-    jb__strbuf_append(&sb, "source\n");
-    jb__strbuf_append(&sb, source);
-    JB_RETURN_IF(sb.failed, JB_ERR_OUT_OF_MEMORY, "no memory for a disk cache key");
-    out->text = sb.data;
-    out->bytes = sb.len;
-    uint64_t a = jb__fnv1a64(sb.data, sb.len, JB_FNV_SEED);
-    uint64_t b = jb__fnv1a64(sb.data, sb.len, 0x84222325cbf29ce4ULL);
-    snprintf(out->file, sizeof out->file, "%016" PRIx64 "%016" PRIx64 JB_DISK_ENTRY_SUFFIX, a, b);
-    return JB_OK;
-}
-
-void jb__disk_key_free(jb_disk_key *key)
-{
-    free(key->text);
-    key->text = NULL;
-}
 
 static uint64_t entry_checksum(const void *key, size_t key_bytes, const void *payload,
                                size_t payload_bytes)

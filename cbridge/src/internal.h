@@ -291,6 +291,11 @@ int jb__child_run(jb_child *c);
  * default (or a day) with one warning per value. */
 uint64_t jb__child_timeout_ms(void);
 uint64_t jb__parse_timeout_ms(const char *text);
+/* Where a child named `name` is looked for, in order: `name` itself when it has a '/', else
+ * each entry of the PATH in `envp` (the child's environment) joined with it; each made absolute
+ * against the current folder. NULL-terminated; NULL on no memory. */
+char **jb__exec_candidates(const char *name, char *const *envp);
+void jb__exec_candidates_free(char **list);
 
 /* ---- backends ---- */
 typedef struct jb_backend jb_backend;
@@ -806,16 +811,45 @@ int jb__disk_open_for_maintenance(int *out, bool *ours);
 bool jb__trusted_folder_path(const char *path, const char *variable, char *resolved, size_t len,
                              char *why, size_t why_len);
 
-/* ---- the disk cache's entries (disk_cache.c) ---- */
+/* ---- content keys (cache_key.c) ---- */
 #define JB_DISK_ENTRY_SUFFIX ".jbc"
-#define JB_DISK_ENTRY_HEX 32 /* hex digits before the suffix: jb__disk_key's two hashes */
+#define JB_DISK_ENTRY_HEX 32 /* hex digits before the suffix: 128 bits of the key's SHA-256 */
+#define JB_KEY_MAGIC "jitbridge cache key"
+#define JB_KEY_FORMAT 2
 typedef struct jb_disk_key {
     char *text; /* every input of the compile, compared on read */
     size_t bytes;
-    char file[64]; /* hash of `text` + suffix */
+    char file[64];                          /* the first 128 bits of `digest`, hex, + suffix */
+    unsigned char digest[JB_SHA256_BYTES]; /* SHA-256 of `text` */
 } jb_disk_key;
-int jb__disk_key(jb_device *dev, const char *source, jb_disk_key *out);
+/* The key of module `module_name` (entry points `entry_names`) built from `source` on `dev`. */
+int jb__disk_key(jb_device *dev, const char *module_name, const char *const *entry_names,
+                 size_t num_entries, const char *source, jb_disk_key *out);
+/* Sets `digest` and `file` from `text`. */
+void jb__disk_key_name(jb_disk_key *key);
 void jb__disk_key_free(jb_disk_key *key);
+/* A key text's fields: pointers into `copy` (owned), each NUL-terminated. */
+typedef struct jb_key_fields {
+    char *copy;
+    long abi;
+    const char *backend, *target, *compiler, *module;
+    const char *entry_list; /* the entry names, one space between two */
+    size_t num_entries;
+    const char *source;
+    size_t source_bytes;
+} jb_key_fields;
+/* Parses a key text (of JB_KEY_FORMAT); JB_ERR_INVALID_ARGUMENT when it is not one. */
+int jb__key_fields_parse(const void *text, size_t bytes, jb_key_fields *out);
+void jb__key_fields_free(jb_key_fields *fields);
+/* The entry names as a NULL-terminated array; free it with jb__key_entries_free. */
+int jb__key_fields_entries(const jb_key_fields *fields, char ***out);
+void jb__key_entries_free(char **names);
+#ifdef JB_TEST_HOOKS
+/* Keys made from now on name library ABI `abi` instead of JB_ABI_VERSION. */
+void jb__test_set_key_abi(int abi);
+#endif
+
+/* ---- the disk cache's entries (disk_cache.c) ---- */
 /* True with the stored code when a valid entry exists; a missing or invalid one is a miss. */
 bool jb__disk_load(const jb_disk_key *key, jb_blob *out);
 /* The loaded code was accepted by the loader (a disk hit) or refused (counted; the compile that

@@ -248,8 +248,10 @@ int jb__module_build(jb_device *dev, const char *module_name, const char *source
                      size_t num_kernels, bool use_disk_cache, jb_module **out, bool *from_disk)
 {
     jb_disk_key key = {0};
+    /* Included files are not in the key: with include folders, no disk cache. */
     bool use_disk = use_disk_cache && !options->num_include_dirs && jb__disk_cache_usable() &&
-                    jb__disk_key(dev, source, &key) == JB_OK;
+                    jb__disk_key(dev, module_name, kernel_names, num_kernels, source, &key) ==
+                        JB_OK;
     if (use_disk)
         jb__event_build_content_key(key.file);
     jb_blob code = {0};
@@ -265,8 +267,11 @@ int jb__module_build(jb_device *dev, const char *module_name, const char *source
             *from_disk = true;
             return JB_OK;
         }
+        /* The loader refused it: evict, then compile afresh, once (a failure then is an error). */
+        jb__warn("the disk cache entry %s of module '%s' was refused by the loader (%s); removed, "
+                 "compiling it again", key.file, module_name, jb_last_error_message());
         jb__event_raise(JB_CACHE_EVENT_ENTRY_EVICTED, 0, status, jb_last_error_message());
-        jb__disk_reject(&key); /* the loader refused it: compile afresh, storing over it */
+        jb__disk_reject(&key);
     }
     int status;
     if (jb__build_failure_recall(dev, module_name, source, &status) ||

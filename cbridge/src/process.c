@@ -252,13 +252,6 @@ CHILD_CODE int intermediate_main(void *arg)
     return 0;
 }
 
-static void free_candidates(char **list)
-{
-    for (size_t i = 0; list && list[i]; i++)
-        free(list[i]);
-    free(list);
-}
-
 /* `dir`/`name` (`dir` may be empty: `name` alone), made absolute against `here` (the host's
  * current folder), since the program runs in a folder of its own. NULL: no memory. */
 static char *absolute_path(const char *here, const char *dir, size_t dir_len, const char *name)
@@ -272,7 +265,7 @@ static char *absolute_path(const char *here, const char *dir, size_t dir_len, co
 
 /* argv[0] as is when it names a path, else each directory of the child's own PATH joined with
  * it (the environment it is given: never the caller's, in a setuid host); each absolute. */
-static char **exec_candidates(const char *name, char *const *envp)
+char **jb__exec_candidates(const char *name, char *const *envp)
 {
     char here[4096];
     if (!getcwd(here, sizeof here))
@@ -299,7 +292,7 @@ static char **exec_candidates(const char *name, char *const *envp)
         size_t len = end ? (size_t)(end - p) : strlen(p);
         /* an empty entry means the current directory, as execvp says */
         if (!(list[count++] = absolute_path(here, p, len, name))) {
-            free_candidates(list);
+            jb__exec_candidates_free(list);
             return NULL;
         }
         if (!end)
@@ -307,6 +300,13 @@ static char **exec_candidates(const char *name, char *const *envp)
         p = end;
     }
     return list;
+}
+
+void jb__exec_candidates_free(char **list)
+{
+    for (size_t i = 0; list && list[i]; i++)
+        free(list[i]);
+    free(list);
 }
 
 /* Moves a descriptor to 3 or above, so that the program's dup3 onto 0-2 never clobbers it. */
@@ -338,7 +338,7 @@ int jb__child_run(jb_child *c)
     c->output_bytes = 0;
     JB_RETURN_IF(!c->argv[0], c->fail_status, "%s: the command is empty%s", c->what,
                  c->hint ? c->hint : "");
-    char **paths = exec_candidates(c->argv[0], c->envp);
+    char **paths = jb__exec_candidates(c->argv[0], c->envp);
     JB_RETURN_IF(!paths, JB_ERR_OUT_OF_MEMORY, "no memory to start %s", c->what);
     int fds[4] = {-1, -1, -1, -1}; /* /dev/null, output, report read end, report write end */
     int pipe_fds[2];
@@ -378,7 +378,7 @@ int jb__child_run(jb_child *c)
         ;
     if (stacks != MAP_FAILED)
         munmap(stacks, 2 * STACK_BYTES); /* only now: a child that runs on them has ended */
-    free_candidates(paths);
+    jb__exec_candidates_free(paths);
     if (fds[1] >= 0)
         c->output = output_text(fds[1], &c->output_bytes);
     for (int i = 0; i < 3; i++)

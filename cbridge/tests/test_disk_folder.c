@@ -308,7 +308,7 @@ static void transient_failures_evict_and_stop_nothing(const char *dir)
     jb_disk_key key = {0};
     jb_blob code = {.data = (unsigned char *)"compiled code", .size = 13}, loaded = {0};
     CHECK(jb__disk_cache_usable(), "state: %s", jb_disk_cache_state());
-    CHECK_OK(jb__disk_key(cpu(), "a source", &key));
+    CHECK_OK(jb__disk_key(cpu(), "folder_test", NULL, 0, "a source", &key));
     jb__disk_store(&key, &code);
     CHECK(exists(dir, key.file), "the entry was not stored");
 
@@ -323,7 +323,7 @@ static void transient_failures_evict_and_stop_nothing(const char *dir)
     free(loaded.data);
 
     jb_disk_key other = {0};
-    CHECK_OK(jb__disk_key(cpu(), "another source", &other));
+    CHECK_OK(jb__disk_key(cpu(), "folder_test", NULL, 0, "another source", &other));
     use_up_descriptors();
     jb__disk_store(&other, &code);
     give_back_descriptors();

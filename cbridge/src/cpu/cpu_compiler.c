@@ -284,10 +284,82 @@ int jb__cpu_compile(jb_device *dev, const char *module_name, const char *source,
 }
 
 static char compiler_version[256];
+static char compiler_identity[1024];
 static pthread_once_t version_once = PTHREAD_ONCE_INIT;
 
+/* SHA-256 of the file a child with environment `envp` would run for `name` (execvp's search: the
+ * first candidate that is an executable regular file); false when none can be read. */
+static bool hash_program(const char *name, char *const *envp,
+                         unsigned char digest[JB_SHA256_BYTES])
+{
+    char **paths = jb__exec_candidates(name, envp);
+    bool hashed = false;
+    for (size_t i = 0; paths && paths[i] && !hashed; i++) {
+        int fd = open(paths[i], O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+        struct stat st;
+        if (fd < 0)
+            continue;
+        if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 0111)) {
+            jb_sha256 h;
+            jb__sha256_init(&h);
+            unsigned char buf[65536];
+            ssize_t n;
+            while ((n = read(fd, buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR))
+                if (n > 0)
+                    jb__sha256_update(&h, buf, (size_t)n);
+            jb__sha256_final(&h, digest);
+            hashed = n == 0;
+        }
+        close(fd);
+    }
+    jb__exec_candidates_free(paths);
+    return hashed;
+}
+
+/* Whether `word` is the last part of one of $CC's words: how the compiler named itself. */
+static bool is_compiler_name(const char *word, size_t len)
+{
+    for (size_t i = 0; i < compiler_argc; i++) {
+        const char *slash = strrchr(compiler_argv[i], '/');
+        const char *base = slash ? slash + 1 : compiler_argv[i];
+        if (strlen(base) == len && memcmp(base, word, len) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* The compiler as content, never as a path: its version line without the name it was called by
+ * (gcc prints "cc (Debian 12.2.0) 12.2.0" when run as cc), each program word of $CC ("ccache
+ * gcc": both) as a hash of its file, each option word as it is. So CC=gcc, CC=/usr/bin/gcc and
+ * a link to it are one compiler; a cross compiler of the same version is another. */
+static void find_compiler_identity(char *const *envp)
+{
+    const char *version = compiler_version;
+    size_t first = strcspn(version, " ");
+    if (version[first] == ' ' && is_compiler_name(version, first))
+        version += first + 1;
+    size_t used = (size_t)snprintf(compiler_identity, sizeof compiler_identity, "%s; run as",
+                                   version);
+    for (size_t i = 0; i < compiler_argc && used < sizeof compiler_identity; i++) {
+        unsigned char digest[JB_SHA256_BYTES];
+        char hex[2 * JB_SHA256_BYTES + 1];
+        const char *word = compiler_argv[i];
+        if (word[0] != '-' && hash_program(word, envp, digest)) {
+            jb__hex(digest, sizeof digest, hex);
+            word = hex;
+        }
+        used += (size_t)snprintf(compiler_identity + used, sizeof compiler_identity - used,
+                                 " %s%s", word == hex ? "sha256:" : "", word);
+    }
+    for (size_t i = 0; i < NUM_FLAGS && used < sizeof compiler_identity; i++)
+        used += (size_t)snprintf(compiler_identity + used, sizeof compiler_identity - used,
+                                 "%s %s", i ? "" : "; flags", compile_flags[i]);
+    if (used >= sizeof compiler_identity)
+        compiler_identity[0] = '\0'; /* cut short, it could name two compilers alike: none */
+}
+
 /* The first line of `$CC --version`, asked once per process, under the timeout; stays empty
- * when the answer is not a clean one. */
+ * when the answer is not a clean one. Then the identity made of it. */
 static void find_compiler_version(void)
 {
     char *extra[] = {"--version", NULL}, **argv;
@@ -320,7 +392,9 @@ static void find_compiler_version(void)
         jb__fail(JB_ERR_COMPILE, "'%s --version' gave no version (%s %d)", compiler_line,
                  WIFEXITED(c.wait_status) ? "exit status" : "signal",
                  WIFEXITED(c.wait_status) ? WEXITSTATUS(c.wait_status) : WTERMSIG(c.wait_status));
-    if (!compiler_version[0])
+    if (compiler_version[0])
+        find_compiler_identity(envp);
+    if (!compiler_identity[0])
         jb__warn("the compiler's version is unknown, so compiled code is not kept on disk: %s",
                  jb_last_error_message());
     free(c.output);
@@ -333,11 +407,9 @@ int jb__cpu_compiler_identity(jb_device *dev, char *out, size_t len)
     (void)dev;
     pthread_once(&version_once, find_compiler_version);
     /* Without a version two compilers could share a key: no disk cache rather than a wrong hit. */
-    JB_RETURN_IF(!compiler_version[0], JB_ERR_COMPILE, "the version of '%s' is unknown",
+    JB_RETURN_IF(!compiler_identity[0], JB_ERR_COMPILE, "the version of '%s' is unknown",
                  compiler_line);
-    size_t used = (size_t)snprintf(out, len, "%s (%s); flags", compiler_line, compiler_version);
-    for (size_t i = 0; i < NUM_FLAGS && used < len; i++)
-        used += (size_t)snprintf(out + used, len - used, " %s", compile_flags[i]);
+    snprintf(out, len, "%s", compiler_identity);
     return JB_OK;
 }
 
