@@ -426,8 +426,8 @@ static void refused_reattach_warns_outside_the_lock(const char *dir)
     jb_disk_key key = {0}, other = {0};
     jb_blob code = {.data = (unsigned char *)"compiled code", .size = 13};
     CHECK(jb__disk_cache_usable(), "state: %s", jb_disk_cache_state());
-    CHECK_OK(jb__disk_key(cpu(), "a source", &key));
-    CHECK_OK(jb__disk_key(cpu(), "another source", &other));
+    CHECK_OK(jb__disk_key(cpu(), "folder_test", NULL, 0, "a source", &key));
+    CHECK_OK(jb__disk_key(cpu(), "folder_test", NULL, 0, "another source", &other));
     jb__disk_store(&key, &code);
     char command[600];
     snprintf(command, sizeof command, "rm -rf '%s' && chmod 777 '%s'", dir, base);
