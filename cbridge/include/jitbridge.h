@@ -994,6 +994,26 @@ typedef enum jb_seal_mode {
 JB_API jb_status jb_seal(jb_seal_mode mode);
 JB_API jb_seal_mode jb_seal_mode_get(void);
 
+/*
+ * Keys. A disk cache entry (and a bundle's) is found by a key made of content only: the key
+ * format, the library's ABI, the backend, the device's architecture, the compiler's identity
+ * (its version and a hash of its program file, never the path it was named by: CC=gcc,
+ * CC=/usr/bin/gcc and a link to it share entries), the module name, its entry points and the
+ * source. Another compiler, option, define, dtype or architecture is another key; another cache
+ * folder path or working directory is the same one. Stored code the loader refuses is removed
+ * and compiled again, once, with a warning.
+ *
+ * Manifests. With JITBRIDGE_MANIFEST=FILE, a process appends to FILE one line for each kernel
+ * it builds or loads (once per kernel and process): a regular file of ours that others may not
+ * write (else one warning and no manifest), opened once, each line one write on an O_APPEND
+ * handle, so that several processes may share it. A line is at most 16384 bytes; its fields,
+ * separated by TABs: "jbm1", the key (64 lowercase hex digits: the SHA-256 of the key text; its
+ * first 32 name the disk cache entry <those 32>.jbc), the backend, the device's architecture,
+ * the module name, the entry names separated by commas, and how the process got it ("compiled",
+ * "disk", "bundle" or "prewarm"). Readers skip lines of another first field and lines starting
+ * with '#', ignore fields past the seventh, and deduplicate by key.
+ */
+
 #ifdef __cplusplus
 }
 #endif

@@ -849,6 +849,33 @@ void jb__key_entries_free(char **names);
 void jb__test_set_key_abi(int abi);
 #endif
 
+/* ---- manifests (manifest.c): the kernels a process built or loaded, one line each ---- */
+#define JB_MANIFEST_TAG "jbm1"
+/* Bytes in a line, the newline included: every line the library writes fits (64 entry names of
+ * 128 characters); readers may rely on it. */
+#define JB_MANIFEST_LINE_MAX 16384
+/* Whether JITBRIDGE_MANIFEST names a manifest this process writes (opened at the first call). */
+bool jb__manifest_on(void);
+/* Appends the module's line, once per key and process; `how` is "compiled", "disk", "bundle"
+ * or "prewarm". Under the module cache's write lock (as builds are). */
+void jb__manifest_record(const jb_device *dev, const jb_disk_key *key, const char *module_name,
+                         const char *const *entry_names, size_t num_entries, const char *how);
+/* One manifest line's fields: pointers into the line, which parsing changed. */
+typedef struct jb_manifest_line {
+    unsigned char digest[JB_SHA256_BYTES]; /* the key's SHA-256 */
+    const char *backend, *target, *module;
+    const char *entries; /* entry names, separated by commas */
+    const char *how;
+} jb_manifest_line;
+/* Parses one line (TABs and the newline become NULs); false when it is not a jbm1 line. */
+bool jb__manifest_parse_line(char *line, jb_manifest_line *out);
+/* Calls fn for each jbm1 line of the manifest at `path` (others are skipped) until it returns
+ * non-zero, which is returned. */
+typedef int (*jb_manifest_fn)(void *ctx, const jb_manifest_line *line);
+int jb__manifest_read(const char *path, jb_manifest_fn fn, void *ctx);
+/* 64 hex digits (lowercase) and nothing after them into a digest; false otherwise. */
+bool jb__hex_digest(const char *hex, unsigned char digest[JB_SHA256_BYTES]);
+
 /* ---- the disk cache's entries (disk_cache.c) ---- */
 /* True with the stored code when a valid entry exists; a missing or invalid one is a miss. */
 bool jb__disk_load(const jb_disk_key *key, jb_blob *out);

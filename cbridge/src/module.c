@@ -240,49 +240,47 @@ static bool save_source(jb_device *dev, const char *module_name, const char *sou
     return written;
 }
 
-/* Builds a module from `source`: from the disk cache when a valid entry loads (an entry the
- * loader refuses is evicted), else with the compiler, whose code is then stored for the next
- * process. Runs under the module cache's write lock; any producer of kernels may use it. */
-int jb__module_build(jb_device *dev, const char *module_name, const char *source,
-                     const jb_compile_options *options, const char *const *kernel_names,
-                     size_t num_kernels, bool use_disk_cache, jb_module **out, bool *from_disk)
+/* A module from the disk cache entry of `key`: true when one loaded. An entry the loader refuses
+ * is reported and evicted, so that the compile that follows replaces it. */
+static bool load_from_disk(jb_device *dev, const jb_disk_key *key, const char *module_name,
+                           const char *source, const char *const *kernel_names,
+                           size_t num_kernels, jb_module **out)
 {
-    jb_disk_key key = {0};
-    /* Included files are not in the key: with include folders, no disk cache. */
-    bool use_disk = use_disk_cache && !options->num_include_dirs && jb__disk_cache_usable() &&
-                    jb__disk_key(dev, module_name, kernel_names, num_kernels, source, &key) ==
-                        JB_OK;
-    if (use_disk)
-        jb__event_build_content_key(key.file);
     jb_blob code = {0};
     uint64_t start = jb__now_ns();
-    if (use_disk && jb__disk_load(&key, &code)) {
-        int status = jb__module_create(dev, &code, source, kernel_names, num_kernels, out);
-        free(code.data);
-        code.data = NULL;
-        if (status == JB_OK) {
-            jb__disk_accept();
-            jb__event_raise(JB_CACHE_EVENT_DISK_HIT, jb__now_ns() - start, JB_OK, NULL);
-            jb__disk_key_free(&key);
-            *from_disk = true;
-            return JB_OK;
-        }
-        /* The loader refused it: evict, then compile afresh, once (a failure then is an error). */
-        jb__warn("the disk cache entry %s of module '%s' was refused by the loader (%s); removed, "
-                 "compiling it again", key.file, module_name, jb_last_error_message());
-        jb__event_raise(JB_CACHE_EVENT_ENTRY_EVICTED, 0, status, jb_last_error_message());
-        jb__disk_reject(&key);
+    if (!jb__disk_load(key, &code))
+        return false;
+    int status = jb__module_create(dev, &code, source, kernel_names, num_kernels, out);
+    free(code.data);
+    if (status == JB_OK) {
+        jb__disk_accept();
+        jb__event_raise(JB_CACHE_EVENT_DISK_HIT, jb__now_ns() - start, JB_OK, NULL);
+        return true;
     }
+    /* Compiled afresh next, once: a failure then is an error. */
+    jb__warn("the disk cache entry %s of module '%s' was refused by the loader (%s); removed, "
+             "compiling it again",
+             key->file, module_name, jb_last_error_message());
+    jb__event_raise(JB_CACHE_EVENT_ENTRY_EVICTED, 0, status, jb_last_error_message());
+    jb__disk_reject(key);
+    return false;
+}
+
+/* Compiles and loads `source` (unless it failed before, or the process is sealed); stores the
+ * code under `key` unless it is NULL. */
+static int compile_and_store(jb_device *dev, const char *module_name, const char *source,
+                             const jb_compile_options *options, const char *const *kernel_names,
+                             size_t num_kernels, const jb_disk_key *key, jb_module **out)
+{
     int status;
     if (jb__build_failure_recall(dev, module_name, source, &status) ||
-        (status = jb__seal_check(dev, module_name, true)) != JB_OK) {
-        jb__disk_key_free(&key);
+        (status = jb__seal_check(dev, module_name, true)) != JB_OK)
         return status;
-    }
     char saved[4096];
     bool is_saved = save_source(dev, module_name, source, saved, sizeof saved);
+    jb_blob code = {0};
     jb__event_raise(JB_CACHE_EVENT_BUILD_START, 0, JB_OK, NULL);
-    uint64_t build_start = start = jb__now_ns();
+    uint64_t build_start = jb__now_ns(), start = build_start;
     jb__build_failure_start();
     status = dev->backend->compile(dev, module_name, source, options, &code);
     jb__build_steps.compile_ns = jb__now_ns() - start;
@@ -298,10 +296,39 @@ int jb__module_build(jb_device *dev, const char *module_name, const char *source
     start = jb__now_ns();
     jb__event_raise(status == JB_OK ? JB_CACHE_EVENT_BUILD_END : JB_CACHE_EVENT_BUILD_FAIL,
                     start - build_start, status, status == JB_OK ? NULL : jb_last_error_message());
-    if (status == JB_OK && use_disk && jb__disk_store(&key, &code))
+    if (status == JB_OK && key && jb__disk_store(key, &code))
         jb__event_raise(JB_CACHE_EVENT_DISK_STORE, jb__now_ns() - start, JB_OK, NULL);
     jb__build_steps.disk_store_ns = jb__now_ns() - start;
     free(code.data);
+    return status;
+}
+
+/* Builds a module from `source`: from the disk cache when a valid entry loads, else with the
+ * compiler, whose code is then stored for the next process; a manifest, when one is written,
+ * gets its line. Runs under the module cache's write lock; any producer of kernels may use it. */
+int jb__module_build(jb_device *dev, const char *module_name, const char *source,
+                     const jb_compile_options *options, const char *const *kernel_names,
+                     size_t num_kernels, bool use_disk_cache, jb_module **out, bool *from_disk)
+{
+    jb_disk_key key = {0};
+    /* Included files are not in the key: with include folders, no key (no disk, no manifest). */
+    use_disk_cache = use_disk_cache && !options->num_include_dirs;
+    bool use_disk = use_disk_cache && jb__disk_cache_usable();
+    bool keyed = use_disk_cache && (use_disk || jb__manifest_on()) &&
+                 jb__disk_key(dev, module_name, kernel_names, num_kernels, source, &key) == JB_OK;
+    use_disk = use_disk && keyed;
+    if (keyed)
+        jb__event_build_content_key(key.file);
+    const char *how = "compiled";
+    int status = JB_OK;
+    if (use_disk && load_from_disk(dev, &key, module_name, source, kernel_names, num_kernels, out))
+        how = "disk";
+    else
+        status = compile_and_store(dev, module_name, source, options, kernel_names, num_kernels,
+                                   use_disk ? &key : NULL, out);
+    *from_disk = strcmp(how, "compiled") != 0;
+    if (status == JB_OK && keyed)
+        jb__manifest_record(dev, &key, module_name, kernel_names, num_kernels, how);
     jb__disk_key_free(&key);
     return status;
 }

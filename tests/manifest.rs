@@ -1,0 +1,218 @@
+//! JITBRIDGE_MANIFEST=FILE: every process appends one line per kernel it built or loaded. Each
+//! test re-runs this test binary as a child (the `child_entry` test, inert unless
+//! JB_MANIFEST_TEST_CHILD is set) with its own cache folder and manifest.
+
+mod common;
+
+use jitbridge::{Array, Counters, CustomKernel, DType, Device, KernelSpec, LaunchShape};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+const CHILD: &str = "JB_MANIFEST_TEST_CHILD";
+
+fn salted_kernel(salt: u32) -> CustomKernel {
+    let body = format!("out[thread_index()] = inp[thread_index()] * 5.0f + {salt}.0f;");
+    CustomKernel::new(&KernelSpec {
+        name: "manifested",
+        inputs: &[("inp", DType::F32)],
+        outputs: &[("out", DType::F32)],
+        body: &body,
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+/// In the child: launch each salt of the comma-separated list, then print the counters.
+#[test]
+fn child_entry() {
+    let Ok(salts) = std::env::var(CHILD) else { return };
+    let input = Array::arange(Device::cpu().unwrap(), 32, DType::F32).unwrap();
+    let mut exact = true;
+    for salt in salts.split(',').filter(|s| !s.is_empty()).map(|s| s.parse::<u32>().unwrap()) {
+        // SAFETY: 32 threads, each its own element of two 32-element arrays.
+        let out = unsafe {
+            salted_kernel(salt).launch_unchecked(&[&input], &[&[32]], LaunchShape::Threads(32))
+        };
+        let values = out.unwrap()[0].to_vec::<f32>().unwrap();
+        exact &= values.iter().enumerate().all(|(i, &v)| v == i as f32 * 5.0 + salt as f32);
+    }
+    let c = Counters::read();
+    println!("RESULT builds={} disk_hits={} exact={exact}", c.builds, c.disk_hits);
+}
+
+fn child(cache: &Path, manifest: &Path, salts: &str) -> Command {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
+        .env(CHILD, salts)
+        .env("JITBRIDGE_CACHE_DIR", cache)
+        .env("JITBRIDGE_MANIFEST", manifest)
+        .env_remove("JITBRIDGE_DISK_CACHE")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// The child's (builds, disk hits) and its stderr; it must have succeeded with exact outputs.
+fn finished(output: Output) -> ((u64, u64), String) {
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "child failed: {stdout}\n{stderr}");
+    let line = stdout.lines().find_map(|l| l.find("RESULT ").map(|at| &l[at..])).unwrap();
+    assert!(line.ends_with("exact=true"), "{line}");
+    let number = |name: &str| -> u64 {
+        let field = line.split_whitespace().find_map(|kv| kv.strip_prefix(name)).unwrap();
+        field.parse().unwrap()
+    };
+    ((number("builds="), number("disk_hits=")), stderr)
+}
+
+fn run(cache: &Path, manifest: &Path, salts: &str) -> ((u64, u64), String) {
+    finished(common::finish(child(cache, manifest, salts), Duration::from_secs(120)))
+}
+
+fn is_root() -> bool {
+    unsafe extern "C" {
+        fn geteuid() -> u32;
+    }
+    // SAFETY: geteuid has no preconditions.
+    unsafe { geteuid() == 0 }
+}
+
+fn fresh(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("jb-manifest-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// One parsed line: (key, backend, target, module, entries, how).
+#[derive(Debug, Clone, PartialEq)]
+struct Line {
+    key: String,
+    backend: String,
+    target: String,
+    module: String,
+    entries: String,
+    how: String,
+}
+
+/// Every line of the manifest, each checked to be a whole, well-formed jbm1 line.
+fn lines(manifest: &Path) -> Vec<Line> {
+    let text = std::fs::read_to_string(manifest).unwrap();
+    assert!(text.is_empty() || text.ends_with('\n'), "the last line is cut: {text:?}");
+    text.lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split('\t').collect();
+            assert_eq!(f.len(), 7, "not 7 fields: {l:?}");
+            assert_eq!(f[0], "jbm1", "{l:?}");
+            assert!(f[1].len() == 64 && f[1].bytes().all(|b| b.is_ascii_hexdigit()), "{l:?}");
+            assert!(!f[1].bytes().any(|b| b.is_ascii_uppercase()), "{l:?}");
+            Line {
+                key: f[1].into(),
+                backend: f[2].into(),
+                target: f[3].into(),
+                module: f[4].into(),
+                entries: f[5].into(),
+                how: f[6].into(),
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn each_kernel_gets_one_line_per_process_naming_its_entry() {
+    let dir = fresh("lines");
+    let (cache, manifest) = (dir.join("cache"), dir.join("kernels.manifest"));
+    assert_eq!(run(&cache, &manifest, "1,2,1").0, (2, 0));
+    let first = lines(&manifest);
+    assert_eq!(first.len(), 2, "{first:?}");
+    for line in &first {
+        assert_eq!((line.backend.as_str(), line.how.as_str()), ("cpu", "compiled"));
+        assert_eq!(line.target, Device::cpu().unwrap().arch());
+        assert!(line.module.starts_with("manifested_"), "{line:?}");
+        assert_eq!(line.entries, "manifested");
+        // The key names the disk cache entry: its first 32 hex digits.
+        assert!(cache.join(format!("{}.jbc", &line.key[..32])).is_file(), "{line:?}");
+    }
+    assert_ne!(first[0].key, first[1].key);
+    assert_eq!(run(&cache, &manifest, "2,3,1").0, (1, 2));
+    let all = lines(&manifest);
+    assert_eq!(all.len(), 5, "{all:?}");
+    let how: Vec<&str> = all[2..].iter().map(|l| l.how.as_str()).collect();
+    assert_eq!(how, ["disk", "compiled", "disk"]);
+    // One kernel, one key, whichever process wrote it.
+    assert_eq!(all[2].key, first[1].key);
+    assert_eq!(all[4].key, first[0].key);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Eight processes append at once: every line whole, none lost.
+#[test]
+fn processes_appending_together_write_whole_lines() {
+    let dir = fresh("together");
+    let (cache, manifest) = (dir.join("cache"), dir.join("kernels.manifest"));
+    let salts: Vec<String> = (100..124).map(|s| s.to_string()).collect();
+    let salts = salts.join(",");
+    assert_eq!(run(&cache, &manifest, &salts).0, (24, 0));
+    let children: Vec<_> = (0..8)
+        .map(|_| {
+            let mut cmd = child(&cache, &manifest, &salts);
+            cmd.stdin(Stdio::null()).spawn().unwrap()
+        })
+        .collect();
+    for c in children {
+        assert_eq!(finished(c.wait_with_output().unwrap()).0, (0, 24));
+    }
+    let all = lines(&manifest);
+    assert_eq!(all.len(), 24 * 9);
+    let mut per_key: HashMap<String, usize> = HashMap::new();
+    for line in &all {
+        *per_key.entry(line.key.clone()).or_default() += 1;
+    }
+    assert_eq!(per_key.len(), 24);
+    assert!(per_key.values().all(|&n| n == 9), "{per_key:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Writes nothing where it must not: a link, a FIFO (without blocking), a file others may
+/// write, another user's file. Each is one warning; the kernels still run.
+#[test]
+fn a_manifest_that_is_not_a_file_of_ours_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = fresh("refused");
+    let cache = dir.join("cache");
+    let target = dir.join("target");
+    std::fs::write(&target, b"").unwrap();
+    let link = dir.join("link.manifest");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let fifo = dir.join("fifo.manifest");
+    let c_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    unsafe extern "C" {
+        fn mkfifo(path: *const std::ffi::c_char, mode: u32) -> i32;
+    }
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { mkfifo(c_path.as_ptr(), 0o600) }, 0);
+    let open = dir.join("open.manifest");
+    std::fs::write(&open, b"").unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let mut cases = vec![(link, "link"), (fifo, "fifo"), (open.clone(), "group or others")];
+    let theirs = dir.join("theirs.manifest");
+    if is_root() {
+        std::fs::write(&theirs, b"").unwrap();
+        std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+        cases.push((theirs.clone(), "another user"));
+    }
+    for (path, what) in &cases {
+        let (_, stderr) = run(&cache, path, "7");
+        assert!(stderr.contains("JITBRIDGE_MANIFEST"), "{what}: no warning: {stderr}");
+        assert_eq!(stderr.matches("warning").count(), 1, "{what}: {stderr}");
+    }
+    assert_eq!(std::fs::read(&target).unwrap(), b"", "written through the link");
+    assert_eq!(std::fs::read(&open).unwrap(), b"", "written to a file others may write");
+    if is_root() {
+        assert_eq!(std::fs::read(&theirs).unwrap(), b"", "written to another user's file");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
