@@ -49,6 +49,11 @@ pub struct Counters {
     pub sealed_refusals: u64,
     /// Compiles a process sealed to warn warned about, then ran.
     pub sealed_warnings: u64,
+    /// Builds served from a bundle: the compiler was skipped.
+    pub bundle_hits: u64,
+    /// Bundle entries that failed their checks or that the loader refused: skipped for the
+    /// rest of the process.
+    pub bundle_rejected: u64,
 }
 
 impl Counters {
@@ -105,6 +110,8 @@ impl Counters {
             build_max_ns: self.build_max_ns,
             sealed_refusals: self.sealed_refusals - earlier.sealed_refusals,
             sealed_warnings: self.sealed_warnings - earlier.sealed_warnings,
+            bundle_hits: self.bundle_hits - earlier.bundle_hits,
+            bundle_rejected: self.bundle_rejected - earlier.bundle_rejected,
         }
     }
 }

@@ -17,12 +17,23 @@
 //! it marks). Any other folder (`$HOME`, `.`) is shared: entries are stored and served there,
 //! but nothing is swept or removed, and [`prune`] and [`check`] with `fix` refuse it.
 //!
-//! The functions here never create the folder, and they apply the same trust rules: on a
-//! folder the library refuses they fail with a message that names it and the fix.
+//! The functions here never create the folder (but [`import`]), and they apply the same trust
+//! rules: on a folder the library refuses they fail with a message that names it and the fix.
+//!
+//! Keys are made of content only (the library ABI, the backend, the device's architecture, the
+//! compiler's version and a hash of its program file, the module and the source), never of a
+//! path: a cache folder copied elsewhere, or the same compiler by another name, still hits.
+//!
+//! A bundle holds many entries in one file: [`export`] writes one, [`import`] copies one into
+//! the cache folder, and [`add_bundle`] (or `JITBRIDGE_CACHE_BUNDLE=FILE[:FILE...]`) uses one in
+//! place as a read-only tier behind the cache folder. Bundles are trusted as the folder is (ours
+//! or root's, writable by no one else, under folders no one else may change), and every entry
+//! is checked (SHA-256) before it is loaded; a bad one is skipped with one warning.
 
-use crate::error::{Error, c_str, check as check_status};
+use crate::error::{Error, ErrorCode, c_str, check as check_status};
 use crate::ffi;
-use std::ffi::{c_char, c_void};
+use std::ffi::{CString, c_char, c_void};
+use std::path::Path;
 
 /// The folder ("" when none could be chosen).
 pub fn dir() -> String {
@@ -117,4 +128,45 @@ pub fn check(fix: bool) -> Result<CheckReport, Error> {
         )
     })?;
     Ok(report)
+}
+
+fn c_path(path: &Path) -> Result<CString, Error> {
+    use std::os::unix::ffi::OsStrExt;
+    CString::new(path.as_os_str().as_bytes()).map_err(|_| {
+        Error::new(ErrorCode::InvalidArgument, format!("{} contains a NUL byte", path.display()))
+    })
+}
+
+/// Writes the cache folder's entries (or only those `manifest` names) into a new bundle at
+/// `path`, which replaces what was there once it is whole. Returns (entries written, entries
+/// skipped: bad, of another key format, or named by the manifest but not in the cache).
+pub fn export(path: &Path, manifest: Option<&Path>) -> Result<(u64, u64), Error> {
+    let path = c_path(path)?;
+    let manifest = manifest.map(c_path).transpose()?;
+    let (mut exported, mut skipped) = (0, 0);
+    let manifest_ptr = manifest.as_ref().map_or(std::ptr::null(), |m| m.as_ptr());
+    // SAFETY: valid out pointers and NUL-terminated strings (or NULL) that outlive the call.
+    check_status(unsafe {
+        ffi::jb_disk_cache_export(&mut exported, &mut skipped, path.as_ptr(), manifest_ptr)
+    })?;
+    Ok((exported, skipped))
+}
+
+/// Checks every entry of the bundle at `path` and stores the good ones in the cache folder
+/// (created if needed). Returns (entries imported, bad entries skipped).
+pub fn import(path: &Path) -> Result<(u64, u64), Error> {
+    let path = c_path(path)?;
+    let (mut imported, mut skipped) = (0, 0);
+    // SAFETY: valid out pointers and a NUL-terminated path that outlives the call.
+    check_status(unsafe { ffi::jb_disk_cache_import(&mut imported, &mut skipped, path.as_ptr()) })?;
+    Ok((imported, skipped))
+}
+
+/// Uses the bundle at `path` in place as a read-only tier behind the cache folder, for the rest
+/// of the process. An error when the bundle is refused (untrusted, malformed, of another key
+/// format) or 64 are in use already.
+pub fn add_bundle(path: &Path) -> Result<(), Error> {
+    let path = c_path(path)?;
+    // SAFETY: a NUL-terminated path that outlives the call.
+    check_status(unsafe { ffi::jb_disk_cache_add_bundle(path.as_ptr()) })
 }

@@ -493,6 +493,19 @@ unsafe extern "C" {
         user_data: *mut c_void,
     ) -> c_int;
 
+    pub fn jb_disk_cache_export(
+        exported: *mut u64,
+        skipped: *mut u64,
+        path: *const c_char,
+        manifest: *const c_char,
+    ) -> c_int;
+    pub fn jb_disk_cache_import(
+        imported: *mut u64,
+        skipped: *mut u64,
+        path: *const c_char,
+    ) -> c_int;
+    pub fn jb_disk_cache_add_bundle(path: *const c_char) -> c_int;
+
     pub fn jb_counters_get(out: *mut jb_counters, out_size: usize) -> c_int;
     pub fn jb_counters_reset();
     pub fn jb_forget_build_failures() -> c_int;

@@ -823,6 +823,10 @@ typedef struct jb_counters {
     uint64_t build_max_ns;    /* the longest single build (the same builds as build_ns) */
     uint64_t sealed_refusals; /* compiles refused with JB_ERR_SEALED (not build failures) */
     uint64_t sealed_warnings; /* compiles a sealed process warned about, then ran */
+    /* Bundles (read-only tiers behind the disk cache): */
+    uint64_t bundle_hits;     /* builds served from a bundle, compiler skipped */
+    uint64_t bundle_rejected; /* bundle entries that failed their checks or that the loader
+                               * refused: skipped for the rest of the process */
 } jb_counters;
 
 /*
@@ -993,6 +997,32 @@ typedef enum jb_seal_mode {
 } jb_seal_mode;
 JB_API jb_status jb_seal(jb_seal_mode mode);
 JB_API jb_seal_mode jb_seal_mode_get(void);
+
+/*
+ * Bundles: many entries in one file, to start a new replica with the code its fleet compiled.
+ * A bundle is trusted as the cache folder is (a regular file owned by us or by root, writable by
+ * no one else, under folders only we or root may change, or sticky ones); it is opened once
+ * and read through that handle, and each entry is checked (SHA-256 of its key and of its key
+ * and payload, the whole key compared) in memory before use. A bad entry, or one the loader
+ * refuses, is skipped for the rest of the process with one warning, never loaded.
+ */
+/* Writes the cache folder's entries, or only those the manifest at `manifest` names (NULL: all),
+ * into a new bundle at `path`, replaced whole once written (mode 0600, as entries are: chmod
+ * it to share it). Entries
+ * that fail their checks, are of another key format or that the manifest names but the cache
+ * lacks are left out and counted in *skipped. */
+JB_API jb_status jb_disk_cache_export(uint64_t *exported, uint64_t *skipped, const char *path,
+                                      const char *manifest);
+/* Checks every entry of the bundle at `path` and stores each good one in the cache folder
+ * (created if needed); bad ones are counted in *skipped, each with a warning. An error when the
+ * bundle is refused or the cache folder cannot take the entries. */
+JB_API jb_status jb_disk_cache_import(uint64_t *imported, uint64_t *skipped, const char *path);
+/* Adds the bundle at `path` as a read-only tier: a module not in memory nor in the cache folder
+ * is loaded from the first bundle that holds its key, before any compile, and nothing is
+ * copied. JITBRIDGE_CACHE_BUNDLE=FILE[:FILE...] adds bundles the same way at the first build
+ * (one that cannot be used is a warning). At most 64; the same file twice is added once. An
+ * error when the bundle is refused (untrusted, malformed, of another key format). */
+JB_API jb_status jb_disk_cache_add_bundle(const char *path);
 
 /*
  * Keys. A disk cache entry (and a bundle's) is found by a key made of content only: the key

@@ -134,6 +134,13 @@ size_t jb__disk_entry_check(const unsigned char *data, size_t size, const jb_dis
     return payload_at;
 }
 
+const unsigned char *jb__disk_entry_key(const unsigned char *data, size_t payload_at,
+                                        size_t *key_bytes)
+{
+    *key_bytes = payload_at - sizeof(entry_header);
+    return data + sizeof(entry_header);
+}
+
 unsigned char *jb__disk_read_entry(int fd, const struct stat *st, size_t *out_size)
 {
     size_t size = (size_t)st->st_size;

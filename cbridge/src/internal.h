@@ -876,6 +876,50 @@ int jb__manifest_read(const char *path, jb_manifest_fn fn, void *ctx);
 /* 64 hex digits (lowercase) and nothing after them into a digest; false otherwise. */
 bool jb__hex_digest(const char *hex, unsigned char digest[JB_SHA256_BYTES]);
 
+/* ---- bundles (bundle.c reads and imports them, bundle_export.c writes them) ---- */
+#define JB_BUNDLE_MAGIC "JBBUNDLE"
+#define JB_BUNDLE_FORMAT 1
+#define JB_BUNDLE_HEADER_BYTES 128
+#define JB_BUNDLE_INDEX_BYTES 96
+typedef struct jb_bundle jb_bundle;
+typedef struct jb_bundle_header {
+    uint64_t count, fingerprints_offset, fingerprints_bytes, index_offset, index_bytes,
+        file_bytes;
+    unsigned char tables_digest[JB_SHA256_BYTES]; /* of the fingerprints, then the index */
+} jb_bundle_header;
+typedef struct jb_bundle_entry {
+    unsigned char digest[JB_SHA256_BYTES];   /* of the key text */
+    unsigned char checksum[JB_SHA256_BYTES]; /* of the key text, then the payload */
+    uint64_t offset, key_bytes, payload_bytes;
+} jb_bundle_entry;
+void jb__bundle_header_encode(unsigned char out[JB_BUNDLE_HEADER_BYTES],
+                              const jb_bundle_header *h);
+void jb__bundle_index_encode(unsigned char out[JB_BUNDLE_INDEX_BYTES], const jb_bundle_entry *e);
+/* Opens a bundle under the trust rules and checks its header and index (`variable` names what
+ * chose the path, for the message); the error says what was refused. */
+int jb__bundle_open(const char *path, const char *variable, jb_bundle **out);
+void jb__bundle_free(jb_bundle *b);
+size_t jb__bundle_count(const jb_bundle *b);
+const jb_bundle_entry *jb__bundle_entry(const jb_bundle *b, size_t i);
+const char *jb__bundle_fingerprints(const jb_bundle *b);
+/* Entry i's key text and payload, read and checked (both hashes); a bad one is marked, warned
+ * about once, and an error. The caller frees *out. */
+int jb__bundle_read_entry(jb_bundle *b, size_t i, unsigned char **out);
+/* Whether bundles serve as read-only tiers (JITBRIDGE_CACHE_BUNDLE is read at the first call). */
+bool jb__bundles_present(void);
+/* Where a tier's payload came from, to reject it if the loader refuses it. */
+typedef struct jb_bundle_ref {
+    jb_bundle *bundle;
+    size_t entry;
+} jb_bundle_ref;
+/* True with the payload of the first tier holding `key` (checked); the caller frees out->data. */
+bool jb__bundle_load(const jb_disk_key *key, jb_blob *out, jb_bundle_ref *ref);
+/* The loaded payload was accepted (a bundle hit) or refused by the loader (skipped from now). */
+void jb__bundle_accept(void);
+void jb__bundle_reject(const jb_bundle_ref *ref, const char *why);
+void jb__bundle_counters(uint64_t *hits, uint64_t *rejected);
+void jb__bundle_counters_reset(void);
+
 /* ---- the disk cache's entries (disk_cache.c) ---- */
 /* True with the stored code when a valid entry exists; a missing or invalid one is a miss. */
 bool jb__disk_load(const jb_disk_key *key, jb_blob *out);
@@ -888,6 +932,9 @@ void jb__disk_reject(const jb_disk_key *key);
 bool jb__disk_store(const jb_disk_key *key, const jb_blob *code);
 /* The payload offset of a well-formed entry whose key matches (any key if NULL), else 0. */
 size_t jb__disk_entry_check(const unsigned char *data, size_t size, const jb_disk_key *key);
+/* The key text of an entry that jb__disk_entry_check accepted (payload at `payload_at`). */
+const unsigned char *jb__disk_entry_key(const unsigned char *data, size_t payload_at,
+                                        size_t *key_bytes);
 /* Why an entry with this status must not be read (type, owner, mode, links, size), or NULL. */
 const char *jb__disk_entry_problem(const struct stat *st);
 /* Opens entry `name` of folder `dir` without blocking or following a link and checks it on the

@@ -266,6 +266,31 @@ static bool load_from_disk(jb_device *dev, const jb_disk_key *key, const char *m
     return false;
 }
 
+/* A module from the first bundle that holds `key`: true when one loaded. A payload the loader
+ * refuses is skipped from then on (a bundle is read-only), and the next bundle is tried. */
+static bool load_from_bundles(jb_device *dev, const jb_disk_key *key, const char *source,
+                              const char *const *kernel_names, size_t num_kernels,
+                              jb_module **out)
+{
+    jb_blob code = {0};
+    jb_bundle_ref ref;
+    uint64_t start = jb__now_ns();
+    while (jb__bundle_load(key, &code, &ref)) {
+        int status = jb__module_create(dev, &code, source, kernel_names, num_kernels, out);
+        free(code.data);
+        if (status == JB_OK) {
+            jb__bundle_accept();
+            jb__event_raise(JB_CACHE_EVENT_BUNDLE_HIT, jb__now_ns() - start, JB_OK, NULL);
+            return true;
+        }
+        jb__event_raise(JB_CACHE_EVENT_ENTRY_EVICTED, 0, status, jb_last_error_message());
+        char why[1024];
+        snprintf(why, sizeof why, "was refused by the loader (%s)", jb_last_error_message());
+        jb__bundle_reject(&ref, why);
+    }
+    return false;
+}
+
 /* Compiles and loads `source` (unless it failed before, or the process is sealed); stores the
  * code under `key` unless it is NULL. */
 static int compile_and_store(jb_device *dev, const char *module_name, const char *source,
@@ -303,9 +328,10 @@ static int compile_and_store(jb_device *dev, const char *module_name, const char
     return status;
 }
 
-/* Builds a module from `source`: from the disk cache when a valid entry loads, else with the
- * compiler, whose code is then stored for the next process; a manifest, when one is written,
- * gets its line. Runs under the module cache's write lock; any producer of kernels may use it. */
+/* Builds a module from `source`: from the disk cache when a valid entry loads, else from a
+ * bundle, else with the compiler, whose code is then stored for the next process; a manifest,
+ * when one is written, gets its line. Runs under the module cache's write lock; any producer of
+ * kernels may use it. */
 int jb__module_build(jb_device *dev, const char *module_name, const char *source,
                      const jb_compile_options *options, const char *const *kernel_names,
                      size_t num_kernels, bool use_disk_cache, jb_module **out, bool *from_disk)
@@ -314,15 +340,19 @@ int jb__module_build(jb_device *dev, const char *module_name, const char *source
     /* Included files are not in the key: with include folders, no key (no disk, no manifest). */
     use_disk_cache = use_disk_cache && !options->num_include_dirs;
     bool use_disk = use_disk_cache && jb__disk_cache_usable();
-    bool keyed = use_disk_cache && (use_disk || jb__manifest_on()) &&
+    bool use_bundles = use_disk_cache && jb__bundles_present();
+    bool keyed = use_disk_cache && (use_disk || use_bundles || jb__manifest_on()) &&
                  jb__disk_key(dev, module_name, kernel_names, num_kernels, source, &key) == JB_OK;
     use_disk = use_disk && keyed;
     if (keyed)
         jb__event_build_content_key(key.file);
+    use_bundles = use_bundles && keyed;
     const char *how = "compiled";
     int status = JB_OK;
     if (use_disk && load_from_disk(dev, &key, module_name, source, kernel_names, num_kernels, out))
         how = "disk";
+    else if (use_bundles && load_from_bundles(dev, &key, source, kernel_names, num_kernels, out))
+        how = "bundle";
     else
         status = compile_and_store(dev, module_name, source, options, kernel_names, num_kernels,
                                    use_disk ? &key : NULL, out);

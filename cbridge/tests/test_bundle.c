@@ -1,0 +1,355 @@
+/*
+ * Bundles attacked: forged, truncated, reordered, another user's, writable by others, under a
+ * folder others may change, a FIFO or a folder in its place, changed or cut or swapped while
+ * open, an entry filed under another key, a payload for another machine under the right key.
+ * Each must be refused (the bundle) or skipped (the entry), never loaded, never block, never
+ * crash; a good bundle next to them must keep working. The test makes its bundles with the
+ * library's own export, and forges others with the format's encoders (src/bundle.c).
+ */
+#include "../src/internal.h"
+#include "helpers.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define N 32
+#define ENTRIES 3
+
+static char base[PATH_MAX];
+static jb_device *device;
+
+static const char *at(const char *name)
+{
+    static char paths[8][PATH_MAX + 64]; /* the last 8 stay valid */
+    static int next;
+    char *p = paths[next++ % 8];
+    snprintf(p, sizeof paths[0], "%s/%s", base, name);
+    return p;
+}
+
+static void shell(const char *fmt, const char *a, const char *b)
+{
+    char cmd[3 * PATH_MAX];
+    snprintf(cmd, sizeof cmd, fmt, a, b);
+    CHECK(system(cmd) == 0, "failed: %s", cmd);
+}
+
+static jb_custom_kernel *salted(int salt)
+{
+    char body[128], name[32];
+    snprintf(body, sizeof body, "out[thread_index()] = inp[thread_index()] + %d.0f;", salt);
+    snprintf(name, sizeof name, "bundled_%d", salt);
+    return f32_kernel(name, body);
+}
+
+/* Launches kernel `salt` once; whether its output was right. */
+static bool launch_salt(int salt)
+{
+    jb_custom_kernel *k = salted(salt);
+    jb_array *x = f32_filled(device, N, 1.0f), *y = NULL;
+    bool exact = f32_launch(&y, k, &x, 1, N) == JB_OK && f32_all_equal(y, N, 1.0f + salt);
+    jb_array_free(y);
+    jb_array_free(x);
+    jb_custom_kernel_free(k);
+    return exact;
+}
+
+/* Opens the bundle at `path`: NULL on refusal, with the message kept in `why`. */
+static jb_bundle *open_bundle(const char *path, char *why, size_t len)
+{
+    jb_bundle *b = NULL;
+    int status = jb__bundle_open(path, "the test", &b);
+    snprintf(why, len, "%s", status == JB_OK ? "" : jb_last_error_message());
+    return b;
+}
+
+static void refused(const char *what, const char *path, const char *expected)
+{
+    char why[1024];
+    jb_bundle *b = open_bundle(path, why, sizeof why);
+    CHECK(!b && strstr(why, expected), "%s: want a refusal with '%s', got '%s'", what, expected,
+          b ? "(opened)" : why);
+    jb__bundle_free(b);
+}
+
+/* How many entries of an opened bundle read back good. */
+static size_t good_entries(jb_bundle *b)
+{
+    size_t good = 0;
+    for (size_t i = 0; b && i < jb__bundle_count(b); i++) {
+        unsigned char *data = NULL;
+        good += jb__bundle_read_entry(b, i, &data) == JB_OK;
+        free(data);
+    }
+    return good;
+}
+
+static unsigned char *read_file(const char *path, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    unsigned char *data = NULL;
+    if (f && fseek(f, 0, SEEK_END) == 0) {
+        long n = ftell(f);
+        rewind(f);
+        data = n > 0 ? malloc((size_t)n) : NULL;
+        if (data && fread(data, 1, (size_t)n, f) != (size_t)n) {
+            free(data);
+            data = NULL;
+        }
+        *size = data ? (size_t)n : 0;
+    }
+    if (f)
+        fclose(f);
+    return data;
+}
+
+static void write_file(const char *path, const void *data, size_t size, mode_t mode)
+{
+    unlink(path);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, mode);
+    CHECK(fd >= 0 && write(fd, data, size) == (ssize_t)size, "write %s: %s", path,
+          strerror(errno));
+    if (fd >= 0)
+        close(fd);
+    chmod(path, mode);
+}
+
+/* A bundle of one entry written by hand (the test's forger): `key` and `payload`, its index
+ * filed under `filed` (the key's own digest when NULL). */
+static void forge(const char *path, const char *key, size_t key_bytes, const void *payload,
+                  size_t payload_bytes, const unsigned char *filed)
+{
+    jb_bundle_entry e = {.offset = JB_BUNDLE_HEADER_BYTES,
+                         .key_bytes = key_bytes,
+                         .payload_bytes = payload_bytes};
+    jb__sha256(key, key_bytes, e.digest);
+    if (filed)
+        memcpy(e.digest, filed, JB_SHA256_BYTES);
+    jb_sha256 h;
+    jb__sha256_init(&h);
+    jb__sha256_update(&h, key, key_bytes);
+    jb__sha256_update(&h, payload, payload_bytes);
+    jb__sha256_final(&h, e.checksum);
+    char fingerprints[128];
+    int fp = snprintf(fingerprints, sizeof fingerprints, "jitbridge bundle\nkey-format %d\n",
+                      JB_KEY_FORMAT);
+    size_t entry_end = JB_BUNDLE_HEADER_BYTES + key_bytes + payload_bytes;
+    jb_bundle_header hd = {.count = 1,
+                           .fingerprints_offset = entry_end,
+                           .fingerprints_bytes = (uint64_t)fp,
+                           .index_offset = entry_end + (uint64_t)fp,
+                           .index_bytes = JB_BUNDLE_INDEX_BYTES};
+    hd.file_bytes = hd.index_offset + hd.index_bytes;
+    unsigned char index[JB_BUNDLE_INDEX_BYTES], header[JB_BUNDLE_HEADER_BYTES];
+    jb__bundle_index_encode(index, &e);
+    jb__sha256_init(&h);
+    jb__sha256_update(&h, fingerprints, (size_t)fp);
+    jb__sha256_update(&h, index, sizeof index);
+    jb__sha256_final(&h, hd.tables_digest);
+    jb__bundle_header_encode(header, &hd);
+    size_t size = (size_t)hd.file_bytes;
+    unsigned char *file = malloc(size);
+    memcpy(file, header, sizeof header);
+    memcpy(file + JB_BUNDLE_HEADER_BYTES, key, key_bytes);
+    memcpy(file + JB_BUNDLE_HEADER_BYTES + key_bytes, payload, payload_bytes);
+    memcpy(file + entry_end, fingerprints, (size_t)fp);
+    memcpy(file + entry_end + fp, index, sizeof index);
+    write_file(path, file, size, 0600);
+    free(file);
+}
+
+/* The disk key of kernel `salt` and its stored code (read from the cache folder). */
+static bool stored(int salt, jb_disk_key *key, jb_blob *code)
+{
+    jb_custom_kernel *k = salted(salt);
+    const char *names[] = {k->name};
+    bool ok = jb__disk_key(device, k->module_name, names, 1, k->sources[device->backend->dialect],
+                           key) == JB_OK &&
+              jb__disk_load(key, code);
+    jb_custom_kernel_free(k);
+    return ok;
+}
+
+static void files_refused(const char *good)
+{
+    char why[1024];
+    jb_bundle *b = open_bundle(good, why, sizeof why);
+    CHECK(b && jb__bundle_count(b) == ENTRIES && good_entries(b) == ENTRIES,
+          "the exported bundle: %s", why);
+    jb__bundle_free(b);
+
+    size_t size;
+    unsigned char *bytes = read_file(good, &size);
+    CHECK(bytes && size > 400, "cannot read %s back", good);
+    if (!bytes)
+        return;
+    write_file(at("cut.jbb"), bytes, size - 10, 0600);
+    refused("cut short", at("cut.jbb"), "cut short");
+    write_file(at("grown.jbb"), bytes, size, 0600);
+    shell("printf x >> %s%s", at("grown.jbb"), "");
+    refused("grown", at("grown.jbb"), "has grown");
+    unsigned char *copy = malloc(size);
+    memcpy(copy, bytes, size);
+    copy[size - 5] ^= 1; /* in the index */
+    write_file(at("index.jbb"), copy, size, 0600);
+    refused("a changed index", at("index.jbb"), "fails its SHA-256");
+    memcpy(copy, bytes, size);
+    copy[8] = 9; /* the format */
+    write_file(at("format.jbb"), copy, size, 0600);
+    refused("another format", at("format.jbb"), "format this library does not read");
+    memcpy(copy, bytes, size);
+    memcpy(copy, "JBCACHE", 8);
+    write_file(at("magic.jbb"), copy, size, 0600);
+    refused("no magic", at("magic.jbb"), "no JBBUNDLE magic");
+    write_file(at("tiny.jbb"), bytes, 20, 0600);
+    refused("a few bytes", at("tiny.jbb"), "too short");
+    free(copy);
+
+    write_file(at("open.jbb"), bytes, size, 0620);
+    refused("group-writable", at("open.jbb"), "writable by group or others");
+    write_file(at("world.jbb"), bytes, size, 0602);
+    refused("writable by others", at("world.jbb"), "writable by group or others");
+    if (geteuid() == 0) {
+        write_file(at("theirs.jbb"), bytes, size, 0644);
+        CHECK(chown(at("theirs.jbb"), 65534, 65534) == 0, "chown: %s", strerror(errno));
+        refused("another user's", at("theirs.jbb"), "owned by another user");
+    } else {
+        printf("test_bundle: another user's bundle needs root to make; not tried\n");
+    }
+    CHECK(mkfifo(at("fifo.jbb"), 0600) == 0, "mkfifo: %s", strerror(errno));
+    refused("a FIFO (must not block)", at("fifo.jbb"), "not a regular file");
+    CHECK(mkdir(at("folder.jbb"), 0700) == 0, "mkdir: %s", strerror(errno));
+    refused("a folder", at("folder.jbb"), "not a regular file");
+
+    /* Under a folder others may change (no sticky bit): refused; with the sticky bit: used. */
+    CHECK(mkdir(at("shared"), 0777) == 0 && chmod(at("shared"), 0777) == 0, "mkdir shared");
+    write_file(at("shared/b.jbb"), bytes, size, 0644);
+    refused("under a folder others may write", at("shared/b.jbb"), "writable by others");
+    CHECK(chmod(at("shared"), 01777) == 0, "chmod: %s", strerror(errno));
+    b = open_bundle(at("shared/b.jbb"), why, sizeof why);
+    CHECK(b != NULL, "under a sticky folder: %s", why);
+    jb__bundle_free(b);
+    /* A link to a good bundle is followed to it (the target's folders are what is checked). */
+    CHECK(symlink(good, at("link.jbb")) == 0, "symlink: %s", strerror(errno));
+    b = open_bundle(at("link.jbb"), why, sizeof why);
+    CHECK(b && good_entries(b) == ENTRIES, "through a link: %s", why);
+    jb__bundle_free(b);
+    free(bytes);
+}
+
+/* Changed, cut or replaced after it was opened: entries go bad (or stay the old file's), and
+ * nothing faults as a mapping of a cut file would. */
+static void changed_while_open(const char *good)
+{
+    char why[1024];
+    const char *path = at("live.jbb");
+    shell("cp %s %s", good, path);
+    jb_bundle *b = open_bundle(path, why, sizeof why);
+    CHECK(b != NULL, "%s", why);
+    if (!b)
+        return;
+    /* Another bundle renamed over it: the handle still reads the one opened. */
+    shell("printf junk > %s%s", path, ".new");
+    shell("mv %s.new %s", path, path);
+    CHECK(good_entries(b) == ENTRIES, "a rename over the bundle changed what it reads");
+    jb__bundle_free(b);
+
+    shell("cp %s %s", good, path);
+    b = open_bundle(path, why, sizeof why);
+    const jb_bundle_entry *e = b ? jb__bundle_entry(b, 1) : NULL;
+    int fd = open(path, O_WRONLY);
+    char junk = 'X';
+    CHECK(e && fd >= 0 && pwrite(fd, &junk, 1, (off_t)(e->offset + e->key_bytes + 3)) == 1,
+          "cannot change the bundle in place");
+    CHECK(good_entries(b) == ENTRIES - 1, "a byte changed in place was not caught");
+    CHECK(ftruncate(fd, JB_BUNDLE_HEADER_BYTES + 10) == 0, "truncate: %s", strerror(errno));
+    CHECK(good_entries(b) == 0, "entries of a bundle cut short still read good");
+    if (fd >= 0)
+        close(fd);
+    jb__bundle_free(b);
+}
+
+/* Forged bundles of one entry with right checksums. */
+static void forged_entries(void)
+{
+    jb_disk_key key = {0}, other = {0};
+    jb_blob code = {0}, other_code = {0};
+    bool have = stored(1, &key, &code) && stored(2, &other, &other_code);
+    CHECK(have, "the exported kernels are not in the cache folder");
+    if (!have)
+        return;
+    char why[1024];
+    /* Kernel 2's code filed under kernel 1's key: the index says 1, the key text says 2. */
+    forge(at("misfiled.jbb"), other.text, other.bytes, other_code.data, other_code.size,
+          key.digest);
+    jb_bundle *b = open_bundle(at("misfiled.jbb"), why, sizeof why);
+    CHECK(b && good_entries(b) == 0, "an entry filed under another key read good (%s)", why);
+    jb__bundle_free(b);
+    /* An entry with right checksums and key whose key text is not a key at all: import skips. */
+    forge(at("notakey.jbb"), "not a key", 9, "x", 1, NULL);
+    uint64_t imported = 9, skipped = 9;
+    CHECK_OK(jb_disk_cache_import(&imported, &skipped, at("notakey.jbb")));
+    CHECK(imported == 0 && skipped == 1, "a non-key imported: %llu, skipped %llu",
+          (unsigned long long)imported, (unsigned long long)skipped);
+
+    /* Kernel 3 never ran: its right key with code for another machine (ELF e_machine). */
+    jb_custom_kernel *k = salted(3);
+    const char *names[] = {k->name};
+    jb_disk_key third = {0};
+    CHECK_OK(jb__disk_key(device, k->module_name, names, 1, k->sources[device->backend->dialect],
+                          &third));
+    unsigned char *foreign = malloc(code.size);
+    memcpy(foreign, code.data, code.size);
+    foreign[18] = foreign[18] == 62 ? 183 : 62;
+    foreign[19] = 0;
+    forge(at("foreign.jbb"), third.text, third.bytes, foreign, code.size, NULL);
+    jb_counters_reset();
+    CHECK_OK(jb_disk_cache_add_bundle(at("foreign.jbb")));
+    CHECK(launch_salt(3), "the kernel behind a refused payload gave a wrong output");
+    jb_counters c;
+    jb_counters_get(&c, sizeof c);
+    CHECK(c.builds == 1 && c.bundle_hits == 0 && c.bundle_rejected == 1,
+          "a foreign payload: builds %llu (1), bundle hits %llu (0), rejected %llu (1)",
+          (unsigned long long)c.builds, (unsigned long long)c.bundle_hits,
+          (unsigned long long)c.bundle_rejected);
+    jb_custom_kernel_free(k);
+    free(foreign);
+    jb__disk_key_free(&third);
+    free(code.data);
+    free(other_code.data);
+    jb__disk_key_free(&key);
+    jb__disk_key_free(&other);
+}
+
+int main(void)
+{
+    char made[] = "/tmp/jb_bundle_XXXXXX";
+    CHECK(mkdtemp(made) != NULL, "mkdtemp: %s", strerror(errno));
+    snprintf(base, sizeof base, "%s", made);
+    /* This process's own cache folder, on: a valgrind run turns the disk cache off. */
+    setenv("JITBRIDGE_CACHE_DIR", at("cache"), 1);
+    unsetenv("JITBRIDGE_DISK_CACHE");
+    unsetenv("JITBRIDGE_CACHE_BUNDLE");
+    device = test_device();
+    if (!device)
+        return check_summary("test_bundle");
+    for (int salt = 0; salt < ENTRIES; salt++)
+        CHECK(launch_salt(salt), "kernel %d gave a wrong output", salt);
+    uint64_t exported = 0, skipped = 9;
+    static char good[PATH_MAX + 64];
+    snprintf(good, sizeof good, "%s", at("good.jbb"));
+    CHECK_OK(jb_disk_cache_export(&exported, &skipped, good, NULL));
+    CHECK(exported == ENTRIES && skipped == 0, "exported %llu, skipped %llu",
+          (unsigned long long)exported, (unsigned long long)skipped);
+    files_refused(good);
+    changed_while_open(good);
+    forged_entries();
+    shell("rm -rf %s%s", base, "");
+    return check_summary("test_bundle");
+}
