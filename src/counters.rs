@@ -54,6 +54,13 @@ pub struct Counters {
     /// Bundle entries that failed their checks or that the loader refused: skipped for the
     /// rest of the process.
     pub bundle_rejected: u64,
+    /// Builds that waited for another process's compile of the kernel (its lease), then
+    /// loaded its entry.
+    pub lease_waits: u64,
+    /// Waits that reached the compile timeout, then compiled alone.
+    pub lease_timeouts: u64,
+    /// Compiles without a lease: locks do not work in the cache folder.
+    pub lease_fallbacks: u64,
 }
 
 impl Counters {
@@ -112,6 +119,9 @@ impl Counters {
             sealed_warnings: self.sealed_warnings - earlier.sealed_warnings,
             bundle_hits: self.bundle_hits - earlier.bundle_hits,
             bundle_rejected: self.bundle_rejected - earlier.bundle_rejected,
+            lease_waits: self.lease_waits - earlier.lease_waits,
+            lease_timeouts: self.lease_timeouts - earlier.lease_timeouts,
+            lease_fallbacks: self.lease_fallbacks - earlier.lease_fallbacks,
         }
     }
 }

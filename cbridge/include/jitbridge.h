@@ -827,6 +827,11 @@ typedef struct jb_counters {
     uint64_t bundle_hits;     /* builds served from a bundle, compiler skipped */
     uint64_t bundle_rejected; /* bundle entries that failed their checks or that the loader
                                * refused: skipped for the rest of the process */
+    /* Leases (one compile per kernel across the processes of one cache folder): */
+    uint64_t lease_waits;     /* builds that waited for another process's compile of the
+                               * kernel, then loaded its entry */
+    uint64_t lease_timeouts;  /* waits that reached the compile timeout, then compiled alone */
+    uint64_t lease_fallbacks; /* compiles without a lease: locks do not work in the folder */
 } jb_counters;
 
 /*

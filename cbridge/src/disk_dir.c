@@ -389,9 +389,9 @@ static int marked(int dir)
     return answer;
 }
 
-/* 1 when every name in `dir` is of a kind the cache makes (entry names, and `tmp`, a folder of
- * temporary names, at the top), 0 when anything else is there, -1 (errno) when it cannot be
- * listed now. */
+/* 1 when every name in `dir` is of a kind the cache makes (entry names, and `tmp` and `leases`,
+ * folders of temporary and lease names, at the top), 0 when anything else is there, -1 (errno)
+ * when it cannot be listed now. */
 static int holds_only_ours(int dir, bool top)
 {
     int fd = openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -408,9 +408,10 @@ static int holds_only_ours(int dir, bool top)
     while (answer == 1 && (errno = 0, e = readdir(d))) {
         const char *name = e->d_name;
         if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0 ||
-            (top ? jb__disk_is_entry_name(name) : is_temporary_name(name)))
+            (top ? jb__disk_is_entry_name(name)
+                 : is_temporary_name(name) || jb__lease_is_name(name)))
             continue;
-        if (!top || strcmp(name, "tmp") != 0) {
+        if (!top || (strcmp(name, "tmp") != 0 && strcmp(name, JB_LEASE_DIR) != 0)) {
             answer = 0;
             continue;
         }

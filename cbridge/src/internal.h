@@ -920,6 +920,43 @@ void jb__bundle_reject(const jb_bundle_ref *ref, const char *why);
 void jb__bundle_counters(uint64_t *hits, uint64_t *rejected);
 void jb__bundle_counters_reset(void);
 
+/* ---- leases (lease.c): one compile per key across the processes of one cache folder ---- */
+#define JB_LEASE_DIR "leases" /* in the cache folder: one <entry's hex>.lease per key */
+/* Whether `name` is a lease file's name (an entry's hex digits and ".lease"). */
+bool jb__lease_is_name(const char *name);
+typedef struct jb_lease {
+    int fd, dir; /* the locked lease file and leases/; -1 when none is held */
+    char name[64];
+} jb_lease;
+typedef enum jb_lease_outcome {
+    JB_LEASE_HELD,   /* ours: compile, store, then release */
+    JB_LEASE_STORED, /* another process stored the entry while we waited: load it */
+    JB_LEASE_NONE,   /* compile alone: locks do not work here, or the deadline passed */
+} jb_lease_outcome;
+/* The entry file that was at a key's name before a load found it bad (present false: none), so
+ * that only another one counts as stored. */
+typedef struct jb_lease_stale {
+    bool present;
+    uint64_t dev;
+    uint64_t ino;
+} jb_lease_stale;
+void jb__lease_note_stale(const jb_disk_key *key, jb_lease_stale *out);
+/* Takes the lease of `key` in the cache folder, waiting while another process holds it, until
+ * `deadline_ns` (jb__now_ns's clock) at most; an entry that is `stale` (may be NULL) does not
+ * end the wait. Under the module cache's write lock. */
+jb_lease_outcome jb__lease_acquire(const jb_disk_key *key, const jb_lease_stale *stale,
+                                   uint64_t deadline_ns, jb_lease *out);
+/* Whether an entry other than `stale` (may be NULL) stands at its name in the folder. */
+bool jb__lease_entry_stored(const jb_disk_key *key, const jb_lease_stale *stale);
+/* Lets go of a held lease (removing its file); nothing when none is held. */
+void jb__lease_release(jb_lease *lease);
+void jb__lease_counters(uint64_t *waits, uint64_t *timeouts, uint64_t *fallbacks);
+void jb__lease_counters_reset(void);
+#ifdef JB_TEST_HOOKS
+/* While non-zero, taking a lock fails with this errno (ENOLCK: locks do not work here). */
+void jb__test_set_lease_error(int err);
+#endif
+
 /* ---- the disk cache's entries (disk_cache.c) ---- */
 /* True with the stored code when a valid entry exists; a missing or invalid one is a miss. */
 bool jb__disk_load(const jb_disk_key *key, jb_blob *out);

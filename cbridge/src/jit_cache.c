@@ -389,6 +389,7 @@ jb_status jb_counters_get(jb_counters *caller_out, size_t caller_size)
     out->build_max_ns = atomic_load(&counter_build_max_ns);
     jb__slow_path_counters(out);
     jb__bundle_counters(&out->bundle_hits, &out->bundle_rejected);
+    jb__lease_counters(&out->lease_waits, &out->lease_timeouts, &out->lease_fallbacks);
     memcpy(caller_out, &all, caller_size);
     return JB_OK;
 }
@@ -408,6 +409,7 @@ void jb_counters_reset(void)
     atomic_store(&counter_peak_concurrent_builds, 0);
     jb__disk_counters_reset();
     jb__bundle_counters_reset();
+    jb__lease_counters_reset();
     jb__memory_counters_reset();
     jb__slow_path_counters_reset();
 }

@@ -328,6 +328,40 @@ static int compile_and_store(jb_device *dev, const char *module_name, const char
     return status;
 }
 
+/* Compiles with the key's lease held, so that the processes sharing the cache folder compile
+ * it once: one that finds the lease taken waits for the holder's entry and loads it, or takes
+ * the lease over when its holder died; the wait ends at the compile timeout at the latest. */
+static int compile_under_lease(jb_device *dev, const char *module_name, const char *source,
+                               const jb_compile_options *options,
+                               const char *const *kernel_names, size_t num_kernels,
+                               const jb_disk_key *key, jb_module **out,
+                               const char **how)
+{
+    uint64_t deadline = jb__now_ns() + jb__child_timeout_ms() * 1000000ULL;
+    /* An entry still at the name after the load failed is a bad one: only another ends a wait. */
+    jb_lease_stale stale;
+    jb__lease_note_stale(key, &stale);
+    for (;;) {
+        jb_lease lease;
+        jb_lease_outcome outcome = jb__lease_acquire(key, &stale, deadline, &lease);
+        /* Stored by the holder we waited for, or by one that let go just before we looked. */
+        if (outcome != JB_LEASE_NONE && jb__lease_entry_stored(key, &stale) &&
+            load_from_disk(dev, key, module_name, source, kernel_names, num_kernels, out)) {
+            jb__lease_release(&lease);
+            *how = "disk";
+            return JB_OK;
+        }
+        if (outcome == JB_LEASE_STORED) {
+            jb__lease_note_stale(key, &stale); /* its entry failed the checks: wait past it */
+            continue;
+        }
+        int status = compile_and_store(dev, module_name, source, options, kernel_names,
+                                       num_kernels, key, out);
+        jb__lease_release(&lease);
+        return status;
+    }
+}
+
 /* Builds a module from `source`: from the disk cache when a valid entry loads, else from a
  * bundle, else with the compiler, whose code is then stored for the next process; a manifest,
  * when one is written, gets its line. Runs under the module cache's write lock; any producer of
@@ -353,9 +387,12 @@ int jb__module_build(jb_device *dev, const char *module_name, const char *source
         how = "disk";
     else if (use_bundles && load_from_bundles(dev, &key, source, kernel_names, num_kernels, out))
         how = "bundle";
+    else if (use_disk)
+        status = compile_under_lease(dev, module_name, source, options, kernel_names, num_kernels,
+                                     &key, out, &how);
     else
         status = compile_and_store(dev, module_name, source, options, kernel_names, num_kernels,
-                                   use_disk ? &key : NULL, out);
+                                   NULL, out);
     *from_disk = strcmp(how, "compiled") != 0;
     if (status == JB_OK && keyed)
         jb__manifest_record(dev, &key, module_name, kernel_names, num_kernels, how);

@@ -1,0 +1,89 @@
+/*
+ * Leases where locks do not work (ENOLCK, as on a network file system without a lock daemon):
+ * the process compiles alone, as without leases, with one warning for the process; nothing
+ * waits, nothing fails. Built with JB_TEST_HOOKS (the lock's failure is injected). The many-
+ * process cases (one compile among eight, killed and stopped holders, junk at a lease's name)
+ * are in tests/lease.rs.
+ */
+#include "../src/internal.h"
+#include "helpers.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifndef JB_TEST_HOOKS
+#error "test_lease needs a JB_TEST_HOOKS build of the library"
+#endif
+
+#define N 16
+
+static atomic_int warnings;
+static char last_warning[1024];
+
+static void keep_warning(void *user_data, jb_log_level level, const char *message)
+{
+    (void)user_data, (void)level;
+    atomic_fetch_add(&warnings, 1);
+    snprintf(last_warning, sizeof last_warning, "%s", message);
+}
+
+static bool launch(jb_device *device, const char *name, float value)
+{
+    char body[96];
+    snprintf(body, sizeof body, "out[thread_index()] = %.1ff;", (double)value);
+    jb_custom_kernel *k = f32_kernel(name, body);
+    jb_array *x = f32_filled(device, N, 0.0f), *y = NULL;
+    bool exact = f32_launch(&y, k, &x, 1, N) == JB_OK && f32_all_equal(y, N, value);
+    jb_array_free(y);
+    jb_array_free(x);
+    jb_custom_kernel_free(k);
+    return exact;
+}
+
+int main(void)
+{
+    char base[] = "/tmp/jb_lease_XXXXXX", cache[PATH_MAX];
+    CHECK(mkdtemp(base) != NULL, "mkdtemp: %s", strerror(errno));
+    snprintf(cache, sizeof cache, "%s/cache", base);
+    setenv("JITBRIDGE_CACHE_DIR", cache, 1); /* on, and ours: valgrind runs turn it off */
+    unsetenv("JITBRIDGE_DISK_CACHE");
+    jb_device *device = test_device();
+    if (!device)
+        return check_summary("test_lease");
+    CHECK_OK(jb_set_log_callback(keep_warning, NULL));
+    jb__test_set_lease_error(ENOLCK);
+    jb_counters_reset();
+    uint64_t start = jb__now_ns();
+    CHECK(launch(device, "lease_a", 3.0f) && launch(device, "lease_b", 4.0f),
+          "a kernel compiled without a lease gave a wrong output");
+    double ms = (double)(jb__now_ns() - start) / 1e6;
+    jb_counters c;
+    jb_counters_get(&c, sizeof c);
+    CHECK(c.builds == 2 && c.lease_fallbacks == 2 && c.lease_waits == 0 && c.lease_timeouts == 0,
+          "without locks: builds %llu (2), fallbacks %llu (2), waits %llu, timeouts %llu",
+          (unsigned long long)c.builds, (unsigned long long)c.lease_fallbacks,
+          (unsigned long long)c.lease_waits, (unsigned long long)c.lease_timeouts);
+    CHECK(warnings == 1 && strstr(last_warning, "leases between processes are off") &&
+              strstr(last_warning, strerror(ENOLCK)),
+          "want one warning naming ENOLCK, got %d: '%s'", (int)warnings, last_warning);
+    CHECK(ms < 20000.0, "two compiles without locks took %.0f ms", ms);
+    /* Locks back: the next kernel takes its lease, and the folder keeps no lease file. */
+    jb__test_set_lease_error(0);
+    jb_counters_reset();
+    CHECK(launch(device, "lease_c", 5.0f), "a wrong output with the lease");
+    jb_counters_get(&c, sizeof c);
+    CHECK(c.builds == 1 && c.lease_fallbacks == 0, "with locks: builds %llu, fallbacks %llu",
+          (unsigned long long)c.builds, (unsigned long long)c.lease_fallbacks);
+    char leases[PATH_MAX + 16], cmd[3 * PATH_MAX];
+    snprintf(leases, sizeof leases, "%s/leases", cache);
+    snprintf(cmd, sizeof cmd, "test -d %s && test -z \"$(ls -A %s)\"", leases, leases);
+    CHECK(system(cmd) == 0, "the lease's file was left in %s", leases);
+    jb_set_log_callback(NULL, NULL);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", base);
+    CHECK(system(cmd) == 0, "cannot remove %s", base);
+    return check_summary("test_lease");
+}
