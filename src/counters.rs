@@ -1,5 +1,6 @@
-//! The module cache's counters as data. A leaf: it names no other module of the crate, so the
-//! raw layer (`ffi`) can use it as `jb_counters`. Reading and resetting them is in `cache.rs`.
+//! The module cache's counters, and a prewarm's, as data. A leaf: it names no other module of
+//! the crate, so the raw layer (`ffi`) can use them as `jb_counters` and `jb_prewarm_result`.
+//! Reading and resetting the counters is in `cache.rs`.
 
 /// Per-process counters of the module cache. Laid out as the C `jb_counters`, field for field.
 #[repr(C)]
@@ -66,7 +67,7 @@ pub struct Counters {
 impl Counters {
     /// Every counter with its field name, in the struct's order: for a dashboard or an export
     /// (`jitbridge info --json` prints these).
-    pub fn fields(&self) -> [(&'static str, u64); 21] {
+    pub fn fields(&self) -> [(&'static str, u64); 26] {
         [
             ("builds", self.builds),
             ("build_failures", self.build_failures),
@@ -89,6 +90,11 @@ impl Counters {
             ("build_max_ns", self.build_max_ns),
             ("sealed_refusals", self.sealed_refusals),
             ("sealed_warnings", self.sealed_warnings),
+            ("bundle_hits", self.bundle_hits),
+            ("bundle_rejected", self.bundle_rejected),
+            ("lease_waits", self.lease_waits),
+            ("lease_timeouts", self.lease_timeouts),
+            ("lease_fallbacks", self.lease_fallbacks),
         ]
     }
 
@@ -163,6 +169,24 @@ impl MemoryStats {
             ..*self
         }
     }
+}
+
+/// What [`prewarm`](crate::disk_cache::prewarm) did with the kernels it was given. Laid out as
+/// the C `jb_prewarm_result`.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PrewarmResult {
+    /// Loaded into the module cache now.
+    pub loaded: u64,
+    /// In the module cache already.
+    pub present: u64,
+    /// Named by the manifest, but in neither the cache folder nor a bundle: compiled at their
+    /// first use.
+    pub missing: u64,
+    /// For another device, compiler or library ABI: left alone.
+    pub other: u64,
+    /// Bad, or refused by the loader: each with a warning.
+    pub failed: u64,
 }
 
 #[cfg(test)]

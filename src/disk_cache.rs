@@ -35,6 +35,8 @@ use crate::ffi;
 use std::ffi::{CString, c_char, c_void};
 use std::path::Path;
 
+pub use crate::counters::PrewarmResult;
+
 /// The folder ("" when none could be chosen).
 pub fn dir() -> String {
     let mut ptr = std::ptr::null();
@@ -169,4 +171,17 @@ pub fn add_bundle(path: &Path) -> Result<(), Error> {
     let path = c_path(path)?;
     // SAFETY: a NUL-terminated path that outlives the call.
     check_status(unsafe { ffi::jb_disk_cache_add_bundle(path.as_ptr()) })
+}
+
+/// Loads every kernel of the manifest or bundle at `path` that `device` can use into the
+/// module cache, compiling nothing, so that the first launch of each finds its module in
+/// memory. A manifest's kernels come from the cache folder, else from the bundles in use; a
+/// bundle given here is trusted and checked as those are (and not kept as a tier).
+pub fn prewarm(device: crate::Device, path: &Path) -> Result<PrewarmResult, Error> {
+    let path = c_path(path)?;
+    let mut result = PrewarmResult::default();
+    // SAFETY: a valid out pointer laid out as jb_prewarm_result, a device handle (devices live
+    // for the process) and a NUL-terminated path that outlives the call.
+    check_status(unsafe { ffi::jb_prewarm(&mut result, device.raw(), path.as_ptr()) })?;
+    Ok(result)
 }

@@ -102,6 +102,8 @@ pub const JB_COMPILE_BOUNDS_CHECKS: u32 = 4;
 pub type jb_counters = crate::counters::Counters;
 /// `jb_memory_stats` is laid out exactly as `MemoryStats`.
 pub type jb_memory_stats = crate::counters::MemoryStats;
+/// Laid out as `jb_prewarm_result`; the crate's own type, re-exported by `disk_cache`.
+pub type jb_prewarm_result = crate::counters::PrewarmResult;
 
 #[repr(C)]
 #[derive(Debug, Default, Clone, Copy)]
@@ -505,6 +507,11 @@ unsafe extern "C" {
         path: *const c_char,
     ) -> c_int;
     pub fn jb_disk_cache_add_bundle(path: *const c_char) -> c_int;
+    pub fn jb_prewarm(
+        out: *mut jb_prewarm_result,
+        device: *mut jb_device,
+        path: *const c_char,
+    ) -> c_int;
 
     pub fn jb_counters_get(out: *mut jb_counters, out_size: usize) -> c_int;
     pub fn jb_counters_reset();

@@ -1029,6 +1029,24 @@ JB_API jb_status jb_disk_cache_import(uint64_t *imported, uint64_t *skipped, con
  * error when the bundle is refused (untrusted, malformed, of another key format). */
 JB_API jb_status jb_disk_cache_add_bundle(const char *path);
 
+/* What jb_prewarm did with the kernels it was given. */
+typedef struct jb_prewarm_result {
+    uint64_t loaded;  /* loaded into the module cache now */
+    uint64_t present; /* in the module cache already */
+    uint64_t missing; /* named by the manifest, but in neither the cache folder nor a bundle:
+                       * compiled at their first use */
+    uint64_t other;   /* for another device, compiler or library ABI: left alone */
+    uint64_t failed;  /* bad, or refused by the loader: each with a warning */
+} jb_prewarm_result;
+/* Loads every kernel of the manifest or bundle at `path` (told apart by the bundle's magic)
+ * that `device` can use into the module cache, compiling nothing, so that the first launch of
+ * each finds its module in memory. A manifest's kernels come from the cache folder, else from
+ * the bundles in use (jb_disk_cache_add_bundle, JITBRIDGE_CACHE_BUNDLE); a bundle given here
+ * is trusted and checked as those are, and is not kept as a tier. Only code this process would
+ * load under its own key is loaded (the same compiler, architecture and library ABI). An error
+ * when the file cannot be read or the bundle is refused. */
+JB_API jb_status jb_prewarm(jb_prewarm_result *out, jb_device *device, const char *path);
+
 /*
  * Keys. A disk cache entry (and a bundle's) is found by a key made of content only: the key
  * format, the library's ABI, the backend, the device's architecture, the compiler's identity

@@ -408,29 +408,42 @@ jb_status jb_disk_cache_add_bundle(const char *path)
     return add_tier(b);
 }
 
-bool jb__bundle_load(const jb_disk_key *key, jb_blob *out, jb_bundle_ref *ref)
+bool jb__bundle_find(const unsigned char *digest, unsigned char **data, size_t *key_bytes,
+                     jb_blob *payload, jb_bundle_ref *ref)
 {
     for (size_t t = 0; t < MAX_BUNDLES; t++) {
         jb_bundle *b = atomic_load(&tiers[t]);
         if (!b)
             break;
-        ptrdiff_t i = find(b, key->digest);
-        unsigned char *data;
-        if (i < 0 || jb__bundle_read_entry(b, (size_t)i, &data) != JB_OK)
+        ptrdiff_t i = find(b, digest);
+        if (i < 0 || jb__bundle_read_entry(b, (size_t)i, data) != JB_OK)
             continue;
         const jb_bundle_entry *e = &b->entries[i];
-        if (e->key_bytes != key->bytes || memcmp(data, key->text, key->bytes) != 0) {
-            free(data); /* another key with this SHA-256: not a collision anyone can make */
-            continue;
-        }
-        memmove(data, data + e->key_bytes, (size_t)e->payload_bytes);
-        out->data = data;
-        out->size = (size_t)e->payload_bytes;
+        *key_bytes = (size_t)e->key_bytes;
+        payload->data = *data + e->key_bytes;
+        payload->size = (size_t)e->payload_bytes;
         ref->bundle = b;
         ref->entry = (size_t)i;
         return true;
     }
     return false;
+}
+
+bool jb__bundle_load(const jb_disk_key *key, jb_blob *out, jb_bundle_ref *ref)
+{
+    unsigned char *data;
+    size_t key_bytes;
+    jb_blob payload;
+    if (!jb__bundle_find(key->digest, &data, &key_bytes, &payload, ref))
+        return false;
+    if (key_bytes != key->bytes || memcmp(data, key->text, key->bytes) != 0) {
+        free(data); /* another key with this SHA-256: not a collision anyone can make */
+        return false;
+    }
+    memmove(data, payload.data, payload.size);
+    out->data = data;
+    out->size = payload.size;
+    return true;
 }
 
 void jb__bundle_accept(void)

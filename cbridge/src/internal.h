@@ -912,6 +912,10 @@ typedef struct jb_bundle_ref {
     jb_bundle *bundle;
     size_t entry;
 } jb_bundle_ref;
+/* The first tier's entry filed under `digest`, read and checked: *data (the caller frees it)
+ * holds its key text (key_bytes) then its payload. */
+bool jb__bundle_find(const unsigned char *digest, unsigned char **data, size_t *key_bytes,
+                     jb_blob *payload, jb_bundle_ref *ref);
 /* True with the payload of the first tier holding `key` (checked); the caller frees out->data. */
 bool jb__bundle_load(const jb_disk_key *key, jb_blob *out, jb_bundle_ref *ref);
 /* The loaded payload was accepted (a bundle hit) or refused by the loader (skipped from now). */

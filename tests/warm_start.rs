@@ -1,6 +1,7 @@
-//! Bundles between processes: exported from one cache, used in place or imported by another
-//! process in another folder. Each test re-runs this test binary as a child (the `child_entry`
-//! test, inert unless JB_BUNDLE_TEST_CHILD is set).
+//! A new process starting warm: bundles exported from one cache, used in place or imported by
+//! another process in another folder, and prewarm from a manifest or a bundle. Each test re-runs
+//! this test binary as a child (the `child_entry` test, inert unless JB_BUNDLE_TEST_CHILD is
+//! set).
 
 mod common;
 
@@ -25,8 +26,10 @@ fn salted_kernel(salt: u32) -> CustomKernel {
     .unwrap()
 }
 
-/// In the child: "launch:<salts>", "export:<path>[:<manifest>]", "import:<path>" or
-/// "add:<bundle>:<salts>" (jb_disk_cache_add_bundle, then the launches); prints what it did.
+/// In the child: "launch:<salts>", "export:<path>[:<manifest>]", "import:<path>",
+/// "add:<bundle>:<salts>" (jb_disk_cache_add_bundle, then the launches) or
+/// "prewarm:<path>:<salts>" (jitbridge::disk_cache::prewarm twice, then the launches from 8
+/// threads); prints what it did.
 #[test]
 fn child_entry() {
     let Ok(job) = std::env::var(CHILD) else { return };
@@ -45,6 +48,10 @@ fn child_entry() {
             disk_cache::add_bundle(Path::new(bundle)).map(|()| launch(salts))
         }
         "launch" => Ok(launch(arg)),
+        "prewarm" => {
+            let (path, salts) = arg.split_once(':').unwrap();
+            prewarm_then_launch(Path::new(path), salts)
+        }
         _ => panic!("unknown job {job}"),
     };
     match outcome {
@@ -55,18 +62,53 @@ fn child_entry() {
 
 /// Launches each salt; "builds=.. disk_hits=.. bundle_hits=.. bundle_rejected=.. exact=..".
 fn launch(salts: &str) -> String {
-    let input = Array::arange(Device::cpu().unwrap(), 32, DType::F32).unwrap();
-    let mut exact = true;
-    for salt in salts.split(',').filter(|s| !s.is_empty()).map(|s| s.parse::<u32>().unwrap()) {
-        let out = salted_kernel(salt).launch(&[&input], &[&[32]], LaunchShape::Threads(32));
-        let values = out.unwrap()[0].to_vec::<f32>().unwrap();
-        exact &= values.iter().enumerate().all(|(i, &v)| v == i as f32 * 7.0 + salt as f32);
-    }
+    let exact = launch_exact(salts);
     let c = Counters::read();
     format!(
         "builds={} disk_hits={} bundle_hits={} bundle_rejected={} exact={exact}",
         c.builds, c.disk_hits, c.bundle_hits, c.bundle_rejected
     )
+}
+
+/// Prewarms twice (the second finds everything present), then 8 threads launch every salt.
+fn prewarm_then_launch(path: &Path, salts: &str) -> Result<String, jitbridge::Error> {
+    let device = Device::cpu()?;
+    let first = disk_cache::prewarm(device, path)?;
+    let again = disk_cache::prewarm(device, path)?;
+    let before = Counters::read();
+    let exact = std::thread::scope(|s| {
+        let threads: Vec<_> = (0..8).map(|_| s.spawn(|| launch_exact(salts))).collect();
+        threads.into_iter().all(|t| t.join().unwrap())
+    });
+    let c = Counters::read().since(&before);
+    Ok(format!(
+        "loaded={} present={} missing={} other={} failed={} again_present={} \
+         launch_builds={} launch_misses={} launch_disk_hits={} exact={exact}",
+        first.loaded,
+        first.present,
+        first.missing,
+        first.other,
+        first.failed,
+        again.present,
+        c.builds,
+        c.misses,
+        c.disk_hits + c.bundle_hits
+    ))
+}
+
+/// Launches each salt once; whether every output was right.
+fn launch_exact(salts: &str) -> bool {
+    let input = Array::arange(Device::cpu().unwrap(), 32, DType::F32).unwrap();
+    let mut exact = true;
+    for salt in salts.split(',').filter(|s| !s.is_empty()).map(|s| s.parse::<u32>().unwrap()) {
+        // SAFETY: 32 threads, each its own element of two 32-element arrays.
+        let out = unsafe {
+            salted_kernel(salt).launch_unchecked(&[&input], &[&[32]], LaunchShape::Threads(32))
+        };
+        let values = out.unwrap()[0].to_vec::<f32>().unwrap();
+        exact &= values.iter().enumerate().all(|(i, &v)| v == i as f32 * 7.0 + salt as f32);
+    }
+    exact
 }
 
 struct Child {
@@ -164,8 +206,10 @@ fn a_bundle_moved_to_another_path_serves_every_kernel_in_place() {
     );
     assert!(!stderr.contains("warning"), "{stderr}");
     // Used in place: nothing was copied into the second cache folder.
-    let copied = std::fs::read_dir(&second).map(|d| d.count()).unwrap_or(0);
-    assert!(copied <= 1, "entries were written to the second cache ({copied} names)");
+    let copied = std::fs::read_dir(&second).map_or(0, |d| {
+        d.filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "jbc")).count()
+    });
+    assert_eq!(copied, 0, "entries were written to the second cache");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -251,4 +295,63 @@ fn a_read_only_bundle_of_roots_serves_an_unprivileged_user() {
 
 unsafe extern "C" {
     fn geteuid() -> u32;
+}
+
+/// Prewarm from a manifest: every kernel it names that the cache holds is in memory before its
+/// first launch, and 8 threads then first-launch them all without a build or a disk read.
+/// Kernels of another compiler (their entries' keys name clang) and kernels the cache lacks
+/// are counted, not loaded.
+#[test]
+fn prewarm_puts_a_manifests_kernels_in_memory_before_their_first_launch() {
+    let dir = fresh("prewarm");
+    let cache = dir.join("cache");
+    let manifest = dir.join("m.manifest");
+    Child::new(&cache, "launch:80,81,82,83").env("JITBRIDGE_MANIFEST", &manifest).ok();
+    let clang_found = Command::new("clang").arg("--version").output().is_ok();
+    if clang_found {
+        let by_clang = Child::new(&cache, "launch:84").env("CC", "clang");
+        by_clang.env("JITBRIDGE_MANIFEST", &manifest).ok();
+    }
+    let gone = Child::new(&dir.join("elsewhere"), "launch:85");
+    gone.env("JITBRIDGE_MANIFEST", &manifest).ok(); // named, but in another cache folder
+    let job = format!("prewarm:{}:80,81,82,83", manifest.display());
+    let (report, stderr) = Child::new(&cache, &job).env("CC", "gcc").ok();
+    assert_exact(&report);
+    assert_eq!(
+        (count(&report, "loaded"), count(&report, "missing"), count(&report, "failed")),
+        (4, 1, 0),
+        "{report}\n{stderr}"
+    );
+    assert_eq!(count(&report, "other"), u64::from(clang_found), "{report}");
+    assert_eq!(count(&report, "again_present"), 4, "{report}");
+    assert_eq!(
+        (
+            count(&report, "launch_builds"),
+            count(&report, "launch_misses"),
+            count(&report, "launch_disk_hits")
+        ),
+        (0, 0, 0),
+        "the first launches did not all find their module in memory: {report}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Prewarm from a bundle, in a process whose own cache folder is empty.
+#[test]
+fn prewarm_from_a_bundle_loads_every_kernel_for_this_device() {
+    let dir = fresh("prewarm-bundle");
+    Child::new(&dir.join("first"), "launch:90,91,92").ok();
+    let bundle = dir.join("b.jbb");
+    Child::new(&dir.join("first"), &format!("export:{}", bundle.display())).ok();
+    let job = format!("prewarm:{}:90,91,92", bundle.display());
+    let (report, _) = Child::new(&dir.join("second"), &job).ok();
+    assert_exact(&report);
+    assert_eq!((count(&report, "loaded"), count(&report, "other")), (3, 0), "{report}");
+    assert_eq!((count(&report, "launch_builds"), count(&report, "launch_misses")), (0, 0));
+    // A bundle others may write is refused, as it would be as a tier.
+    std::fs::set_permissions(&bundle, std::os::unix::fs::PermissionsExt::from_mode(0o646)).unwrap();
+    let (outcome, _) = Child::new(&dir.join("third"), &job).run();
+    let err = outcome.unwrap_err();
+    assert!(err.contains("writable by group or others"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
