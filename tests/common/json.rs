@@ -244,7 +244,8 @@ pub fn check_schema<'a>(report: &'a Json, command: &str) -> &'a [Json] {
         let value = row.get("value").number().unwrap_or_else(|| panic!("{measure}: no value"));
         assert!(value.is_finite() && value >= 0.0, "{measure}: value {value}");
         let unit = row.get("unit").text();
-        assert!(["ns", "samples", "bytes", "outputs"].contains(&unit), "{measure}: unit {unit}");
+        let units = ["ns", "samples", "bytes", "outputs", "count"];
+        assert!(units.contains(&unit), "{measure}: unit {unit}");
         let (baseline, ratio) = (row.get("baseline").number(), row.get("ratio").number());
         match (baseline, ratio) {
             (Some(b), Some(r)) => assert!((r - value / b).abs() <= 1e-9 * r.abs().max(1.0)),

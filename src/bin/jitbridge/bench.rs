@@ -7,6 +7,7 @@ mod decode;
 mod launch;
 mod lookups;
 pub mod new_process;
+pub mod warm_start;
 
 use crate::Outcome;
 use crate::args::{
@@ -26,10 +27,11 @@ pub const BENCH: Command = Command {
     details: "Measures, in one run: hit lookups (lookaside vs the plain locked protocol) at 1-16
 threads, hit latency while other threads build, the probe launch path vs a raw launch, a cold
 first launch vs the compiler alone, a new process's first launch with and without a disk cache
-entry, decode steps while other threads first-launch kernels, and a bounds-checked kernel's
-launch against the same kernel unchecked. Each row with a target says
-whether this run met it, and which host the target was set for (the H200 host); on other hosts
-the row is judged against it all the same.
+entry, decode steps while other threads first-launch kernels, a bounds-checked kernel's launch
+against the same kernel unchecked, and new processes starting warm (200 kernels from a bundle
+made in another checkout; 32 processes first-launching 50 new kernels on one cache folder). Each
+row with a target says whether this run met it, and which host the target was set for (the H200
+host); on other hosts the row is judged against it all the same.
 
 It takes about 1.5 minutes (--quick: about 15 s) on 2 cores with the cpu backend, and up to
 twice that when other work keeps the cores busy; progress goes to stderr, one updating line on
@@ -131,7 +133,7 @@ pub struct Section {
 /// bench/ that pushes its rows (`Row::new(section, measure, value, unit)` with a section name
 /// and no number, then `.against(baseline)` and `.target(..)` where it has them, as the others
 /// do) and one line here; docs/JSON.md says what a row holds.
-pub const SECTIONS: [Section; 8] = [
+pub const SECTIONS: [Section; 9] = [
     Section { title: "hit lookups", seconds: [15, 1], measure: lookups::hit_lookups },
     Section {
         title: "hit latency during builds",
@@ -156,6 +158,11 @@ pub const SECTIONS: [Section; 8] = [
         measure: decode::decode_under_load,
     },
     Section { title: "bounds checks", seconds: [3, 1], measure: bounds::bounds_check_cost },
+    Section {
+        title: "new processes starting warm",
+        seconds: [40, 10],
+        measure: warm_start::start_warm,
+    },
 ];
 
 /// Probe variants the bench builds come from here up, clear of the run scenario's.
@@ -170,6 +177,10 @@ pub struct Scale {
     pub new_process_rounds: usize,
     pub new_threads: usize,
     pub soak_seconds: f64,
+    /// Starting warm: kernels in the bundle; processes and new kernels on one cache folder.
+    pub warm_kernels: usize,
+    pub warm_processes: usize,
+    pub warm_new_kernels: usize,
     pub quick: bool,
 }
 
@@ -183,6 +194,9 @@ impl Scale {
         new_process_rounds: 3,
         new_threads: 200,
         soak_seconds: 20.0,
+        warm_kernels: 200,
+        warm_processes: 32,
+        warm_new_kernels: 50,
         quick: false,
     };
     /// Every measure once and small (seconds): checks the bench works, its numbers are noise.
@@ -194,6 +208,9 @@ impl Scale {
         new_process_rounds: 1,
         new_threads: 4,
         soak_seconds: 2.0,
+        warm_kernels: 16,
+        warm_processes: 4,
+        warm_new_kernels: 4,
         quick: true,
     };
 }

@@ -1,11 +1,13 @@
 //! `jitbridge cache`: show or maintain the disk cache of compiled code.
 
-use crate::args::{Command, Opt, parse_args, print_help};
+use crate::args::{Command, DEVICE_OPT, Opt, device_or_default, parse_args, print_help};
 use crate::{Failure, Outcome};
+use std::path::Path;
 
 pub const CACHE: Command = Command {
     name: "cache",
-    usage: "jitbridge cache [show | clear | prune SIZE | verify [--fix]]",
+    usage: "jitbridge cache [show | clear | prune SIZE | verify [--fix] | export FILE [--manifest M] \
+            | import FILE | prewarm FILE [--device D]]",
     about: "show or maintain the disk cache of compiled code",
     details:
         "  show          the folder, its state, entries and size (the default); creates nothing
@@ -14,6 +16,18 @@ pub const CACHE: Command = Command {
   verify        check every entry as the library would before loading it (type, owner, mode,
                 links, size, contents) and name each bad one (exit status 1 if any)
   verify --fix  the same, removing each bad entry
+  export FILE   write every entry into the bundle FILE (one file, each entry with a SHA-256),
+                replaced once whole; with --manifest M, only the kernels the manifest M names
+                (exit status 1 if some of them were not in the cache)
+  import FILE   check every entry of the bundle FILE and store the good ones in the cache
+                folder, creating it (exit status 1 if any was bad)
+  prewarm FILE  load every kernel of the manifest or bundle FILE into this process's memory,
+                as a server does at start with jb_prewarm, compiling nothing, and say what it
+                found and how long it took (exit status 1 if any was bad)
+
+A bundle can also be used in place, read-only: JITBRIDGE_CACHE_BUNDLE=FILE[:FILE...] puts
+bundles behind the cache folder; JITBRIDGE_MANIFEST=FILE makes each process append the kernels
+it builds or loads to a manifest. Bundles are trusted as the folder is.
 
 Each action applies the library's trust rules: on a folder it would refuse (owned by another
 user, writable by group or others, or under a parent others can write) it fails, naming the
@@ -42,7 +56,12 @@ pub fn readable_bytes(bytes: u64) -> String {
 
 pub fn cache_command(args: &[String]) -> Outcome {
     use jitbridge::disk_cache;
-    let Some(args) = parse_args(&CACHE, args, &[Opt { flag: "--fix", value: None }])? else {
+    let opts = [
+        Opt { flag: "--fix", value: None },
+        Opt { flag: "--manifest", value: Some("a manifest (JITBRIDGE_MANIFEST's file)") },
+        DEVICE_OPT,
+    ];
+    let Some(args) = parse_args(&CACHE, args, &opts)? else {
         print_help(&CACHE);
         return Ok(true);
     };
@@ -62,9 +81,16 @@ pub fn cache_command(args: &[String]) -> Outcome {
         None => Ok(()),
         Some(extra) => Err(usage(format!("unexpected argument '{extra}' after `cache {action}`"))),
     };
-    if args.has("--fix") && action != "verify" {
-        return Err(usage(format!("--fix belongs to `cache verify`, not `cache {action}`")));
+    for (flag, owner) in [("--fix", "verify"), ("--manifest", "export"), ("--device", "prewarm")] {
+        if args.has(flag) && action != owner {
+            return Err(usage(format!("{flag} belongs to `cache {owner}`, not `cache {action}`")));
+        }
     }
+    let file = || -> Result<&Path, Failure> {
+        let file = rest.first().ok_or_else(|| usage(format!("cache {action} needs a FILE")))?;
+        takes(1)?;
+        Ok(Path::new(file))
+    };
     match action {
         "show" => {
             takes(0)?;
@@ -100,8 +126,51 @@ pub fn cache_command(args: &[String]) -> Outcome {
             }
             Ok(fix || report.invalid == 0)
         }
+        "export" => {
+            let file = file()?;
+            let manifest = args.get("--manifest").map(Path::new);
+            let (exported, skipped) = disk_cache::export(file, manifest)?;
+            out!("exported {exported} entries to {}", file.display());
+            if skipped > 0 {
+                let why =
+                    if manifest.is_some() { "named but not in the cache, or bad" } else { "bad" };
+                out!("skipped  {skipped} ({why})");
+            }
+            Ok(skipped == 0)
+        }
+        "import" => {
+            let (imported, skipped) = disk_cache::import(file()?)?;
+            out!("imported {imported} entries into {}", disk_cache::dir());
+            if skipped > 0 {
+                out!("skipped  {skipped} bad entries");
+            }
+            Ok(skipped == 0)
+        }
+        "prewarm" => {
+            let file = file()?;
+            let device = device_or_default(args.get("--device"))?;
+            let start = std::time::Instant::now();
+            let r = disk_cache::prewarm(device, file)?;
+            let ms = start.elapsed().as_secs_f64() * 1e3;
+            let c = jitbridge::Counters::read();
+            out!(
+                "loaded   {} kernels for {} in {ms:.1} ms ({} compiles)",
+                r.loaded,
+                device.spec(),
+                c.builds
+            );
+            out!("present  {}", r.present);
+            out!(
+                "missing  {} (in neither the cache folder nor a bundle: compiled at first use)",
+                r.missing
+            );
+            out!("other    {} (for another device, compiler or library)", r.other);
+            out!("failed   {}", r.failed);
+            Ok(r.failed == 0)
+        }
         other => Err(usage(format!(
-            "unknown cache action '{other}' (show, clear, prune SIZE or verify [--fix])"
+            "unknown cache action '{other}' (show, clear, prune SIZE, verify [--fix], export FILE, \
+             import FILE or prewarm FILE)"
         ))),
     }
 }

@@ -83,6 +83,7 @@ fn dispatch(args: &[String]) -> Outcome {
         Some("cache") => cache::cache_command(rest),
         Some("info") => info::info_command(rest),
         Some("__first-launch") => bench::new_process::first_launch(rest),
+        Some("__warm-start") => bench::warm_start::child(rest),
         // `jitbridge` alone, or with run's options only, runs.
         None => run::run_command(args),
         Some(first) if run::takes_option(first) => run::run_command(args),

@@ -27,6 +27,8 @@ pub enum Unit {
     Bytes,
     /// Outputs (wrong outputs and errors).
     Outputs,
+    /// A number of things the measure names (compiles, kernels).
+    Count,
 }
 
 impl Unit {
@@ -36,6 +38,7 @@ impl Unit {
             Unit::Samples => "samples",
             Unit::Bytes => "bytes",
             Unit::Outputs => "outputs",
+            Unit::Count => "count",
         }
     }
 
@@ -45,7 +48,7 @@ impl Unit {
             Unit::Ns => pretty_ns(value),
             Unit::Bytes => format!("{:.2} MiB", value / f64::from(1u32 << 20)),
             Unit::Samples => format!("{value} samples"),
-            Unit::Outputs => format!("{value}"),
+            Unit::Outputs | Unit::Count => format!("{value}"),
         }
     }
 }

@@ -1,0 +1,405 @@
+//! The bench's section "start warm": new processes first-launch many kernels from a bundle made
+//! in another checkout (on a read-only folder), from the same machine's cache folder, and after
+//! a prewarm; and many processes first-launch the same new kernels on one cache folder.
+//! The bench runs `jitbridge __warm-start` (below) and `jitbridge cache export` as its children.
+
+use super::{Context, Scale, fresh_variant, median};
+use crate::args::{Command, device_or_default, parse_args, print_help};
+use crate::rows::{H200, Row, Target, Unit};
+use crate::{Failure, Outcome};
+use jitbridge::{
+    Array, Counters, CustomKernel, DType, Device, KernelSpec, LaunchShape, disk_cache,
+};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+const SECTION: &str = "start warm";
+const THREADS: usize = 8;
+const ELEMENTS: usize = 64;
+
+/// Kernel `k` of the family `salt`: its own source (and so its own key) and its own output.
+fn family_kernel(salt: &str, k: usize) -> Result<CustomKernel, jitbridge::Error> {
+    let body = format!("out[thread_index()] = inp[thread_index()] * 2.0f + {k}.0f; /* {salt} */");
+    CustomKernel::new(&KernelSpec {
+        name: &format!("warm_start_{k}"),
+        inputs: &[("inp", DType::F32)],
+        outputs: &[("out", DType::F32)],
+        body: &body,
+        ..Default::default()
+    })
+}
+
+fn launch_exact(input: &Array, salt: &str, k: usize) -> Result<bool, jitbridge::Error> {
+    let kernel = family_kernel(salt, k)?;
+    // SAFETY: ELEMENTS threads, each its own element of two arrays of ELEMENTS.
+    let out = unsafe {
+        kernel.launch_unchecked(&[input], &[&[ELEMENTS]], LaunchShape::Threads(ELEMENTS))?
+    };
+    let values = out[0].to_vec::<f32>()?;
+    Ok(values.iter().enumerate().all(|(i, &v)| v == i as f32 * 2.0 + k as f32))
+}
+
+/// What one child process reported.
+#[derive(Debug, Default)]
+struct Report {
+    ns: f64,
+    prewarm_ns: f64,
+    builds: u64,
+    disk_hits: u64,
+    bundle_hits: u64,
+    waits: u64,
+}
+
+struct Runner<'a> {
+    exe: PathBuf,
+    device: &'a str,
+}
+
+impl Runner<'_> {
+    fn command(&self, args: &[&str], cache: &Path) -> std::process::Command {
+        let mut cmd = std::process::Command::new(&self.exe);
+        cmd.args(args)
+            .env("JITBRIDGE_CACHE_DIR", cache)
+            .env_remove("JITBRIDGE_DISK_CACHE")
+            .env_remove("JITBRIDGE_CACHE_BUNDLE")
+            .env_remove("JITBRIDGE_MANIFEST")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        cmd
+    }
+
+    fn launch(&self, salt: &str, count: usize, threads: usize) -> Vec<String> {
+        vec![
+            "__warm-start".into(),
+            self.device.into(),
+            salt.into(),
+            count.to_string(),
+            threads.to_string(),
+        ]
+    }
+}
+
+fn failed(what: String) -> jitbridge::Error {
+    jitbridge::Error::new_other(what)
+}
+
+/// Waits for a child and reads its report line; it must have ended well, every output exact.
+fn report(child: Child) -> Result<Report, jitbridge::Error> {
+    let out = child.wait_with_output().map_err(|e| failed(e.to_string()))?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let field = |name: &str| {
+        text.split_whitespace().find_map(|kv| kv.strip_prefix(name)?.parse::<f64>().ok())
+    };
+    if !out.status.success() || !text.contains("exact=true") {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        return Err(failed(format!("a warm-start child failed: {text} {stderr}")));
+    }
+    let number = |name: &str| field(name).unwrap_or(0.0);
+    Ok(Report {
+        ns: number("ns="),
+        prewarm_ns: number("prewarm_ns="),
+        builds: number("builds=") as u64,
+        disk_hits: number("disk_hits=") as u64,
+        bundle_hits: number("bundle_hits=") as u64,
+        waits: number("lease_waits=") as u64,
+    })
+}
+
+fn spawn(cmd: &mut std::process::Command) -> Result<Child, jitbridge::Error> {
+    cmd.spawn().map_err(|e| failed(e.to_string()))
+}
+
+/// The cpu's compiler by its real path, so that the process using the bundle names it other
+/// than the one that made it did ("cc" there, "/usr/bin/x86_64-linux-gnu-gcc-12" here).
+fn compiler_by_another_name() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|d| d.join("cc")).find(|p| p.exists())?.canonicalize().ok()
+}
+
+/// The section: new processes starting warm.
+pub fn start_warm(context: &mut Context<'_>, rows: &mut Vec<Row>) -> Result<(), jitbridge::Error> {
+    let (device, scale) = (context.device, context.scale);
+    let exe = std::env::current_exe().map_err(|e| failed(e.to_string()))?;
+    let spec = device.spec();
+    let runner = Runner { exe, device: &spec };
+    let dir = std::env::temp_dir().join(format!("jb-bench-warm-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let outcome = measure(&runner, device, scale, &dir, rows);
+    let _ = std::fs::set_permissions(
+        dir.join("image"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    outcome
+}
+
+fn measure(
+    runner: &Runner,
+    device: Device,
+    scale: &Scale,
+    dir: &Path,
+    rows: &mut Vec<Row>,
+) -> Result<(), jitbridge::Error> {
+    use std::os::unix::fs::PermissionsExt;
+    let kernels = scale.warm_kernels;
+    let salt = format!("warm {}", fresh_variant());
+    // Checkout A compiles the family: several processes on one folder, each starting at its own
+    // place, so that the leases spread the compiles over them.
+    let made = dir.join("checkout-a/cache");
+    let builders: Vec<Child> = (0..THREADS)
+        .map(|p| {
+            let mut args = runner.launch(&salt, kernels, 1);
+            args.push(format!("--from={}", p * kernels / THREADS));
+            spawn(&mut runner.command(&args.iter().map(String::as_str).collect::<Vec<_>>(), &made))
+        })
+        .collect::<Result<_, _>>()?;
+    let built: u64 =
+        builders.into_iter().map(|c| report(c).map(|r| r.builds)).sum::<Result<_, _>>()?;
+    if built != kernels as u64 {
+        return Err(failed(format!("{built} compiles made {kernels} kernels")));
+    }
+    let image = dir.join("image");
+    std::fs::create_dir_all(&image).map_err(|e| failed(e.to_string()))?;
+    let bundle = image.join("fleet.jbb");
+    let export = runner
+        .command(&["cache", "export", bundle.to_str().unwrap()], &made)
+        .output()
+        .map_err(|e| failed(e.to_string()))?;
+    if !export.status.success() {
+        return Err(failed(format!("export: {}", String::from_utf8_lossy(&export.stdout))));
+    }
+    let read_only = |mode| std::fs::set_permissions(&image, std::fs::Permissions::from_mode(mode));
+    std::fs::set_permissions(&bundle, std::fs::Permissions::from_mode(0o444))
+        .and_then(|()| read_only(0o555))
+        .map_err(|e| failed(e.to_string()))?;
+
+    // Checkout B: another folder, working directory and (cpu) spelling of the compiler.
+    let other = dir.join("checkout-b");
+    let launch_args = runner.launch(&salt, kernels, THREADS);
+    let launch_args: Vec<&str> = launch_args.iter().map(String::as_str).collect();
+    let (mut from_bundle, mut from_disk) = (Vec::new(), Vec::new());
+    let (mut prewarms, mut prewarmed) = (Vec::new(), Vec::new());
+    let mut hits_min = u64::MAX;
+    let mut compiles = 0;
+    for round in 0..scale.new_process_rounds {
+        let cache = other.join(format!("cache-{round}"));
+        let mut cmd = runner.command(&launch_args, &cache);
+        cmd.env("JITBRIDGE_CACHE_BUNDLE", &bundle).current_dir(dir);
+        if device.backend() == "cpu"
+            && let Some(cc) = compiler_by_another_name()
+        {
+            cmd.env("CC", cc);
+        }
+        let r = report(spawn(&mut cmd)?)?;
+        hits_min = hits_min.min(r.bundle_hits);
+        compiles += r.builds;
+        from_bundle.push(r.ns);
+        from_disk.push(report(spawn(&mut runner.command(&launch_args, &made))?)?.ns);
+        let mut args = launch_args.clone();
+        let prewarm = format!("--prewarm={}", bundle.display());
+        args.push(&prewarm);
+        let cache = other.join(format!("prewarm-{round}"));
+        let r = report(spawn(&mut runner.command(&args, &cache))?)?;
+        compiles += r.builds;
+        prewarms.push(r.prewarm_ns);
+        prewarmed.push(r.ns);
+    }
+    let within =
+        |ms: f64, text| Target { max_value: Some(ms * 1e6), max_ratio: None, text, set_for: H200 };
+    rows.push(
+        Row::new(
+            SECTION,
+            format!(
+                "new process, {kernels}-kernel bundle on a read-only folder, {THREADS} threads"
+            ),
+            median(from_bundle),
+            Unit::Ns,
+        )
+        .against(median(from_disk))
+        .target(within(40.0, "<= 40 ms (baseline: this machine's cache folder)")),
+    );
+    rows.push(Row::new(
+        SECTION,
+        format!("the same after jb_prewarm of the bundle at start: {THREADS} threads"),
+        median(prewarmed),
+        Unit::Ns,
+    ));
+    rows.push(Row::new(
+        SECTION,
+        format!("  the prewarm itself ({kernels} kernels, before the threads)"),
+        median(prewarms),
+        Unit::Ns,
+    ));
+    rows.push(
+        Row::new(
+            SECTION,
+            format!("compiles in those new processes ({} runs)", 2 * scale.new_process_rounds),
+            compiles as f64,
+            Unit::Count,
+        )
+        .target(Target { max_value: Some(0.0), max_ratio: None, text: "0", set_for: H200 }),
+    );
+    rows.push(
+        Row::new(
+            SECTION,
+            format!("kernels of {kernels} not from a bundle made in another checkout"),
+            (kernels as u64 - hits_min.min(kernels as u64)) as f64,
+            Unit::Count,
+        )
+        .target(Target {
+            max_value: Some(0.0),
+            max_ratio: None,
+            text: "0: every kernel a bundle hit",
+            set_for: H200,
+        }),
+    );
+
+    // Many processes, one cache folder, the same new kernels: each compiled once.
+    let (processes, new) = (scale.warm_processes, scale.warm_new_kernels);
+    let shared = dir.join("shared/cache");
+    let go = dir.join("shared/go");
+    let salt = format!("warm {}", fresh_variant());
+    let mut args = runner.launch(&salt, new, 1);
+    args.push(format!("--go={}", go.display()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    std::fs::create_dir_all(dir.join("shared")).map_err(|e| failed(e.to_string()))?;
+    let mut children: Vec<Child> = (0..processes)
+        .map(|_| spawn(&mut runner.command(&args, &shared)))
+        .collect::<Result<_, _>>()?;
+    let start = Instant::now();
+    let ready = |n: usize| {
+        std::fs::read_dir(dir.join("shared"))
+            .map(|d| {
+                d.filter(|e| {
+                    e.as_ref().is_ok_and(|e| e.file_name().to_string_lossy().starts_with("go."))
+                })
+                .count()
+                    >= n
+            })
+            .unwrap_or(false)
+    };
+    while !ready(processes) {
+        let ended = children.iter_mut().position(|c| !matches!(c.try_wait(), Ok(None)));
+        if ended.is_some() || start.elapsed() > Duration::from_secs(300) {
+            for c in &mut children {
+                let _ = c.kill();
+            }
+            let why = ended.and_then(|i| report(children.remove(i)).err());
+            return Err(failed(format!(
+                "the processes never got ready: {}",
+                why.map(|e| e.to_string()).unwrap_or_default()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::fs::write(&go, b"").map_err(|e| failed(e.to_string()))?;
+    let started = Instant::now();
+    let reports: Vec<Report> = children.into_iter().map(report).collect::<Result<_, _>>()?;
+    let wall = started.elapsed().as_nanos() as f64;
+    let total = |f: fn(&Report) -> u64| reports.iter().map(f).sum::<u64>();
+    rows.push(
+        Row::new(
+            SECTION,
+            format!("{processes} processes x {new} new kernels, one folder: compiles"),
+            total(|r| r.builds) as f64,
+            Unit::Count,
+        )
+        .target(Target {
+            max_value: Some(new as f64),
+            max_ratio: None,
+            text: "exactly one per kernel",
+            set_for: H200,
+        }),
+    );
+    rows.push(Row::new(
+        SECTION,
+        format!(
+            "  of the others: waited for a lease {}, loaded {}",
+            total(|r| r.waits),
+            total(|r| r.disk_hits)
+        ),
+        wall,
+        Unit::Ns,
+    ));
+    Ok(())
+}
+
+/// For `jitbridge bench`: in a fresh process, first-launch COUNT kernels of the family SALT from
+/// THREADS threads (kernel k on thread k % THREADS; with --from=F, one thread from kernel F on,
+/// round), after a prewarm of FILE (--prewarm=FILE, timed apart) and once the file GO exists
+/// (--go=GO); print the time to the last output, the prewarm's, and the counters.
+pub fn child(args: &[String]) -> Outcome {
+    const HIDDEN: Command = Command {
+        name: "__warm-start",
+        usage: "jitbridge __warm-start DEVICE SALT COUNT THREADS [--from=F] [--prewarm=FILE] [--go=GO]",
+        about: "(internal, for bench) first-launch a family of kernels in this process",
+        details: "",
+    };
+    let opts = [
+        crate::args::Opt { flag: "--from", value: Some("the first kernel") },
+        crate::args::Opt { flag: "--prewarm", value: Some("a bundle or manifest") },
+        crate::args::Opt { flag: "--go", value: Some("a file to wait for") },
+    ];
+    let Some(args) = parse_args(&HIDDEN, args, &opts)? else {
+        print_help(&HIDDEN);
+        return Ok(true);
+    };
+    let [device, salt, count, threads] = &args.positional[..] else {
+        return Err(Failure::Usage("DEVICE SALT COUNT THREADS".into(), &HIDDEN));
+    };
+    let number =
+        |text: &str| text.parse::<usize>().map_err(|e| Failure::Usage(e.to_string(), &HIDDEN));
+    let (count, threads, from) =
+        (number(count)?, number(threads)?.max(1), number(args.get("--from").unwrap_or("0"))?);
+    let device = device_or_default(Some(device))?;
+    let input = Array::arange(device, ELEMENTS, DType::F32)?;
+    input.eval()?;
+    if let Some(go) = args.get("--go") {
+        std::fs::write(format!("{}.{}", go, std::process::id()), b"")
+            .map_err(|e| Failure::Error(e.to_string()))?;
+        while !Path::new(go).exists() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    let prewarm_ns = match args.get("--prewarm") {
+        Some(file) => {
+            let start = Instant::now();
+            let r = disk_cache::prewarm(device, Path::new(file))?;
+            if r.loaded != count as u64 {
+                return Err(Failure::Error(format!("the prewarm loaded {} of {count}", r.loaded)));
+            }
+            start.elapsed().as_nanos()
+        }
+        None => 0,
+    };
+    let start = Instant::now();
+    let exact = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (input, salt) = (&input, salt.as_str());
+                s.spawn(move || -> Result<bool, jitbridge::Error> {
+                    let mut exact = true;
+                    for i in (t..count).step_by(threads) {
+                        exact &= launch_exact(input, salt, (from + i) % count)?;
+                    }
+                    Ok(exact)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect::<Result<Vec<bool>, _>>()
+    })?;
+    let ns = start.elapsed().as_nanos();
+    let exact = exact.into_iter().all(|e| e);
+    let c = Counters::read();
+    out!(
+        "ns={ns} prewarm_ns={prewarm_ns} builds={} disk_hits={} bundle_hits={} lease_waits={} \
+         exact={exact}",
+        c.builds,
+        c.disk_hits,
+        c.bundle_hits,
+        c.lease_waits
+    );
+    Ok(exact)
+}
