@@ -180,6 +180,12 @@ void jb__sha256_update(jb_sha256 *h, const void *data, size_t len);
 /* Writes the digest and wipes `h` (init it again to reuse it). */
 void jb__sha256_final(jb_sha256 *h, unsigned char out[JB_SHA256_BYTES]);
 void jb__sha256(const void *data, size_t len, unsigned char out[JB_SHA256_BYTES]);
+/* Whether the rounds run on the processor's SHA extensions (x86-64), rather than portable C. */
+bool jb__sha256_accelerated(void);
+#ifdef JB_TEST_HOOKS
+/* true: portable C from now on, whatever the processor has; false: back to what it has. */
+void jb__test_sha256_portable(bool portable);
+#endif
 /* `n` bytes as 2n lowercase hex digits and a NUL into `out`. */
 void jb__hex(const unsigned char *bytes, size_t n, char *out);
 

@@ -1,10 +1,16 @@
 /*
  * SHA-256 (src/sha256.c) against the examples of FIPS 180-4's reference material (NIST's
  * "SHA256.pdf" example computations and the long messages of FIPS 180-2 appendix B), then fed in
- * pieces of every size: the digest must not depend on how the message is split.
+ * pieces of every size: the digest must not depend on how the message is split. All of it runs
+ * twice: on the processor's SHA extensions where it has them, and in portable C (a test hook),
+ * and the two must agree on 2,000 messages of every length up to 4 KiB.
  */
 #include "../src/internal.h"
 #include "check.h"
+
+#ifndef JB_TEST_HOOKS
+#error "test_sha256 needs a JB_TEST_HOOKS build of the library (to choose the portable rounds)"
+#endif
 
 #include <stdlib.h>
 #include <string.h>
@@ -96,7 +102,32 @@ static void every_byte_counts(void)
     CHECK(unchanged == 0, "%d one-bit changes left the digest as it was", unchanged);
 }
 
-int main(void)
+/* The two ways agree on messages of every length (the SHA extensions' path against C's). */
+static void both_ways_agree(void)
+{
+    static unsigned char message[4096];
+    uint64_t x = 0x9e3779b97f4a7c15ULL;
+    for (size_t i = 0; i < sizeof message; i++) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        message[i] = (unsigned char)(x >> 56);
+    }
+    int disagreements = 0;
+    for (size_t n = 0; n < 2000; n++) {
+        size_t len = n * 2 + (n % 7), at = n % 64;
+        if (at + len > sizeof message)
+            len = sizeof message - at;
+        unsigned char fast[JB_SHA256_BYTES], portable[JB_SHA256_BYTES];
+        jb__test_sha256_portable(false);
+        jb__sha256(message + at, len, fast);
+        jb__test_sha256_portable(true);
+        jb__sha256(message + at, len, portable);
+        disagreements += memcmp(fast, portable, sizeof fast) != 0;
+    }
+    jb__test_sha256_portable(false);
+    CHECK(disagreements == 0, "the two ways disagreed on %d messages", disagreements);
+}
+
+static void standard_examples(void)
 {
     for (size_t i = 0; i < sizeof vectors / sizeof *vectors; i++) {
         char hex[2 * JB_SHA256_BYTES + 1];
@@ -107,5 +138,18 @@ int main(void)
     million_a();
     splits_agree();
     every_byte_counts();
+}
+
+int main(void)
+{
+    jb__test_sha256_portable(false);
+    printf("test_sha256: this processor's SHA extensions are %s\n",
+           jb__sha256_accelerated() ? "used" : "absent: both passes are portable C");
+    standard_examples();
+    jb__test_sha256_portable(true);
+    CHECK(!jb__sha256_accelerated(), "the hook did not choose the portable rounds");
+    standard_examples();
+    jb__test_sha256_portable(false);
+    both_ways_agree();
     return check_summary("test_sha256");
 }
