@@ -55,6 +55,14 @@ static _Atomic(jb_bundle *) tiers[MAX_BUNDLES];
 static pthread_once_t environment_once = PTHREAD_ONCE_INIT;
 static atomic_uint_fast64_t counter_bundle_hits, counter_bundle_rejected;
 
+#ifdef JB_TEST_HOOKS
+static atomic_int test_read_error;
+void jb__test_set_bundle_read_error(int err)
+{
+    atomic_store(&test_read_error, err);
+}
+#endif
+
 /* ---- the format: one place for its layout ---- */
 
 static void put64(unsigned char *p, uint64_t v)
@@ -285,6 +293,19 @@ const char *jb__bundle_fingerprints(const jb_bundle *b)
 
 /* ---- entries ---- */
 
+/* An entry's bytes, as pread_all reads them. */
+static bool read_entry_bytes(int fd, void *buf, size_t bytes, uint64_t at)
+{
+#ifdef JB_TEST_HOOKS
+    int injected = atomic_load(&test_read_error);
+    if (injected) {
+        errno = injected;
+        return false;
+    }
+#endif
+    return pread_all(fd, buf, bytes, at);
+}
+
 static void entry_rejected(jb_bundle *b, size_t i, const char *why)
 {
     atomic_fetch_add(&counter_bundle_rejected, 1);
@@ -304,7 +325,7 @@ int jb__bundle_read_entry(jb_bundle *b, size_t i, unsigned char **out)
     unsigned char *data = malloc(bytes ? bytes : 1), digest[JB_SHA256_BYTES];
     JB_RETURN_IF(!data, JB_ERR_OUT_OF_MEMORY, "no memory to read a bundle entry");
     const char *bad = NULL;
-    if (!pread_all(b->fd, data, bytes, e->offset)) {
+    if (!read_entry_bytes(b->fd, data, bytes, e->offset)) {
         int err = errno;
         if (err && jb__errno_is_transient(err)) { /* not now: the entry stays as good as it was */
             free(data);

@@ -929,6 +929,10 @@ void jb__bundle_accept(void);
 void jb__bundle_reject(const jb_bundle_ref *ref, const char *why);
 void jb__bundle_counters(uint64_t *hits, uint64_t *rejected);
 void jb__bundle_counters_reset(void);
+#ifdef JB_TEST_HOOKS
+/* While non-zero, reading a bundle entry's bytes fails with this errno. */
+void jb__test_set_bundle_read_error(int err);
+#endif
 
 /* ---- leases (lease.c): one compile per key across the processes of one cache folder ---- */
 #define JB_LEASE_DIR "leases" /* in the cache folder: one <entry's hex>.lease per key */

@@ -3,8 +3,10 @@
  * folder others may change, a FIFO or a folder in its place, changed or cut or swapped while
  * open, an entry filed under another key, a payload for another machine under the right key.
  * Each must be refused (the bundle) or skipped (the entry), never loaded, never block, never
- * crash; a good bundle next to them must keep working. The test makes its bundles with the
- * library's own export, and forges others with the format's encoders (src/bundle.c).
+ * crash; a good bundle next to them must keep working. A read that fails for now (a network
+ * disk's EIO, no descriptors or memory) is no verdict on an entry. The test makes its bundles
+ * with the library's own export, and forges others with the format's encoders (src/bundle.c);
+ * read failures are injected (JB_TEST_HOOKS).
  */
 #include "../src/internal.h"
 #include "helpers.h"
@@ -17,6 +19,10 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#ifndef JB_TEST_HOOKS
+#error "test_bundle needs a JB_TEST_HOOKS build of the library"
+#endif
 
 #define N 32
 #define ENTRIES 3
@@ -243,6 +249,69 @@ static void files_refused(const char *good)
     free(bytes);
 }
 
+static uint64_t le64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static void put_le64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+/* The good bundle with one field of its header (at byte `field`) or of its index (entry
+ * `entry`'s byte `field`, entry >= 0) set to `value`, and its tables' SHA-256 made right again,
+ * as an attacker would: only the library's bounds and order checks stand in the way. */
+static void crafted(const char *what, const unsigned char *bytes, size_t size, int entry,
+                    size_t field, uint64_t value, const char *expected)
+{
+    unsigned char *copy = malloc(size);
+    memcpy(copy, bytes, size);
+    uint64_t fingerprints_at = le64(copy + 24), index_at = le64(copy + 40);
+    unsigned char *target =
+        entry < 0 ? copy : copy + index_at + (size_t)entry * JB_BUNDLE_INDEX_BYTES;
+    if (field == 0) /* a whole index entry: entry `value`'s, copied over this one */
+        memcpy(target, copy + index_at + value * JB_BUNDLE_INDEX_BYTES, JB_BUNDLE_INDEX_BYTES);
+    else
+        put_le64(target + field, value);
+    jb__sha256(copy + fingerprints_at, size - fingerprints_at, copy + 64);
+    write_file(at("crafted.jbb"), copy, size, 0600);
+    refused(what, at("crafted.jbb"), expected);
+    free(copy);
+}
+
+/* Lengths and offsets that overflow, point outside the file or at the tables, and a key filed
+ * twice: each refused when the bundle is opened, with no read outside what was allocated. */
+static void crafted_tables(const char *good)
+{
+    size_t size;
+    unsigned char *bytes = read_file(good, &size);
+    CHECK(bytes && le64(bytes + 16) == ENTRIES, "cannot read %s back", good);
+    if (!bytes)
+        return;
+    const uint64_t huge = UINT64_MAX - 7;
+    crafted("a key filed twice", bytes, size, 1, 0, 0, "not sorted");
+    crafted("a key length near 2^64", bytes, size, 0, 72, huge, "outside its entries");
+    crafted("a payload length near 2^64", bytes, size, 0, 80, huge, "outside its entries");
+    crafted("key and payload lengths summing past 2^64", bytes, size, 0, 72, 1ull << 63,
+            "outside its entries");
+    crafted("an offset near 2^64", bytes, size, 0, 64, huge, "outside its entries");
+    crafted("an entry inside the header", bytes, size, 0, 64, 8, "outside its entries");
+    crafted("an entry running into the tables", bytes, size, ENTRIES - 1, 80,
+            le64(bytes + 24), "outside its entries");
+    crafted("an empty key", bytes, size, 0, 72, 0, "outside its entries");
+    crafted("a count whose index size wraps", bytes, size, -1, 16,
+            (UINT64_MAX / JB_BUNDLE_INDEX_BYTES) + 2, "malformed header");
+    crafted("an index offset near 2^64", bytes, size, -1, 40, huge, "malformed header");
+    crafted("fingerprints overlapping the index", bytes, size, -1, 32, le64(bytes + 32) + 8,
+            "malformed header");
+    free(bytes);
+}
+
 /* Changed, cut or replaced after it was opened: entries go bad (or stay the old file's), and
  * nothing faults as a mapping of a cut file would. */
 static void changed_while_open(const char *good)
@@ -272,6 +341,45 @@ static void changed_while_open(const char *good)
     CHECK(good_entries(b) == 0, "entries of a bundle cut short still read good");
     if (fd >= 0)
         close(fd);
+    jb__bundle_free(b);
+}
+
+/* A read that fails for now leaves the entry as good as it was: not skipped from then on, not
+ * counted or warned as rejected, read good once the failure passes. Any other read failure
+ * (EINVAL here) is a verdict: the entry is skipped from then on. */
+static void transient_reads(const char *good)
+{
+    char why[1024];
+    jb_bundle *b = open_bundle(good, why, sizeof why);
+    CHECK(b != NULL, "%s", why);
+    if (!b)
+        return;
+    static const int transient[] = {EIO, EMFILE, ENOMEM, EAGAIN};
+    jb_counters_reset();
+    for (size_t t = 0; t < sizeof transient / sizeof *transient; t++) {
+        jb__test_set_bundle_read_error(transient[t]);
+        unsigned char *data = NULL;
+        int status = jb__bundle_read_entry(b, 0, &data);
+        CHECK(status == JB_ERR_SYSTEM && !data && strstr(jb_last_error_message(), "for now"),
+              "a read failing with %s: status %d, '%s'", strerror(transient[t]), status,
+              jb_last_error_message());
+        CHECK(good_entries(b) == 0, "an entry read good while its reads failed");
+        jb__test_set_bundle_read_error(0);
+        size_t after = good_entries(b);
+        CHECK(after == ENTRIES, "after reads failed with %s, %zu of %d entries read good",
+              strerror(transient[t]), after, ENTRIES);
+    }
+    jb_counters c;
+    jb_counters_get(&c, sizeof c);
+    CHECK(c.bundle_rejected == 0, "reads that failed for now counted %llu rejected entries",
+          (unsigned long long)c.bundle_rejected);
+    jb__test_set_bundle_read_error(EINVAL);
+    CHECK(good_entries(b) == 0, "an entry read good while its reads failed");
+    jb__test_set_bundle_read_error(0);
+    CHECK(good_entries(b) == 0, "an entry whose read failed with EINVAL read good later");
+    jb_counters_get(&c, sizeof c);
+    CHECK(c.bundle_rejected == ENTRIES, "EINVAL: %llu rejected, want %d",
+          (unsigned long long)c.bundle_rejected, ENTRIES);
     jb__bundle_free(b);
 }
 
@@ -348,7 +456,9 @@ int main(void)
     CHECK(exported == ENTRIES && skipped == 0, "exported %llu, skipped %llu",
           (unsigned long long)exported, (unsigned long long)skipped);
     files_refused(good);
+    crafted_tables(good);
     changed_while_open(good);
+    transient_reads(good);
     forged_entries();
     shell("rm -rf %s%s", base, "");
     return check_summary("test_bundle");
