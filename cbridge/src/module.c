@@ -257,9 +257,10 @@ static bool load_from_disk(jb_device *dev, const jb_disk_key *key, const char *m
         jb__event_raise(JB_CACHE_EVENT_DISK_HIT, jb__now_ns() - start, JB_OK, NULL);
         return true;
     }
-    /* Compiled afresh next, once: a failure then is an error. */
-    jb__warn("the disk cache entry %s of module '%s' was refused by the loader (%s); removed, "
-             "compiling it again",
+    /* Compiled afresh next, once (a failure then is an error), and stored over it: never removed
+     * first, since the refusal may be the loader's own moment of EMFILE or a full TMPDIR. */
+    jb__warn("the disk cache entry %s of module '%s' was refused by the loader (%s); compiling "
+             "it again",
              key->file, module_name, jb_last_error_message());
     jb__event_raise(JB_CACHE_EVENT_ENTRY_EVICTED, 0, status, jb_last_error_message());
     jb__disk_reject(key);
