@@ -280,7 +280,9 @@ fn a_stopped_holder_is_waited_for_no_longer_than_the_compile_timeout() {
 }
 
 /// What stands at a lease's name that is not a lease file of ours (a FIFO, a link to a file
-/// elsewhere, another user's file) is removed, never waited on nor written through.
+/// elsewhere, another user's file), or at leases/ that is not a folder (a file, a FIFO, a link
+/// to a folder elsewhere), is removed, never waited on nor written through, and the lease is
+/// taken as usual.
 #[test]
 fn junk_at_a_lease_name_neither_blocks_nor_is_written_through() {
     let s = setup("junk", "0");
@@ -293,7 +295,10 @@ fn junk_at_a_lease_name_neither_blocks_nor_is_written_through() {
     let key = text.split('\t').nth(1).unwrap()[..32].to_string();
     let victim = s.dir.join("victim");
     std::fs::write(&victim, b"untouched").unwrap();
-    let mut kinds = vec!["fifo", "link", "a file at leases/"];
+    let victim_folder = s.dir.join("victim-folder");
+    std::fs::create_dir(&victim_folder).unwrap();
+    let mut kinds =
+        vec!["fifo", "link", "a file at leases/", "a FIFO at leases/", "a link at leases/"];
     if common_is_root() {
         kinds.push("theirs");
     }
@@ -309,6 +314,14 @@ fn junk_at_a_lease_name_neither_blocks_nor_is_written_through() {
                 std::fs::remove_dir(&leases).unwrap();
                 std::fs::write(&leases, b"junk").unwrap();
             }
+            "a FIFO at leases/" => {
+                std::fs::remove_dir(&leases).unwrap();
+                make_fifo(&leases);
+            }
+            "a link at leases/" => {
+                std::fs::remove_dir(&leases).unwrap();
+                std::os::unix::fs::symlink(&victim_folder, &leases).unwrap();
+            }
             "fifo" => make_fifo(&name),
             "link" => std::os::unix::fs::symlink(&victim, &name).unwrap(),
             _ => {
@@ -318,10 +331,30 @@ fn junk_at_a_lease_name_neither_blocks_nor_is_written_through() {
         }
         let r = report_output(common::finish(s.child("900", None), Duration::from_secs(30)));
         assert_eq!(r.builds, 1, "{kind}: {r:?}");
-        assert!(leases.is_dir(), "{kind}: leases/ was not made again");
+        assert_eq!(r.fallbacks, 0, "{kind}: compiled without its lease: {r:?}");
+        assert!(
+            std::fs::symlink_metadata(&leases).unwrap().is_dir(),
+            "{kind}: leases/ was not made again"
+        );
         assert!(!name.exists() && std::fs::symlink_metadata(&name).is_err(), "{kind} stays");
     }
     assert_eq!(std::fs::read(&victim).unwrap(), b"untouched");
+    assert_eq!(std::fs::read_dir(&victim_folder).unwrap().count(), 0, "written through a link");
+    // In a folder not marked as the cache's own (a file of someone else's in it), nothing is
+    // removed: the process compiles without a lease, and says so.
+    let _ = std::fs::remove_dir_all(&s.cache);
+    report(s.child("901", None).spawn().unwrap());
+    std::fs::remove_file(s.cache.join("CACHEDIR.TAG")).unwrap();
+    std::fs::write(s.cache.join("notes.txt"), b"not the cache's").unwrap();
+    let leases = s.cache.join("leases");
+    std::fs::remove_dir(&leases).unwrap();
+    std::fs::write(&leases, b"junk").unwrap();
+    let output = common::finish(s.child("900", None), Duration::from_secs(30));
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    let r = report_output(output);
+    assert_eq!((r.builds, r.fallbacks), (1, 1), "{r:?}");
+    assert!(stderr.contains("leases between processes are off"), "no warning: {stderr}");
+    assert_eq!(std::fs::read(&leases).unwrap(), b"junk", "removed from a folder not ours");
     std::fs::remove_dir_all(&s.dir).unwrap();
 }
 

@@ -195,8 +195,9 @@ jb_lease_outcome jb__lease_acquire(const jb_disk_key *key, const jb_lease_stale 
         return JB_LEASE_NONE; /* no folder to share, or nothing could be stored in it */
     int leases = open_lease_dir(dir);
     /* A folder that is read-only, full or was removed under us: nothing can be stored now, and
-     * the store says so itself (or sets the folder up again); compile alone, quietly. */
-    if (leases < 0 && errno != EPERM)
+     * the store says so itself (or sets the folder up again); compile alone, quietly. Something
+     * else at leases/ that could not be removed is said, once. */
+    if (leases < 0 && errno != EPERM && errno != ENOTDIR && errno != ELOOP)
         return JB_LEASE_NONE;
     if (leases < 0)
         return fall_back("the cache folder's leases/ is not a folder of ours closed to others",
