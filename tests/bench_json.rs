@@ -93,7 +93,7 @@ fn bench_json_follows_the_schema_and_progress_is_redrawn_on_a_terminal() {
 fn bench_help_states_its_time_and_its_check() {
     let out = Command::new(env!("CARGO_BIN_EXE_jitbridge")).args(["bench", "--help"]).output();
     let text = String::from_utf8(out.unwrap().stdout).unwrap();
-    assert!(text.contains("It takes about 1.5 minutes (--quick: about 15 s)"), "{text}");
+    assert!(text.contains("It takes about 2 minutes (--quick: about 25 s)"), "{text}");
     assert!(text.contains("--check       exit with status 1 when a judged target is missed"));
     assert!(text.contains("docs/JSON.md"), "{text}");
 }

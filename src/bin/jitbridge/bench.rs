@@ -33,7 +33,7 @@ made in another checkout; 32 processes first-launching 50 new kernels on one cac
 row with a target says whether this run met it, and which host the target was set for (the H200
 host); on other hosts the row is judged against it all the same.
 
-It takes about 1.5 minutes (--quick: about 15 s) on 2 cores with the cpu backend, and up to
+It takes about 2 minutes (--quick: about 25 s) on 2 cores with the cpu backend, and up to
 twice that when other work keeps the cores busy; progress goes to stderr, one updating line on
 a terminal, a line per section otherwise, and the time taken at the end.
 
