@@ -16,8 +16,11 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #ifndef JB_TEST_HOOKS
@@ -312,6 +315,41 @@ static void crafted_tables(const char *good)
     free(bytes);
 }
 
+/* A disk that fills while a bundle is written (RLIMIT_FSIZE: writes past the limit fail with
+ * EFBIG, as ENOSPC would): the export fails and says so, the bundle already at the path is left
+ * as it was, and no temporary is left beside it. In a child, whose limit dies with it. */
+static void export_on_a_full_disk(const char *good)
+{
+    shell("mkdir -p %s%s", at("full"), "");
+    shell("cp %s %s", good, at("full/old.jbb"));
+    size_t before_size;
+    unsigned char *before = read_file(at("full/old.jbb"), &before_size);
+    pid_t pid = fork();
+    if (pid == 0) {
+        signal(SIGXFSZ, SIG_IGN);
+        struct rlimit limit = {.rlim_cur = JB_BUNDLE_HEADER_BYTES + 64,
+                               .rlim_max = JB_BUNDLE_HEADER_BYTES + 64};
+        uint64_t exported = 9, skipped = 9;
+        int status = setrlimit(RLIMIT_FSIZE, &limit) != 0
+                         ? 10
+                         : jb_disk_cache_export(&exported, &skipped, at("full/old.jbb"), NULL);
+        bool said = status == JB_ERR_SYSTEM && strstr(jb_last_error_message(), "failed") &&
+                    exported == 0;
+        _exit(said ? 0 : status == JB_OK ? 11 : 12);
+    }
+    int wait_status = 0;
+    CHECK(pid > 0 && waitpid(pid, &wait_status, 0) == pid, "fork: %s", strerror(errno));
+    CHECK(WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0,
+          "an export onto a full disk: child status %d (11: it said it worked)", wait_status);
+    size_t after_size;
+    unsigned char *after = read_file(at("full/old.jbb"), &after_size);
+    CHECK(before && after && before_size == after_size && !memcmp(before, after, after_size),
+          "the bundle already there was changed by a failed export");
+    shell("test $(ls -A %s | wc -l) -eq 1%s", at("full"), "");
+    free(before);
+    free(after);
+}
+
 /* Changed, cut or replaced after it was opened: entries go bad (or stay the old file's), and
  * nothing faults as a mapping of a cut file would. */
 static void changed_while_open(const char *good)
@@ -457,6 +495,7 @@ int main(void)
           (unsigned long long)exported, (unsigned long long)skipped);
     files_refused(good);
     crafted_tables(good);
+    export_on_a_full_disk(good);
     changed_while_open(good);
     transient_reads(good);
     forged_entries();
