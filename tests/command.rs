@@ -4,6 +4,7 @@
 mod common;
 
 use common::finish;
+use common::json::Reader;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
@@ -261,7 +262,7 @@ fn a_normal_build_has_every_lock() {
     assert!(!stdout.contains("without locks"), "a normal build lacks a lock:\n{stdout}");
 }
 
-/// bench's section 5 salts its child's source so NVRTC's compute cache (CUDA) holds nothing for
+/// bench's section 6 salts its child's source so NVRTC's compute cache (CUDA) holds nothing for
 /// it: the same salt finds the entry the first child stored, another salt is a new source.
 #[test]
 fn first_launch_child_salt_makes_a_new_source() {
@@ -289,8 +290,8 @@ fn first_launch_child_salt_makes_a_new_source() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// `info --json` is one JSON object a dashboard reads: the seal mode (JITBRIDGE_SEAL) and every
-/// counter by its field name, the slow path's among them.
+/// `info --json` is one JSON object of docs/JSON.md's schema that a dashboard reads: the seal
+/// mode (JITBRIDGE_SEAL) and every counter by its field name, the slow path's among them.
 #[test]
 fn info_json_names_the_seal_and_every_counter() {
     let mut command = jitbridge();
@@ -298,15 +299,15 @@ fn info_json_names_the_seal_and_every_counter() {
     let output = finish(command, Duration::from_secs(120));
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    let text = stdout.trim();
-    assert!(text.starts_with('{') && text.ends_with('}') && text.lines().count() == 1, "{text}");
-    assert!(text.contains("\"seal\":\"warn\""), "{text}");
+    assert_eq!(stdout.trim().lines().count(), 1, "{stdout}");
+    let info = Reader::parse(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    assert_eq!(info.get("schema").number(), Some(1.0), "{stdout}");
+    assert_eq!(info.get("command").text(), "info");
+    assert_eq!(info.get("seal").text(), "warn");
+    assert!(!info.get("devices").list().is_empty(), "the cpu device at least: {stdout}");
+    assert!(!info.at(&["disk_cache", "dir"]).text().is_empty());
+    let counters = info.get("counters");
     for (name, _) in jitbridge::Counters::default().fields() {
-        assert!(text.contains(&format!("\"{name}\":0")), "{name} missing: {text}");
+        assert_eq!(counters.get(name).number(), Some(0.0), "{name}: {stdout}");
     }
-    let depth = text.chars().try_fold(0i32, |depth, c| {
-        let depth = depth + i32::from(c == '{' || c == '[') - i32::from(c == '}' || c == ']');
-        (depth >= 0).then_some(depth)
-    });
-    assert_eq!(depth, Some(0), "unbalanced: {text}");
 }

@@ -1,4 +1,4 @@
-//! Section 7 of the bench: what bounds checks cost. One body made twice, bounds-checked and not,
+//! Section 8 of the bench: what bounds checks cost. One body made twice, bounds-checked and not,
 //! launched and waited for on 256 elements (the per-launch cost: the record, its fill and its
 //! read at the wait) and on 1 Mi (the per-access cost), the two kinds alternating in blocks.
 

@@ -1,4 +1,4 @@
-//! Section 4 of the bench: a cold first launch against the bare compiler on a source of the same
+//! Section 5 of the bench: a cold first launch against the bare compiler on a source of the same
 //! shape, then other first launches timed step by step inside the library.
 
 use super::{Context, fresh_variant, median};

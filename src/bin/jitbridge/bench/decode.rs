@@ -1,4 +1,4 @@
-//! Section 6 of the bench: the soak's decode step alone and while other workers first-launch
+//! Section 7 of the bench: the soak's decode step alone and while other workers first-launch
 //! new kernels (a short soak, without the fork).
 
 use super::Context;

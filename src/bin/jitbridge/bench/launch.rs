@@ -1,4 +1,4 @@
-//! Section 3 of the bench: the probe's launch path against a bare backend launch plus an event
+//! Section 4 of the bench: the probe's launch path against a bare backend launch plus an event
 //! record, both on one warm kernel.
 
 use super::{Context, fresh_variant};

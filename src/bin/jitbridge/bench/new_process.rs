@@ -1,4 +1,4 @@
-//! Section 5 of the bench: the first launch in a new process, with and without an entry in the
+//! Section 6 of the bench: the first launch in a new process, with and without an entry in the
 //! disk cache. The bench runs `jitbridge __first-launch` (below) as its child processes.
 
 use super::{Context, fresh_variant, median};
@@ -9,7 +9,7 @@ use jitbridge::{Counters, Device, race, sys_tools};
 use std::os::unix::fs::DirBuilderExt;
 use std::time::Instant;
 
-/// Section 5: a new process's first launch, loaded from the disk cache against compiled.
+/// Section 6: a new process's first launch, loaded from the disk cache against compiled.
 pub fn new_process_first_launch(
     context: &mut Context<'_>,
     rows: &mut Vec<Row>,
