@@ -9,6 +9,7 @@
  * read failures are injected (JB_TEST_HOOKS).
  */
 #include "../src/internal.h"
+#include "deadline.h"
 #include "helpers.h"
 
 #include <errno.h>
@@ -20,7 +21,6 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #ifndef JB_TEST_HOOKS
@@ -315,37 +315,37 @@ static void crafted_tables(const char *good)
     free(bytes);
 }
 
-/* A disk that fills while a bundle is written (RLIMIT_FSIZE: writes past the limit fail with
- * EFBIG, as ENOSPC would): the export fails and says so, the bundle already at the path is left
- * as it was, and no temporary is left beside it. In a child, whose limit dies with it. */
+/* In a child (its limit dies with it): a disk that fills while a bundle is written
+ * (RLIMIT_FSIZE: writes past the limit fail with EFBIG, as ENOSPC would); the export must fail
+ * and say so. */
+static bool export_fails_on_a_full_disk(void *path)
+{
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit limit = {.rlim_cur = JB_BUNDLE_HEADER_BYTES + 64,
+                           .rlim_max = JB_BUNDLE_HEADER_BYTES + 64};
+    uint64_t exported = 9, skipped = 9;
+    return setrlimit(RLIMIT_FSIZE, &limit) == 0 &&
+           jb_disk_cache_export(&exported, &skipped, path, NULL) == JB_ERR_SYSTEM &&
+           strstr(jb_last_error_message(), "failed") && exported == 0;
+}
+
+/* The failed export leaves the bundle already at its path as it was, and no temporary beside
+ * it. */
 static void export_on_a_full_disk(const char *good)
 {
     shell("mkdir -p %s%s", at("full"), "");
     shell("cp %s %s", good, at("full/old.jbb"));
     size_t before_size;
     unsigned char *before = read_file(at("full/old.jbb"), &before_size);
-    pid_t pid = fork();
-    if (pid == 0) {
-        signal(SIGXFSZ, SIG_IGN);
-        struct rlimit limit = {.rlim_cur = JB_BUNDLE_HEADER_BYTES + 64,
-                               .rlim_max = JB_BUNDLE_HEADER_BYTES + 64};
-        uint64_t exported = 9, skipped = 9;
-        int status = setrlimit(RLIMIT_FSIZE, &limit) != 0
-                         ? 10
-                         : jb_disk_cache_export(&exported, &skipped, at("full/old.jbb"), NULL);
-        bool said = status == JB_ERR_SYSTEM && strstr(jb_last_error_message(), "failed") &&
-                    exported == 0;
-        _exit(said ? 0 : status == JB_OK ? 11 : 12);
-    }
-    int wait_status = 0;
-    CHECK(pid > 0 && waitpid(pid, &wait_status, 0) == pid, "fork: %s", strerror(errno));
-    CHECK(WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0,
-          "an export onto a full disk: child status %d (11: it said it worked)", wait_status);
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s", at("full/old.jbb"));
+    CHECK(child_says_yes("export onto a full disk", 120, export_fails_on_a_full_disk, path),
+          "an export onto a full disk did not fail with JB_ERR_SYSTEM");
     size_t after_size;
     unsigned char *after = read_file(at("full/old.jbb"), &after_size);
     CHECK(before && after && before_size == after_size && !memcmp(before, after, after_size),
           "the bundle already there was changed by a failed export");
-    shell("test $(ls -A %s | wc -l) -eq 1%s", at("full"), "");
+    shell("test $(ls -A %s | wc -l) -eq 1%s", at("full"), ""); /* no temporary left */
     free(before);
     free(after);
 }
