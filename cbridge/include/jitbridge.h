@@ -282,6 +282,9 @@ JB_API jb_status jb_install_thread_local_default_stream(jb_stream *stream);
 /* Removes the latest installation of `stream` on this thread, wherever it is in the nesting
  * (out-of-order removal is safe). JB_ERR_INVALID_ARGUMENT if it is not installed here. */
 JB_API jb_status jb_uninstall_thread_local_default_stream(jb_stream *stream);
+/* How many installations of `stream` (jb_install_thread_local_default_stream) are in place, on
+ * every thread together (0 for NULL). */
+JB_API int jb_stream_installations(const jb_stream *stream);
 /* The calling thread's default stream for `device`, borrowed: do not free it, and use it only on
  * this thread while it stays the default (see "Streams" above). */
 JB_API jb_status jb_thread_local_default_stream(jb_stream **out, jb_device *device);

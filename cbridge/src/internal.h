@@ -563,6 +563,7 @@ struct jb_stream {
     uint64_t id; /* unique for the process, never reused (unlike the address) */
     unsigned generation; /* jb__fork_generation at creation: unusable in a forked child */
     atomic_uint refs; /* the creator's, and one per installation on any thread */
+    atomic_uint installs; /* installations as a thread's default, on any thread */
     /* Buffers that queued work still uses: a ring, oldest first, each released once its event
      * fires. Looked at every few holds, not at each one. */
     pthread_mutex_t holds_mutex;

@@ -37,8 +37,11 @@ static void reap_retired(jb_device *dev);
 static void thread_streams_destroy(thread_streams *ts)
 {
     for (int i = 0; i < JB_MAX_DEVICES; i++) {
-        while (ts->installed[i].depth)
-            jb__stream_let_go(ts->installed[i].streams[--ts->installed[i].depth]);
+        while (ts->installed[i].depth) {
+            jb_stream *stream = ts->installed[i].streams[--ts->installed[i].depth];
+            atomic_fetch_sub_explicit(&stream->installs, 1, memory_order_relaxed);
+            jb__stream_let_go(stream);
+        }
         free(ts->installed[i].streams);
         if (ts->own[i]) {
             jb_device *dev = ts->own[i]->device;
@@ -62,6 +65,7 @@ static bool remove_installed(thread_streams *ts, jb_stream *stream)
         memmove(&stack->streams[i], &stack->streams[i + 1],
                 (stack->depth - i - 1) * sizeof *stack->streams);
         stack->depth--;
+        atomic_fetch_sub_explicit(&stream->installs, 1, memory_order_relaxed);
         jb__stream_release(stream);
         return true;
     }
@@ -444,6 +448,11 @@ jb_stream *jb__current_stream_if_made(jb_device *dev)
     return stream && from_this_process(stream) ? stream : NULL;
 }
 
+int jb_stream_installations(const jb_stream *stream)
+{
+    return stream ? (int)atomic_load_explicit(&stream->installs, memory_order_relaxed) : 0;
+}
+
 jb_status jb_thread_local_default_stream(jb_stream **out, jb_device *device)
 {
     JB_RETURN_IF(!out, JB_ERR_INVALID_ARGUMENT, "jb_thread_local_default_stream: out is NULL");
@@ -484,6 +493,7 @@ jb_status jb_install_thread_local_default_stream(jb_stream *stream)
         stack->capacity = capacity;
     }
     atomic_fetch_add_explicit(&stream->refs, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&stream->installs, 1, memory_order_relaxed);
     stack->streams[stack->depth++] = stream;
     return JB_OK;
 }
