@@ -27,6 +27,10 @@ pub struct jb_source_module {
     _private: [u8; 0],
 }
 #[repr(C)]
+pub struct jb_graph {
+    _private: [u8; 0],
+}
+#[repr(C)]
 pub struct jb_bench_raw_launcher {
     _private: [u8; 0],
 }
@@ -312,6 +316,20 @@ unsafe extern "C" {
     ) -> c_int;
     pub fn jb_device_max_stream_priority(device: *const jb_device) -> c_int;
     pub fn jb_stream_priority(out: *mut c_int, stream: *const jb_stream) -> c_int;
+    pub fn jb_stream_installations(stream: *const jb_stream) -> c_int;
+
+    pub fn jb_graph_begin_capture(stream: *mut jb_stream) -> c_int;
+    pub fn jb_graph_end_capture(out: *mut *mut jb_graph, stream: *mut jb_stream) -> c_int;
+    pub fn jb_graph_launch(graph: *mut jb_graph, stream: *mut jb_stream) -> c_int;
+    pub fn jb_graph_launch_count(graph: *const jb_graph) -> usize;
+    pub fn jb_graph_bounds_checked(graph: *const jb_graph) -> c_int;
+    pub fn jb_graph_set_scalar(
+        graph: *mut jb_graph,
+        launch: usize,
+        scalar: usize,
+        value: *const jb_scalar,
+    ) -> c_int;
+    pub fn jb_graph_free(graph: *mut jb_graph);
     pub fn jb_stream_free(stream: *mut jb_stream);
     pub fn jb_stream_synchronize(stream: *mut jb_stream) -> c_int;
     pub fn jb_stream_device(stream: *const jb_stream) -> *mut jb_device;

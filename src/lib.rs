@@ -68,6 +68,7 @@ mod device;
 mod dtype;
 mod error;
 mod events;
+mod graph;
 mod kernel;
 mod launch;
 mod logging;
@@ -107,6 +108,7 @@ pub use events::{
     CacheEvent, CacheEventKind, THREAD_TAG_MAX, clear_event_callback, set_event_callback,
     set_thread_tag, thread_tag,
 };
+pub use graph::{Capture, Graph, GraphArray, GraphInput, GraphLaunch, GraphOutput};
 pub use kernel::{
     CompileOptions, ConfigureHook, CustomKernel, KernelConfig, KernelSpec, LaunchShape, Param,
 };
@@ -129,6 +131,7 @@ mod tests {
         assert_send_sync::<Stream>();
         assert_send_sync::<Array>();
         assert_send_sync::<CustomKernel>();
+        assert_send_sync::<Graph<'static>>();
         assert_send_sync::<Error>();
     }
 
