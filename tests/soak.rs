@@ -146,7 +146,8 @@ fn soak_arguments_are_checked() {
         (&["soak", "--workers", "embed,embed"], "'embed' is listed twice"),
         (&["soak", "--workers", "none,fork"], "'none' stands alone"),
         (&["soak", "--workers"], "--workers needs a value"),
-        (&["soak", "--decode", "fast"], "--decode takes 'library' or 'raw', not 'fast'"),
+        (&["soak", "--decode", "fast"], "--decode takes 'library', 'raw' or 'graph', not 'fast'"),
+        (&["soak", "--decode-priority", "max"], "--decode-priority takes 'high' or 'normal'"),
     ] {
         let (code, stdout, stderr) = finish(
             {
@@ -229,6 +230,29 @@ fn a_raw_decode_soak_alone_is_exact() {
     let slow = |field: &str| latency("slow_together", field);
     assert_eq!(slow("steps"), latency("decode_together", "steps"));
     assert_eq!(slow("over"), slow("launch_dominated") + slow("wait_dominated"));
+}
+
+/// A short soak whose decode loop replays a captured graph on a stream of the most urgent
+/// priority: every replay's output read back exact, and the report names the mode and the
+/// priority the stream got.
+#[test]
+fn a_graph_decode_soak_alone_is_exact() {
+    let cache = std::env::temp_dir().join(format!("jitbridge-soak-graph-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&cache);
+    let mut command = jitbridge(&cache);
+    command.args(["soak", "--seconds", "2", "--device", "cpu", "--json"]);
+    command.args(["--workers", "none", "--decode", "graph", "--decode-priority", "high"]);
+    let (code, json, stderr) = finish(command, Duration::from_secs(120));
+    let _ = std::fs::remove_dir_all(&cache);
+    let report = report(json.trim());
+    assert_eq!(code, 0, "exit status {code}: {stderr}");
+    assert_eq!(report.at(&["options", "decode"]).text(), "graph");
+    let priority = report.at(&["options", "decode_priority"]).number().unwrap();
+    assert!((0.0..=4.0).contains(&priority), "decode_priority {priority}");
+    assert!(count(&report, "checked") > 100.0, "too few outputs checked");
+    assert_eq!(count(&report, "inexact"), 0.0, "inexact outputs");
+    assert_eq!(count(&report, "errors"), 0.0, "errors");
+    assert!(report.at(&["details", "decode_alone", "steps"]).number().unwrap() > 0.0);
 }
 
 /// The raw control's launcher refuses bad steps and reads with a clear status and message, and

@@ -36,8 +36,9 @@ pub use workers::Workers;
 
 pub const SOAK: Command = Command {
     name: "soak",
-    usage: "jitbridge soak [--seconds N] [--json] [--check] [--device cpu|gpu|cuda|rocm[:N]]
-                      [--workers LIST] [--decode library|raw]",
+    usage:
+        "jitbridge soak [--seconds N] [--json] [--check] [--device cpu|gpu|cuda|rocm[:N]]
+                      [--workers LIST] [--decode library|raw|graph] [--decode-priority high|normal]",
     about: "live like a server for a while: checks every output, memory and decode latency",
     details: "A decode loop launches a warm kernel on its own stream; embedding and rerank workers
 first-launch a new kernel (a new shape or variant) every 250 ms and launch their recent ones on
@@ -88,7 +89,12 @@ options:
   --decode M    library (the default): each step is launch_with_scalars, then eval;
                 raw: the control, each step only the backend's launch + event record, then the
                 event's wait, of a launch the library staged once into one fixed output (no
-                lookup, array, hold or allocation); every output is still checked exactly
+                lookup, array, hold or allocation); every output is still checked exactly;
+                graph: each step sets the scalar of a graph of the step's launch captured once
+                and replays it, then eval
+  --decode-priority P  high (the default): the decode stream has the device's most urgent
+                stream priority, above the other workers' streams;
+                normal: the priority every other stream has
 
 exit status: 0 when every output was exact (with --check: and every judged target was met),
 1 when not, 2 on an error. The latency target was set for the H200 host: on a loaded host it
@@ -98,7 +104,7 @@ is missed without a fault of the library, so judge it with --check on the host i
 /// Most seconds `soak --seconds` takes: a day.
 const MAX_SOAK_SECONDS: u64 = 86_400;
 
-const OPTIONS: [Opt; 6] = [
+const OPTIONS: [Opt; 7] = [
     Opt { flag: "--seconds", value: Some("how long to run, 1 to 86400 seconds") },
     Opt { flag: "--json", value: None },
     Opt { flag: "--check", value: None },
@@ -107,7 +113,8 @@ const OPTIONS: [Opt; 6] = [
         flag: "--workers",
         value: Some("a comma list of embed, rerank, shared, batch, fork; or all, or none"),
     },
-    Opt { flag: "--decode", value: Some("library or raw") },
+    Opt { flag: "--decode", value: Some("library, raw or graph") },
+    Opt { flag: "--decode-priority", value: Some("high or normal") },
 ];
 
 pub fn soak_command(args: &[String]) -> Outcome {
@@ -130,14 +137,24 @@ pub fn soak_command(args: &[String]) -> Outcome {
         None => DecodeMode::Library,
     };
     let device = device_or_default(args.get("--device"))?;
+    let priority = match args.get("--decode-priority") {
+        None | Some("high") => device.max_stream_priority(),
+        Some("normal") => 0,
+        Some(other) => {
+            return Err(usage(format!(
+                "--decode-priority takes 'high' or 'normal', not '{other}'"
+            )));
+        }
+    };
     let date = crate::host::now_utc();
     let start = Instant::now();
-    let report = run(device, seconds as f64, workers, mode, true)?;
+    let report = run(device, seconds as f64, workers, mode, priority, true)?;
     let options = Object::new()
         .count("seconds", seconds as u64)
         .raw("workers", json_list(workers.names().iter().map(|n| json_string(n))))
         .flag("all_workers", workers == Workers::ALL)
         .text("decode", mode.name())
+        .count("decode_priority", report.decode_priority.max(0) as u64)
         .build();
     let results = Results {
         command: "soak",
@@ -271,12 +288,14 @@ const TOGETHER_END: f64 = 0.85;
 const FORK_AT: f64 = TOGETHER_WARM_END + (TOGETHER_END - TOGETHER_WARM_END) / 4.0;
 
 /// Runs the soak on `device` for `seconds`, with the other `workers` beside a decode loop that
-/// launches as `mode` says; with `show_progress`, the phases on stderr.
+/// launches as `mode` says on a stream of `decode_priority` (clamped to what the device offers);
+/// with `show_progress`, the phases on stderr.
 pub fn run(
     device: Device,
     seconds: f64,
     workers: Workers,
     mode: DecodeMode,
+    decode_priority: i32,
     show_progress: bool,
 ) -> Result<Report, jitbridge::Error> {
     let fork = workers.fork;
@@ -316,7 +335,8 @@ pub fn run(
             return Err(race::cancelled());
         }
         let decoded =
-            decode::decode_loop(device, decode, mode, phase, decode_ready, tally).map(Some);
+            decode::decode_loop(device, decode, mode, decode_priority, phase, decode_ready, tally)
+                .map(Some);
         // A decode loop that failed to start must not keep the controller waiting.
         decode_ready.store(true, Ordering::Release);
         decoded
@@ -508,6 +528,7 @@ pub fn run(
     Ok(Report {
         seconds,
         decode_mode: mode,
+        decode_priority: d.priority,
         workers,
         decode_alone: Latency::of(&d.alone.total),
         decode_together: Latency::of(&d.together.total),

@@ -11,7 +11,14 @@ pub fn decode_under_load(
 ) -> Result<(), jitbridge::Error> {
     let seconds = context.scale.soak_seconds;
     let others = Workers { fork: false, ..Workers::ALL };
-    let soak = soak::run(context.device, seconds, others, DecodeMode::Library, false)?;
+    let soak = soak::run(
+        context.device,
+        seconds,
+        others,
+        DecodeMode::Library,
+        context.device.max_stream_priority(),
+        false,
+    )?;
     if !soak.exact() {
         let first = soak.first_errors.first().cloned().unwrap_or_default();
         return Err(jitbridge::Error::new_other(format!(

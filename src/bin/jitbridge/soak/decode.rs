@@ -1,14 +1,17 @@
 //! The soak's decode loop: one warm kernel launched step after step on its own stream, each
 //! step timed in two parts, the launch (until the launch call returns) and the wait (until the
-//! output is done). Through the library (`launch_with_scalars`, then `eval`), or as the raw
-//! control (the backend's launch, event record and event wait of a launch staged once).
+//! output is done). Through the library (`launch_with_scalars`, then `eval`), as one replay of
+//! a graph captured once (`set_scalar` and `launch`, then `eval`), or as the raw control (the
+//! backend's launch, event record and event wait of a launch staged once). The decode stream
+//! has the priority the soak asks for (by default the device's most urgent).
 
 use super::worker_loops::exact_f32;
 use super::{Phase, Tally};
 use crate::histogram::Histogram;
 use jitbridge::sys_tools::RawLauncher;
 use jitbridge::{
-    Array, CustomKernel, DType, Device, KernelSpec, Launch, LaunchShape, Output, Scalar, streams,
+    Array, CustomKernel, DType, Device, Graph, GraphArray, GraphLaunch, GraphOutput, KernelSpec,
+    Launch, LaunchShape, Output, Scalar, Stream, streams,
 };
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::Instant;
@@ -24,6 +27,9 @@ pub enum DecodeMode {
     /// The control: the backend's launch + event record, then the event's wait, of a launch
     /// the library staged once into one fixed output (jb_bench_raw_launcher).
     Raw,
+    /// One replay of a graph of the step's launch, captured once on the decode stream: the
+    /// scalar set, the replay queued, then `eval` of the graph's output.
+    Graph,
 }
 
 impl DecodeMode {
@@ -31,13 +37,15 @@ impl DecodeMode {
         match text {
             "library" => Ok(DecodeMode::Library),
             "raw" => Ok(DecodeMode::Raw),
-            other => Err(format!("--decode takes 'library' or 'raw', not '{other}'")),
+            "graph" => Ok(DecodeMode::Graph),
+            other => Err(format!("--decode takes 'library', 'raw' or 'graph', not '{other}'")),
         }
     }
     pub fn name(self) -> &'static str {
         match self {
             DecodeMode::Library => "library",
             DecodeMode::Raw => "raw",
+            DecodeMode::Graph => "graph",
         }
     }
     /// What the launch and the wait parts of a step are, in this mode.
@@ -47,6 +55,7 @@ impl DecodeMode {
             DecodeMode::Raw => {
                 "launch = backend launch + event record, wait = event synchronize (staged once)"
             }
+            DecodeMode::Graph => "launch = set_scalar + graph launch (captured once), wait = eval",
         }
     }
 }
@@ -127,6 +136,8 @@ pub struct Decoded {
     /// phase with the others.
     pub slow_alone: Slow,
     pub slow_together: Slow,
+    /// The decode stream's priority, as the device reports it.
+    pub priority: i32,
 }
 
 impl Decoded {
@@ -138,6 +149,7 @@ impl Decoded {
             threshold: None,
             slow_alone: Slow::default(),
             slow_together: Slow::default(),
+            priority: 0,
         }
     }
 }
@@ -163,19 +175,30 @@ type Step = (Result<(), jitbridge::Error>, u64, u64);
 /// Decode steps until told to stop, each timed in two parts into its phase's histograms, every
 /// output checked exactly (read back outside the timed part, in both modes, so that the two
 /// loops keep one cadence).
+#[allow(clippy::too_many_arguments)]
 pub fn decode_loop(
     device: Device,
     kernel: &CustomKernel,
     mode: DecodeMode,
+    priority: i32,
     phase: &AtomicU8,
     ready: &AtomicBool,
     tally: &Tally,
 ) -> Result<Decoded, jitbridge::Error> {
-    let stream = streams::new_thread_local_generation_stream(device)?;
-    let _guard = streams::install_thread_local_default_stream(&stream)?;
+    let mut stream = Stream::with_priority(device, priority)?;
     let x = Array::arange(device, DECODE_N, DType::F32)?;
     x.eval()?;
     let shape = LaunchShape::Threads(DECODE_N);
+    // A graph is captured on a stream no thread has installed; the other modes launch on the
+    // thread's default stream, which the decode stream becomes.
+    let mut graph = match mode {
+        DecodeMode::Graph => Some(capture_step(kernel, &x, &mut stream, shape)?),
+        _ => None,
+    };
+    let _guard = match mode {
+        DecodeMode::Graph => None,
+        _ => Some(streams::install_thread_local_default_stream(&stream)?),
+    };
     let mut host = vec![0f32; DECODE_N];
     let mut raw = match mode {
         DecodeMode::Raw => {
@@ -185,10 +208,11 @@ pub fn decode_loop(
                 RawLauncher::new(kernel, &[&x], &[Scalar::F32(0.0)], &[&[DECODE_N]], shape)?
             })
         }
-        DecodeMode::Library => None,
+        DecodeMode::Library | DecodeMode::Graph => None,
     };
     ready.store(true, Ordering::Release);
     let mut d = Decoded::empty();
+    d.priority = stream.priority()?;
     let mut step = 0u32;
     loop {
         let now = Phase::load(phase.load(Ordering::Acquire));
@@ -197,13 +221,14 @@ pub fn decode_loop(
         }
         let s = (step % 4096) as f32;
         step = step.wrapping_add(1);
-        let (outcome, launch_ns, wait_ns): Step = match raw.as_mut() {
-            Some(raw) => {
+        let (outcome, launch_ns, wait_ns): Step = match (raw.as_mut(), graph.as_mut()) {
+            (Some(raw), _) => {
                 // SAFETY: as for the launcher: the scalar is an addend.
                 let (result, launch_ns, wait_ns) = unsafe { raw.step(&[Scalar::F32(s)]) };
                 (result.and_then(|()| raw.read_f32(0, &mut host)), launch_ns, wait_ns)
             }
-            None => library_step(kernel, &x, s, shape, &mut host),
+            (None, Some((graph, out))) => graph_step(graph, *out, &stream, s, &mut host),
+            (None, None) => library_step(kernel, &x, s, shape, &mut host),
         };
         let alone_done = d.alone.total.total() > 0;
         if d.threshold.is_none()
@@ -239,7 +264,50 @@ fn mode_label(mode: DecodeMode) -> &'static str {
     match mode {
         DecodeMode::Library => "decode",
         DecodeMode::Raw => "decode (raw)",
+        DecodeMode::Graph => "decode (graph)",
     }
+}
+
+/// The step's one launch captured on `stream` as a graph: the graph and its output.
+fn capture_step<'x>(
+    kernel: &CustomKernel,
+    x: &'x Array,
+    stream: &mut Stream,
+    shape: LaunchShape,
+) -> Result<(Graph<'x>, GraphArray), jitbridge::Error> {
+    let mut capture = stream.begin_capture()?;
+    let launch = GraphLaunch {
+        inputs: vec![x.into()],
+        scalars: vec![Scalar::F32(0.0)],
+        outputs: vec![GraphOutput::New(vec![DECODE_N])],
+        shape,
+    };
+    // SAFETY: decode_kernel bounds its index by out_size; x has DECODE_N elements too, and its
+    // scalar is an addend, whatever its value at a replay.
+    let out = unsafe { capture.launch_unchecked(kernel, launch) }?[0];
+    Ok((capture.end()?, out))
+}
+
+/// A step as one replay: the scalar set and the replay queued, then the output's `eval`; the
+/// output is read into `host` after the timed part.
+fn graph_step(
+    graph: &mut Graph<'_>,
+    out: GraphArray,
+    stream: &Stream,
+    s: f32,
+    host: &mut [f32],
+) -> Step {
+    let start = Instant::now();
+    // SAFETY: as in capture_step.
+    let launched =
+        graph.set_scalar(0, 0, s).and_then(|()| unsafe { graph.launch_unchecked(stream) });
+    let mid = Instant::now();
+    let waited = launched.and_then(|()| graph.array(out).eval());
+    let end = Instant::now();
+    let (launch_ns, wait_ns) = ((mid - start).as_nanos() as u64, (end - mid).as_nanos() as u64);
+    let outcome =
+        waited.and_then(|()| graph.array(out).to_vec::<f32>()).map(|v| host.copy_from_slice(&v));
+    (outcome, launch_ns, wait_ns)
 }
 
 /// A step through the library: the launch call, then `eval`; the output is read into `host`
@@ -282,9 +350,10 @@ mod tests {
     fn decode_mode_parse() {
         assert_eq!(DecodeMode::parse("raw"), Ok(DecodeMode::Raw));
         assert_eq!(DecodeMode::parse("library"), Ok(DecodeMode::Library));
-        for bad in ["", "Raw", "lib", "raw,library"] {
+        assert_eq!(DecodeMode::parse("graph"), Ok(DecodeMode::Graph));
+        for bad in ["", "Raw", "lib", "raw,library", "graphs"] {
             let message = DecodeMode::parse(bad).expect_err(bad);
-            assert!(message.contains("'library' or 'raw'"), "{message}");
+            assert!(message.contains("'library', 'raw' or 'graph'"), "{message}");
         }
     }
 }

@@ -66,6 +66,11 @@ pub fn print_details(device: Device, r: &Report) {
         crate::host::cores()
     );
     out!("decode mode  {} ({})", r.decode_mode.name(), r.decode_mode.parts());
+    out!(
+        "decode prio  {} (0 normal; the device's most urgent: {})",
+        r.decode_priority,
+        device.max_stream_priority()
+    );
     out!("workers      {}", workers_line(r.workers));
     let latencies: Vec<Vec<String>> = [
         ("decode step", "alone", &r.decode_alone),

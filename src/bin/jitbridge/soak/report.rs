@@ -31,6 +31,8 @@ pub struct Sample {
 pub struct Report {
     pub seconds: f64,
     pub decode_mode: DecodeMode,
+    /// The decode stream's priority, as the device reports it.
+    pub decode_priority: i32,
     /// The other workers that ran.
     pub workers: Workers,
     /// Whole decode steps in each phase.
