@@ -28,10 +28,12 @@ fn bench_json_follows_the_schema_and_progress_is_redrawn_on_a_terminal() {
     assert_eq!(report.at(&["options", "quick"]), &Json::Bool(true));
     assert_eq!(report.get("details"), &Json::Null);
 
-    // Every target has its row (section 1's hits with an event callback, and the short soak's
-    // decode p99, included); a quick run's numbers are noise, so none is judged, each saying why.
+    // Every target has its row (section 1's hits with an event callback, the short soak's
+    // decode p99 and the captured graph's replay included); a quick run's numbers are noise, so
+    // none is judged, each saying why.
     let targeted: Vec<&Json> = rows.iter().filter(|r| r.get("target") != &Json::Null).collect();
-    assert_eq!(targeted.len(), 12, "the twelve targets each have a row");
+    assert_eq!(targeted.len(), 13, "the thirteen targets each have a row");
+    row(rows, "4-kernel step, one graph replay (+ a scalar) vs one launch");
     for row in &targeted {
         assert!(!row.get("judged").flag(), "a --quick row was judged: {row:?}");
         assert!(row.get("note").text().contains("--quick"), "{row:?}");

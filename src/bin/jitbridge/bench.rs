@@ -4,6 +4,7 @@
 mod bounds;
 mod cold;
 mod decode;
+mod graph;
 mod launch;
 mod lookups;
 pub mod new_process;
@@ -28,10 +29,11 @@ pub const BENCH: Command = Command {
 threads, hit latency while other threads build, the probe launch path vs a raw launch, a cold
 first launch vs the compiler alone, a new process's first launch with and without a disk cache
 entry, decode steps while other threads first-launch kernels, a bounds-checked kernel's launch
-against the same kernel unchecked, and new processes starting warm (200 kernels from a bundle
-made in another checkout; 32 processes first-launching 50 new kernels on one cache folder). Each
-row with a target says whether this run met it, and which host the target was set for (the H200
-host); on other hosts the row is judged against it all the same.
+against the same kernel unchecked, new processes starting warm (200 kernels from a bundle
+made in another checkout; 32 processes first-launching 50 new kernels on one cache folder), and
+a four-kernel step replayed as one captured graph against one launch. Each row with a target
+says whether this run met it, and which host the target was set for (the H200 host); on other
+hosts the row is judged against it all the same.
 
 It takes about 2 minutes (--quick: about 25 s) on 2 cores with the cpu backend, and up to
 twice that when other work keeps the cores busy; progress goes to stderr, one updating line on
@@ -133,7 +135,7 @@ pub struct Section {
 /// bench/ that pushes its rows (`Row::new(section, measure, value, unit)` with a section name
 /// and no number, then `.against(baseline)` and `.target(..)` where it has them, as the others
 /// do) and one line here; docs/JSON.md says what a row holds.
-pub const SECTIONS: [Section; 9] = [
+pub const SECTIONS: [Section; 10] = [
     Section { title: "hit lookups", seconds: [15, 1], measure: lookups::hit_lookups },
     Section {
         title: "hit latency during builds",
@@ -163,6 +165,7 @@ pub const SECTIONS: [Section; 9] = [
         seconds: [40, 10],
         measure: warm_start::start_warm,
     },
+    Section { title: "captured graph", seconds: [3, 1], measure: graph::graph_replay },
 ];
 
 /// Probe variants the bench builds come from here up, clear of the run scenario's.
