@@ -1,6 +1,6 @@
-//! The bench's captured-graph section: a decode step of four kernels replayed as one captured
-//! graph, against the same four launches and against one launch: host time per step (the calls
-//! that queue the work; its wait is outside the timed part).
+//! Section 10 of the bench, "captured graph": a decode step of four kernels replayed as one
+//! captured graph, against the same four launches and against one launch: host time per step
+//! (the calls that queue the work; its wait is outside the timed part).
 
 use super::Context;
 use crate::rows::{H200, Row, Target, Unit};
