@@ -1070,6 +1070,51 @@ JB_API jb_status jb_prewarm(jb_prewarm_result *out, jb_device *device, const cha
  * with '#', ignore fields past the seventh, and deduplicate by key.
  */
 
+/*
+ * Coverage: which kernels of a manifest (JITBRIDGE_MANIFEST's file, the kernels a fleet's
+ * processes built or loaded) this process would find without compiling, so that a deployment
+ * knows before jb_seal whether sealing is safe. Nothing is compiled or loaded.
+ */
+typedef enum jb_coverage_source {
+    JB_COVERAGE_MEMORY = 1,  /* in this process's module cache */
+    JB_COVERAGE_DISK = 2,    /* in the cache folder, under the key this process makes */
+    JB_COVERAGE_BUNDLE = 3,  /* in a bundle in use (jb_disk_cache_add_bundle,
+                              * JITBRIDGE_CACHE_BUNDLE), under the key this process makes */
+    JB_COVERAGE_COMPILE = 4, /* would compile: stored nowhere, or only for another compiler or
+                              * library ABI (why says which) */
+    JB_COVERAGE_OTHER = 5,   /* for another backend or architecture than the device's */
+} jb_coverage_source;
+
+/* One kernel; every string valid during the callback only, never NULL. Fields are only ever
+ * appended (struct_size). */
+typedef struct jb_coverage_kernel {
+    size_t struct_size;
+    jb_coverage_source source;
+    const char *key;     /* 64 hex digits: the manifest's key */
+    const char *backend; /* "cpu", "cuda", "rocm" */
+    const char *target;  /* "x86_64-Linux", "sm_90", ... */
+    const char *module;  /* the module's name */
+    const char *entries; /* its entry points, separated by commas */
+    const char *why;     /* for JB_COVERAGE_COMPILE and _OTHER, why; else "" */
+} jb_coverage_kernel;
+typedef void (*jb_coverage_fn)(void *user_data, const jb_coverage_kernel *kernel);
+
+typedef struct jb_coverage_result {
+    uint64_t memory, disk, bundle, compile, other; /* kernels, each counted once */
+} jb_coverage_result;
+
+/* Reads the manifest at `manifest` and, for each kernel it names (once per key, in the
+ * manifest's order), says where a launch on `device` would get it from: counted in *out, and
+ * passed to fn(user_data, kernel) unless fn is NULL (called under no library lock; it may call
+ * the library). A stored entry is read and checked, and counts only when its key is the very
+ * key this process makes for the module (same compiler, architecture and library ABI). Lines
+ * of another format, or starting with '#', are skipped. An error (and *out all 0) when the
+ * manifest cannot be read or memory runs out. May be called from any thread. */
+JB_API jb_status jb_cache_coverage(jb_coverage_result *out, jb_device *device,
+                                   const char *manifest, jb_coverage_fn fn, void *user_data);
+/* "memory", "disk", "bundle", "compile", "other"; NULL for other values. */
+JB_API const char *jb_coverage_source_name(int source);
+
 #ifdef __cplusplus
 }
 #endif

@@ -883,6 +883,17 @@ int jb__manifest_read(const char *path, jb_manifest_fn fn, void *ctx);
 /* 64 hex digits (lowercase) and nothing after them into a digest; false otherwise. */
 bool jb__hex_digest(const char *hex, unsigned char digest[JB_SHA256_BYTES]);
 
+/* ---- prewarm (prewarm.c) and coverage (coverage.c): stored kernels, without compiling ---- */
+/* The cache folder's entry filed under `digest`, read and checked: true with its key text at
+ * *key (*key_bytes), inside *data, which the caller frees. */
+bool jb__folder_entry_key(const unsigned char *digest, unsigned char **data,
+                          const unsigned char **key, size_t *key_bytes);
+/* *ours: whether a stored key text is the very key this process makes for its module on `dev`
+ * (the same compiler, architecture and library ABI), so code it would load itself. An error
+ * when the key cannot be made here. */
+int jb__stored_key_is_ours(jb_device *dev, const unsigned char *key, size_t key_bytes,
+                           bool *ours);
+
 /* ---- bundles (bundle.c reads and imports them, bundle_export.c writes them) ---- */
 #define JB_BUNDLE_MAGIC "JBBUNDLE"
 #define JB_BUNDLE_FORMAT 1
@@ -1011,6 +1022,8 @@ typedef int (*jb_module_builder)(void *ctx, jb_device *dev, const char *name, jb
 
 /* `name_hash` is jb__fnv1a64(name, strlen(name), JB_FNV_SEED), computed once by the caller so
  * that a warm lookup hashes nothing. */
+/* Whether the module cache holds module `name` for `dev` now; builds nothing, counts nothing. */
+bool jb__jit_module_cached(const jb_device *dev, const char *name);
 int jb__get_jit_module(jb_device *dev, const char *name, uint64_t name_hash,
                        jb_module_builder builder, void *ctx, jb_module **out);
 void jb__counters_add_configure(void);

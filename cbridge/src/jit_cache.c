@@ -316,6 +316,23 @@ void jb__jit_cache_fork(jb_fork_phase phase)
     }
 }
 
+bool jb__jit_module_cached(const jb_device *dev, const char *name)
+{
+    pthread_once(&the_cache_once, cache_create);
+    module_cache *cache = the_cache;
+    jb_strbuf key = {0};
+    jb__strbuf_appendf(&key, "%d:%s", dev->index, name);
+    bool found = false;
+    if (cache && !key.failed) {
+        uint64_t hash = jb__fnv1a64(key.data, key.len, JB_FNV_SEED);
+        CACHE_READ_LOCK(cache);
+        found = cache_find(cache, key.data, hash) != NULL;
+        CACHE_UNLOCK(cache);
+    }
+    jb__strbuf_free(&key);
+    return found;
+}
+
 int jb__get_jit_module(jb_device *dev, const char *name, uint64_t name_hash,
                        jb_module_builder builder, void *ctx, jb_module **out)
 {

@@ -186,6 +186,36 @@ static bool from_folder(const unsigned char *digest, unsigned char **data, store
     return true;
 }
 
+bool jb__folder_entry_key(const unsigned char *digest, unsigned char **data,
+                          const unsigned char **key, size_t *key_bytes)
+{
+    stored from;
+    if (!from_folder(digest, data, &from))
+        return false;
+    *key = from.key;
+    *key_bytes = from.key_bytes;
+    return true;
+}
+
+int jb__stored_key_is_ours(jb_device *dev, const unsigned char *key, size_t key_bytes,
+                           bool *ours)
+{
+    *ours = false;
+    jb_key_fields fields;
+    if (jb__key_fields_parse(key, key_bytes, &fields) != JB_OK)
+        return JB_OK; /* a key of another format: another library made it */
+    char **names = NULL;
+    jb_disk_key again = {0};
+    stored from = {.key = key, .key_bytes = key_bytes};
+    int status = jb__key_fields_entries(&fields, &names);
+    if (status == JB_OK)
+        status = key_again(dev, &from, &fields, names, &again, ours);
+    jb__key_entries_free(names);
+    jb__disk_key_free(&again);
+    jb__key_fields_free(&fields);
+    return status;
+}
+
 static int manifest_line(void *p, const jb_manifest_line *line)
 {
     prewarm *pw = p;
