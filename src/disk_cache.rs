@@ -36,6 +36,7 @@ use std::ffi::{CString, c_char, c_void};
 use std::path::Path;
 
 pub use crate::counters::PrewarmResult;
+pub use crate::coverage::{Coverage, CoverageSource, CoveredKernel, coverage};
 
 /// The folder ("" when none could be chosen).
 pub fn dir() -> String {
@@ -132,7 +133,7 @@ pub fn check(fix: bool) -> Result<CheckReport, Error> {
     Ok(report)
 }
 
-fn c_path(path: &Path) -> Result<CString, Error> {
+pub(crate) fn c_path(path: &Path) -> Result<CString, Error> {
     use std::os::unix::ffi::OsStrExt;
     CString::new(path.as_os_str().as_bytes()).map_err(|_| {
         Error::new(ErrorCode::InvalidArgument, format!("{} contains a NUL byte", path.display()))

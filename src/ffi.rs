@@ -231,6 +231,40 @@ pub struct jb_bench_cold_steps {
     pub compile_again_ns: f64,
 }
 
+pub const JB_COVERAGE_MEMORY: c_int = 1;
+pub const JB_COVERAGE_DISK: c_int = 2;
+pub const JB_COVERAGE_BUNDLE: c_int = 3;
+pub const JB_COVERAGE_COMPILE: c_int = 4;
+pub const JB_COVERAGE_OTHER: c_int = 5;
+
+/// `jb_coverage_kernel`: one kernel of a manifest, its strings valid during the callback only.
+#[repr(C)]
+pub struct jb_coverage_kernel {
+    pub struct_size: usize,
+    pub source: c_int,
+    pub key: *const c_char,
+    pub backend: *const c_char,
+    pub target: *const c_char,
+    pub module: *const c_char,
+    pub entries: *const c_char,
+    pub why: *const c_char,
+}
+
+/// `jb_coverage_fn`: called with the user data and the kernel.
+pub type jb_coverage_fn =
+    Option<unsafe extern "C" fn(user_data: *mut c_void, kernel: *const jb_coverage_kernel)>;
+
+/// `jb_coverage_result`: kernels by where a launch would get them.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct jb_coverage_result {
+    pub memory: u64,
+    pub disk: u64,
+    pub bundle: u64,
+    pub compile: u64,
+    pub other: u64,
+}
+
 /// `jb_cache_event`: one slow-path event, its strings valid during the callback only.
 #[repr(C)]
 pub struct jb_cache_event {
@@ -525,6 +559,14 @@ unsafe extern "C" {
         path: *const c_char,
     ) -> c_int;
     pub fn jb_disk_cache_add_bundle(path: *const c_char) -> c_int;
+    pub fn jb_cache_coverage(
+        out: *mut jb_coverage_result,
+        device: *mut jb_device,
+        manifest: *const c_char,
+        callback: jb_coverage_fn,
+        user_data: *mut c_void,
+    ) -> c_int;
+    pub fn jb_coverage_source_name(source: c_int) -> *const c_char;
     pub fn jb_prewarm(
         out: *mut jb_prewarm_result,
         device: *mut jb_device,

@@ -64,6 +64,7 @@
 mod array;
 mod cache;
 mod counters;
+mod coverage;
 mod device;
 mod dtype;
 mod error;

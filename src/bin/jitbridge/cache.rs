@@ -7,7 +7,7 @@ use std::path::Path;
 pub const CACHE: Command = Command {
     name: "cache",
     usage: "jitbridge cache [show | clear | prune SIZE | verify [--fix] | export FILE [--manifest M] \
-            | import FILE | prewarm FILE [--device D]]",
+            | import FILE | prewarm FILE [--device D] | coverage MANIFEST [--device D]]",
     about: "show or maintain the disk cache of compiled code",
     details:
         "  show          the folder, its state, entries and size (the default); creates nothing
@@ -24,6 +24,11 @@ pub const CACHE: Command = Command {
   prewarm FILE  load every kernel of the manifest or bundle FILE into this process's memory,
                 as a server does at start with jb_prewarm, compiling nothing, and say what it
                 found and how long it took (exit status 1 if any was bad)
+  coverage MANIFEST
+                for each kernel the manifest names, where a launch on the device would get
+                it from in a new process (the cache folder, a bundle) or that it would
+                compile, loading and compiling nothing: what sealing (JITBRIDGE_SEAL=error)
+                would refuse (exit status 1 if any would compile)
 
 A bundle can also be used in place, read-only: JITBRIDGE_CACHE_BUNDLE=FILE[:FILE...] puts
 bundles behind the cache folder; JITBRIDGE_MANIFEST=FILE makes each process append the kernels
@@ -81,8 +86,10 @@ pub fn cache_command(args: &[String]) -> Outcome {
         None => Ok(()),
         Some(extra) => Err(usage(format!("unexpected argument '{extra}' after `cache {action}`"))),
     };
-    for (flag, owner) in [("--fix", "verify"), ("--manifest", "export"), ("--device", "prewarm")] {
-        if args.has(flag) && action != owner {
+    let owners = [("--fix", "verify"), ("--manifest", "export"), ("--device", "prewarm")];
+    for (flag, owner) in owners {
+        let shared = flag == "--device" && action == "coverage";
+        if args.has(flag) && action != owner && !shared {
             return Err(usage(format!("{flag} belongs to `cache {owner}`, not `cache {action}`")));
         }
     }
@@ -168,9 +175,34 @@ pub fn cache_command(args: &[String]) -> Outcome {
             out!("failed   {}", r.failed);
             Ok(r.failed == 0)
         }
+        "coverage" => {
+            let file = file()?;
+            let device = device_or_default(args.get("--device"))?;
+            let start = std::time::Instant::now();
+            let coverage = disk_cache::coverage(device, file)?;
+            let ms = start.elapsed().as_secs_f64() * 1e3;
+            for k in &coverage.kernels {
+                let why = if k.why.is_empty() { String::new() } else { format!(" ({})", k.why) };
+                out!("{:<8} {}{why}", k.source.name(), k.module);
+            }
+            let count = |source| coverage.count(source);
+            use disk_cache::CoverageSource::{Bundle, Compile, Disk, Memory, Other};
+            out!(
+                "{} kernels for {} checked in {ms:.1} ms: {} from the cache folder, {} from a \
+                 bundle, {} in memory, {} would compile, {} for other devices",
+                coverage.kernels.len(),
+                device.spec(),
+                count(Disk),
+                count(Bundle),
+                count(Memory),
+                count(Compile),
+                count(Other)
+            );
+            Ok(!coverage.would_compile())
+        }
         other => Err(usage(format!(
             "unknown cache action '{other}' (show, clear, prune SIZE, verify [--fix], export FILE, \
-             import FILE or prewarm FILE)"
+             import FILE, prewarm FILE or coverage MANIFEST)"
         ))),
     }
 }
