@@ -60,15 +60,21 @@ static int prewarm_builder(void *p, jb_device *dev, const char *name, jb_module 
     (void)name;
     build_ctx *ctx = p;
     ctx->ran = true;
+    uint64_t start = jb__now_ns();
     int status = jb__module_create(dev, &ctx->from->payload, ctx->fields->source,
                                    (const char *const *)ctx->names, ctx->fields->num_entries, out);
     if (status != JB_OK)
         return status;
     *from_disk = true;
-    if (strcmp(ctx->from->how, "disk") == 0)
+    bool disk = strcmp(ctx->from->how, "disk") == 0;
+    if (disk)
         jb__disk_accept();
     else
         jb__bundle_accept();
+    /* Loaded without a compile: the event a launch's load would raise. */
+    jb__event_build_content_key(ctx->key->file);
+    jb__event_raise(disk ? JB_CACHE_EVENT_DISK_HIT : JB_CACHE_EVENT_BUNDLE_HIT,
+                    jb__now_ns() - start, JB_OK, NULL);
     jb__manifest_record(dev, ctx->key, ctx->fields->module, (const char *const *)ctx->names,
                         ctx->fields->num_entries, "prewarm");
     return JB_OK;

@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -129,15 +130,45 @@ static void expect(jb_device *dev, const char *manifest, const char *want, const
 
 /* ---- a fresh process: this program run again ---- */
 
+static pthread_mutex_t events_mutex = PTHREAD_MUTEX_INITIALIZER;
+static char hit_names[1024];
+
+static void on_event(void *user_data, const jb_cache_event *e)
+{
+    (void)user_data;
+    pthread_mutex_lock(&events_mutex);
+    snprintf(hit_names + strlen(hit_names), sizeof hit_names - strlen(hit_names), "%s:%.6s ",
+             jb_cache_event_kind_name(e->kind), e->name);
+    pthread_mutex_unlock(&events_mutex);
+}
+
+/* Prewarm loads what the check found stored, and each load is a hit event. */
+static void prewarm_raises_hits(jb_device *dev, const char *manifest, const char *kind)
+{
+    CHECK_OK(jb_set_event_callback(on_event, NULL));
+    jb_prewarm_result r;
+    CHECK_OK(jb_prewarm(&r, dev, manifest));
+    CHECK_OK(jb_set_event_callback(NULL, NULL));
+    char want[256];
+    snprintf(want, sizeof want, "%s:cov_a_ %s:cov_b_ ", kind, kind);
+    CHECK(strncmp(hit_names, want, strlen(want)) == 0, "prewarm's events: '%s', want '%s...'",
+          hit_names, want);
+}
+
 static int child(jb_device *dev, const char *mode, const char *manifest, const char *bundle)
 {
     if (strcmp(mode, "disk") == 0) {
         expect(dev, manifest, "disk,disk,compile,compile,other", "", "in neither");
         sealed_launches(dev, "yyn");
+    } else if (strcmp(mode, "prewarm") == 0) {
+        prewarm_raises_hits(dev, manifest, "disk hit");
     } else if (strcmp(mode, "bundle") == 0) {
         CHECK_OK(jb_disk_cache_add_bundle(bundle));
         expect(dev, manifest, "bundle,bundle,bundle,compile,other", "", "");
         sealed_launches(dev, "yyy");
+    } else if (strcmp(mode, "prewarm-bundle") == 0) {
+        CHECK_OK(jb_disk_cache_add_bundle(bundle));
+        prewarm_raises_hits(dev, manifest, "bundle hit");
     } else if (strcmp(mode, "abi") == 0) {
         jb__test_set_key_abi(jb_abi_version() + 1);
         expect(dev, manifest, "compile,compile,compile,compile,other", "another compiler",
@@ -268,6 +299,8 @@ int main(int argc, char **argv)
     CHECK(access(entry, F_OK) != 0, "the check stored cov_c again: it compiled");
     CHECK(run_child("bundle", manifest, bundle, empty), "a fresh process: bundle");
     CHECK(run_child("abi", manifest, "-", NULL), "a fresh process: another ABI");
+    CHECK(run_child("prewarm", manifest, "-", NULL), "a fresh process: prewarm's events");
+    CHECK(run_child("prewarm-bundle", manifest, bundle, empty), "prewarm's bundle events");
     bad_manifests(dev, dir);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
