@@ -1,7 +1,8 @@
 //! The event and log closures, attacked: a closure that blocks holds up no other thread's builds
 //! or hits; a closure whose drop installs another callback (its replacement drops it); a child
 //! forked while a replacement waits for a blocked call can replace the callback; a panic whose
-//! payload panics again when dropped still does not unwind into C.
+//! payload panics again when dropped still does not unwind into C; the event closure may replace
+//! the log callback (another kind), never itself.
 
 mod common;
 
@@ -223,4 +224,29 @@ fn a_panic_whose_payload_panics_when_dropped_stays_out_of_c() {
         .expect("the build that raised the events still works");
     assert!(calls.load(Ordering::SeqCst) >= 2, "each event reached the closure");
     jitbridge::clear_event_callback().unwrap();
+}
+
+#[test]
+fn the_event_closure_may_replace_the_log_callback_but_not_itself() {
+    let _serial = common::serial();
+    let results = Arc::new(Mutex::new(Vec::new()));
+    let sink = results.clone();
+    jitbridge::set_event_callback(move |e| {
+        if e.kind == CacheEventKind::BuildStart {
+            let set = jitbridge::set_log_callback(|_| {}).is_ok();
+            let cleared = jitbridge::clear_log_callback().is_ok();
+            let itself = jitbridge::set_event_callback(|_| {}).is_err();
+            sink.lock().unwrap().push((set, cleared, itself));
+        }
+    })
+    .unwrap();
+    within_limit("a build whose closure replaces the log callback", || {
+        fresh_kernel("attacks_nested", 7).prepare(Device::cpu().unwrap()).unwrap()
+    });
+    jitbridge::clear_event_callback().unwrap();
+    assert_eq!(
+        *results.lock().unwrap(),
+        [(true, true, true)],
+        "(log set, log cleared, own refused)"
+    );
 }
