@@ -3,8 +3,7 @@
 //! which would compile. Nothing is compiled or loaded.
 
 use crate::device::Device;
-use crate::disk_cache::c_path;
-use crate::error::{Error, c_str, catch_all, check};
+use crate::error::{Error, c_path, c_str, catch_all, check};
 use crate::ffi;
 use std::os::raw::c_void;
 use std::panic::AssertUnwindSafe;

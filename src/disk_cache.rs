@@ -30,9 +30,9 @@
 //! or root's, writable by no one else, under folders no one else may change), and every entry
 //! is checked (SHA-256) before it is loaded; a bad one is skipped with one warning.
 
-use crate::error::{Error, ErrorCode, c_str, check as check_status};
+use crate::error::{Error, c_path, c_str, check as check_status};
 use crate::ffi;
-use std::ffi::{CString, c_char, c_void};
+use std::ffi::{c_char, c_void};
 use std::path::Path;
 
 pub use crate::counters::PrewarmResult;
@@ -131,13 +131,6 @@ pub fn check(fix: bool) -> Result<CheckReport, Error> {
         )
     })?;
     Ok(report)
-}
-
-pub(crate) fn c_path(path: &Path) -> Result<CString, Error> {
-    use std::os::unix::ffi::OsStrExt;
-    CString::new(path.as_os_str().as_bytes()).map_err(|_| {
-        Error::new(ErrorCode::InvalidArgument, format!("{} contains a NUL byte", path.display()))
-    })
 }
 
 /// Writes the cache folder's entries (or only those `manifest` names) into a new bundle at

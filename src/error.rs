@@ -159,6 +159,14 @@ pub(crate) fn catch_all(body: impl FnOnce() + std::panic::UnwindSafe) {
     }
 }
 
+/// A path as a C string for the library; one with a NUL byte is an invalid-argument error.
+pub(crate) fn c_path(path: &std::path::Path) -> Result<std::ffi::CString, Error> {
+    use std::os::unix::ffi::OsStrExt;
+    std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| {
+        Error::new(ErrorCode::InvalidArgument, format!("{} contains a NUL byte", path.display()))
+    })
+}
+
 pub(crate) fn c_str(ptr: *const std::os::raw::c_char) -> String {
     if ptr.is_null() {
         return String::new();
