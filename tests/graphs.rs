@@ -4,6 +4,8 @@
 //! cannot free them), another stream's work ordered around replays, and what a safe caller
 //! cannot do refused.
 
+mod common; // its temporary cache folder: the tests never write the user's
+
 use jitbridge::*;
 
 const N: usize = 4096;
