@@ -6,21 +6,13 @@
 mod common;
 
 use jitbridge::disk_cache::{self, CoverageSource};
-use jitbridge::{Array, Counters, CustomKernel, DType, Device, KernelSpec, LaunchShape};
+use jitbridge::{Array, Counters, CustomKernel, DType, Device, LaunchShape};
 use std::io::Write;
 use std::process::Command;
 use std::time::Duration;
 
 fn salted_kernel(name: &str, salt: u32) -> CustomKernel {
-    let body = format!("out[thread_index()] = inp[thread_index()] * 3.0f + {salt}.0f;");
-    CustomKernel::new(&KernelSpec {
-        name,
-        inputs: &[("inp", DType::F32)],
-        outputs: &[("out", DType::F32)],
-        body: &body,
-        ..Default::default()
-    })
-    .unwrap()
+    common::salted_kernel(name, 3, salt)
 }
 
 fn coverage_command(cache: &std::path::Path, manifest: &std::path::Path) -> (Option<i32>, String) {

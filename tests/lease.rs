@@ -6,7 +6,7 @@
 
 mod common;
 
-use jitbridge::{Array, Counters, CustomKernel, DType, Device, KernelSpec, LaunchShape};
+use jitbridge::{Array, Counters, CustomKernel, DType, Device, LaunchShape};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -15,15 +15,7 @@ const CHILD: &str = "JB_LEASE_TEST_CHILD";
 const GO: &str = "JB_LEASE_TEST_GO";
 
 fn salted_kernel(salt: u32) -> CustomKernel {
-    let body = format!("out[thread_index()] = inp[thread_index()] * 9.0f + {salt}.0f;");
-    CustomKernel::new(&KernelSpec {
-        name: "leased",
-        inputs: &[("inp", DType::F32)],
-        outputs: &[("out", DType::F32)],
-        body: &body,
-        ..Default::default()
-    })
-    .unwrap()
+    common::salted_kernel("leased", 9, salt)
 }
 
 /// In the child: wait for GO (when set), launch each salt, print the counters.

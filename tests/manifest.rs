@@ -4,7 +4,7 @@
 
 mod common;
 
-use jitbridge::{Array, Counters, CustomKernel, DType, Device, KernelSpec, LaunchShape};
+use jitbridge::{Array, Counters, CustomKernel, DType, Device, LaunchShape};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -13,15 +13,7 @@ use std::time::Duration;
 const CHILD: &str = "JB_MANIFEST_TEST_CHILD";
 
 fn salted_kernel(salt: u32) -> CustomKernel {
-    let body = format!("out[thread_index()] = inp[thread_index()] * 5.0f + {salt}.0f;");
-    CustomKernel::new(&KernelSpec {
-        name: "manifested",
-        inputs: &[("inp", DType::F32)],
-        outputs: &[("out", DType::F32)],
-        body: &body,
-        ..Default::default()
-    })
-    .unwrap()
+    common::salted_kernel("manifested", 5, salt)
 }
 
 /// In the child: launch each salt of the comma-separated list, then print the counters.

@@ -5,9 +5,7 @@
 
 mod common;
 
-use jitbridge::{
-    Array, Counters, CustomKernel, DType, Device, KernelSpec, LaunchShape, disk_cache,
-};
+use jitbridge::{Array, Counters, CustomKernel, DType, Device, LaunchShape, disk_cache};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -15,15 +13,7 @@ use std::time::Duration;
 const CHILD: &str = "JB_BUNDLE_TEST_CHILD";
 
 fn salted_kernel(salt: u32) -> CustomKernel {
-    let body = format!("out[thread_index()] = inp[thread_index()] * 7.0f + {salt}.0f;");
-    CustomKernel::new(&KernelSpec {
-        name: "bundled",
-        inputs: &[("inp", DType::F32)],
-        outputs: &[("out", DType::F32)],
-        body: &body,
-        ..Default::default()
-    })
-    .unwrap()
+    common::salted_kernel("bundled", 7, salt)
 }
 
 /// In the child: "launch:<salts>", "export:<path>[:<manifest>]", "import:<path>",

@@ -84,6 +84,20 @@ pub fn run_in_child(name: &str, env: &[(&str, &str)]) -> Option<String> {
     Some(text)
 }
 
+/// A one-input f32 kernel named `name` whose body is `out = inp * factor + salt`: each salt
+/// is a kernel of its own (its own source, key and cache entry).
+pub fn salted_kernel(name: &str, factor: u32, salt: u32) -> jitbridge::CustomKernel {
+    let body = format!("out[thread_index()] = inp[thread_index()] * {factor}.0f + {salt}.0f;");
+    jitbridge::CustomKernel::new(&jitbridge::KernelSpec {
+        name,
+        inputs: &[("inp", jitbridge::DType::F32)],
+        outputs: &[("out", jitbridge::DType::F32)],
+        body: &body,
+        ..Default::default()
+    })
+    .unwrap()
+}
+
 /// Scenarios read process-wide counters, so the tests of one binary take turns.
 pub fn serial() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
