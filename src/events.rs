@@ -3,6 +3,7 @@
 //! violation), and the thread tag those events carry. A module found in memory is never an
 //! event.
 
+use crate::callback::exchange_leaked;
 use crate::device::Device;
 use crate::error::{Error, ErrorCode, c_str, catch_all, check};
 use crate::ffi;
@@ -130,38 +131,17 @@ unsafe extern "C" fn deliver(user_data: *mut c_void, raw: *const ffi::jb_cache_e
     }));
 }
 
-/// The trampoline's address, to know a user_data the library gives back as a `Callback` of ours.
-fn ours(function: ffi::jb_cache_event_fn) -> bool {
-    let deliver: unsafe extern "C" fn(*mut c_void, *const ffi::jb_cache_event) = deliver;
-    function.is_some_and(|f| f as usize == deliver as usize)
-}
-
 fn install(callback: Option<Callback>) -> Result<(), Error> {
-    // Leaked into the library, and taken back from it: no lock of ours is held while the
-    // exchange waits for calls in progress (a child forked then would find it held for ever),
-    // and the closure given back is dropped once nothing is locked (its drop may install).
-    let fresh = callback.map(|c| Box::into_raw(Box::new(c)));
-    let (function, user_data): (ffi::jb_cache_event_fn, *mut c_void) = match fresh {
-        Some(p) => (Some(deliver), p.cast()),
-        None => (None, std::ptr::null_mut()),
+    let trampoline: unsafe extern "C" fn(*mut c_void, *const ffi::jb_cache_event) = deliver;
+    let is_ours = |f: unsafe extern "C" fn(*mut c_void, *const ffi::jb_cache_event)| {
+        f as usize == trampoline as usize
     };
-    let (mut old_function, mut old_data): (ffi::jb_cache_event_fn, *mut c_void) =
-        (None, std::ptr::null_mut());
-    // SAFETY: user_data lives until an exchange gives it back below; the out pointers are ours.
-    let status = unsafe {
-        ffi::jb_exchange_event_callback(&mut old_function, &mut old_data, function, user_data)
-    };
-    if status != ffi::JB_OK {
-        // SAFETY: refused, so never installed: still ours alone.
-        drop(fresh.map(|p| unsafe { Box::from_raw(p) }));
-        return check(status);
-    }
-    if ours(old_function) && !old_data.is_null() {
-        // SAFETY: beside our trampoline the library holds only a leaked `Callback` of ours,
-        // and the exchange returned once no call of it was in progress.
-        drop(unsafe { Box::from_raw(old_data.cast::<Callback>()) });
-    }
-    Ok(())
+    // SAFETY: the out pointers are the helper's; the user data lives until an exchange gives
+    // it back.
+    let exchange =
+        |old_f, old_d, f, d| unsafe { ffi::jb_exchange_event_callback(old_f, old_d, f, d) };
+    // SAFETY: `deliver` reads its user data as a `Callback`, and only this function installs it.
+    unsafe { exchange_leaked(callback, trampoline, is_ours, exchange) }
 }
 
 /// Calls `callback` for each event of the module cache's slow path, replacing any earlier one.

@@ -63,6 +63,7 @@
 // The safe layer; each file says what it owns.
 mod array;
 mod cache;
+mod callback;
 mod counters;
 mod coverage;
 mod device;

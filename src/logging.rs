@@ -1,6 +1,7 @@
 //! Where the library's warnings go: stderr by default, or a closure of the caller's.
 
-use crate::error::{Error, catch_all, check};
+use crate::callback::exchange_leaked;
+use crate::error::{Error, catch_all};
 use crate::ffi;
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_void};
@@ -21,37 +22,17 @@ unsafe extern "C" fn deliver(user_data: *mut c_void, _level: c_int, message: *co
     }));
 }
 
-/// The trampoline's address, to know a user_data the library gives back as a `Callback` of ours.
-fn ours(function: ffi::jb_log_fn) -> bool {
-    let deliver: unsafe extern "C" fn(*mut c_void, c_int, *const c_char) = deliver;
-    function.is_some_and(|f| f as usize == deliver as usize)
-}
-
 fn install(callback: Option<Callback>) -> Result<(), Error> {
-    // As the event closure's (events.rs): no lock of ours across the exchange, and the closure
-    // given back is dropped once nothing is locked.
-    let fresh = callback.map(|c| Box::into_raw(Box::new(c)));
-    let (function, user_data): (ffi::jb_log_fn, *mut c_void) = match fresh {
-        Some(p) => (Some(deliver), p.cast()),
-        None => (None, std::ptr::null_mut()),
+    let trampoline: unsafe extern "C" fn(*mut c_void, c_int, *const c_char) = deliver;
+    let is_ours = |f: unsafe extern "C" fn(*mut c_void, c_int, *const c_char)| {
+        f as usize == trampoline as usize
     };
-    let (mut old_function, mut old_data): (ffi::jb_log_fn, *mut c_void) =
-        (None, std::ptr::null_mut());
-    // SAFETY: user_data lives until an exchange gives it back below; the out pointers are ours.
-    let status = unsafe {
-        ffi::jb_exchange_log_callback(&mut old_function, &mut old_data, function, user_data)
-    };
-    if status != ffi::JB_OK {
-        // SAFETY: refused, so never installed: still ours alone.
-        drop(fresh.map(|p| unsafe { Box::from_raw(p) }));
-        return check(status);
-    }
-    if ours(old_function) && !old_data.is_null() {
-        // SAFETY: beside our trampoline the library holds only a leaked `Callback` of ours,
-        // and the exchange returned once no call of it was in progress.
-        drop(unsafe { Box::from_raw(old_data.cast::<Callback>()) });
-    }
-    Ok(())
+    // SAFETY: the out pointers are the helper's; the user data lives until an exchange gives
+    // it back.
+    let exchange =
+        |old_f, old_d, f, d| unsafe { ffi::jb_exchange_log_callback(old_f, old_d, f, d) };
+    // SAFETY: `deliver` reads its user data as a `Callback`, and only this function installs it.
+    unsafe { exchange_leaked(callback, trampoline, is_ours, exchange) }
 }
 
 /// Sends every warning the library gives (the disk cache turned off, a cache folder refused) to
