@@ -229,19 +229,7 @@ impl<'a> Capture<'_, 'a> {
         }
         let mut args = kernel.raw_launch_args(&inputs, &launch.scalars, &shapes, launch.shape)?;
         args.in_place = in_place;
-        let raw = ffi::jb_launch {
-            struct_size: std::mem::size_of::<ffi::jb_launch>(),
-            device: std::ptr::null_mut(),
-            stream: self.stream.raw(),
-            inputs: args.inputs.as_ptr(),
-            num_inputs: args.inputs.len(),
-            scalars: args.scalars.as_ptr(),
-            num_scalars: args.scalars.len(),
-            output_shapes: args.shape_ptrs.as_ptr(),
-            output_ndims: args.ndims.as_ptr(),
-            in_place: args.in_place.as_ptr(),
-            shape: args.shape,
-        };
+        let raw = args.as_launch(std::ptr::null_mut(), self.stream.raw());
         let mut made = vec![std::ptr::null_mut(); kernel.num_outputs];
         // SAFETY: every pointer is valid for the call; the library writes `num_outputs` arrays
         // (NULL for in-place ones). Arrays the graph writes are borrowed mutably or owned by the

@@ -82,6 +82,29 @@ pub(crate) struct RawLaunchArgs {
     pub(crate) shape: ffi::jb_launch_shape,
 }
 
+impl RawLaunchArgs {
+    /// The library's launch description, pointing into these arguments (which must outlive it).
+    pub(crate) fn as_launch(
+        &self,
+        device: *mut ffi::jb_device,
+        stream: *mut ffi::jb_stream,
+    ) -> ffi::jb_launch {
+        ffi::jb_launch {
+            struct_size: std::mem::size_of::<ffi::jb_launch>(),
+            device,
+            stream,
+            inputs: self.inputs.as_ptr(),
+            num_inputs: self.inputs.len(),
+            scalars: self.scalars.as_ptr(),
+            num_scalars: self.scalars.len(),
+            output_shapes: self.shape_ptrs.as_ptr(),
+            output_ndims: self.ndims.as_ptr(),
+            in_place: self.in_place.as_ptr(),
+            shape: self.shape,
+        }
+    }
+}
+
 impl CustomKernel {
     /// Launches on the inputs' device and the calling thread's default stream there, building
     /// the module on first use, and returns one new array per output, of the given shapes.
@@ -155,19 +178,10 @@ impl CustomKernel {
         let mut args =
             self.raw_launch_args(launch.inputs, launch.scalars, &shapes, launch.shape)?;
         args.in_place = in_place;
-        let raw = ffi::jb_launch {
-            struct_size: std::mem::size_of::<ffi::jb_launch>(),
-            device: launch.device.map_or(std::ptr::null_mut(), |d| d.raw()),
-            stream: launch.stream.map_or(std::ptr::null_mut(), |s| s.raw()),
-            inputs: args.inputs.as_ptr(),
-            num_inputs: args.inputs.len(),
-            scalars: args.scalars.as_ptr(),
-            num_scalars: args.scalars.len(),
-            output_shapes: args.shape_ptrs.as_ptr(),
-            output_ndims: args.ndims.as_ptr(),
-            in_place: args.in_place.as_ptr(),
-            shape: args.shape,
-        };
+        let raw = args.as_launch(
+            launch.device.map_or(std::ptr::null_mut(), |d| d.raw()),
+            launch.stream.map_or(std::ptr::null_mut(), |s| s.raw()),
+        );
         let mut outputs = vec![std::ptr::null_mut(); self.num_outputs];
         // SAFETY: every pointer is valid for the call; the library writes `num_outputs` arrays
         // (NULL for in-place ones); arrays written in place are borrowed mutably, so no other
