@@ -59,6 +59,33 @@ static inline jb_array *f32_filled(jb_device *device, int64_t n, float value)
     return a;
 }
 
+/* A cpu source module named `name` whose one entry, "touch", `cpu_source` defines. */
+static inline jb_source_module *touch_module(const char *name, const char *cpu_source)
+{
+    const char *entries[] = {"touch"};
+    jb_source_module_spec spec = JB_SOURCE_MODULE_SPEC_INIT;
+    spec.name = name;
+    spec.cpu_source = cpu_source;
+    spec.entry_names = entries;
+    spec.num_entries = 1;
+    jb_source_module *m = NULL;
+    CHECK_OK(jb_source_module_new(&m, &spec));
+    return m;
+}
+
+/* Launches `m`'s "touch" on one new f32 of `dev` and waits for it: the launch's status. */
+static inline jb_status launch_touch(jb_source_module *m, jb_device *dev)
+{
+    jb_array *a = f32_filled(dev, 1, 0.0f);
+    jb_arg arg = {.array = a, .written = 1};
+    jb_launch_shape shape = {{1, 1, 1}, {1, 1, 1}, 0};
+    jb_status status = jb_source_module_launch(m, NULL, "touch", &arg, 1, &shape);
+    if (status == JB_OK)
+        status = jb_array_eval(a);
+    jb_array_free(a);
+    return status;
+}
+
 /* Leaves `count` idle buffers of n f32 on `device`, made on the thread's default stream, which is
  * then synchronized: launches whose outputs take them allocate nothing, and so do not first let
  * go of the holds of quiet streams (what a test of the holds a stream keeps must not see). */

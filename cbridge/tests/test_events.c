@@ -164,31 +164,6 @@ static void events_of_a_build(jb_device *dev)
     jb_custom_kernel_free(k);
 }
 
-static jb_source_module *source_module(const char *name, const char *body)
-{
-    const char *entries[] = {"touch"};
-    jb_source_module_spec spec = JB_SOURCE_MODULE_SPEC_INIT;
-    spec.name = name;
-    spec.cpu_source = body;
-    spec.entry_names = entries;
-    spec.num_entries = 1;
-    jb_source_module *m = NULL;
-    CHECK_OK(jb_source_module_new(&m, &spec));
-    return m;
-}
-
-static jb_status launch_module(jb_source_module *m, jb_device *dev)
-{
-    jb_array *a = f32_filled(dev, 1, 0.0f);
-    jb_arg arg = {.array = a, .written = 1};
-    jb_launch_shape shape = {{1, 1, 1}, {1, 1, 1}, 0};
-    jb_status status = jb_source_module_launch(m, NULL, "touch", &arg, 1, &shape);
-    if (status == JB_OK)
-        status = jb_array_eval(a);
-    jb_array_free(a);
-    return status;
-}
-
 /* The entry file for a content key seen in an event. */
 static void entry_path(char *out, size_t len, const char *content_key)
 {
@@ -237,9 +212,9 @@ static int disk_child(jb_device *dev)
 {
     char body[256], kinds[512];
     disk_module_body(body, sizeof body);
-    jb_source_module *m = source_module("ev_disk", body);
+    jb_source_module *m = touch_module("ev_disk", body);
     CHECK_OK(jb_set_event_callback(record, &rec));
-    CHECK_OK(launch_module(m, dev));
+    CHECK_OK(launch_touch(m, dev));
     CHECK_OK(jb_set_event_callback(NULL, NULL));
     const seen_event *first = &rec.events[0];
     printf("%s|%s|%d|%d|%s\n", kinds_seen(kinds, sizeof kinds), first->content_key,
@@ -285,10 +260,10 @@ static void events_of_the_disk_cache(jb_device *dev)
     }
     char body[256], kinds[512], path[4200], line[2048], want[512];
     disk_module_body(body, sizeof body);
-    jb_source_module *m = source_module("ev_disk", body);
+    jb_source_module *m = touch_module("ev_disk", body);
     CHECK_OK(jb_set_event_callback(record, &rec));
     recorder_clear();
-    CHECK_OK(launch_module(m, dev));
+    CHECK_OK(launch_touch(m, dev));
     CHECK_OK(jb_set_event_callback(NULL, NULL));
     CHECK(strcmp(kinds_seen(kinds, sizeof kinds), "build start,build end,disk store") == 0,
           "first: %s", kinds);

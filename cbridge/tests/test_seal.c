@@ -85,27 +85,7 @@ static jb_source_module *source_module(void)
     char body[256];
     snprintf(body, sizeof body, "void touch(void **args, unsigned long n) { (void)n; "
                                 "**(float **)args[0] = %u.0f; }", salt);
-    const char *entries[] = {"touch"};
-    jb_source_module_spec spec = JB_SOURCE_MODULE_SPEC_INIT;
-    spec.name = "seal_disk";
-    spec.cpu_source = body;
-    spec.entry_names = entries;
-    spec.num_entries = 1;
-    jb_source_module *m = NULL;
-    CHECK_OK(jb_source_module_new(&m, &spec));
-    return m;
-}
-
-static jb_status launch_module(jb_source_module *m, jb_device *dev)
-{
-    jb_array *a = f32_filled(dev, 1, 0.0f);
-    jb_arg arg = {.array = a, .written = 1};
-    jb_launch_shape shape = {{1, 1, 1}, {1, 1, 1}, 0};
-    jb_status status = jb_source_module_launch(m, NULL, "touch", &arg, 1, &shape);
-    if (status == JB_OK)
-        status = jb_array_eval(a);
-    jb_array_free(a);
-    return status;
+    return touch_module("seal_disk", body);
 }
 
 /* ---- what the callbacks saw ---- */
@@ -179,7 +159,7 @@ static int sealed_child(jb_device *dev)
     CHECK(jb_seal_mode_get() == JB_SEAL_ERROR, "JITBRIDGE_SEAL=error read as %d",
           jb_seal_mode_get());
     jb_source_module *m = source_module();
-    CHECK_OK(launch_module(m, dev));
+    CHECK_OK(launch_touch(m, dev));
     jb_custom_kernel *k = kernel("seal_child_new", "out[thread_index()] = %u.5f;");
     CHECK(launch(k, dev) == JB_ERR_SEALED, "a new kernel in a sealed child: %s",
           jb_last_error_message());
@@ -332,7 +312,7 @@ int main(int argc, char **argv)
     jb_custom_kernel *warm = kernel("seal_warm", "out[thread_index()] = %u.0f;");
     CHECK_OK(launch(warm, dev));
     jb_source_module *m = source_module();
-    CHECK_OK(launch_module(m, dev));
+    CHECK_OK(launch_touch(m, dev));
     CHECK(compiler_runs() > 0, "the counting compiler did not run: %s", count_file);
     sealed_to_refuse(dev, warm);
     sealed_to_warn(dev);
