@@ -12,14 +12,7 @@ use std::sync::{Arc, Mutex};
 /// A kernel no other process of this run has built: its body carries `salt`.
 fn fresh_kernel(name: &str, salt: f32) -> CustomKernel {
     let body = format!("out[thread_index()] = inp[thread_index()] + {salt:.6}f;");
-    CustomKernel::new(&KernelSpec {
-        name,
-        inputs: &[("inp", DType::F32)],
-        outputs: &[("out", DType::F32)],
-        body: &body,
-        ..Default::default()
-    })
-    .unwrap()
+    common::f32_kernel(name, &body)
 }
 
 fn salt() -> f32 {

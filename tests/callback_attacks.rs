@@ -6,7 +6,7 @@
 
 mod common;
 
-use jitbridge::{CacheEventKind, CustomKernel, DType, Device, KernelSpec};
+use jitbridge::{CacheEventKind, CustomKernel, Device};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
@@ -18,14 +18,7 @@ const LIMIT: Duration = Duration::from_secs(60);
 fn fresh_kernel(name: &str, salt: u32) -> CustomKernel {
     let value = (std::process::id() % 100_000) as f32 + salt as f32 / 8.0;
     let body = format!("out[thread_index()] = inp[thread_index()] + {value:.6}f;");
-    CustomKernel::new(&KernelSpec {
-        name,
-        inputs: &[("inp", DType::F32)],
-        outputs: &[("out", DType::F32)],
-        body: &body,
-        ..Default::default()
-    })
-    .unwrap()
+    common::f32_kernel(name, &body)
 }
 
 /// Runs `body` on a thread; a body that has not returned within LIMIT fails the test (a hang is

@@ -84,18 +84,23 @@ pub fn run_in_child(name: &str, env: &[(&str, &str)]) -> Option<String> {
     Some(text)
 }
 
-/// A one-input f32 kernel named `name` whose body is `out = inp * factor + salt`: each salt
-/// is a kernel of its own (its own source, key and cache entry).
-pub fn salted_kernel(name: &str, factor: u32, salt: u32) -> jitbridge::CustomKernel {
-    let body = format!("out[thread_index()] = inp[thread_index()] * {factor}.0f + {salt}.0f;");
+/// A kernel named `name` of one f32 input `inp` and one f32 output `out`, running `body`.
+pub fn f32_kernel(name: &str, body: &str) -> jitbridge::CustomKernel {
     jitbridge::CustomKernel::new(&jitbridge::KernelSpec {
         name,
         inputs: &[("inp", jitbridge::DType::F32)],
         outputs: &[("out", jitbridge::DType::F32)],
-        body: &body,
+        body,
         ..Default::default()
     })
     .unwrap()
+}
+
+/// `f32_kernel` with the body `out = inp * factor + salt`: each salt is a kernel of its own
+/// (its own source, key and cache entry).
+pub fn salted_kernel(name: &str, factor: u32, salt: u32) -> jitbridge::CustomKernel {
+    let body = format!("out[thread_index()] = inp[thread_index()] * {factor}.0f + {salt}.0f;");
+    f32_kernel(name, &body)
 }
 
 /// Scenarios read process-wide counters, so the tests of one binary take turns.
