@@ -119,14 +119,9 @@ static int add_all(export_state *x, int dir)
 {
     if (dir < 0)
         return JB_OK;
-    int fd = openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-    if (!d) {
-        int err = errno;
-        if (fd >= 0)
-            close(fd);
-        return jb__fail(JB_ERR_SYSTEM, "cannot list the cache folder: %s", strerror(err));
-    }
+    DIR *d = jb__opendir_at(dir);
+    if (!d)
+        return jb__fail(JB_ERR_SYSTEM, "cannot list the cache folder: %s", strerror(errno));
     struct dirent *e;
     while ((e = readdir(d)) && x->error == 0)
         if (jb__disk_is_entry_name(e->d_name))

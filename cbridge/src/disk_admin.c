@@ -32,14 +32,9 @@ static int list_entries(int dir, entry_info **out, size_t *count, uint64_t *tota
     *total = 0;
     if (dir < 0)
         return JB_OK; /* no folder yet: nothing in it */
-    int fd = openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-    if (!d) {
-        int err = errno;
-        if (fd >= 0)
-            close(fd);
-        return jb__fail(JB_ERR_SYSTEM, "cannot list the cache folder: %s", strerror(err));
-    }
+    DIR *d = jb__opendir_at(dir);
+    if (!d)
+        return jb__fail(JB_ERR_SYSTEM, "cannot list the cache folder: %s", strerror(errno));
     size_t capacity = 0;
     struct dirent *e;
     while ((e = readdir(d))) {

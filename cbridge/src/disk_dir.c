@@ -394,15 +394,9 @@ static int marked(int dir)
  * when it cannot be listed now. */
 static int holds_only_ours(int dir, bool top)
 {
-    int fd = openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-    if (!d) {
-        int answer = unless_transient(0), err = errno;
-        if (fd >= 0)
-            close(fd);
-        errno = err;
-        return answer;
-    }
+    DIR *d = jb__opendir_at(dir);
+    if (!d)
+        return unless_transient(0);
     int answer = 1;
     struct dirent *e;
     while (answer == 1 && (errno = 0, e = readdir(d))) {
@@ -532,13 +526,9 @@ static int open_tmp(int dir)
  * by killed writers. Only in a marked folder's tmp/. */
 static void sweep_stale_temporaries(int tmp)
 {
-    int fd = openat(tmp, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
-    if (!dir) {
-        if (fd >= 0)
-            close(fd);
+    DIR *dir = jb__opendir_at(tmp);
+    if (!dir)
         return;
-    }
     time_t now = time(NULL);
     struct dirent *e;
     while ((e = readdir(dir))) {

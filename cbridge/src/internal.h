@@ -6,6 +6,7 @@
 #include "jitbridge.h"
 #include "jitbridge_sys.h"
 
+#include <dirent.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -120,6 +121,9 @@ void jb__slow_path_counters_reset(void);
 int jb__seal_check(jb_device *dev, const char *name, bool once_per_module);
 
 /* ---- small utilities (util.c) ---- */
+/* A listing of the folder `dir` refers to, on a descriptor of its own (closedir leaves `dir`
+ * open); NULL with errno set when it cannot be listed. */
+DIR *jb__opendir_at(int dir);
 uint64_t jb__now_ns(void);
 uint64_t jb__fnv1a64(const void *data, size_t len, uint64_t seed);
 /* Overflow-checked size arithmetic: every sum or product of sizes or counts a caller, a file or

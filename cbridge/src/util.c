@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <sys/syscall.h>
@@ -240,4 +241,16 @@ void jb__futex_wait(_Atomic int *word, int expected)
 void jb__futex_wake_all(_Atomic int *word)
 {
     syscall(SYS_futex, (int *)word, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+DIR *jb__opendir_at(int dir)
+{
+    int fd = openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d && fd >= 0) {
+        int err = errno;
+        close(fd);
+        errno = err;
+    }
+    return d;
 }
