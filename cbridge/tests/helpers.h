@@ -59,6 +59,19 @@ static inline jb_array *f32_filled(jb_device *device, int64_t n, float value)
     return a;
 }
 
+/* Launches the one-input f32 kernel `k` on 4 elements of 1.0 on `dev` and waits for it: the
+ * status. */
+static inline jb_status launch_on_four_ones(jb_custom_kernel *k, jb_device *dev)
+{
+    jb_array *in = f32_filled(dev, 4, 1.0f), *out = NULL;
+    jb_status status = f32_launch(&out, k, &in, 1, 4);
+    if (status == JB_OK)
+        status = jb_array_eval(out);
+    jb_array_free(out);
+    jb_array_free(in);
+    return status;
+}
+
 /* A cpu source module named `name` whose one entry, "touch", `cpu_source` defines. */
 static inline jb_source_module *touch_module(const char *name, const char *cpu_source)
 {

@@ -33,12 +33,7 @@ static jb_status launch(jb_device *dev, int i)
     char body[128];
     snprintf(body, sizeof body, "out[thread_index()] = inp[thread_index()] + %u.%d;", salt, i);
     jb_custom_kernel *k = f32_kernel(names[i], body);
-    jb_array *in = f32_filled(dev, 4, 1.0f), *out = NULL;
-    jb_status status = f32_launch(&out, k, &in, 1, 4);
-    if (status == JB_OK)
-        status = jb_array_eval(out);
-    jb_array_free(out);
-    jb_array_free(in);
+    jb_status status = launch_on_four_ones(k, dev);
     jb_custom_kernel_free(k);
     return status;
 }

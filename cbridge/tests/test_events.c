@@ -96,17 +96,6 @@ static jb_custom_kernel *unique_kernel(const char *name, const char *body_fmt)
     return f32_kernel(name, body);
 }
 
-static jb_status launch_once(jb_custom_kernel *k, jb_device *dev)
-{
-    jb_array *in = f32_filled(dev, 4, 1.0f), *out = NULL;
-    jb_status status = f32_launch(&out, k, &in, 1, 4);
-    if (status == JB_OK)
-        status = jb_array_eval(out);
-    jb_array_free(out);
-    jb_array_free(in);
-    return status;
-}
-
 static void events_of_a_build(jb_device *dev)
 {
     jb_custom_kernel *k = unique_kernel("ev_build", "out[thread_index()] = inp[thread_index()] + %u.0f;");
@@ -114,7 +103,7 @@ static void events_of_a_build(jb_device *dev)
     CHECK_OK(jb_set_event_callback(record, &rec));
     recorder_clear();
     uint64_t before = jb__now_ns();
-    CHECK_OK(launch_once(k, dev));
+    CHECK_OK(launch_on_four_ones(k, dev));
     char kinds[512];
     const char *want = disk_on() ? "build start,build end,disk store" : "build start,build end";
     CHECK(strcmp(kinds_seen(kinds, sizeof kinds), want) == 0, "events %s, want %s", kinds, want);
@@ -154,7 +143,7 @@ static void events_of_a_build(jb_device *dev)
     recorder_clear();
     for (int i = 0; i < 20; i++) {
         CHECK_OK(jb_set_lookaside_enabled(i % 2));
-        CHECK_OK(launch_once(k, dev));
+        CHECK_OK(launch_on_four_ones(k, dev));
     }
     CHECK_OK(jb_set_lookaside_enabled(1));
     CHECK(rec.count == 0, "%d events for memory hits (%s)", rec.count,
@@ -303,7 +292,7 @@ static void event_of_a_failed_build(jb_device *dev)
     char kinds[512];
     CHECK_OK(jb_set_event_callback(record, &rec));
     recorder_clear();
-    CHECK(launch_once(k, dev) == JB_ERR_COMPILE, "a broken kernel compiles?");
+    CHECK(launch_on_four_ones(k, dev) == JB_ERR_COMPILE, "a broken kernel compiles?");
     CHECK(strcmp(kinds_seen(kinds, sizeof kinds), "build start,build fail") == 0, "%s", kinds);
     CHECK(rec.count == 2 && rec.events[1].e.status == JB_ERR_COMPILE &&
               strstr(rec.events[1].message, "error") != NULL && rec.events[1].e.duration_ns > 0,
@@ -331,9 +320,10 @@ static void launch_from_inside(void *user_data, const jb_cache_event *e)
     jb_device *nothing = NULL;
     r->lookup_status = jb_device_lookup(&nothing, "tpu:0"); /* sets this thread's error */
     r->seal_status = jb_seal(JB_SEAL_ERROR);
-    r->sealed_status = launch_once(r->sealed, r->dev); /* its violation event: not delivered */
+    /* its violation event: not delivered */
+    r->sealed_status = launch_on_four_ones(r->sealed, r->dev);
     r->seal_status |= jb_seal(JB_SEAL_OFF);
-    r->inner_status = launch_once(r->inner, r->dev);
+    r->inner_status = launch_on_four_ones(r->inner, r->dev);
 }
 
 static void callback_calls_the_library(jb_device *dev)
@@ -346,7 +336,7 @@ static void callback_calls_the_library(jb_device *dev)
     jb_counters before, after;
     CHECK_OK(jb_counters_get(&before, sizeof before));
     CHECK_OK(jb_set_event_callback(launch_from_inside, &r));
-    CHECK_OK(launch_once(outer, dev));
+    CHECK_OK(launch_on_four_ones(outer, dev));
     CHECK(r.inner_status == JB_OK, "the callback's launch: %d", r.inner_status);
     CHECK(r.sealed_status == JB_ERR_SEALED, "the callback sealed, then launched: %d",
           r.sealed_status);
@@ -360,7 +350,7 @@ static void callback_calls_the_library(jb_device *dev)
     CHECK(after.builds - before.builds == 2, "%llu builds",
           (unsigned long long)(after.builds - before.builds));
     /* The caller's error is the failed build's, not the callback's lookup's. */
-    CHECK(launch_once(broken, dev) == JB_ERR_COMPILE, "broken compiles?");
+    CHECK(launch_on_four_ones(broken, dev) == JB_ERR_COMPILE, "broken compiles?");
     CHECK(jb_last_error_status() == JB_ERR_COMPILE &&
               strstr(jb_last_error_message(), "ev_broken") != NULL,
           "the last error after the callback: %d %s", jb_last_error_status(),
@@ -380,7 +370,7 @@ static atomic_int forked_child_ok = -1;
 static bool child_builds(void *name)
 {
     jb_custom_kernel *k = unique_kernel(name, "out[thread_index()] = %u.75f;");
-    return launch_once(k, fork_device) == JB_OK;
+    return launch_on_four_ones(k, fork_device) == JB_OK;
 }
 
 /* Forks from inside the callback; the child builds a kernel and leaves. */
@@ -397,7 +387,7 @@ static void callback_forks(jb_device *dev)
     fork_device = dev;
     jb_custom_kernel *k = unique_kernel("ev_forker", "out[thread_index()] = %u.125f;");
     CHECK_OK(jb_set_event_callback(fork_from_inside, NULL));
-    CHECK_OK(launch_once(k, dev));
+    CHECK_OK(launch_on_four_ones(k, dev));
     CHECK(atomic_load(&forked_child_ok) == 1, "the child forked inside the callback: %d",
           atomic_load(&forked_child_ok));
     CHECK_OK(jb_set_event_callback(NULL, NULL));

@@ -69,17 +69,6 @@ static jb_custom_kernel *kernel(const char *name, const char *body_fmt)
     return f32_kernel(name, body);
 }
 
-static jb_status launch(jb_custom_kernel *k, jb_device *dev)
-{
-    jb_array *in = f32_filled(dev, 4, 1.0f), *out = NULL;
-    jb_status status = f32_launch(&out, k, &in, 1, 4);
-    if (status == JB_OK)
-        status = jb_array_eval(out);
-    jb_array_free(out);
-    jb_array_free(in);
-    return status;
-}
-
 static jb_source_module *source_module(void)
 {
     char body[256];
@@ -161,7 +150,7 @@ static int sealed_child(jb_device *dev)
     jb_source_module *m = source_module();
     CHECK_OK(launch_touch(m, dev));
     jb_custom_kernel *k = kernel("seal_child_new", "out[thread_index()] = %u.5f;");
-    CHECK(launch(k, dev) == JB_ERR_SEALED, "a new kernel in a sealed child: %s",
+    CHECK(launch_on_four_ones(k, dev) == JB_ERR_SEALED, "a new kernel in a sealed child: %s",
           jb_last_error_message());
     jb_counters c;
     CHECK_OK(jb_counters_get(&c, sizeof c));
@@ -202,9 +191,9 @@ static void sealed_to_refuse(jb_device *dev, jb_custom_kernel *warm)
     CHECK(jb_seal_mode_get() == JB_SEAL_ERROR, "mode %d", jb_seal_mode_get());
     reset_compiler_runs();
     seen_clear();
-    CHECK_OK(launch(warm, dev)); /* in memory: loads */
+    CHECK_OK(launch_on_four_ones(warm, dev)); /* in memory: loads */
     for (int attempt = 0; attempt < 2; attempt++) {
-        CHECK(launch(fresh, dev) == JB_ERR_SEALED, "attempt %d: %s", attempt,
+        CHECK(launch_on_four_ones(fresh, dev) == JB_ERR_SEALED, "attempt %d: %s", attempt,
               jb_last_error_message());
         CHECK(jb_last_error_status() == JB_ERR_SEALED &&
                   strstr(jb_last_error_message(), jb_custom_kernel_module_name(fresh)) != NULL,
@@ -237,7 +226,7 @@ static void sealed_to_refuse(jb_device *dev, jb_custom_kernel *warm)
 
     /* Unsealed, the refused kernel compiles: nothing of the refusal was remembered. */
     CHECK_OK(jb_seal(JB_SEAL_OFF));
-    CHECK_OK(launch(fresh, dev));
+    CHECK_OK(launch_on_four_ones(fresh, dev));
     CHECK(compiler_runs() > 0, "unsealed, the compiler did not run");
     jb_custom_kernel_free(fresh);
 }
@@ -251,7 +240,7 @@ static void sealed_to_warn(jb_device *dev)
     CHECK_OK(jb_seal(JB_SEAL_WARN));
     reset_compiler_runs();
     seen_clear();
-    CHECK_OK(launch(fresh, dev));
+    CHECK_OK(launch_on_four_ones(fresh, dev));
     CHECK(compiler_runs() > 0, "warned, the compiler did not run");
     const char *name = jb_custom_kernel_module_name(fresh);
     CHECK(occurrences(warnings, name) == 1 && strstr(warnings, "sealed") != NULL,
@@ -260,10 +249,10 @@ static void sealed_to_warn(jb_device *dev)
           "%d events, status %d", violations, violation_status);
     /* A kernel that fails to compile, tried again once its failure is forgotten (the failure
      * memory would answer first), is warned about once. */
-    CHECK(launch(broken, dev) == JB_ERR_COMPILE, "broken");
+    CHECK(launch_on_four_ones(broken, dev) == JB_ERR_COMPILE, "broken");
     reset_compiler_runs();
     CHECK_OK(jb_forget_build_failures());
-    CHECK(launch(broken, dev) == JB_ERR_COMPILE, "broken, again");
+    CHECK(launch_on_four_ones(broken, dev) == JB_ERR_COMPILE, "broken, again");
     CHECK(compiler_runs() > 0, "the second try compiled again");
     CHECK(occurrences(warnings, jb_custom_kernel_module_name(broken)) == 1,
           "once per kernel: %s", warnings);
@@ -276,7 +265,7 @@ static void sealed_to_warn(jb_device *dev)
     CHECK_OK(jb_seal(JB_SEAL_OFF));
     seen_clear();
     jb_custom_kernel *later = kernel("seal_later", "out[thread_index()] = %u.4375f;");
-    CHECK_OK(launch(later, dev));
+    CHECK_OK(launch_on_four_ones(later, dev));
     CHECK(warnings[0] == '\0' && violations == 0, "unsealed, still warned: %s", warnings);
     jb_custom_kernel_free(later);
     jb_custom_kernel_free(fresh);
@@ -310,7 +299,7 @@ int main(int argc, char **argv)
     CHECK_OK(jb_set_event_callback(on_event, NULL));
     /* Warm-up: a kernel in memory and a module in the folder (for the sealed child). */
     jb_custom_kernel *warm = kernel("seal_warm", "out[thread_index()] = %u.0f;");
-    CHECK_OK(launch(warm, dev));
+    CHECK_OK(launch_on_four_ones(warm, dev));
     jb_source_module *m = source_module();
     CHECK_OK(launch_touch(m, dev));
     CHECK(compiler_runs() > 0, "the counting compiler did not run: %s", count_file);
