@@ -76,6 +76,28 @@ fn a_short_soak_is_exact_and_its_memory_bounded() {
     }
     assert!(row(rows, "reserved vs peak live").get("met").flag());
 
+    // The decode p99's rise with the others is judged against the raw control's, interleaved
+    // in the same run: both rises and their quotient are rows, the quotient's judged.
+    let ratio = |r: &Json| r.get("ratio").number().unwrap_or_else(|| panic!("no ratio: {r:?}"));
+    let library =
+        ratio(row(rows, "step p99, with the others vs alone (workers all, decode library)"));
+    let control = ratio(row(rows, "raw control step p99, with the others vs alone"));
+    let judged = row(rows, "library's rise vs the control's");
+    assert!(judged.get("judged").flag(), "{judged:?}");
+    assert_eq!(judged.at(&["target", "max_ratio"]).number(), Some(1.05));
+    let quotient = ratio(judged);
+    assert!(
+        (quotient - library / control).abs() < 1e-6 * quotient,
+        "{quotient} vs {library} / {control}"
+    );
+    assert_eq!(judged.get("met").flag(), quotient <= 1.05);
+    let rise = |key: &str| report.at(&["details", "rise", key]).number().unwrap();
+    assert!((rise("quotient") - quotient).abs() < 1e-6 * quotient);
+    assert!((rise("library") - library).abs() < 1e-6 * library);
+    assert!((rise("control") - control).abs() < 1e-6 * control);
+    let steps = |key: &str| report.at(&["details", key, "steps"]).number().unwrap();
+    assert!(steps("control_alone") > 0.0 && steps("control_together") > 0.0);
+
     // RSS: printed, not judged. On this loaded 2-core box a 10-30 s run's floor moves by 1-2%
     // with glibc's arena warm-up and the fork (valgrind finds no leak); the 1% target is judged
     // on runs of 60 s and more.
@@ -115,17 +137,33 @@ fn a_soak_on_a_terminal_redraws_its_progress_and_aligns_its_table() {
     let header = lines.next().unwrap_or_else(|| panic!("no targets' table: {stdout}"));
     let met_at = header.find("  met  ").unwrap() + 2;
     let target_at = header.find("target (set for)").unwrap();
-    let mut rows = 0;
+    let (mut rows, mut targets) = (0, 0);
     for line in lines.take_while(|l| !l.starts_with("note:") && !l.starts_with("judged:")) {
+        rows += 1;
+        if line.len() <= met_at || line[met_at..].trim().is_empty() {
+            continue; // A row without a target: the decode rises.
+        }
         let met = &line[met_at..];
         assert!(
             ["met", "MISSED", "(met)", "(missed)"].iter().any(|m| met.starts_with(m)),
             "{line}"
         );
         assert!(line[target_at..].contains(" host"), "target column: {line}");
-        rows += 1;
+        targets += 1;
     }
-    assert_eq!(rows, 4, "{stdout}");
+    assert_eq!((rows, targets), (6, 4), "{stdout}");
+    // The two rises and their quotient, in words before the table too.
+    let rise = stdout.lines().find(|l| l.starts_with("decode rise  ")).expect(stdout);
+    assert!(rise.contains("p99 with the others / alone: library "), "{rise}");
+    assert!(rise.contains("x, raw control ") && rise.contains("x (same run); quotient "), "{rise}");
+    assert!(rise.contains("x (target <= 1.05x: m"), "{rise}");
+    for measure in [
+        "step p99, with the others vs alone",
+        "raw control step p99, with the others vs alone",
+        "library's rise vs the control's",
+    ] {
+        assert!(stdout.contains(measure), "no row {measure}: {stdout}");
+    }
     assert!(stdout.contains("\nnote: memory, RSS growth after warm-up"), "{stdout}");
 }
 
@@ -208,6 +246,11 @@ fn a_raw_decode_soak_alone_is_exact() {
     assert_eq!(count(&report, "inexact"), 0.0, "inexact outputs");
     assert_eq!(count(&report, "errors"), 0.0, "errors");
     assert_eq!(report.at(&["details", "exact"]), &Json::Bool(true));
+    // The raw control is the loop itself: no interleaved control, no quotient to judge.
+    assert_eq!(report.at(&["details", "control_alone"]), &Json::Null);
+    assert_eq!(report.at(&["details", "rise"]), &Json::Null);
+    let rows = report.get("rows").list();
+    assert!(rows.iter().all(|r| !r.get("measure").text().contains("rise vs the control")));
 
     // Each phase's steps are timed whole and in their two parts, one record per step.
     let latency = |key: &str, field: &str| report.at(&["details", key, field]).number().unwrap();

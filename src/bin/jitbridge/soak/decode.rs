@@ -2,8 +2,10 @@
 //! step timed in two parts, the launch (until the launch call returns) and the wait (until the
 //! output is done). Through the library (`launch_with_scalars`, then `eval`), as one replay of
 //! a graph captured once (`set_scalar` and `launch`, then `eval`), or as the raw control (the
-//! backend's launch, event record and event wait of a launch staged once). The decode stream
-//! has the priority the soak asks for (by default the device's most urgent).
+//! backend's launch, event record and event wait of a launch staged once). Outside raw mode each
+//! step is followed by one step of the raw control on the same stream, timed apart: the library's
+//! rise under the others is judged against the control's in the same run. The decode stream has
+//! the priority the soak asks for (by default the device's most urgent).
 
 use super::worker_loops::exact_f32;
 use super::{Phase, Tally};
@@ -130,6 +132,9 @@ pub struct Threshold {
 pub struct Decoded {
     pub alone: Steps,
     pub together: Steps,
+    /// The raw control's whole steps, interleaved with the mode's (None in raw mode: the mode's
+    /// steps are the control's).
+    pub control: Option<(Histogram, Histogram)>,
     /// None when the loop never left the first alone phase.
     pub threshold: Option<Threshold>,
     /// Slow steps of the second alone phase (the baseline: about 1% by definition) and of the
@@ -146,6 +151,7 @@ impl Decoded {
         Decoded {
             alone: Steps::new(),
             together: Steps::new(),
+            control: None,
             threshold: None,
             slow_alone: Slow::default(),
             slow_together: Slow::default(),
@@ -173,8 +179,8 @@ fn decode_want(s: f32) -> impl Fn(usize) -> f32 {
 type Step = (Result<(), jitbridge::Error>, u64, u64);
 
 /// Decode steps until told to stop, each timed in two parts into its phase's histograms, every
-/// output checked exactly (read back outside the timed part, in both modes, so that the two
-/// loops keep one cadence).
+/// output checked exactly (read back outside the timed part, in every mode, so that the loops
+/// keep one cadence). Outside raw mode each step is followed by a raw control step.
 #[allow(clippy::too_many_arguments)]
 pub fn decode_loop(
     device: Device,
@@ -189,29 +195,23 @@ pub fn decode_loop(
     let x = Array::arange(device, DECODE_N, DType::F32)?;
     x.eval()?;
     let shape = LaunchShape::Threads(DECODE_N);
-    // A graph is captured on a stream no thread has installed; the other modes launch on the
-    // thread's default stream, which the decode stream becomes.
+    // A graph is captured on a stream no thread has installed; then the decode stream becomes
+    // the thread's default, where the library's launches and the raw control's go.
     let mut graph = match mode {
         DecodeMode::Graph => Some(capture_step(kernel, &x, &mut stream, shape)?),
         _ => None,
     };
-    let _guard = match mode {
-        DecodeMode::Graph => None,
-        _ => Some(streams::install_thread_local_default_stream(&stream)?),
-    };
+    let _guard = streams::install_thread_local_default_stream(&stream)?;
     let mut host = vec![0f32; DECODE_N];
-    let mut raw = match mode {
-        DecodeMode::Raw => {
-            // SAFETY: decode_kernel bounds its index by out_size; x has DECODE_N elements too,
-            // and its scalar is an addend, whatever its value.
-            Some(unsafe {
-                RawLauncher::new(kernel, &[&x], &[Scalar::F32(0.0)], &[&[DECODE_N]], shape)?
-            })
-        }
-        DecodeMode::Library | DecodeMode::Graph => None,
-    };
+    // SAFETY: decode_kernel bounds its index by out_size; x has DECODE_N elements too, and its
+    // scalar is an addend, whatever its value.
+    let mut raw =
+        unsafe { RawLauncher::new(kernel, &[&x], &[Scalar::F32(0.0)], &[&[DECODE_N]], shape)? };
     ready.store(true, Ordering::Release);
     let mut d = Decoded::empty();
+    if mode != DecodeMode::Raw {
+        d.control = Some((Histogram::new(), Histogram::new()));
+    }
     d.priority = stream.priority()?;
     let mut step = 0u32;
     loop {
@@ -221,14 +221,10 @@ pub fn decode_loop(
         }
         let s = (step % 4096) as f32;
         step = step.wrapping_add(1);
-        let (outcome, launch_ns, wait_ns): Step = match (raw.as_mut(), graph.as_mut()) {
-            (Some(raw), _) => {
-                // SAFETY: as for the launcher: the scalar is an addend.
-                let (result, launch_ns, wait_ns) = unsafe { raw.step(&[Scalar::F32(s)]) };
-                (result.and_then(|()| raw.read_f32(0, &mut host)), launch_ns, wait_ns)
-            }
-            (None, Some((graph, out))) => graph_step(graph, *out, &stream, s, &mut host),
-            (None, None) => library_step(kernel, &x, s, shape, &mut host),
+        let (outcome, launch_ns, wait_ns): Step = match (mode, graph.as_mut()) {
+            (DecodeMode::Raw, _) => raw_step(&mut raw, s, &mut host),
+            (_, Some((graph, out))) => graph_step(graph, *out, &stream, s, &mut host),
+            _ => library_step(kernel, &x, s, shape, &mut host),
         };
         let alone_done = d.alone.total.total() > 0;
         if d.threshold.is_none()
@@ -252,12 +248,39 @@ pub fn decode_loop(
                 slow.record(at, launch_ns, wait_ns);
             }
         }
-        match outcome {
-            Ok(()) => tally.check(exact_f32(&host, decode_want(s)), mode_label(mode)),
-            Err(e) => tally.error(mode_label(mode), &e),
+        check_step(tally, outcome, &host, s, mode_label(mode));
+        if let Some((alone, together)) = d.control.as_mut() {
+            let (outcome, launch_ns, wait_ns) = raw_step(&mut raw, s, &mut host);
+            match now {
+                Phase::Alone => alone.record(launch_ns + wait_ns),
+                Phase::Together => together.record(launch_ns + wait_ns),
+                _ => {}
+            }
+            check_step(tally, outcome, &host, s, "decode (raw control)");
         }
     }
     Ok(d)
+}
+
+/// Counts a step's output, read into `host`, as exact or not, or its error.
+fn check_step(
+    tally: &Tally,
+    outcome: Result<(), jitbridge::Error>,
+    host: &[f32],
+    s: f32,
+    what: &str,
+) {
+    match outcome {
+        Ok(()) => tally.check(exact_f32(host, decode_want(s)), what),
+        Err(e) => tally.error(what, &e),
+    }
+}
+
+/// A step of the raw control; the output is read into `host` after the timed part.
+fn raw_step(raw: &mut RawLauncher<'_>, s: f32, host: &mut [f32]) -> Step {
+    // SAFETY: as for the launcher: the scalar is an addend.
+    let (result, launch_ns, wait_ns) = unsafe { raw.step(&[Scalar::F32(s)]) };
+    (result.and_then(|()| raw.read_f32(0, host)), launch_ns, wait_ns)
 }
 
 fn mode_label(mode: DecodeMode) -> &'static str {

@@ -3,7 +3,7 @@
 
 use super::Workers;
 use super::decode::Slow;
-use super::report::{Latency, Report, Sample};
+use super::report::{Latency, MAX_RISE_QUOTIENT, Report, Sample};
 use crate::json::{Object, json_list, json_string};
 use crate::table::{self, Align};
 use jitbridge::Device;
@@ -33,6 +33,22 @@ fn slow_line(s: &Slow) -> String {
         us(s.mean_launch_ns()),
         us(s.mean_wait_ns())
     )
+}
+
+/// The library's and the control's p99 rises and their quotient, against the target.
+fn rise_line(r: &Report) -> String {
+    match r.rise() {
+        None => "no step measured in a phase: no rise to judge".into(),
+        Some(rise) => format!(
+            "p99 with the others / alone: {} {:.2}x, raw control {:.2}x (same run); quotient \
+             {:.2}x (target <= {MAX_RISE_QUOTIENT}x: {})",
+            r.decode_mode.name(),
+            rise.library,
+            rise.control,
+            rise.quotient(),
+            if rise.quotient() <= MAX_RISE_QUOTIENT { "met" } else { "missed" }
+        ),
+    }
 }
 
 fn mib(bytes: u64) -> String {
@@ -96,6 +112,9 @@ pub fn print_details(device: Device, r: &Report) {
     ];
     for line in table::lines(&columns, &latencies) {
         out!("{line}");
+    }
+    if r.control.is_some() {
+        out!("decode rise  {}", rise_line(r));
     }
     match &r.threshold {
         None => out!("slow steps   none measured (no decode step alone before the others)"),
@@ -196,6 +215,16 @@ pub fn details_json(r: &Report) -> String {
             .count("modules", s.modules)
             .build()
     });
+    let control = |pick: fn(&(Latency, Latency)) -> &Latency| {
+        r.control.as_ref().map_or("null".into(), |c| latency(pick(c)))
+    };
+    let rise = r.rise().map_or("null".into(), |rise| {
+        Object::new()
+            .number("library", rise.library)
+            .number("control", rise.control)
+            .number("quotient", rise.quotient())
+            .build()
+    });
     Object::new()
         .raw("decode_alone", latency(&r.decode_alone))
         .raw("decode_together", latency(&r.decode_together))
@@ -203,6 +232,9 @@ pub fn details_json(r: &Report) -> String {
         .raw("alone_wait", latency(&r.alone_wait))
         .raw("together_launch", latency(&r.together_launch))
         .raw("together_wait", latency(&r.together_wait))
+        .raw("control_alone", control(|c| &c.0))
+        .raw("control_together", control(|c| &c.1))
+        .raw("rise", rise)
         .raw("slow_threshold", threshold)
         .raw("slow_alone", slow(&r.slow_alone))
         .raw("slow_together", slow(&r.slow_together))
