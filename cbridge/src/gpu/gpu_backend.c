@@ -430,13 +430,54 @@ static int gpu_fill(jb_device *dev, void *stream, void *dst, size_t count, const
     return JB_OK;
 }
 
+/* Per device, idle streams for reads (device-to-host copies), so that a thread that only reads
+ * arrays makes no stream of its own. Not the driver's per-thread stream: once a process has used
+ * one, the driver's exit handler crashes in a forked child that leaves through exit() (CUDA 13.0,
+ * H200). Slots are taken and put back by atomic exchange, never under a lock a fork could catch. */
+#define READ_STREAMS 16
+static _Atomic(CUstream) read_streams[JB_MAX_DEVICES][READ_STREAMS];
+
+static int take_read_stream(jb_device *dev, CUstream *out)
+{
+    for (int i = 0; i < READ_STREAMS; i++) {
+        *out = atomic_exchange_explicit(&read_streams[dev->ordinal][i], NULL, memory_order_acquire);
+        if (*out)
+            return JB_OK;
+    }
+    GPU_CHECK(cuStreamCreate, out, CU_STREAM_NON_BLOCKING);
+    return JB_OK;
+}
+
+/* Back into a free slot; with every slot full (more readers at once than slots), destroyed. */
+static void put_read_stream(jb_device *dev, CUstream stream)
+{
+    for (int i = 0; i < READ_STREAMS; i++) {
+        CUstream empty = NULL;
+        if (atomic_compare_exchange_strong_explicit(&read_streams[dev->ordinal][i], &empty, stream,
+                                                    memory_order_release, memory_order_relaxed))
+            return;
+    }
+    JB_GPU(cuStreamDestroy)(stream);
+}
+
 static int gpu_memcpy_dtoh(jb_device *dev, void *dst, const void *src, size_t bytes)
 {
     JB_FORWARD_IF_ERROR(make_current(dev));
-    /* The driver's implicit per-thread stream: nothing to create, and it waits for none of the
-     * library's (non-blocking) streams. */
-    GPU_CHECK(cuMemcpyDtoHAsync, dst, (CUdeviceptr)(uintptr_t)src, bytes, JB_GPU_STREAM_PER_THREAD);
-    GPU_CHECK(cuStreamSynchronize, JB_GPU_STREAM_PER_THREAD);
+    CUstream stream;
+    JB_FORWARD_IF_ERROR(take_read_stream(dev, &stream));
+    /* Non-blocking, so the copy waits for none of the library's streams (the caller has waited
+     * for the array's writers). */
+    CUresult r = JB_GPU(cuMemcpyDtoHAsync)(dst, (CUdeviceptr)(uintptr_t)src, bytes, stream);
+    const char *call = JB_GPU_STR(cuMemcpyDtoHAsync);
+    if (r == CUDA_SUCCESS) {
+        r = JB_GPU(cuStreamSynchronize)(stream);
+        call = JB_GPU_STR(cuStreamSynchronize);
+    }
+    if (r != CUDA_SUCCESS) {
+        JB_GPU(cuStreamDestroy)(stream); /* it may hold the failure: not for the next reader */
+        return gpu_fail(r, call);
+    }
+    put_read_stream(dev, stream);
     return JB_OK;
 }
 

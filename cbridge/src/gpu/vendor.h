@@ -33,7 +33,6 @@
 #define JB_GPU_LINE_INFO_OPTION "-lineinfo"
 /* NVRTC stages a pageable host buffer before an async copy returns. */
 #define JB_GPU_HTOD_SYNC 0
-#define JB_GPU_STREAM_PER_THREAD CU_STREAM_PER_THREAD
 
 /* The calls only the CUDA spelling makes (the shared ones are listed after the #endif). */
 #define JB_GPU_VENDOR_CALLS(X)                                                                     \
@@ -62,7 +61,6 @@ typedef CUcontext jb_gpu_context;
 #define JB_GPU_LINE_INFO_OPTION "-g"
 /* Be conservative: HIP does not promise that a pageable source is staged on return. */
 #define JB_GPU_HTOD_SYNC 1
-#define JB_GPU_STREAM_PER_THREAD hipStreamPerThread
 
 /* driver API */
 #define CUresult hipError_t
