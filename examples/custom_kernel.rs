@@ -1,6 +1,7 @@
 //! A custom kernel on the default device: the library writes the kernel around the body,
-//! compiles it on first launch, and keeps the module in the process-global cache. The kernel is
-//! not bounds-checked, so its launch is `unsafe`: the comment on it says why it is sound.
+//! compiles it on first launch, and keeps the module in the process-global cache. Making a
+//! kernel is `unsafe` (its maker vouches for the body), and so is launching one that is not
+//! bounds-checked: the comment on each says why it is sound.
 //!
 //!     cargo run --example custom_kernel
 
@@ -8,15 +9,18 @@ use jitbridge::{Array, Counters, CustomKernel, DType, Device, KernelSpec, Launch
 
 fn main() -> Result<(), jitbridge::Error> {
     let device = Device::default_device()?;
-    let saxpy = CustomKernel::new(&KernelSpec {
-        name: "saxpy",
-        inputs: &[("x", DType::F32), ("y", DType::F32)],
-        outputs: &[("out", DType::F32)],
-        // `x_size` is the element count of input `x`; threads past it do nothing.
-        body: "size_t i = thread_index();\n\
-               if (i < x_size) out[i] = 2.5f * x[i] + y[i];",
-        ..Default::default()
-    })?;
+    // SAFETY: the body multiplies and adds floats, and subscripts its arrays.
+    let saxpy = unsafe {
+        CustomKernel::new(&KernelSpec {
+            name: "saxpy",
+            inputs: &[("x", DType::F32), ("y", DType::F32)],
+            outputs: &[("out", DType::F32)],
+            // `x_size` is the element count of input `x`; threads past it do nothing.
+            body: "size_t i = thread_index();\n\
+                   if (i < x_size) out[i] = 2.5f * x[i] + y[i];",
+            ..Default::default()
+        })?
+    };
     println!("device {} ({}), module {}", device.name(), device.backend(), saxpy.module_name());
 
     let n = 1000;

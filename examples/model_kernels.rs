@@ -33,7 +33,7 @@ for (int i = 0; i < HEAD_DIM; i++)
 pub const ROTARY: &str = "\
 const uint64_t t = thread_index();
 const uint64_t half = HEAD_DIM / 2, pair = t % half, vec = t / half;
-if (vec * HEAD_DIM >= x_size) return;
+if (heads <= 0 || vec * HEAD_DIM >= x_size) return;
 const uint64_t token = vec / heads;
 const float inv_freq = powf(base, -2.0f * (float)pair / (float)HEAD_DIM);
 const float angle = (float)positions[token] * inv_freq;
@@ -43,7 +43,14 @@ const float a = bf16_to_f32(x[at + pair]), b = bf16_to_f32(x[at + pair + half]);
 y[vec * HEAD_DIM + pair] = f32_to_bf16(a * c - b * s);
 y[vec * HEAD_DIM + pair + half] = f32_to_bf16(b * c + a * s);";
 
-pub fn kernel(
+/// The kernel `name` running `body` with `HEAD_DIM = head_dim`: RMSNorm's inputs and scalar,
+/// or rotary's.
+///
+/// # Safety
+///
+/// As for [`CustomKernel::new`]: `body` with that `HEAD_DIM` does nothing undefined, for any
+/// launch, apart from subscripting its arrays out of range.
+pub unsafe fn kernel(
     name: &str,
     body: &str,
     head_dim: i64,
@@ -59,16 +66,19 @@ pub fn kernel(
     } else {
         &[("eps", DType::F32)]
     };
-    CustomKernel::new(&KernelSpec {
-        name,
-        inputs,
-        outputs: &[("y", DType::Bf16)],
-        scalars,
-        params: &[("HEAD_DIM", Param::Int(head_dim))],
-        body,
-        options: CompileOptions { bounds_checks: true, ..Default::default() },
-        ..Default::default()
-    })
+    // SAFETY: the caller's promise.
+    unsafe {
+        CustomKernel::new(&KernelSpec {
+            name,
+            inputs,
+            outputs: &[("y", DType::Bf16)],
+            scalars,
+            params: &[("HEAD_DIM", Param::Int(head_dim))],
+            body,
+            options: CompileOptions { bounds_checks: true, ..Default::default() },
+            ..Default::default()
+        })
+    }
 }
 
 /// A deterministic pseudo-random value in [-2, 2), rounded to bf16.
@@ -105,7 +115,9 @@ pub fn run(device: Device) -> Result<Vec<String>, String> {
 
         // RMSNorm: one thread per row.
         let eps = 1e-5f32;
-        let norm = kernel("rmsnorm_bf16", RMSNORM, head_dim as i64, false).map_err(e)?;
+        // SAFETY: RMSNORM divides floats only (by a sum plus eps, by HEAD_DIM, 64 or 128) and
+        // subscripts its arrays.
+        let norm = unsafe { kernel("rmsnorm_bf16", RMSNORM, head_dim as i64, false) }.map_err(e)?;
         let wa = Array::from_slice(device, &weight, &[head_dim]).map_err(e)?;
         let out = norm
             .launch_with(Launch {
@@ -137,7 +149,9 @@ pub fn run(device: Device) -> Result<Vec<String>, String> {
         let base = 10000.0f32;
         let positions: Vec<i32> = (0..tokens as i32).map(|t| t * 37 + 5).collect();
         let pa = Array::from_slice(device, &positions, &[tokens]).map_err(e)?;
-        let rope = kernel("rotary_bf16", ROTARY, head_dim as i64, true).map_err(e)?;
+        // SAFETY: ROTARY divides by HEAD_DIM / 2 (32 or 64) and by `heads` only when it is
+        // positive, and subscripts its arrays.
+        let rope = unsafe { kernel("rotary_bf16", ROTARY, head_dim as i64, true) }.map_err(e)?;
         let out = rope
             .launch_with(Launch {
                 inputs: &[&xa, &pa],

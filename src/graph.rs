@@ -96,15 +96,18 @@ static NEXT_CAPTURE: AtomicU64 = AtomicU64::new(1);
 /// # unsafe { std::env::set_var("JITBRIDGE_DISK_CACHE", "off") };
 /// use jitbridge::*;
 /// let cpu = Device::cpu()?;
-/// let step = CustomKernel::new(&KernelSpec {
-///     name: "graph_doc_step",
-///     inputs: &[("x", DType::F32)],
-///     outputs: &[("y", DType::F32)],
-///     scalars: &[("s", DType::F32)],
-///     body: "y[thread_index()] = x[thread_index()] + s;",
-///     options: CompileOptions { bounds_checks: true, ..Default::default() },
-///     ..Default::default()
-/// })?;
+/// // SAFETY: the body only adds, and subscripts its own arrays.
+/// let step = unsafe {
+///     CustomKernel::new(&KernelSpec {
+///         name: "graph_doc_step",
+///         inputs: &[("x", DType::F32)],
+///         outputs: &[("y", DType::F32)],
+///         scalars: &[("s", DType::F32)],
+///         body: "y[thread_index()] = x[thread_index()] + s;",
+///         options: CompileOptions { bounds_checks: true, ..Default::default() },
+///         ..Default::default()
+///     })?
+/// };
 /// let x = Array::from_slice(cpu, &[1.0f32, 2.0], &[2])?;
 /// let mut stream = Stream::new(cpu)?;
 /// let mut capture = stream.begin_capture()?;
@@ -185,8 +188,8 @@ impl<'a> Capture<'_, 'a> {
                 ),
             ));
         }
-        // SAFETY: the kernel is bounds-checked: every access of its body stays in its arrays,
-        // at every replay, whatever its scalars.
+        // SAFETY: the kernel is bounds-checked: no subscript of its arrays is out of range, at
+        // any replay, whatever its scalars; its maker vouched for the rest of its code.
         unsafe { self.launch_unchecked(kernel, launch) }
     }
 
@@ -195,8 +198,8 @@ impl<'a> Capture<'_, 'a> {
     /// # Safety
     ///
     /// As for [`CustomKernel::launch_unchecked`], for every replay of the graph: the body, on
-    /// these arrays with their contents then and the scalars then set, reads and writes only
-    /// inside them.
+    /// these arrays with their contents then and the scalars then set, subscripts them only in
+    /// range.
     pub unsafe fn launch_unchecked(
         &mut self,
         kernel: &CustomKernel,
@@ -326,7 +329,7 @@ impl Graph<'_> {
     /// # Safety
     ///
     /// As for [`Capture::launch_unchecked`], for this replay: each launch's body, on its
-    /// arrays as they are now and with its scalars as set now, stays inside its arrays.
+    /// arrays as they are now and with its scalars as set now, subscripts them only in range.
     pub unsafe fn launch_unchecked(&mut self, stream: &Stream) -> Result<(), Error> {
         // SAFETY: live graph and stream; `&mut self` keeps every other use of the arrays the
         // graph writes away while the replay is queued.

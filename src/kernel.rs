@@ -43,13 +43,15 @@ pub struct CompileOptions<'a> {
     /// Line information for profilers and debuggers (cpu `-g`, cuda `-lineinfo`).
     pub line_info: bool,
     /// Custom kernels only: every subscript of an array (and of a shape) in the body and header
-    /// is checked, and the kernel's launches are safe ([`CustomKernel::launch`]). An index out of
-    /// range reads 0 and writes nothing, and the first one of a launch is an
-    /// [`ErrorCode::Bounds`] error at the next wait for what the launch wrote, naming the
-    /// kernel, the array, the index and the thread. The body and header may name an array only
-    /// to subscript it, and may hold nothing that could reach one past the checks (the
-    /// [`crate::kernel_language`] page lists what is refused). `JITBRIDGE_BOUNDS_CHECKS=1` turns
-    /// this on for every kernel of a process.
+    /// is checked. An out-of-range subscript is the one thing the caller of
+    /// [`CustomKernel::new`] does not promise against; caught here, it leaves the kernel's
+    /// launches safe ([`CustomKernel::launch`]). An index out of range reads 0 and writes
+    /// nothing, and the first one of a launch is an [`ErrorCode::Bounds`] error at the next
+    /// wait for what the launch wrote, naming the kernel, the array, the index and the thread.
+    /// The body and header may name an array only to subscript it, and may hold nothing that
+    /// could reach one past the checks (the [`crate::kernel_language`] page lists what is
+    /// refused, and what no check can see). `JITBRIDGE_BOUNDS_CHECKS=1` turns this on for every
+    /// kernel of a process.
     pub bounds_checks: bool,
     /// `"NAME"` or `"NAME=VALUE"`: `#define` lines at the top of the source.
     pub defines: &'a [&'a str],
@@ -197,23 +199,26 @@ impl Default for LaunchShape {
 }
 
 /// A compiled-on-first-use kernel. Its module is named after the kernel plus a hash of the
-/// generated source, so two bodies under one name never share a module. A bounds-checked
-/// kernel launches with the safe [`CustomKernel::launch`]; any kernel with the `unsafe`
-/// [`CustomKernel::launch_unchecked`], whose caller promises that the body stays inside its
-/// arrays.
+/// generated source, so two bodies under one name never share a module. Made with the `unsafe`
+/// [`CustomKernel::new`], whose caller vouches for the kernel's code; launched with the safe
+/// [`CustomKernel::launch`] when bounds-checked, else with the `unsafe`
+/// [`CustomKernel::launch_unchecked`] (the crate documentation's "Safe and unsafe" says why).
 ///
 /// ```
 /// # // Doc tests keep off the user's disk cache; nothing else runs yet.
 /// # unsafe { std::env::set_var("JITBRIDGE_DISK_CACHE", "off") };
 /// use jitbridge::{Array, CompileOptions, CustomKernel, DType, Device, KernelSpec, LaunchShape};
-/// let kernel = CustomKernel::new(&KernelSpec {
-///     name: "add_one",
-///     inputs: &[("x", DType::F32)],
-///     outputs: &[("y", DType::F32)],
-///     body: "y[thread_index()] = x[thread_index()] + 1.0f;",
-///     options: CompileOptions { bounds_checks: true, ..Default::default() },
-///     ..Default::default()
-/// })?;
+/// // SAFETY: the body only adds, and subscripts its own arrays.
+/// let kernel = unsafe {
+///     CustomKernel::new(&KernelSpec {
+///         name: "add_one",
+///         inputs: &[("x", DType::F32)],
+///         outputs: &[("y", DType::F32)],
+///         body: "y[thread_index()] = x[thread_index()] + 1.0f;",
+///         options: CompileOptions { bounds_checks: true, ..Default::default() },
+///         ..Default::default()
+///     })?
+/// };
 /// let x = Array::from_slice(Device::cpu()?, &[1.0f32, 2.0, 3.0], &[3])?;
 /// let y = kernel.launch(&[&x], &[&[3]], LaunchShape::Threads(3))?;
 /// assert_eq!(y[0].to_vec::<f32>()?, [2.0, 3.0, 4.0]);
@@ -263,7 +268,54 @@ unsafe extern "C" fn configure_trampoline(
 
 impl CustomKernel {
     /// Validates the spec and generates the kernel's source; compiles nothing yet.
-    pub fn new(spec: &KernelSpec<'_>) -> Result<CustomKernel, Error> {
+    ///
+    /// The library checks the spec (names, dtypes, scalars, options; for a bounds-checked
+    /// kernel, what the checks refuse), never what its code does: the caller vouches for that
+    /// here, once, as [`SourceModule::new_declared`](crate::SourceModule::new_declared)'s caller
+    /// does for a module.
+    ///
+    /// ```
+    /// # unsafe { std::env::set_var("JITBRIDGE_DISK_CACHE", "off") };
+    /// use jitbridge::{CompileOptions, CustomKernel, DType, KernelSpec};
+    /// let spec = KernelSpec {
+    ///     name: "negate",
+    ///     inputs: &[("x", DType::F32)],
+    ///     outputs: &[("y", DType::F32)],
+    ///     body: "y[thread_index()] = -x[thread_index()];",
+    ///     options: CompileOptions { bounds_checks: true, ..Default::default() },
+    ///     ..Default::default()
+    /// };
+    /// // SAFETY: the body only negates, and subscripts its own arrays.
+    /// let kernel = unsafe { CustomKernel::new(&spec)? };
+    /// assert!(kernel.bounds_checked());
+    /// # Ok::<(), jitbridge::Error>(())
+    /// ```
+    ///
+    /// Without `unsafe` it does not compile:
+    ///
+    /// ```compile_fail,E0133
+    /// # use jitbridge::{CustomKernel, KernelSpec};
+    /// # fn f(spec: &KernelSpec<'_>) {
+    /// let _ = CustomKernel::new(spec);
+    /// # }
+    /// ```
+    ///
+    /// # Safety
+    ///
+    /// The kernel's code (its `body`, `header`, `params`, `options.defines`, what
+    /// `options.include_dirs` lets it include, compiled with `options.compiler_options`) does
+    /// nothing undefined in C11 on the cpu or in CUDA C++ / HIP on a GPU, for every thread of
+    /// every launch (any launch shape, any arrays and scalar values a launch accepts), apart
+    /// from subscripting the kernel's own arrays and shapes (`x[i]`, `x_shape[d]`) out of range.
+    /// No pointer of its own making (a cast integer, `&x[0]` plus an offset, a local array
+    /// past its end), no division by zero, no signed overflow, no unbounded recursion, no
+    /// `free` of what it did not allocate. Loading the compiled code may run it (a cpu
+    /// module's constructors, at [`CustomKernel::prepare`] or the first launch on a device):
+    /// the promise covers that too. Out-of-range subscripts are the library's business from
+    /// then on: a bounds-checked kernel ([`CompileOptions::bounds_checks`]) catches each one as
+    /// an error, so its launches are safe ([`CustomKernel::launch`]); for any other kernel the
+    /// caller of [`CustomKernel::launch_unchecked`] rules them out.
+    pub unsafe fn new(spec: &KernelSpec<'_>) -> Result<CustomKernel, Error> {
         let name = c_string("kernel name", spec.name)?;
         let body = c_string("body", spec.body)?;
         let header = spec.header.map(|h| c_string("header", h)).transpose()?;

@@ -1,5 +1,5 @@
 //! Launching custom kernels: safe for a bounds-checked kernel, `unsafe` for any other, whose
-//! caller vouches for the body.
+//! caller vouches for the launch's subscripts.
 
 use crate::array::Array;
 use crate::device::Device;
@@ -28,15 +28,18 @@ pub enum Output<'a> {
 /// # unsafe { std::env::set_var("JITBRIDGE_DISK_CACHE", "off") };
 /// use jitbridge::*;
 /// let cpu = Device::cpu()?;
-/// let add = CustomKernel::new(&KernelSpec {
-///     name: "add_scaled",
-///     inputs: &[("x", DType::F32)],
-///     outputs: &[("acc", DType::F32)],
-///     scalars: &[("alpha", DType::F32)],
-///     body: "acc[thread_index()] += alpha * x[thread_index()];",
-///     options: CompileOptions { bounds_checks: true, ..Default::default() },
-///     ..Default::default()
-/// })?;
+/// // SAFETY: the body only multiplies and adds, and subscripts its own arrays.
+/// let add = unsafe {
+///     CustomKernel::new(&KernelSpec {
+///         name: "add_scaled",
+///         inputs: &[("x", DType::F32)],
+///         outputs: &[("acc", DType::F32)],
+///         scalars: &[("alpha", DType::F32)],
+///         body: "acc[thread_index()] += alpha * x[thread_index()];",
+///         options: CompileOptions { bounds_checks: true, ..Default::default() },
+///         ..Default::default()
+///     })?
+/// };
 /// let x = Array::from_slice(cpu, &[1.0f32, 2.0, 3.0], &[3])?;
 /// let mut acc = Array::zeros(cpu, &[3], DType::F32)?;
 /// for _ in 0..2 {
@@ -108,9 +111,10 @@ impl RawLaunchArgs {
 impl CustomKernel {
     /// Launches on the inputs' device and the calling thread's default stream there, building
     /// the module on first use, and returns one new array per output, of the given shapes.
-    /// Safe: the kernel must be bounds-checked ([`crate::CompileOptions::bounds_checks`]), else
-    /// this is an `InvalidArgument` error and nothing runs; use
-    /// [`CustomKernel::launch_unchecked`] for a kernel that is not.
+    /// Safe: the kernel must be bounds-checked ([`crate::CompileOptions::bounds_checks`]), which
+    /// catches every out-of-range subscript, and its maker vouched for the rest
+    /// ([`CustomKernel::new`]). A kernel that is not bounds-checked is an `InvalidArgument`
+    /// error here and nothing runs: launch it with [`CustomKernel::launch_unchecked`].
     pub fn launch(
         &self,
         inputs: &[&Array],
@@ -118,7 +122,7 @@ impl CustomKernel {
         shape: LaunchShape,
     ) -> Result<Vec<Array>, Error> {
         self.refuse_unchecked()?;
-        // SAFETY: the kernel is bounds-checked: every access of its body stays in its arrays.
+        // SAFETY: the kernel is bounds-checked: no subscript of its arrays is out of range.
         unsafe { self.launch_unchecked(inputs, output_shapes, shape) }
     }
 
@@ -127,7 +131,7 @@ impl CustomKernel {
     /// an `InvalidArgument` error for any other.
     pub fn launch_with(&self, launch: Launch<'_>) -> Result<Vec<Array>, Error> {
         self.refuse_unchecked()?;
-        // SAFETY: the kernel is bounds-checked: every access of its body stays in its arrays.
+        // SAFETY: the kernel is bounds-checked: no subscript of its arrays is out of range.
         unsafe { self.launch_with_unchecked(launch) }
     }
 
@@ -135,13 +139,13 @@ impl CustomKernel {
     ///
     /// # Safety
     ///
-    /// The body, run once for every thread of `shape` on these arrays, must read and write
-    /// only inside them: each `x[i]` with `0 <= i < x_size`, each `x_shape[d]` with
-    /// `d < x_ndim`, and no pointer of its own making (a cast integer, `&y[i]` plus an offset,
-    /// a local array indexed past its end). The library checks every argument (counts,
-    /// dtypes, shapes, devices) but cannot see inside the body: on the cpu an access outside
-    /// an array corrupts this process's memory. A bounds-checked kernel's array accesses meet
-    /// this by construction.
+    /// Run once for every thread of `shape` on these arrays (with their contents when it runs),
+    /// the body and header subscript the kernel's arrays only in range: each `x[i]` with
+    /// `0 <= i < x_size`, each `x_shape[d]` with `d < x_ndim`. Everything else the code does
+    /// was promised when the kernel was made ([`CustomKernel::new`]). The library checks every
+    /// argument (counts, dtypes, shapes, devices) but not the body's subscripts: on the cpu one
+    /// out of range corrupts this process's memory. A bounds-checked kernel needs no promise:
+    /// launch it with the safe [`CustomKernel::launch`].
     pub unsafe fn launch_unchecked(
         &self,
         inputs: &[&Array],
@@ -185,7 +189,8 @@ impl CustomKernel {
         let mut outputs = vec![std::ptr::null_mut(); self.num_outputs];
         // SAFETY: every pointer is valid for the call; the library writes `num_outputs` arrays
         // (NULL for in-place ones); arrays written in place are borrowed mutably, so no other
-        // thread uses them meanwhile. The body's accesses are the caller's promise.
+        // thread uses them meanwhile. The body's subscripts are the caller's promise, the rest
+        // of its code the kernel maker's.
         check(unsafe { ffi::jb_custom_kernel_run(outputs.as_mut_ptr(), self.raw(), &raw) })?;
         Ok(outputs.into_iter().filter(|a| !a.is_null()).map(Array::from_raw).collect())
     }

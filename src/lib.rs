@@ -10,14 +10,17 @@
 //! # unsafe { std::env::set_var("JITBRIDGE_DISK_CACHE", "off") };
 //! use jitbridge::{Array, CompileOptions, CustomKernel, DType, Device, KernelSpec, LaunchShape};
 //! let cpu = Device::cpu()?;
-//! let twice = CustomKernel::new(&KernelSpec {
-//!     name: "twice",
-//!     inputs: &[("x", DType::F32)],
-//!     outputs: &[("y", DType::F32)],
-//!     body: "y[thread_index()] = 2.0f * x[thread_index()];",
-//!     options: CompileOptions { bounds_checks: true, ..Default::default() },
-//!     ..Default::default()
-//! })?;
+//! // SAFETY: the body only doubles, and subscripts its own arrays.
+//! let twice = unsafe {
+//!     CustomKernel::new(&KernelSpec {
+//!         name: "twice",
+//!         inputs: &[("x", DType::F32)],
+//!         outputs: &[("y", DType::F32)],
+//!         body: "y[thread_index()] = 2.0f * x[thread_index()];",
+//!         options: CompileOptions { bounds_checks: true, ..Default::default() },
+//!         ..Default::default()
+//!     })?
+//! };
 //! let x = Array::arange(cpu, 256, DType::F32)?;
 //! let y = twice.launch(&[&x], &[&[256]], LaunchShape::Threads(256))?;
 //! assert!(y[0].to_vec::<f32>()?.iter().enumerate().all(|(i, &v)| v == 2.0 * i as f32));
@@ -26,20 +29,30 @@
 //!
 //! # Safe and unsafe
 //!
-//! Every safe function of this crate is sound for every input. A kernel's body is C that the
-//! library compiles and runs (on the cpu, inside this process), and the library cannot see what
-//! a body does with its arrays. So:
+//! Every safe function of this crate is sound for every input. A kernel is C (or CUDA C++)
+//! that the library compiles and runs, on the cpu inside this process, and no check can make
+//! arbitrary C safe: a null pointer, a division by zero or a `free` of a made-up pointer
+//! crashes whatever the library checks. So the caller vouches for a kernel's code once, where
+//! it is made, and the library checks what it can at every launch:
 //!
-//! - [`CustomKernel::launch`] and [`CustomKernel::launch_with`] are safe, and run only
-//!   bounds-checked kernels ([`CompileOptions::bounds_checks`], or `JITBRIDGE_BOUNDS_CHECKS=1`):
-//!   every array access of such a body is checked, and an index out of range is an
-//!   [`ErrorCode::Bounds`] error at the next wait, never an access outside the array.
-//! - [`CustomKernel::launch_unchecked`] and [`CustomKernel::launch_with_unchecked`] run any
-//!   kernel and are `unsafe`: the caller promises the body stays inside its arrays.
-//! - [`SourceModule::launch`] and [`SourceModule::launch_on`] are safe for an entry whose
-//!   arguments are declared ([`SourceModule::new_declared`], an `unsafe` promise made once,
-//!   where the declarations meet the sources): each launch is checked against the declaration.
-//!   Any entry launches with the `unsafe` [`SourceModule::launch_unchecked`].
+//! - [`CustomKernel::new`] is `unsafe`: its caller promises that the kernel's code does
+//!   nothing undefined apart from subscripting the kernel's own arrays out of range (its
+//!   `# Safety` section is the exact promise). Everything done with the kernel afterwards
+//!   relies on it; [`CustomKernel::prepare`], which compiles and loads, is safe.
+//! - Out-of-range subscripts are the library's business. [`CustomKernel::launch`],
+//!   [`CustomKernel::launch_with`], [`Capture::launch`] and [`Graph::launch`] are safe and run
+//!   only bounds-checked kernels ([`CompileOptions::bounds_checks`], or
+//!   `JITBRIDGE_BOUNDS_CHECKS=1`), which catch every one: an [`ErrorCode::Bounds`] error at the
+//!   next wait, never an access outside the array.
+//! - [`CustomKernel::launch_unchecked`], [`CustomKernel::launch_with_unchecked`],
+//!   [`Capture::launch_unchecked`] and [`Graph::launch_unchecked`] run any kernel and are
+//!   `unsafe`: their caller promises that this launch subscripts only in range.
+//! - [`SourceModule::new_declared`] is `unsafe`: its caller vouches for the module's sources and
+//!   for the argument declarations that meet them. [`SourceModule::launch`] and
+//!   [`SourceModule::launch_on`] are then safe for a declared entry, each launch checked
+//!   against its declaration. [`SourceModule::new`] is safe because nothing it makes runs
+//!   without a further promise: its entries launch only with the `unsafe`
+//!   [`SourceModule::launch_unchecked`].
 //!
 //! The [`kernel_language`] page says what a body sees and what it means on every backend.
 //!

@@ -4,14 +4,14 @@
 
 mod common;
 
-use jitbridge::{Array, CustomKernel, DType, Device, ErrorCode, KernelSpec, LaunchShape};
+use jitbridge::{Array, DType, Device, ErrorCode, KernelSpec, LaunchShape};
 
 #[test]
 fn the_environment_checks_every_kernel() {
     // SAFETY: the only test of this binary, before any kernel is made (the library reads the
     // variable once, at the first) and before any thread of its own starts.
     unsafe { std::env::set_var("JITBRIDGE_BOUNDS_CHECKS", "1") };
-    let kernel = CustomKernel::new(&KernelSpec {
+    let kernel = common::vouched_kernel(&KernelSpec {
         name: "checked_by_the_environment",
         inputs: &[("x", DType::F32)],
         outputs: &[("y", DType::F32)],

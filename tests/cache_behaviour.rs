@@ -4,8 +4,8 @@
 mod common;
 
 use jitbridge::{
-    Array, CompileOptions, Counters, CustomKernel, DType, Device, ErrorCode, KernelConfig,
-    KernelSpec, LaunchShape, jit_race_probe_array, streams,
+    Array, CompileOptions, Counters, DType, Device, ErrorCode, KernelConfig, KernelSpec,
+    LaunchShape, jit_race_probe_array, streams,
 };
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
@@ -22,7 +22,7 @@ fn failed_build_inserts_nothing_and_retries_once_forgotten() {
     let header_path = dir.join("value.h");
     let _ = std::fs::remove_file(&header_path);
     let header = format!("#include \"{}\"", header_path.display());
-    let kernel = CustomKernel::new(&KernelSpec {
+    let kernel = common::vouched_kernel(&KernelSpec {
         name: "retry_after_failure",
         inputs: &[("x", DType::F32)],
         outputs: &[("y", DType::F32)],
@@ -68,7 +68,7 @@ fn slow_hook(calls: &AtomicUsize) -> Option<KernelConfig> {
 /// 16 threads first-launch one kernel behind a barrier; its configure hook must run once.
 fn configure_race(device: Device, hook: jitbridge::ConfigureHook, calls: &AtomicUsize) {
     let _turn = common::serial();
-    let kernel = CustomKernel::new(&KernelSpec {
+    let kernel = common::vouched_kernel(&KernelSpec {
         name: "configured_once",
         inputs: &[("inp", DType::F32)],
         outputs: &[("out", DType::F32)],
@@ -146,7 +146,7 @@ fn dropping_inputs_while_the_kernel_is_queued_is_safe() {
     let _turn = common::serial();
     let stream = streams::new_thread_local_generation_stream(cpu()).unwrap();
     let _default = streams::install_thread_local_default_stream(&stream).unwrap();
-    let spinner = CustomKernel::new(&KernelSpec {
+    let spinner = common::vouched_kernel(&KernelSpec {
         name: "keeps_the_stream_busy",
         inputs: &[("inp", DType::F32)],
         outputs: &[("out", DType::F32)],
@@ -185,8 +185,10 @@ fn one_name_with_two_bodies_is_two_modules() {
         options: CompileOptions { bounds_checks: true, ..Default::default() },
         ..Default::default()
     };
-    let plus = CustomKernel::new(&spec("y[thread_index()] = x[thread_index()] + 1.0f;")).unwrap();
-    let times = CustomKernel::new(&spec("y[thread_index()] = x[thread_index()] * 3.0f;")).unwrap();
+    let plus =
+        common::vouched_kernel(&spec("y[thread_index()] = x[thread_index()] + 1.0f;")).unwrap();
+    let times =
+        common::vouched_kernel(&spec("y[thread_index()] = x[thread_index()] * 3.0f;")).unwrap();
     assert_ne!(plus.module_name(), times.module_name());
     let x = Array::from_slice(cpu(), &[1.0f32, 2.0], &[2]).unwrap();
     let a = plus.launch(&[&x], &[&[2]], LaunchShape::Threads(2)).unwrap();
@@ -198,7 +200,7 @@ fn one_name_with_two_bodies_is_two_modules() {
 #[test]
 fn names_that_are_not_identifiers_are_refused() {
     for bad in ["", "9lives", "a-b", "x y", "../x", "for", "jb_internal", "caf\u{e9}"] {
-        let err = CustomKernel::new(&KernelSpec {
+        let err = common::vouched_kernel(&KernelSpec {
             name: "named_ok",
             inputs: &[(bad, DType::F32)],
             outputs: &[("y", DType::F32)],

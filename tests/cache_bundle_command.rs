@@ -22,11 +22,11 @@ fn cache(dir: &Path, args: &[&str]) -> (i32, String, String) {
 
 /// Three kernels compiled by this process into its own cache folder; that folder.
 fn compiled_folder() -> PathBuf {
-    use jitbridge::{Array, CustomKernel, DType, Device, KernelSpec, LaunchShape};
+    use jitbridge::{Array, DType, Device, KernelSpec, LaunchShape};
     let x = Array::arange(Device::cpu().unwrap(), 4, DType::F32).unwrap();
     for salt in 0..3 {
         let body = format!("y[thread_index()] = x[thread_index()] * 3.0f + {salt}.0f;");
-        let kernel = CustomKernel::new(&KernelSpec {
+        let kernel = common::vouched_kernel(&KernelSpec {
             name: "bundle_command",
             inputs: &[("x", DType::F32)],
             outputs: &[("y", DType::F32)],

@@ -100,7 +100,7 @@ fn a_gpu_build_is_seen_and_sealed_too() {
 fn a_failed_build_carries_its_code_and_log() {
     let _serial = common::serial();
     let seen = collect();
-    let broken = CustomKernel::new(&KernelSpec {
+    let broken = common::vouched_kernel(&KernelSpec {
         name: "events_rust_broken",
         inputs: &[("inp", DType::F32)],
         outputs: &[("out", DType::F32)],

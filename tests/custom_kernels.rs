@@ -5,8 +5,7 @@ mod common;
 
 use jitbridge::streams;
 use jitbridge::{
-    Array, Bf16, CompileOptions, Counters, CustomKernel, DType, Device, ErrorCode, KernelSpec,
-    LaunchShape,
+    Array, Bf16, CompileOptions, Counters, DType, Device, ErrorCode, KernelSpec, LaunchShape,
 };
 use std::sync::{Arc, Barrier};
 
@@ -43,7 +42,7 @@ fn same_name_different_bf16_bodies(device: Device) {
                             "out[thread_index()] = \
                              f32_to_bf16(bf16_to_f32(inp[thread_index()]) + {t}.0f);"
                         );
-                        let kernel = CustomKernel::new(&KernelSpec {
+                        let kernel = common::vouched_kernel(&KernelSpec {
                             inputs: &[("inp", DType::Bf16)],
                             outputs: &[("out", DType::Bf16)],
                             ..spec(&body)
@@ -80,7 +79,7 @@ fn same_name_different_bodies(device: Device) {
                         let _default =
                             streams::install_thread_local_default_stream(&stream).unwrap();
                         let body = format!("out[thread_index()] = inp[thread_index()] + {t}.0f;");
-                        let kernel = CustomKernel::new(&spec(&body)).unwrap();
+                        let kernel = common::vouched_kernel(&spec(&body)).unwrap();
                         let input = Array::from_slice(device, &[0.0f32], &[1]).unwrap();
                         barrier.wait();
                         let out =
@@ -107,7 +106,7 @@ fn identical_kernels_build_once(device: Device) {
         for _ in 0..THREADS {
             let (barrier, body) = (barrier.clone(), &body);
             s.spawn(move || {
-                let kernel = CustomKernel::new(&spec(body)).unwrap();
+                let kernel = common::vouched_kernel(&spec(body)).unwrap();
                 let input = Array::from_slice(device, &[2.0f32], &[1]).unwrap();
                 barrier.wait();
                 let out = kernel.launch(&[&input], &[&[1]], LaunchShape::Threads(1)).unwrap();
@@ -129,7 +128,7 @@ fn identical_kernels_build_once(device: Device) {
 fn compile_errors_point_into_the_body(device: Device) {
     let _turn = common::serial();
     let body = "float fine = inp[0];\nout[0] = fine + not_declared_anywhere;";
-    let kernel = CustomKernel::new(&spec(body)).unwrap();
+    let kernel = common::vouched_kernel(&spec(body)).unwrap();
     let input = Array::from_slice(device, &[0.0f32], &[1]).unwrap();
     let err = kernel.launch(&[&input], &[&[1]], LaunchShape::Threads(1)).unwrap_err();
     assert_eq!(err.code(), ErrorCode::Compile, "{err}");
@@ -151,7 +150,8 @@ fn sizes_that_wrap_are_refused() {
     if common::run_in_child("sizes_that_wrap_are_refused", &[]).is_some() {
         return;
     }
-    let kernel = CustomKernel::new(&spec("out[thread_index()] = inp[thread_index()];")).unwrap();
+    let kernel =
+        common::vouched_kernel(&spec("out[thread_index()] = inp[thread_index()];")).unwrap();
     let input = Array::arange(Device::cpu().unwrap(), 8, DType::F32).unwrap();
     for threads in [usize::MAX, usize::MAX - 1, usize::MAX - 255] {
         let err = kernel.launch(&[&input], &[&[8]], LaunchShape::Threads(threads)).unwrap_err();

@@ -7,8 +7,8 @@
 mod common;
 
 use jitbridge::{
-    Array, CompileOptions, Counters, CustomKernel, DType, Device, DeviceKind, KernelConfig,
-    KernelSpec, LaunchShape, race,
+    Array, CompileOptions, Counters, DType, Device, DeviceKind, KernelConfig, KernelSpec,
+    LaunchShape, race,
 };
 use std::sync::{Arc, Mutex};
 
@@ -64,7 +64,7 @@ fn one_kernel_object_is_configured_once_on_each_device() {
     devices.extend((0..gpus.min(2) as i32).map(|ordinal| Device::gpu(ordinal).unwrap()));
     let seen: Arc<Mutex<Vec<i32>>> = Arc::default(); // the device index of each hook call
     let log = seen.clone();
-    let kernel = CustomKernel::new(&KernelSpec {
+    let kernel = common::vouched_kernel(&KernelSpec {
         name: "configured_per_device",
         inputs: &[("x", DType::F32)],
         outputs: &[("y", DType::F32)],

@@ -21,7 +21,7 @@ fn devices() -> Vec<Device> {
 fn kernel(name: &str, inputs: &[&str], scalars: &[&str], body: &str) -> CustomKernel {
     let inputs: Vec<(&str, DType)> = inputs.iter().map(|n| (*n, DType::F32)).collect();
     let scalars: Vec<(&str, DType)> = scalars.iter().map(|n| (*n, DType::F32)).collect();
-    CustomKernel::new(&KernelSpec {
+    common::vouched_kernel(&KernelSpec {
         name,
         inputs: &inputs,
         outputs: &[("out", DType::F32)],
@@ -196,7 +196,7 @@ fn replays_order_with_other_streams_reads() {
     for device in devices() {
         let plus = kernel("rgraph_plus", &["x"], &["s"], &format!("{I} out[i] = x[i] + s;"));
         // Many steps of arithmetic the result does not depend on, then a copy.
-        let slow_copy = CustomKernel::new(&KernelSpec {
+        let slow_copy = common::vouched_kernel(&KernelSpec {
             name: "rgraph_slow_copy",
             inputs: &[("x", DType::F32)],
             outputs: &[("out", DType::F32)],
@@ -254,7 +254,7 @@ fn replays_order_with_other_streams_reads() {
 fn what_a_safe_caller_cannot_do_is_refused() {
     let cpu = Device::cpu().unwrap();
     let x = Array::arange(cpu, N, DType::F32).unwrap();
-    let unchecked = CustomKernel::new(&KernelSpec {
+    let unchecked = common::vouched_kernel(&KernelSpec {
         name: "rgraph_unchecked",
         inputs: &[("x", DType::F32)],
         outputs: &[("out", DType::F32)],

@@ -58,7 +58,7 @@ fn scalars_pass_by_value(device: Device) {
     ];
     for scalar in cases {
         let dtype = scalar.dtype();
-        let kernel = CustomKernel::new(&KernelSpec {
+        let kernel = common::vouched_kernel(&KernelSpec {
             name: "scalar_copy",
             inputs: &[("x", DType::F32)],
             outputs: &[("y", dtype)],
@@ -83,7 +83,7 @@ fn scalars_pass_by_value(device: Device) {
         assert_eq!(read, scalar, "a {dtype:?} scalar did not arrive intact");
     }
 
-    let mixed = CustomKernel::new(&KernelSpec {
+    let mixed = common::vouched_kernel(&KernelSpec {
         name: "scalar_mix",
         inputs: &[("x", DType::F64)],
         outputs: &[("y", DType::F64)],
@@ -137,7 +137,7 @@ fn scalars_pass_by_value(device: Device) {
 }
 
 fn scaled(device: Device, n_value: i64, dtype: DType) -> (String, Vec<f32>) {
-    let kernel = CustomKernel::new(&KernelSpec {
+    let kernel = common::vouched_kernel(&KernelSpec {
         name: "param_scale",
         inputs: &[("x", DType::F32)],
         outputs: &[("y", DType::F32)],
@@ -178,7 +178,7 @@ fn parameters_make_distinct_modules(device: Device) {
     }
     // Bad parameters: a name taken by an input, a reserved word.
     for params in [&[("x", Param::Int(1))][..], &[("float", Param::Int(1))]] {
-        let err = CustomKernel::new(&KernelSpec {
+        let err = common::vouched_kernel(&KernelSpec {
             name: "param_bad",
             inputs: &[("x", DType::F32)],
             outputs: &[("y", DType::F32)],
@@ -192,7 +192,7 @@ fn parameters_make_distinct_modules(device: Device) {
 }
 
 fn with_options(options: CompileOptions<'_>) -> Result<CustomKernel, jitbridge::Error> {
-    CustomKernel::new(&KernelSpec {
+    common::vouched_kernel(&KernelSpec {
         name: "optioned",
         inputs: &[("x", DType::F32)],
         outputs: &[("y", DType::F32)],
@@ -255,7 +255,7 @@ fn options_change_the_key(device: Device) {
 
 /// A kernel slow enough that a consumer not ordered after it reads its output too early.
 fn slow_copy() -> CustomKernel {
-    CustomKernel::new(&KernelSpec {
+    common::vouched_kernel(&KernelSpec {
         name: "slow_copy",
         inputs: &[("x", DType::F32)],
         outputs: &[("y", DType::F32)],
@@ -269,7 +269,7 @@ fn slow_copy() -> CustomKernel {
 }
 
 fn plus_one() -> CustomKernel {
-    CustomKernel::new(&KernelSpec {
+    common::vouched_kernel(&KernelSpec {
         name: "plus_one",
         inputs: &[("x", DType::F32)],
         outputs: &[("y", DType::F32)],
@@ -314,7 +314,7 @@ fn configure_hooks_capture_state(device: Device) {
     let calls = Arc::new(AtomicUsize::new(0));
     let threads_per_block = 32u32;
     let counted = calls.clone();
-    let kernel = CustomKernel::new(&KernelSpec {
+    let kernel = common::vouched_kernel(&KernelSpec {
         name: "captured_hook",
         inputs: &[("x", DType::F32)],
         outputs: &[("y", DType::F32)],

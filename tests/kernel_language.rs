@@ -7,8 +7,8 @@
 mod common;
 
 use jitbridge::{
-    Array, Bf16, CompileOptions, CustomKernel, DType, Device, F16, KernelSpec, Launch, LaunchShape,
-    Output, Scalar,
+    Array, Bf16, CompileOptions, DType, Device, F16, KernelSpec, Launch, LaunchShape, Output,
+    Scalar,
 };
 
 /// A body, its input (as f32 values, converted to the input dtype), its launch, and the output
@@ -204,7 +204,7 @@ fn cases() -> Vec<Case> {
 
 fn run(device: Device, case: &Case, bounds_checks: bool) -> Result<Vec<u8>, jitbridge::Error> {
     let init: Vec<(&str, Scalar)> = case.init.iter().map(|&v| ("y", v)).collect();
-    let kernel = CustomKernel::new(&KernelSpec {
+    let kernel = common::vouched_kernel(&KernelSpec {
         name: case.name,
         inputs: &[("x", case.input)],
         outputs: &[("y", case.output)],

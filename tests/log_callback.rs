@@ -32,13 +32,16 @@ fn warnings_reach_the_closure_and_versions_agree() {
     })
     .unwrap();
 
-    let kernel = CustomKernel::new(&KernelSpec {
-        name: "log_callback_test",
-        inputs: &[("inp", DType::F32)],
-        outputs: &[("out", DType::F32)],
-        body: "out[thread_index()] = inp[thread_index()];",
-        ..Default::default()
-    })
+    // SAFETY: the body copies one element and subscripts its arrays.
+    let kernel = unsafe {
+        CustomKernel::new(&KernelSpec {
+            name: "log_callback_test",
+            inputs: &[("inp", DType::F32)],
+            outputs: &[("out", DType::F32)],
+            body: "out[thread_index()] = inp[thread_index()];",
+            ..Default::default()
+        })
+    }
     .unwrap();
     kernel.prepare(Device::cpu().unwrap()).unwrap();
     jitbridge::clear_log_callback().unwrap();

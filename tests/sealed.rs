@@ -15,7 +15,7 @@ use std::time::Duration;
 const CHILD: &str = "JB_SEALED_TEST_CHILD";
 
 fn kernel(name: &str, salt: u32) -> CustomKernel {
-    CustomKernel::new(&KernelSpec {
+    common::vouched_kernel(&KernelSpec {
         name,
         inputs: &[("inp", DType::F32)],
         outputs: &[("out", DType::F32)],

@@ -303,11 +303,9 @@ fn a_graph_decode_soak_alone_is_exact() {
 #[test]
 fn raw_launcher_refuses_bad_input_and_stays_usable() {
     use jitbridge::sys_tools::RawLauncher;
-    use jitbridge::{
-        Array, CustomKernel, DType, Device, ErrorCode, KernelSpec, LaunchShape, Scalar,
-    };
+    use jitbridge::{Array, DType, Device, ErrorCode, KernelSpec, LaunchShape, Scalar};
     let cpu = Device::cpu().unwrap();
-    let kernel = CustomKernel::new(&KernelSpec {
+    let kernel = common::vouched_kernel(&KernelSpec {
         name: "raw_launcher_test",
         inputs: &[("x", DType::F32)],
         outputs: &[("out", DType::F32)],

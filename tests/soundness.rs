@@ -14,7 +14,7 @@ use jitbridge::{
 };
 
 fn writer(bounds_checks: bool) -> CustomKernel {
-    CustomKernel::new(&KernelSpec {
+    common::vouched_kernel(&KernelSpec {
         name: "writes_its_thread",
         inputs: &[("inp", DType::F32)],
         outputs: &[("out", DType::F32)],

@@ -5,8 +5,8 @@
 mod common;
 
 use jitbridge::{
-    Arg, Array, Bf16, CompileOptions, Counters, CustomKernel, DType, Device, ErrorCode, KernelSpec,
-    Launch, LaunchShape, Output, Scalar, SourceModule, SourceModuleSpec, Stream, streams,
+    Arg, Array, Bf16, CompileOptions, Counters, DType, Device, ErrorCode, KernelSpec, Launch,
+    LaunchShape, Output, Scalar, SourceModule, SourceModuleSpec, Stream, streams,
 };
 
 const CPU_SOURCE: &str = r#"
@@ -260,7 +260,7 @@ fn write_waits_for_a_reader_on_another_stream(device: Device) {
     // A weight no other test uses: two_entry_points (2.0f) and first_launch_from_many_threads
     // (4.0f) count their one build, whichever test runs first.
     let m = module("6.0f");
-    let reader = CustomKernel::new(&KernelSpec {
+    let reader = common::vouched_kernel(&KernelSpec {
         name: "slow_read_then_copy",
         inputs: &[("x", DType::F32)],
         outputs: &[("y", DType::F32)],
@@ -405,7 +405,7 @@ fn child_entry() {
         )
     }
     .unwrap();
-    let k = jitbridge::CustomKernel::new(&jitbridge::KernelSpec {
+    let k = common::vouched_kernel(&jitbridge::KernelSpec {
         name: "disk_param",
         inputs: &[("x", DType::Bf16)],
         outputs: &[("y", DType::F32)],

@@ -16,7 +16,7 @@ for (i64 k = 0; k < 50000000; k++) v = v * 0.5f + 1.0f;
 out[0] = v;";
 
 fn slow_kernel() -> CustomKernel {
-    CustomKernel::new(&KernelSpec {
+    common::vouched_kernel(&KernelSpec {
         name: "thread_exit_slow",
         inputs: &[("inp", DType::F32)],
         outputs: &[("out", DType::F32)],

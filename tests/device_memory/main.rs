@@ -20,7 +20,7 @@ const MIB: u64 = 1 << 20;
 /// A kernel whose one output is as large as asked while only thread 0 writes: device memory of
 /// any size without host data of that size (which would count against the limit too).
 fn sized_output_kernel() -> CustomKernel {
-    CustomKernel::new(&KernelSpec {
+    common::vouched_kernel(&KernelSpec {
         name: "device_memory_sized_output",
         inputs: &[("x", DType::F32)],
         outputs: &[("y", DType::F32)],

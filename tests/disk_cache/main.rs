@@ -26,7 +26,7 @@ const GO: &str = "JB_DISK_TEST_GO";
 /// A kernel whose source depends on `salt`, so that salts are distinct cache entries.
 fn salted_kernel(salt: u32) -> CustomKernel {
     let body = format!("out[thread_index()] = inp[thread_index()] * 3.0f + {salt}.0f;");
-    CustomKernel::new(&KernelSpec {
+    common::vouched_kernel(&KernelSpec {
         name: "disk_cached",
         inputs: &[("inp", DType::F32)],
         outputs: &[("out", DType::F32)],

@@ -230,6 +230,18 @@ fn seed_variants() {
     NEXT_VARIANT.store(900_000_000 + (mixed >> 34) as i32 % 1_000_000_000, Ordering::Relaxed);
 }
 
+/// `salt` as a comment for a kernel's source (`/* salt */`), which makes the source, and so its
+/// key, one of its own. Letters, digits, spaces, `_` and `-` only: a salt from the command line
+/// (a hidden subcommand's argument) stays a comment and never becomes code.
+pub fn salt_comment(salt: &str) -> Result<String, jitbridge::Error> {
+    if salt.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, ' ' | '_' | '-')) {
+        return Ok(format!("/* {salt} */"));
+    }
+    Err(jitbridge::Error::new_other(format!(
+        "a salt is letters, digits, spaces, '_' and '-', not {salt:?}"
+    )))
+}
+
 fn fresh_variant() -> i32 {
     NEXT_VARIANT.fetch_add(1, Ordering::Relaxed)
 }
@@ -276,7 +288,18 @@ pub fn run(device: Device, scale: &Scale) -> Result<Vec<Row>, jitbridge::Error> 
 
 #[cfg(test)]
 mod tests {
-    use super::{BENCH, SECTIONS};
+    use super::{BENCH, SECTIONS, salt_comment};
+
+    /// A salt from the command line becomes a comment, never code: one that would close the
+    /// comment (or start a directive, or a string) is refused.
+    #[test]
+    fn a_salt_stays_a_comment() {
+        assert_eq!(salt_comment("warm 901234567").unwrap(), "/* warm 901234567 */");
+        assert_eq!(salt_comment("salt_-1").unwrap(), "/* salt_-1 */");
+        for bad in ["x */ free((void *)16); /* y", "*/", "a\nb", "#include", "\"q\"", "a\u{e9}"] {
+            assert!(salt_comment(bad).is_err(), "{bad:?} was allowed");
+        }
+    }
 
     /// `bench --help` states the time the sections' own estimates add up to (within a quarter),
     /// the full run in minutes and --quick in seconds: a new section changes both.

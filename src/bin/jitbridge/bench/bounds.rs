@@ -15,14 +15,17 @@ fn kernel(bounds_checks: bool, variant: i32) -> Result<CustomKernel, jitbridge::
         "const uint64_t i = thread_index(); if (i < y_size) y[i] = x[i] * 2.0f + 1.0f; \
          /* bench variant {variant} */"
     );
-    CustomKernel::new(&KernelSpec {
-        name: "bench_bounds",
-        inputs: &[("x", DType::F32)],
-        outputs: &[("y", DType::F32)],
-        body: &body,
-        options: CompileOptions { bounds_checks, ..Default::default() },
-        ..Default::default()
-    })
+    // SAFETY: the body computes on one element and subscripts its arrays.
+    unsafe {
+        CustomKernel::new(&KernelSpec {
+            name: "bench_bounds",
+            inputs: &[("x", DType::F32)],
+            outputs: &[("y", DType::F32)],
+            body: &body,
+            options: CompileOptions { bounds_checks, ..Default::default() },
+            ..Default::default()
+        })
+    }
 }
 
 /// Nanoseconds per launch and wait of `kernel` over all of `x`.

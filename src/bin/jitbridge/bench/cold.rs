@@ -25,13 +25,17 @@ pub fn cold_first_launch(
     for sample in 0..samples {
         let (variant, other) = (fresh_variant(), fresh_variant());
         let name = format!("mlxcel_jit_race_probe_v{other}");
-        let fresh_source = CustomKernel::new(&KernelSpec {
-            name: &name,
-            inputs: &[("inp", DType::F32)],
-            outputs: &[("out", DType::F32)],
-            body: sys_tools::probe_body(),
-            ..Default::default()
-        })?;
+        // SAFETY: the library's probe body, which computes on one element and subscripts its
+        // arrays.
+        let fresh_source = unsafe {
+            CustomKernel::new(&KernelSpec {
+                name: &name,
+                inputs: &[("inp", DType::F32)],
+                outputs: &[("out", DType::F32)],
+                body: sys_tools::probe_body(),
+                ..Default::default()
+            })?
+        };
         if sample % 2 == 1 {
             compile.push(sys_tools::compile_only(&fresh_source, device)?);
         }

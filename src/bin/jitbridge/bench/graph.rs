@@ -28,14 +28,20 @@ fn step_kernels() -> Result<Vec<CustomKernel>, jitbridge::Error> {
     bodies
         .iter()
         .map(|(name, body)| {
-            CustomKernel::new(&KernelSpec {
-                name,
-                inputs: &[("x", DType::F32)],
-                outputs: &[("out", DType::F32)],
-                scalars: &[("s", DType::F32)],
-                body: &format!("const uint64_t i = thread_index(); if (i < out_size) {{ {body} }}"),
-                ..Default::default()
-            })
+            // SAFETY: each body adds, multiplies or subtracts one element and subscripts its
+            // arrays.
+            unsafe {
+                CustomKernel::new(&KernelSpec {
+                    name,
+                    inputs: &[("x", DType::F32)],
+                    outputs: &[("out", DType::F32)],
+                    scalars: &[("s", DType::F32)],
+                    body: &format!(
+                        "const uint64_t i = thread_index(); if (i < out_size) {{ {body} }}"
+                    ),
+                    ..Default::default()
+                })
+            }
         })
         .collect()
 }

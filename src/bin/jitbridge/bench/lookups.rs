@@ -159,14 +159,19 @@ const WARM_KEYS: usize = 16;
 pub fn warm_kernels(device: Device, salt: &str) -> Result<Vec<CustomKernel>, jitbridge::Error> {
     (0..WARM_KEYS)
         .map(|k| {
-            let body = format!("out[thread_index()] = inp[thread_index()] + {k}.0f; /* {salt} */");
-            let kernel = CustomKernel::new(&KernelSpec {
-                name: "bench_lookup",
-                inputs: &[("inp", DType::F32)],
-                outputs: &[("out", DType::F32)],
-                body: &body,
-                ..Default::default()
-            })?;
+            let salt = super::salt_comment(salt)?;
+            let body = format!("out[thread_index()] = inp[thread_index()] + {k}.0f; {salt}");
+            // SAFETY: the body adds to one element and subscripts its arrays; the salt is a
+            // comment (checked).
+            let kernel = unsafe {
+                CustomKernel::new(&KernelSpec {
+                    name: "bench_lookup",
+                    inputs: &[("inp", DType::F32)],
+                    outputs: &[("out", DType::F32)],
+                    body: &body,
+                    ..Default::default()
+                })?
+            };
             kernel.prepare(device)?;
             Ok(kernel)
         })

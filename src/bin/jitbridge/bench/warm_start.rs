@@ -20,14 +20,19 @@ const ELEMENTS: usize = 64;
 
 /// Kernel `k` of the family `salt`: its own source (and so its own key) and its own output.
 fn family_kernel(salt: &str, k: usize) -> Result<CustomKernel, jitbridge::Error> {
-    let body = format!("out[thread_index()] = inp[thread_index()] * 2.0f + {k}.0f; /* {salt} */");
-    CustomKernel::new(&KernelSpec {
-        name: &format!("warm_start_{k}"),
-        inputs: &[("inp", DType::F32)],
-        outputs: &[("out", DType::F32)],
-        body: &body,
-        ..Default::default()
-    })
+    let salt = super::salt_comment(salt)?;
+    let body = format!("out[thread_index()] = inp[thread_index()] * 2.0f + {k}.0f; {salt}");
+    // SAFETY: the body scales one element and subscripts its arrays; the salt, from the command
+    // line, is a comment (checked).
+    unsafe {
+        CustomKernel::new(&KernelSpec {
+            name: &format!("warm_start_{k}"),
+            inputs: &[("inp", DType::F32)],
+            outputs: &[("out", DType::F32)],
+            body: &body,
+            ..Default::default()
+        })
+    }
 }
 
 fn launch_exact(input: &Array, salt: &str, k: usize) -> Result<bool, jitbridge::Error> {

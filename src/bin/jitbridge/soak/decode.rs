@@ -161,14 +161,18 @@ impl Decoded {
 }
 
 pub fn decode_kernel() -> Result<CustomKernel, jitbridge::Error> {
-    CustomKernel::new(&KernelSpec {
-        name: "soak_decode",
-        inputs: &[("x", DType::F32)],
-        outputs: &[("out", DType::F32)],
-        scalars: &[("step", DType::F32)],
-        body: "const uint64_t i = thread_index(); if (i < out_size) out[i] = x[i] * 3.0f + step;",
-        ..Default::default()
-    })
+    // SAFETY: the body computes on one element and subscripts its arrays.
+    unsafe {
+        CustomKernel::new(&KernelSpec {
+            name: "soak_decode",
+            inputs: &[("x", DType::F32)],
+            outputs: &[("out", DType::F32)],
+            scalars: &[("step", DType::F32)],
+            body: "const uint64_t i = thread_index(); \
+                   if (i < out_size) out[i] = x[i] * 3.0f + step;",
+            ..Default::default()
+        })
+    }
 }
 
 fn decode_want(s: f32) -> impl Fn(usize) -> f32 {

@@ -31,21 +31,33 @@ pub fn exact_f32(got: &[f32], want: impl Fn(usize) -> f32) -> bool {
     got.iter().enumerate().all(|(i, &v)| v == want(i))
 }
 
+/// A first-launch worker's body: one of this module's constants (the field is private), so
+/// that a safe `worker_kernel` makes kernels only of bodies vouched for here.
+#[derive(Debug, Clone, Copy)]
+pub struct WorkerBody(&'static str);
+
 /// A first-launch worker's kernel for a hidden size and variant: a new module for each pair.
 pub fn worker_kernel(
     name: &str,
-    body: &str,
+    body: WorkerBody,
     hidden: usize,
     variant: usize,
 ) -> Result<CustomKernel, jitbridge::Error> {
-    CustomKernel::new(&KernelSpec {
-        name,
-        inputs: &[("inp", DType::F32)],
-        outputs: &[("out", DType::F32)],
-        params: &[("HIDDEN", Param::Int(hidden as i64)), ("VARIANT", Param::Int(variant as i64))],
-        body,
-        ..Default::default()
-    })
+    // SAFETY: every `WorkerBody` is a constant below, which computes on one element and
+    // subscripts its arrays.
+    unsafe {
+        CustomKernel::new(&KernelSpec {
+            name,
+            inputs: &[("inp", DType::F32)],
+            outputs: &[("out", DType::F32)],
+            params: &[
+                ("HIDDEN", Param::Int(hidden as i64)),
+                ("VARIANT", Param::Int(variant as i64)),
+            ],
+            body: body.0,
+            ..Default::default()
+        })
+    }
 }
 
 /// The embedding or rerank worker: launches its recent kernels on batches of varying sizes,
@@ -56,7 +68,7 @@ pub fn first_launch_worker(
     device: Device,
     every: Duration,
     role: &'static str,
-    body: &'static str,
+    body: WorkerBody,
     want: fn(f32, usize, usize) -> f32,
     seed: u64,
     stop: &AtomicBool,
@@ -107,25 +119,32 @@ pub fn first_launch_worker(
     Ok(())
 }
 
-pub const EMBED_BODY: &str = "const uint64_t i = thread_index(); \
-    if (i < out_size) out[i] = inp[i] * 2.0f + (f32)(HIDDEN / 64) + (f32)(VARIANT % 7);";
+pub const EMBED_BODY: WorkerBody = WorkerBody(
+    "const uint64_t i = thread_index(); \
+    if (i < out_size) out[i] = inp[i] * 2.0f + (f32)(HIDDEN / 64) + (f32)(VARIANT % 7);",
+);
 pub fn embed_want(x: f32, hidden: usize, variant: usize) -> f32 {
     x * 2.0 + (hidden / 64) as f32 + (variant % 7) as f32
 }
-pub const RERANK_BODY: &str = "const uint64_t i = thread_index(); \
-    if (i < out_size) out[i] = inp[i] * 0.5f - (f32)(VARIANT % 5) - (f32)(HIDDEN % 3);";
+pub const RERANK_BODY: WorkerBody = WorkerBody(
+    "const uint64_t i = thread_index(); \
+    if (i < out_size) out[i] = inp[i] * 0.5f - (f32)(VARIANT % 5) - (f32)(HIDDEN % 3);",
+);
 pub fn rerank_want(x: f32, hidden: usize, variant: usize) -> f32 {
     x * 0.5 - (variant % 5) as f32 - (hidden % 3) as f32
 }
 
 pub fn add_kernel() -> Result<CustomKernel, jitbridge::Error> {
-    CustomKernel::new(&KernelSpec {
-        name: "soak_add",
-        inputs: &[("inp", DType::F32)],
-        outputs: &[("out", DType::F32)],
-        body: "const uint64_t i = thread_index(); if (i < out_size) out[i] = inp[i] + 1.0f;",
-        ..Default::default()
-    })
+    // SAFETY: the body adds to one element and subscripts its arrays.
+    unsafe {
+        CustomKernel::new(&KernelSpec {
+            name: "soak_add",
+            inputs: &[("inp", DType::F32)],
+            outputs: &[("out", DType::F32)],
+            body: "const uint64_t i = thread_index(); if (i < out_size) out[i] = inp[i] + 1.0f;",
+            ..Default::default()
+        })
+    }
 }
 
 /// One of the two threads sharing `stream` (installed as each one's default): arrays from host
