@@ -15,11 +15,15 @@ fn salted_kernel(name: &str, salt: u32) -> CustomKernel {
     common::salted_kernel(name, 3, salt)
 }
 
+/// `jitbridge cache coverage MANIFEST --device cpu`: the kernels here are the cpu's, and without
+/// `--device` the command checks for the default device, a GPU where there is one (its kernels
+/// alone; the cpu's would be "other").
 fn coverage_command(cache: &std::path::Path, manifest: &std::path::Path) -> (Option<i32>, String) {
     let mut command = Command::new(env!("CARGO_BIN_EXE_jitbridge"));
     command
         .args(["cache", "coverage"])
         .arg(manifest)
+        .args(["--device", "cpu"])
         .env("JITBRIDGE_CACHE_DIR", cache)
         .env_remove("JITBRIDGE_MANIFEST")
         .env_remove("JITBRIDGE_CACHE_BUNDLE")
