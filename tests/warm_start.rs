@@ -16,7 +16,8 @@ fn salted_kernel(salt: u32) -> CustomKernel {
     common::salted_kernel("bundled", 7, salt)
 }
 
-/// In the child: "launch:<salts>", "export:<path>[:<manifest>]", "import:<path>",
+/// In the child: "launch:<salts>", "gpu-first:<salts>" (a GPU asked for, then the launches),
+/// "export:<path>[:<manifest>]", "import:<path>",
 /// "add:<bundle>:<salts>" (jb_disk_cache_add_bundle, then the launches) or
 /// "prewarm:<path>:<salts>" (jitbridge::disk_cache::prewarm twice, then the launches from 8
 /// threads); prints what it did.
@@ -38,6 +39,12 @@ fn child_entry() {
             disk_cache::add_bundle(Path::new(bundle)).map(|()| launch(salts))
         }
         "launch" => Ok(launch(arg)),
+        "gpu-first" => {
+            // Sets every GPU backend up first (failing where there is none): the cpu's index
+            // and the backends set up then differ from a process that never asked for a GPU.
+            let _ = Device::gpu(0);
+            Ok(launch(arg))
+        }
         "prewarm" => {
             let (path, salts) = arg.split_once(':').unwrap();
             prewarm_then_launch(Path::new(path), salts)
@@ -203,6 +210,37 @@ fn a_bundle_moved_to_another_path_serves_every_kernel_in_place() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A cpu kernel's key is its content's alone: a process that set a GPU backend up before its
+/// first cpu launch (the cpu then comes after the GPUs in the device table) makes the key of a
+/// process that never asked for a GPU, and each finds the other's entries in the cache folder.
+#[test]
+fn a_cpu_kernels_key_does_not_depend_on_the_gpu_backends_set_up() {
+    let dir = fresh("gpu-first");
+    let keys = |manifest: &Path| -> Vec<String> {
+        let text = std::fs::read_to_string(manifest).unwrap();
+        let mut keys: Vec<String> =
+            text.lines().map(|l| l.split('\t').nth(1).unwrap().to_string()).collect();
+        keys.sort();
+        keys
+    };
+    let (with_gpu, without) = (dir.join("with-gpu"), dir.join("without"));
+    let (m_with, m_without) = (dir.join("with.manifest"), dir.join("without.manifest"));
+    let (report, _) =
+        Child::new(&with_gpu, "gpu-first:20,21").env("JITBRIDGE_MANIFEST", &m_with).ok();
+    assert_eq!(count(&report, "builds"), 2, "{report}");
+    let (report, _) =
+        Child::new(&without, "launch:20,21").env("JITBRIDGE_MANIFEST", &m_without).ok();
+    assert_eq!(count(&report, "builds"), 2, "{report}");
+    assert_eq!(keys(&m_with).len(), 2);
+    assert_eq!(keys(&m_with), keys(&m_without), "the keys differ");
+    // Each process finds the other's entries.
+    let (report, _) = Child::new(&with_gpu, "launch:20,21").ok();
+    assert_eq!((count(&report, "disk_hits"), count(&report, "builds")), (2, 0), "{report}");
+    let (report, _) = Child::new(&without, "gpu-first:20,21").ok();
+    assert_eq!((count(&report, "disk_hits"), count(&report, "builds")), (2, 0), "{report}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Exported with a manifest: only its kernels. Imported: the cache folder then hits.
 #[test]
 fn a_manifest_chooses_what_is_exported_and_import_fills_another_cache() {
@@ -290,13 +328,15 @@ unsafe extern "C" {
 /// Prewarm from a manifest: every kernel it names that the cache holds is in memory before its
 /// first launch, and 8 threads then first-launch them all without a build or a disk read.
 /// Kernels of another compiler (their entries' keys name clang) and kernels the cache lacks
-/// are counted, not loaded.
+/// are counted, not loaded. The kernels to load are built with the compiler the prewarm names
+/// (gcc), never with whatever CC the test's environment holds: a key holds the compiler.
 #[test]
 fn prewarm_puts_a_manifests_kernels_in_memory_before_their_first_launch() {
     let dir = fresh("prewarm");
     let cache = dir.join("cache");
     let manifest = dir.join("m.manifest");
-    Child::new(&cache, "launch:80,81,82,83").env("JITBRIDGE_MANIFEST", &manifest).ok();
+    let first = Child::new(&cache, "launch:80,81,82,83").env("CC", "gcc");
+    first.env("JITBRIDGE_MANIFEST", &manifest).ok();
     let clang_found = Command::new("clang").arg("--version").output().is_ok();
     if clang_found {
         let by_clang = Child::new(&cache, "launch:84").env("CC", "clang");
