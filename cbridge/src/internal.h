@@ -1042,6 +1042,11 @@ extern _Thread_local jb_build_steps jb__build_steps;
  * table never changes after. */
 int jb__module_create(jb_device *dev, const jb_blob *code, const char *source,
                       const char *const *kernel_names, size_t num_kernels, jb_module **out);
+#ifdef JB_TEST_HOOKS
+/* While non-zero, the loader refuses every module with this status (JB_ERR_SYSTEM: an EMFILE of
+ * its own; JB_ERR_LOAD: a lasting refusal), whichever tier its code came from. */
+void jb__test_set_load_failure(int status);
+#endif
 /* JB_OK when `module` was built from `source`: a module name is a 64-bit hash of its source, so
  * a caller who controls sources could make two meet. Once per kernel object and device, never
  * per launch. */

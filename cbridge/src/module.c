@@ -40,6 +40,25 @@ struct jb_module {
 
 _Thread_local jb_build_steps jb__build_steps;
 
+#ifdef JB_TEST_HOOKS
+static atomic_int test_load_failure;
+void jb__test_set_load_failure(int status)
+{
+    atomic_store(&test_load_failure, status);
+}
+#endif
+
+static int module_load(jb_device *dev, const jb_blob *code, void **native)
+{
+#ifdef JB_TEST_HOOKS
+    int injected = atomic_load(&test_load_failure);
+    if (injected)
+        return jb__fail(injected, "test hook: the loader refused the module (%s)",
+                        injected == JB_ERR_LOAD ? "for good" : "for now: Too many open files");
+#endif
+    return dev->backend->module_load(dev, code, native);
+}
+
 int jb__module_create(jb_device *dev, const jb_blob *code, const char *source,
                       const char *const *kernel_names, size_t num_kernels, jb_module **out)
 {
@@ -58,7 +77,7 @@ int jb__module_create(jb_device *dev, const jb_blob *code, const char *source,
     module->device = dev;
     module->num_kernels = num_kernels;
     uint64_t start = jb__now_ns();
-    int status = dev->backend->module_load(dev, code, &module->native);
+    int status = module_load(dev, code, &module->native);
     uint64_t loaded = jb__now_ns();
     for (size_t i = 0; status == JB_OK && i < num_kernels; i++) {
         jb_kernel_entry *kernel = &module->kernels[i];
@@ -268,10 +287,12 @@ static bool load_from_disk(jb_device *dev, const jb_disk_key *key, const char *m
 }
 
 /* A module from the first bundle that holds `key`: true when one loaded. A payload the loader
- * refuses is skipped from then on (a bundle is read-only), and the next bundle is tried. */
-static bool load_from_bundles(jb_device *dev, const jb_disk_key *key, const char *source,
-                              const char *const *kernel_names, size_t num_kernels,
-                              jb_module **out)
+ * refuses for good (JB_ERR_LOAD) is skipped from then on (a bundle is read-only), and the next
+ * bundle is tried. A refusal for now (the loader's EMFILE or ENOMEM, a driver out of memory) is
+ * no verdict on the payload: it stays, and this build compiles. */
+static bool load_from_bundles(jb_device *dev, const jb_disk_key *key, const char *module_name,
+                              const char *source, const char *const *kernel_names,
+                              size_t num_kernels, jb_module **out)
 {
     jb_blob code = {0};
     jb_bundle_ref ref;
@@ -283,6 +304,12 @@ static bool load_from_bundles(jb_device *dev, const jb_disk_key *key, const char
             jb__bundle_accept();
             jb__event_raise(JB_CACHE_EVENT_BUNDLE_HIT, jb__now_ns() - start, JB_OK, NULL);
             return true;
+        }
+        if (status != JB_ERR_LOAD) {
+            jb__warn("a bundle's code of module '%s' could not be loaded for now (%s); compiling "
+                     "it",
+                     module_name, jb_last_error_message());
+            return false;
         }
         jb__event_raise(JB_CACHE_EVENT_ENTRY_EVICTED, 0, status, jb_last_error_message());
         char why[1024];
@@ -386,7 +413,8 @@ int jb__module_build(jb_device *dev, const char *module_name, const char *source
     int status = JB_OK;
     if (use_disk && load_from_disk(dev, &key, module_name, source, kernel_names, num_kernels, out))
         how = "disk";
-    else if (use_bundles && load_from_bundles(dev, &key, source, kernel_names, num_kernels, out))
+    else if (use_bundles && load_from_bundles(dev, &key, module_name, source, kernel_names,
+                                              num_kernels, out))
         how = "bundle";
     else if (use_disk)
         status = compile_under_lease(dev, module_name, source, options, kernel_names, num_kernels,

@@ -473,6 +473,57 @@ static void forged_entries(void)
     jb__disk_key_free(&other);
 }
 
+/* A loader's refusal for now (its own EMFILE, no memory, a driver out of memory) is no verdict on
+ * a bundle's entry: the launch falls back to the compiler, and once the refusal passes the entry
+ * serves. A refusal for good (JB_ERR_LOAD) skips the entry from then on. Each kernel here is in
+ * no other tier: its code compiled by the test and forged into a bundle of its own. */
+static void transient_loads(void)
+{
+    const int salts[] = {40, 41};
+    const jb_status refusals[] = {JB_ERR_SYSTEM, JB_ERR_LOAD};
+    for (int i = 0; i < 2; i++) {
+        jb_custom_kernel *k = salted(salts[i]);
+        const char *names[] = {k->name};
+        const char *source = k->sources[device->backend->dialect];
+        jb_disk_key key = {0};
+        jb_blob code = {0};
+        CHECK_OK(jb__disk_key(device, k->module_name, names, 1, source, &key));
+        CHECK_OK(device->backend->compile(device, k->module_name, source, &k->options, &code));
+        char name[32];
+        snprintf(name, sizeof name, "loads_%d.jbb", salts[i]);
+        forge(at(name), key.text, key.bytes, code.data, code.size, NULL);
+        CHECK_OK(jb_disk_cache_add_bundle(at(name)));
+
+        jb_counters_reset();
+        jb__test_set_load_failure(refusals[i]);
+        jb_array *x = f32_filled(device, N, 1.0f), *y = NULL;
+        jb_status status = f32_launch(&y, k, &x, 1, N);
+        jb__test_set_load_failure(JB_OK);
+        CHECK(status == refusals[i], "salt %d: a launch whose loads all fail: status %d (%d)",
+              salts[i], status, refusals[i]);
+        jb_array_free(y);
+        jb_array_free(x);
+        jb_counters c;
+        jb_counters_get(&c, sizeof c);
+        CHECK(c.bundle_rejected == (refusals[i] == JB_ERR_LOAD),
+              "salt %d: a loader's %s refusal counted %llu rejected entries", salts[i],
+              refusals[i] == JB_ERR_LOAD ? "lasting" : "passing",
+              (unsigned long long)c.bundle_rejected);
+
+        jb_counters_reset();
+        CHECK(launch_salt(salts[i]), "salt %d: a wrong output once loads work", salts[i]);
+        jb_counters_get(&c, sizeof c);
+        bool lasting = refusals[i] == JB_ERR_LOAD;
+        CHECK(c.bundle_hits == !lasting && c.builds == lasting,
+              "salt %d, after a %s refusal: bundle hits %llu (want %d), builds %llu (want %d)",
+              salts[i], lasting ? "lasting" : "passing", (unsigned long long)c.bundle_hits,
+              !lasting, (unsigned long long)c.builds, lasting);
+        jb__disk_key_free(&key);
+        free(code.data);
+        jb_custom_kernel_free(k);
+    }
+}
+
 int main(void)
 {
     char made[] = "/tmp/jb_bundle_XXXXXX";
@@ -499,6 +550,7 @@ int main(void)
     changed_while_open(good);
     transient_reads(good);
     forged_entries();
+    transient_loads();
     shell("rm -rf %s%s", base, "");
     return check_summary("test_bundle");
 }
