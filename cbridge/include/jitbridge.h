@@ -441,7 +441,8 @@ typedef struct jb_kernel_param {
  * may not hold ##, #include, asm, a line continuation inside a name, or a #define or #undef of a
  * reserved word, a dtype, an array's _size, _shape or _ndim, or a type the generated code uses;
  * a define's value may not name an array (JB_ERR_INVALID_ARGUMENT when the kernel is made).
- * What no check covers is C that makes pointers of its own (an integer cast to a pointer).
+ * What no check covers is C that makes pointers of its own (an integer cast to a pointer): the
+ * caller of jb_custom_kernel_new answers for that, as for the rest of the code.
  * Every kernel made while JITBRIDGE_BOUNDS_CHECKS=1 (or true, yes, on) is in the environment
  * has this flag. */
 #define JB_COMPILE_BOUNDS_CHECKS 4u
@@ -523,7 +524,11 @@ typedef struct jb_scalar {
  * library then writes each source it compiles there, as <module name>.c (cpu) or .cu (GPUs). */
 
 /* Validates the spec and generates the source; nothing is compiled until the first launch.
- * Every string is copied. */
+ * Every string is copied. The library checks the spec, and with JB_COMPILE_BOUNDS_CHECKS every
+ * subscript of an array, never the rest of what the code does: the caller answers for the body,
+ * header, defines and compiler options doing nothing undefined in any launch, and in a cpu
+ * module's constructors, which loading it (at jb_custom_kernel_prepare or the first launch on a
+ * device) runs. (Rust: the unsafe CustomKernel::new.) */
 JB_API jb_status jb_custom_kernel_new(jb_custom_kernel **out, const jb_kernel_spec *spec);
 JB_API void jb_custom_kernel_free(jb_custom_kernel *kernel);
 /* "<name>_<16 hex digits of the source hash>"; owned by the kernel. */
