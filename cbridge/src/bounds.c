@@ -9,6 +9,7 @@
 #include "internal.h"
 
 #include <inttypes.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,8 +20,12 @@ typedef struct bounds_record {
     unsigned long long thread;
 } bounds_record;
 
-/* READING_WAITED: being read, and some thread sleeps until the read ends. */
+/* READING_WAITED: being read, and some thread sleeps until the read ends. A state word being
+ * read also carries the fork generation of the reading process (above STATE_BITS): in a forked
+ * child the parent's reader is gone, so a read of an older generation is taken over, never
+ * waited for. */
 enum { UNREAD, READING, READING_WAITED, CLEAN, VIOLATED };
+enum { STATE_BITS = 3, STATE_MASK = (1 << STATE_BITS) - 1 };
 
 struct jb_bounds_report {
     atomic_uint refs;
@@ -146,6 +151,7 @@ static int read_record(jb_bounds_report *r, bounds_record *out)
         memcpy(out, r->record->ptr, sizeof *out);
         return JB_OK;
     }
+    /* In a forked child the GPU backend refuses (a driver call there is invalid). */
     /* On no stream of the library's: the read does not wait for the caller's later work. */
     return dev->backend->memcpy_dtoh(dev, out, r->record->ptr, sizeof *out);
 }
@@ -169,24 +175,37 @@ static int report_violation(const jb_bounds_report *r)
 /* Ends a read: publishes `state` and wakes the threads that sleep until it ends. */
 static void end_reading(jb_bounds_report *r, int state)
 {
-    if (atomic_exchange_explicit(&r->state, state, memory_order_release) == READING_WAITED)
+    int was = atomic_exchange_explicit(&r->state, state, memory_order_release);
+    if ((was & STATE_MASK) == READING_WAITED)
         jb__futex_wake_all(&r->state);
 }
 
 /* Reads a report's record once (its launch is done), by one thread; others sleep until then. */
 static int settle(jb_bounds_report *r)
 {
+    /* This process's generation, as a state word being read carries it. */
+    int mine = (int)((atomic_load_explicit(&jb__fork_generation, memory_order_relaxed)
+                      << STATE_BITS) &
+                     (unsigned)INT_MAX & ~(unsigned)STATE_MASK);
+    int state = atomic_load_explicit(&r->state, memory_order_acquire);
     for (;;) {
-        int state = UNREAD;
-        if (atomic_compare_exchange_strong_explicit(&r->state, &state, READING,
-                                                    memory_order_acquire, memory_order_acquire))
-            break;
-        if (state != READING && state != READING_WAITED)
-            return state;
-        if (state == READING_WAITED ||
-            atomic_compare_exchange_strong_explicit(&r->state, &state, READING_WAITED,
-                                                    memory_order_acquire, memory_order_acquire))
-            jb__futex_wait(&r->state, READING_WAITED);
+        int kind = state & STATE_MASK;
+        if (kind == CLEAN || kind == VIOLATED)
+            return kind;
+        /* Unread, or being read by a thread of the process this one was forked from: ours. */
+        if (kind == UNREAD || (state & ~STATE_MASK) != mine) {
+            if (atomic_compare_exchange_strong_explicit(&r->state, &state, READING | mine,
+                                                        memory_order_acquire,
+                                                        memory_order_acquire))
+                break;
+            continue;
+        }
+        if (kind == READING &&
+            !atomic_compare_exchange_strong_explicit(&r->state, &state, READING_WAITED | mine,
+                                                     memory_order_acquire, memory_order_acquire))
+            continue; /* it changed meanwhile */
+        jb__futex_wait(&r->state, READING_WAITED | mine);
+        state = atomic_load_explicit(&r->state, memory_order_acquire);
     }
     JB_TEST_POINT(JB_TEST_BOUNDS_READING, r->names[0]);
     bounds_record seen;
@@ -196,7 +215,7 @@ static int settle(jb_bounds_report *r)
         return -status;
     }
     r->seen = seen;
-    int state = seen.flag ? VIOLATED : CLEAN;
+    state = seen.flag ? VIOLATED : CLEAN;
     end_reading(r, state);
     return state;
 }
@@ -205,7 +224,7 @@ int jb__bounds_check(jb_bounds_report *const *reports, size_t count)
 {
     for (size_t i = 0; i < count; i++) {
         int state = atomic_load_explicit(&reports[i]->state, memory_order_acquire);
-        if (state != CLEAN && state != VIOLATED)
+        if (state != CLEAN && state != VIOLATED) /* settled states carry no generation */
             state = settle(reports[i]);
         if (state < 0)
             return -state;

@@ -18,7 +18,9 @@
  *      a call, so a callback may fork or wait for a thread that forks)
  *
  * Per-event mutexes and the cpu streams' worker state are not taken: in the child, streams made
- * before the fork (and their events) are not used (jb__fork_generation).
+ * before the fork (and their events) are not used (jb__fork_generation). Nor is a bounds record's
+ * read in progress waited for: a child takes over a read its parent's thread had begun
+ * (bounds.c).
  * A pthread_once in progress in another thread at fork time cannot be made safe from here.
  * Every part of the library that needs a fork handler is called from here, never registers its
  * own: handlers of separate registrations run in an order set by who registered first.

@@ -7,8 +7,12 @@
  * PAUSE_MS, and the waiter's CPU time over its wait is measured; where SCHED_FIFO is permitted
  * the waiter also runs as a real-time thread on the other's core, and its wait must end soon
  * after the pause.
+ *
+ * A child forked while a thread of its parent reads a bounds record has no such thread: the
+ * read in progress must not leave the child's own check of that report waiting for ever.
  */
 #include "../src/internal.h"
+#include "deadline.h"
 #include "helpers.h"
 
 #include <errno.h>
@@ -242,6 +246,82 @@ static void waiter_sleeps_during(step step, bool real_time)
     pthread_setaffinity_np(pthread_self(), sizeof before, &before);
 }
 
+/* ---- a fork while a thread reads a bounds record ---- */
+
+#define CHILD_S 20 /* the forked child's alarm: a hung check ends there */
+
+typedef struct fork_scene {
+    jb_array *array; /* a bounds-checked launch's output, its event pending */
+    atomic_bool reader_paused, may_go_on;
+    int reader_status;
+} fork_scene;
+
+static fork_scene *forking;
+
+/* Holds the reader inside its read (state: being read) until the test lets it go on. A child's
+ * own read finds it paused already and goes straight on. */
+static void hold_bounds_read(void *ctx, const char *kernel)
+{
+    (void)ctx;
+    fork_scene *f = forking;
+    if (!f || strcmp(kernel, "record_wait_fork") != 0 || atomic_exchange(&f->reader_paused, true))
+        return;
+    for (int waited = 0; !atomic_load(&f->may_go_on) && waited < 60000; waited++)
+        sleep_ms(1);
+}
+
+static void *read_report(void *arg)
+{
+    fork_scene *f = arg;
+    f->reader_status = jb_array_eval(f->array);
+    return NULL;
+}
+
+/* The child checks the report its parent's thread was reading at the fork: on the cpu it reads
+ * it; a GPU's is refused (no driver call in a forked child). Either way it returns. */
+static bool child_checks_report(void *arg)
+{
+    fork_scene *f = arg;
+    float v = 0.0f;
+    jb_status status = jb_array_eval(f->array);
+    if (jb_device_get_kind(dev) != JB_DEVICE_CPU)
+        return status != JB_OK;
+    return status == JB_OK && jb_array_read(f->array, &v, sizeof v) == JB_OK && v == 3.0f;
+}
+
+static void fork_during_bounds_read(void)
+{
+    fork_scene f = {0};
+    atomic_init(&f.reader_paused, false);
+    atomic_init(&f.may_go_on, false);
+    jb_custom_kernel *k = plus_one("record_wait_fork", JB_COMPILE_BOUNDS_CHECKS);
+    jb_array *x = f32_filled(dev, 1, 2.0f);
+    CHECK_OK(jb_array_eval(x));
+    int64_t one = 1;
+    const int64_t *shapes[] = {&one};
+    int ndims[] = {1};
+    jb_launch_shape shape = {{0, 0, 0}, {0, 0, 0}, 1};
+    CHECK_OK(jb_custom_kernel_launch(&f.array, k, &x, 1, shapes, ndims, &shape));
+    forking = &f;
+    jb__test_set_point(JB_TEST_BOUNDS_READING, hold_bounds_read, NULL);
+    pthread_t reader;
+    pthread_create(&reader, NULL, read_report, &f);
+    while (!atomic_load(&f.reader_paused))
+        sleep_ms(1);
+    bool child_ok = child_says_yes("a child forked during a bounds record's read", CHILD_S,
+                                   child_checks_report, &f);
+    atomic_store(&f.may_go_on, true);
+    pthread_join(reader, NULL);
+    jb__test_set_point(JB_TEST_BOUNDS_READING, NULL, NULL);
+    forking = NULL;
+    CHECK(child_ok, "a child forked while its parent's thread read a bounds record could not "
+                    "check that report (it hung until its alarm, or its check failed)");
+    CHECK(f.reader_status == JB_OK, "the parent's reader: %s", jb_status_name(f.reader_status));
+    jb_array_free(f.array);
+    jb_array_free(x);
+    jb_custom_kernel_free(k);
+}
+
 int main(void)
 {
     dev = test_device();
@@ -255,5 +335,6 @@ int main(void)
         if (real_time_rounds)
             waiter_sleeps_during(step, true);
     }
+    fork_during_bounds_read();
     return check_summary("test_record_wait");
 }
