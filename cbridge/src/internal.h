@@ -584,9 +584,13 @@ struct jb_stream {
     uint64_t quiet_check_seq; /* holds_next_seq at the last check for quiet streams (stream.c) */
     jb_event *spare_events[JB_SPARE_EVENTS]; /* for its next launches, under holds_mutex */
     size_t spare_count;
-    /* Its last reference went at a thread's exit while its work ran: the device keeps it, with
-     * that one reference, until a walk of the device's streams finds it idle (stream.c). */
+    /* Its last reference went at a thread's exit while its work ran (or its query failed): the
+     * device keeps it, with that one reference, until a walk of the device's streams finds it
+     * idle or its query failing, a faulted device (stream.c). */
     atomic_bool retired;
+    /* The device let go of it (a walk found it idle or faulted): no work is queued on it again,
+     * and whoever drops its last reference destroys it without asking the device once more. */
+    atomic_bool reaped;
     /* The graph capture in progress (graph.c), set and cleared under holds_mutex. */
     _Atomic(struct jb_capture *) capture;
     jb_stream *device_prev, *device_next; /* the device's streams, under its streams_mutex */
@@ -602,7 +606,8 @@ void jb__stream_retain(jb_stream *stream);
 /* Drops a reference; the last one waits for the stream's work and destroys it. */
 void jb__stream_release(jb_stream *stream);
 /* Drops a reference without waiting: the last one destroys an idle stream and leaves a busy one
- * (or one whose query fails: a faulted device) to the device, which destroys it once idle. */
+ * (or one whose query fails: a faulted device) to the device, which destroys it once a walk of
+ * its streams finds it idle or its query failing (a faulted device's wait returns at once). */
 void jb__stream_let_go(jb_stream *stream);
 /* Makes `waiter` wait for the work queued so far on the device's streams named in `ids`, and on
  * those whose holds keep `held` (when not NULL); streams gone are done. */

@@ -1,7 +1,8 @@
 /*
  * Streams and the thread-local default stream of each device. A thread's own default is created
  * on first use; the thread's exit lets go of it without waiting for its work (a busy stream is
- * left to its device and destroyed once a walk of the device's streams finds it idle). Streams
+ * left to its device and destroyed once a walk of the device's streams finds it idle, or finds
+ * its device faulted: a query that fails). Streams
  * are reference-counted: the creator owns one reference (jb_stream_free drops it), a retain
  * another, and each installation another, so a stream freed by its owner while some thread still
  * has it installed lives on until that thread lets go (a leaked guard leaks a reference, never
@@ -31,7 +32,7 @@ static thread_streams *thread_streams_create(void)
     return calloc(1, sizeof(thread_streams));
 }
 
-static void reap_retired(jb_device *dev);
+static void reap_retired(jb_device *dev, bool exiting);
 
 /* A thread's exit never waits for its streams' work: a busy stream is left to its device. */
 static void thread_streams_destroy(thread_streams *ts)
@@ -46,7 +47,7 @@ static void thread_streams_destroy(thread_streams *ts)
         if (ts->own[i]) {
             jb_device *dev = ts->own[i]->device;
             jb__stream_let_go(ts->own[i]);
-            reap_retired(dev);
+            reap_retired(dev, true);
         }
     }
     free(ts);
@@ -77,7 +78,8 @@ jb_status jb_stream_new_with_priority(jb_stream **out, jb_device *device, int pr
     JB_RETURN_IF(!out, JB_ERR_INVALID_ARGUMENT, "jb_stream_new: out is NULL");
     *out = NULL;
     JB_RETURN_IF(!device, JB_ERR_INVALID_ARGUMENT, "jb_stream_new: device is NULL");
-    reap_retired(device); /* a new thread's stream: exited threads' streams whose work ended go */
+    /* A new thread's stream: exited threads' streams whose work ended (or device faulted) go. */
+    reap_retired(device, false);
     /* One scale on every device: 0 normal, higher more urgent, clamped to what it offers. */
     if (priority < 0)
         priority = 0;
@@ -198,7 +200,8 @@ void jb__stream_let_go(jb_stream *stream)
 {
     if (!last_reference(stream))
         return;
-    if (jb__stream_idle(stream) == 1) {
+    if (atomic_load_explicit(&stream->reaped, memory_order_acquire) ||
+        jb__stream_idle(stream) == 1) {
         destroy(stream); /* its wait returns at once */
         return;
     }
@@ -330,15 +333,29 @@ static void for_each_stream(jb_device *dev, stream_visit visit)
     } while (resume);
 }
 
-/* Lets go of the device's reference on a retired stream found idle (once, whoever finds it). */
+/* Lets go of the device's reference on a retired stream found idle, or whose query failed (a
+ * faulted device, which never answers again; its wait returns at once): once, whoever finds it.
+ * The walk's reference, the last, destroys it. */
 static void reap(jb_stream *stream)
 {
     if (atomic_exchange_explicit(&stream->retired, false, memory_order_acq_rel)) {
         atomic_fetch_sub_explicit(&stream->device->retired_streams, 1, memory_order_relaxed);
+        atomic_store_explicit(&stream->reaped, true, memory_order_release);
         jb__stream_let_go(stream); /* not the last: the walk holds one */
     }
 }
 
+/* A retired stream goes once idle (1) or once its query fails (negative). */
+static void reap_if_done(jb_stream *stream)
+{
+    if (atomic_load_explicit(&stream->retired, memory_order_acquire) &&
+        jb__stream_idle(stream) != 0)
+        reap(stream);
+}
+
+/* A thread's exit: a retired stream goes once idle; a faulted device's are left to the next
+ * other walk, whose destruction waits for the stream (at once on a faulted device), which an exit
+ * never does. */
 static void reap_if_idle(jb_stream *stream)
 {
     if (atomic_load_explicit(&stream->retired, memory_order_acquire) &&
@@ -346,18 +363,20 @@ static void reap_if_idle(jb_stream *stream)
         reap(stream);
 }
 
-/* Destroys the streams exiting threads left to `dev` whose work has ended. */
-static void reap_retired(jb_device *dev)
+/* Destroys the streams exiting threads left to `dev` whose work has ended (or, unless `exiting`,
+ * whose device faulted). */
+static void reap_retired(jb_device *dev, bool exiting)
 {
     if (atomic_load_explicit(&dev->retired_streams, memory_order_relaxed))
-        for_each_stream(dev, reap_if_idle);
+        for_each_stream(dev, exiting ? reap_if_idle : reap_if_done);
 }
 
-/* Lets go of the stream's fired holds (a failed query keeps them); a retired one goes if idle. */
+/* Lets go of the stream's fired holds (a failed query keeps them); a retired one goes if idle
+ * or faulted. */
 static void release_fired(jb_stream *stream)
 {
     jb__stream_release_holds(stream, false);
-    reap_if_idle(stream);
+    reap_if_done(stream);
 }
 
 /* A trim's visit: the fired holds, then the spare events (the pool keeps a few of them). */
@@ -367,10 +386,11 @@ static void release_fired_and_spares(jb_stream *stream)
     jb__stream_give_back_events(stream);
 }
 
-/* Lets go of every hold of a quiet, idle stream; a retired one goes too. */
+/* Lets go of every hold of a quiet, idle stream; a retired one goes too, or one whose query
+ * failed (reap takes only retired ones). */
 static void release_if_quiet(jb_stream *stream)
 {
-    if (jb__stream_release_if_quiet(stream) == 1)
+    if (jb__stream_release_if_quiet(stream) != 0)
         reap(stream);
 }
 
