@@ -13,6 +13,8 @@
 #include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 /* In the child: the cpu works; the cuda backend's answer goes to stdout. */
 static int child(void)
@@ -67,50 +69,116 @@ static int working_child(const char *driver)
     return check_summary("test_fake_driver working child");
 }
 
+/* In a child forked from a process that used cuda:0: the cpu works, the parent's GPU is refused
+ * with an error, and nothing (a read, a free, a trim, a new stream, exit's handlers) calls the
+ * driver, whose state is the parent's (the fake crashes on such a call, naming it). */
+static int forked_child(jb_array *parent_array, jb_device *gpu)
+{
+    jb_device *cpu = NULL;
+    int failed = jb_device_lookup(&cpu, "cpu") != JB_OK;
+    int64_t n = 4;
+    float host[4] = {1, 2, 3, 4}, back[4] = {0};
+    jb_array *mine = NULL;
+    failed |= jb_array_from_host(&mine, cpu, JB_F32, &n, 1, host) != JB_OK ||
+              jb_array_read(mine, back, sizeof back) != JB_OK || back[3] != 4.0f;
+    jb_array_free(mine);
+    jb_status read = jb_array_read(parent_array, back, sizeof back);
+    printf("child: the parent's array: %s\n", read == JB_OK ? "read" : jb_last_error_message());
+    failed |= read == JB_OK;
+    jb_stream *stream = NULL;
+    jb_status made = jb_stream_new(&stream, gpu);
+    printf("child: a stream on cuda:0: %s\n", made == JB_OK ? "made" : jb_last_error_message());
+    failed |= made == JB_OK;
+    jb_array *fresh = NULL;
+    failed |= jb_array_from_host(&fresh, gpu, JB_F32, &n, 1, host) == JB_OK;
+    jb_array_free(parent_array);
+    jb_device_trim(NULL, gpu);
+    fflush(stdout);
+    exit(failed); /* exit, not _exit: the library's and the driver's exit handlers run */
+}
+
+/* With a working fake: uses cuda:0 (a copy in, a read back on another thread too, a trim), then
+ * forks a child that must make no driver call (forked_child). */
+static int forking_parent(void)
+{
+    jb_device *gpu = NULL;
+    CHECK_OK(jb_device_lookup(&gpu, "cuda:0"));
+    if (!gpu)
+        return check_summary("test_fake_driver forking parent");
+    int64_t n = 4;
+    float host[4] = {5, 6, 7, 8}, back[4] = {0};
+    jb_array *a = NULL;
+    CHECK_OK(jb_array_from_host(&a, gpu, JB_F32, &n, 1, host));
+    CHECK_OK(jb_array_read(a, back, sizeof back));
+    CHECK(back[0] == 5.0f, "read %g, not 5", back[0]);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0)
+        forked_child(a, gpu);
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid, "fork or waitpid failed");
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+          "the forked child %s %d (a driver call there crashes the fake; stderr says which)",
+          WIFSIGNALED(status) ? "died of signal" : "exited with",
+          WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+    CHECK_OK(jb_array_read(a, back, sizeof back)); /* the parent's GPU still works */
+    jb_array_free(a);
+    printf("forking parent: done\n");
+    return check_summary("test_fake_driver forking parent");
+}
+
 #if defined(JB_WITH_CUDA)
 /* A driver that works on host memory, and counts the allocator's calls. FAKE_POOLS=0: the device
  * has no memory pools; FAKE_LIMIT: 1 MiB of memory; FAKE_FAIL_SYNC: waiting for the allocation
  * stream fails; built with NO_ASYNC: no cuMemAllocAsync/cuMemFreeAsync at all. */
 static const char working_source[] =
-    "#include <stdlib.h>\n#include <string.h>\n"
+    "#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n#include <unistd.h>\n"
     "typedef int R; typedef unsigned long long P;\n"
     "long fake_counts[6]; /* alloc, free, async_alloc, async_free, live, implicit */\n"
     "/* A copy or wait on a stream the library did not make: NULL, legacy or per-thread. */\n"
     "static void note_stream(void *st) { if ((P)st < 3) fake_counts[5]++; }\n"
     "static void *alloc_stream; static __thread void *current;\n"
-    "#define OK(name) R name() { return 0; }\n"
-    "R cuInit(unsigned f) { (void)f; return 0; }\n"
+    /* A call in a child forked after cuInit uses the parent's driver state: as a real driver
+     * may, the fake crashes, saying which call it was. */
+    "static pid_t init_pid;\n"
+    "static void forked(const char *call) { if (init_pid && getpid() != init_pid) {\n"
+    "  fprintf(stderr, \"fake driver: %s in a forked child\\n\", call); abort(); } }\n"
+    "#define OK(name) R name() { forked(#name); return 0; }\n"
+    "R cuInit(unsigned f) { (void)f; init_pid = getpid(); return 0; }\n"
     "R cuDeviceGetCount(int *n) { *n = 1; return 0; }\n"
     "R cuDeviceGet(int *d, int o) { *d = o; return 0; }\n"
     "R cuGetErrorName(R r, const char **s) { *s = r == 2 ? \"CUDA_ERROR_OUT_OF_MEMORY\" : "
     "\"CUDA_ERROR_FAKE\"; return 0; }\n"
     "R cuGetErrorString(R r, const char **s) { (void)r; *s = \"a fake driver\"; return 0; }\n"
     "R cuDevicePrimaryCtxRetain(void **c, int d) { *c = (void *)(P)(0x1000 + d); return 0; }\n"
-    "R cuCtxGetCurrent(void **c) { *c = current; return 0; }\n"
-    "R cuCtxSetCurrent(void *c) { current = c; return 0; }\n"
+    "R cuCtxGetCurrent(void **c) { forked(__func__); *c = current; return 0; }\n"
+    "R cuCtxSetCurrent(void *c) { forked(__func__); current = c; return 0; }\n"
     "R cuDeviceGetName(char *s, int n, int d) { (void)d; strncpy(s, \"Fake\", n); return 0; }\n"
     "R cuDeviceTotalMem_v2(size_t *b, int d) { (void)d; *b = 1 << 30; return 0; }\n"
     "R cuDeviceGetAttribute(int *v, int a, int d) { (void)d;\n"
     "  const char *pools = getenv(\"FAKE_POOLS\");\n"
     "  *v = a == 75 ? 8 : a == 76 ? 0 : a == 115 ? !pools || atoi(pools) : 0; return 0; }\n"
-    "R cuStreamCreate(void **s, unsigned f) { (void)f; *s = malloc(1); return 0; }\n"
-    "R cuStreamCreateWithPriority(void **s, unsigned f, int p) { (void)f, (void)p;\n"
-    "  *s = malloc(1); return 0; }\n"
+    "R cuStreamCreate(void **s, unsigned f) { forked(__func__); (void)f; *s = malloc(1);\n"
+    "  return 0; }\n"
+    "R cuStreamCreateWithPriority(void **s, unsigned f, int p) { forked(__func__);\n"
+    "  (void)f, (void)p; *s = malloc(1); return 0; }\n"
     "OK(cuStreamGetPriority) OK(cuCtxGetStreamPriorityRange)\n"
-    "R cuStreamDestroy_v2(void *s) { free(s); return 0; }\n"
-    "R cuStreamSynchronize(void *s) { note_stream(s);\n"
+    "R cuStreamDestroy_v2(void *s) { forked(__func__); free(s); return 0; }\n"
+    "R cuStreamSynchronize(void *s) { forked(__func__); note_stream(s);\n"
     "  return s == alloc_stream && getenv(\"FAKE_FAIL_SYNC\") ? 999 : 0; }\n"
-    "R cuEventCreate(void **e, unsigned f) { (void)f; *e = malloc(1); return 0; }\n"
-    "R cuEventDestroy_v2(void *e) { free(e); return 0; }\n"
+    "R cuEventCreate(void **e, unsigned f) { forked(__func__); (void)f; *e = malloc(1);\n"
+    "  return 0; }\n"
+    "R cuEventDestroy_v2(void *e) { forked(__func__); free(e); return 0; }\n"
     "OK(cuEventRecord) OK(cuEventSynchronize) OK(cuEventQuery) OK(cuStreamWaitEvent)\n"
     "OK(cuStreamQuery)\n"
     "OK(cuModuleLoadData) OK(cuModuleGetFunction) OK(cuLaunchKernel) OK(cuFuncSetAttribute)\n"
     "OK(cuMemcpyDtoDAsync_v2) OK(cuMemsetD8Async) OK(cuMemsetD16Async) OK(cuMemsetD32Async)\n"
-    "static R get(P *p, size_t n, int which) {\n"
+    "static R get(P *p, size_t n, int which) { forked(__func__);\n"
     "  if (getenv(\"FAKE_LIMIT\") && n > (1 << 20)) return 2;\n"
     "  void *m = malloc(n); if (!m) return 2;\n"
     "  *p = (P)m; fake_counts[which]++; fake_counts[4]++; return 0; }\n"
-    "static R put(P p, int which) { free((void *)p); fake_counts[which]++; fake_counts[4]--;\n"
+    "static R put(P p, int which) { forked(__func__); free((void *)p); fake_counts[which]++;\n"
+    "  fake_counts[4]--;\n"
     "  return 0; }\n"
     "R cuMemAlloc_v2(P *p, size_t n) { return get(p, n, 0); }\n"
     "R cuMemFree_v2(P p) { return put(p, 1); }\n"
@@ -118,13 +186,16 @@ static const char working_source[] =
     "R cuMemAllocAsync(P *p, size_t n, void *s) { alloc_stream = s; return get(p, n, 2); }\n"
     "R cuMemFreeAsync(P p, void *s) { alloc_stream = s; return put(p, 3); }\n"
     "#endif\n"
-    "R cuMemcpyHtoDAsync_v2(P d, const void *s, size_t n, void *st) { (void)st;\n"
+    "R cuMemcpyHtoDAsync_v2(P d, const void *s, size_t n, void *st) { forked(__func__);\n"
+    "  (void)st;\n"
     "  memcpy((void *)d, s, n); return 0; }\n"
-    "R cuMemcpyDtoHAsync_v2(void *d, P s, size_t n, void *st) { note_stream(st);\n"
+    "R cuMemcpyDtoHAsync_v2(void *d, P s, size_t n, void *st) { forked(__func__);\n"
+    "  note_stream(st);\n"
     "  memcpy(d, (void *)s, n); return 0; }\n"
-    "OK(nvrtcCreateProgram) OK(nvrtcCompileProgram) OK(nvrtcDestroyProgram)\n"
-    "OK(nvrtcGetProgramLogSize) OK(nvrtcGetProgramLog) OK(nvrtcGetErrorString)\n"
-    "OK(nvrtcVersion) OK(nvrtcGetCUBIN) OK(nvrtcGetCUBINSize)\n";
+    "#define NV(name) R name() { return 0; }\n"
+    "NV(nvrtcCreateProgram) NV(nvrtcCompileProgram) NV(nvrtcDestroyProgram)\n"
+    "NV(nvrtcGetProgramLogSize) NV(nvrtcGetProgramLog) NV(nvrtcGetErrorString)\n"
+    "NV(nvrtcVersion) NV(nvrtcGetCUBIN) NV(nvrtcGetCUBINSize)\n";
 
 static const char fake_source[] =
     "typedef int R;\n"
@@ -233,6 +304,9 @@ static void test_working_drivers(const char *self, const char *dir)
     CHECK(strstr(text, "CUDA_ERROR_OUT_OF_MEMORY") && strstr(text, "cuMemAllocAsync") &&
               strstr(text, "async_alloc 1 async_free 1 live 0"),
           "out of memory: %s", text);
+    text = working_driver(self, dir, "pools", "", "FAKE_FORK=1");
+    CHECK(strstr(text, "forking parent: done") && strstr(text, "test_fake_driver forking parent: "),
+          "a child forked after cuda:0 was used: %s", text);
     text = working_driver(self, dir, "no-async", "-DNO_ASYNC", "FAKE_LIMIT=1");
     CHECK(strstr(text, "CUDA_ERROR_OUT_OF_MEMORY") && strstr(text, "alloc 1 free 1"),
           "out of memory, plain: %s", text);
@@ -251,7 +325,7 @@ int main(int argc, char **argv)
     if (argc > 1 && strcmp(argv[1], "child") == 0)
         return child();
     if (argc > 2 && strcmp(argv[1], "working") == 0)
-        return working_child(argv[2]);
+        return getenv("FAKE_FORK") ? forking_parent() : working_child(argv[2]);
 #if defined(JB_WITH_CUDA)
     void *real = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     if (real) {

@@ -51,8 +51,22 @@ static int gpu_fail(CUresult result, const char *call)
             return gpu_fail(gpu_check_result_, JB_GPU_STR(fn));                                    \
     } while (0)
 
+/* jb__fork_generation when this backend was set up: a process forked after that (a child of the
+ * one that set it up) holds the parent's driver state, on which every call is invalid. */
+static unsigned setup_generation;
+
+/* Every driver call but the set-up's comes after this: in a forked child it refuses, so that the
+ * child never calls the driver on its parent's contexts, streams, events or memory (a read, a
+ * free, a trim, a thread's exit). */
 static int make_current(jb_device *dev)
 {
+    JB_RETURN_IF(setup_generation !=
+                     atomic_load_explicit(&jb__fork_generation, memory_order_relaxed),
+                 JB_ERR_UNSUPPORTED,
+                 "%s: this process was forked from one that had set %s up, and a forked child "
+                 "cannot use its parent's GPU state; use the cpu here (a process forked before "
+                 "its first use of %s may use it)",
+                 dev->name, JB_GPU_BACKEND_NAME, JB_GPU_BACKEND_NAME);
     CUresult r = jb_gpu_context_make_current(contexts[dev->ordinal]);
     return r == CUDA_SUCCESS ? JB_OK : gpu_fail(r, JB_GPU_STR(JB_GPU_MAKE_CURRENT_CALL));
 }
@@ -61,6 +75,7 @@ int JB_GPU_PREFIXED(enumerate)(jb_device *devices, int max, int *out_count, char
                                size_t why_len)
 {
     *out_count = 0;
+    setup_generation = atomic_load_explicit(&jb__fork_generation, memory_order_relaxed);
     JB_FORWARD_IF_ERROR(JB_GPU_PREFIXED(load)(why, why_len));
     const char *failed = JB_GPU_STR(cuInit);
     CUresult r = JB_GPU(cuInit)(0);
