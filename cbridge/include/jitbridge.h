@@ -123,6 +123,9 @@ JB_API jb_status jb_exchange_log_callback(jb_log_fn *old_fn, void **old_user_dat
  * Devices are named "cpu", "cuda:N", "rocm:N"; "gpu:N" is GPU N of the first GPU backend that
  * has devices, and that backend is what JB_DEVICE_GPU means below. Every function here may be
  * called from any thread.
+ * In a process forked after a GPU backend was set up, that backend's devices are the parent's:
+ * every call that would reach the driver fails with JB_ERR_UNSUPPORTED (freeing the parent's
+ * arrays makes none), since a driver call on the parent's state is invalid in a child.
  */
 typedef struct jb_device jb_device;
 
@@ -223,7 +226,8 @@ JB_API const char *jb_cpu_compiler(void);
  * stream's work, and without hanging on a faulted device: a stream still busy stays with its
  * device, its buffers held, and is destroyed once its work is done (seen by a later
  * jb_device_trim, a new stream on the device, another thread's exit, or an allocation that no
- * idle buffer serves).
+ * idle buffer serves), or once its device is seen faulted (a query of the stream fails) by one of
+ * those but an exit.
  *
  * Streams are reference-counted. jb_stream_new, jb_new_thread_local_generation_stream and
  * jb_thread_local_default_stream_retain give the caller a reference of its own, which any thread
