@@ -135,6 +135,8 @@ pub struct Capture<'s, 'a> {
     stream: &'s mut Stream,
     id: u64,
     slots: Vec<Slot<'a>>,
+    /// Launches recorded through this capture: any other the C graph holds came around it.
+    launches: usize,
     ended: bool,
     _not_send: PhantomData<*const ()>,
 }
@@ -162,6 +164,7 @@ impl Stream {
             stream: self,
             id: NEXT_CAPTURE.fetch_add(1, Ordering::Relaxed),
             slots: Vec::new(),
+            launches: 0,
             ended: false,
             _not_send: PhantomData,
         })
@@ -238,6 +241,7 @@ impl<'a> Capture<'_, 'a> {
         // (NULL for in-place ones). Arrays the graph writes are borrowed mutably or owned by the
         // capture; those it reads are borrowed for its life. The body is the caller's promise.
         check(unsafe { ffi::jb_custom_kernel_run(made.as_mut_ptr(), kernel.raw(), &raw) })?;
+        self.launches += 1;
         let mut handles = Vec::with_capacity(launch.outputs.len());
         for (output, made) in launch.outputs.into_iter().zip(made) {
             handles.push(match output {
@@ -250,12 +254,30 @@ impl<'a> Capture<'_, 'a> {
     }
 
     /// Ends the capture: the graph of its launches. An error (nothing kept) when nothing was
-    /// launched or a launch failed meanwhile.
+    /// launched or a launch failed meanwhile, and when a launch reached the stream around the
+    /// capture (this thread's default-stream launches, where the stream is this thread's own
+    /// default, [`Stream::thread_default`]): the graph would write arrays it does not borrow.
     pub fn end(mut self) -> Result<Graph<'a>, Error> {
         self.ended = true;
         let mut raw = std::ptr::null_mut();
         // SAFETY: this thread began the capture on the live stream (the capture is not Send).
         check(unsafe { ffi::jb_graph_end_capture(&mut raw, self.stream.raw()) })?;
+        // SAFETY: `raw` is the live graph just made.
+        let held = unsafe { ffi::jb_graph_launch_count(raw) };
+        if held != self.launches {
+            // SAFETY: ours, never launched.
+            unsafe { ffi::jb_graph_free(raw) };
+            return Err(Error::new(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "the capture recorded {held} launches, {} of them through it: the others \
+                     reached the stream outside the capture (this thread's default stream is \
+                     the capturing one), and the graph would write arrays it does not borrow; \
+                     nothing was kept",
+                    self.launches
+                ),
+            ));
+        }
         Ok(Graph { raw, id: self.id, slots: std::mem::take(&mut self.slots) })
     }
 

@@ -315,3 +315,48 @@ fn what_a_safe_caller_cannot_do_is_refused() {
         .unwrap_err();
     assert!(err.message().contains("another capture"), "{err}");
 }
+
+#[test]
+fn a_launch_that_reaches_the_capture_around_it_fails_the_graph() {
+    let cpu = Device::cpu().unwrap();
+    let fill = kernel("rgraph_fill", &[], &["v"], "out[thread_index()] = v;");
+    // The thread's own default stream, as a handle: not an installation, so begin_capture let
+    // it through, and this thread's default-stream launches then reached the capture without
+    // going through it. The graph wrote `y` at every replay while `y` was no borrow of the
+    // graph's: another thread's to_vec read it half-written.
+    let mut own = Stream::thread_default(cpu).unwrap();
+    let mut y = Array::zeros(cpu, &[N], DType::F32).unwrap();
+    let capture = own.begin_capture().unwrap();
+    fill.launch_with(Launch {
+        scalars: &[1.0f32.into()],
+        outputs: &mut [Output::InPlace(&mut y)],
+        shape: LaunchShape::Threads(N),
+        ..Default::default()
+    })
+    .unwrap();
+    let err = capture.end().map(|_| ()).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::InvalidArgument, "{err}");
+    assert!(err.message().contains("outside the capture"), "{err}");
+    // The same through the safe probe, which launches on the default stream.
+    let x = Array::arange(cpu, 256, DType::F32).unwrap();
+    let capture = own.begin_capture().unwrap();
+    let _probed = jit_race_probe_array(&x, 0).unwrap();
+    let err = capture.end().map(|_| ()).unwrap_err();
+    assert!(err.message().contains("outside the capture"), "{err}");
+    // What went through the capture alone makes a graph, on the same stream.
+    let mut capture = own.begin_capture().unwrap();
+    let made = capture
+        .launch(
+            &fill,
+            GraphLaunch {
+                scalars: vec![2.0f32.into()],
+                outputs: vec![GraphOutput::InPlace(&mut y)],
+                shape: LaunchShape::Threads(N),
+                ..Default::default()
+            },
+        )
+        .unwrap()[0];
+    let mut graph = capture.end().unwrap();
+    graph.launch(&own).unwrap();
+    assert_eq!(graph.array(made).to_vec::<f32>().unwrap(), vec![2.0f32; N]);
+}
