@@ -4,10 +4,11 @@
  * the cpu is still the default and works, and asking for cuda says what the driver said. Then a
  * working fake (host memory for device memory) with and without the stream-ordered allocator:
  * which calls buffers use, data intact, every allocation freed, out-of-memory and a failed wait
- * mapped. Runs where no real driver loads (CI); elsewhere, and in builds without cuda, it says it
+ * mapped, and a module load out of memory said as JB_ERR_OUT_OF_MEMORY (not a rejected module).
+ * Runs where no real driver loads (CI); elsewhere, and in builds without cuda, it says it
  * skipped and why.
  */
-#include "check.h"
+#include "helpers.h"
 #include "jitbridge_sys.h"
 
 #include <dlfcn.h>
@@ -57,6 +58,19 @@ static int working_child(const char *driver)
         printf("big %d: %s\n", (int)status, jb_last_error_message());
         CHECK(status == JB_ERR_OUT_OF_MEMORY, "16 MiB past a 1 MiB device: status %d",
               (int)status);
+    }
+    if (getenv("FAKE_LOAD_OOM")) {
+        /* The driver out of memory for a module is no verdict on its code (a bundle keeps it). */
+        jb_custom_kernel *k =
+            f32_kernel("fake_loaded", "out[thread_index()] = inp[thread_index()];");
+        jb_array *in = f32_filled(device, 4, 1.0f), *out = NULL;
+        status = f32_launch(&out, k, &in, 1, 4);
+        printf("load %d: %s\n", (int)status, jb_last_error_message());
+        CHECK(status == JB_ERR_OUT_OF_MEMORY, "a module load out of memory: status %d",
+              (int)status);
+        jb_array_free(out);
+        jb_array_free(in);
+        jb_custom_kernel_free(k);
     }
     CHECK_OK(jb_device_trim(NULL, device));
     void *fake = dlopen(driver, RTLD_NOW | RTLD_NOLOAD);
@@ -130,7 +144,8 @@ static int forking_parent(void)
 #if defined(JB_WITH_CUDA)
 /* A driver that works on host memory, and counts the allocator's calls. FAKE_POOLS=0: the device
  * has no memory pools; FAKE_LIMIT: 1 MiB of memory; FAKE_FAIL_SYNC: waiting for the allocation
- * stream fails; built with NO_ASYNC: no cuMemAllocAsync/cuMemFreeAsync at all. */
+ * stream fails; FAKE_LOAD_OOM: loading a module finds the device out of memory; built with
+ * NO_ASYNC: no cuMemAllocAsync/cuMemFreeAsync at all. Its NVRTC "compiles" any source. */
 static const char working_source[] =
     "#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n#include <unistd.h>\n"
     "typedef int R; typedef unsigned long long P;\n"
@@ -171,7 +186,12 @@ static const char working_source[] =
     "R cuEventDestroy_v2(void *e) { forked(__func__); free(e); return 0; }\n"
     "OK(cuEventRecord) OK(cuEventSynchronize) OK(cuEventQuery) OK(cuStreamWaitEvent)\n"
     "OK(cuStreamQuery)\n"
-    "OK(cuModuleLoadData) OK(cuModuleGetFunction) OK(cuLaunchKernel) OK(cuFuncSetAttribute)\n"
+    "R cuModuleLoadData(void **m, const void *code) { forked(__func__); (void)code;\n"
+    "  *m = malloc(1); return getenv(\"FAKE_LOAD_OOM\") ? 2 : 0; }\n"
+    "R cuModuleUnload(void *m) { forked(__func__); free(m); return 0; }\n"
+    "R cuModuleGetFunction(void **f, void *m, const char *n) { forked(__func__); (void)n;\n"
+    "  *f = m; return 0; }\n"
+    "OK(cuLaunchKernel) OK(cuFuncSetAttribute)\n"
     "OK(cuMemcpyDtoDAsync_v2) OK(cuMemsetD8Async) OK(cuMemsetD16Async) OK(cuMemsetD32Async)\n"
     "static R get(P *p, size_t n, int which) { forked(__func__);\n"
     "  if (getenv(\"FAKE_LIMIT\") && n > (1 << 20)) return 2;\n"
@@ -195,7 +215,9 @@ static const char working_source[] =
     "#define NV(name) R name() { return 0; }\n"
     "NV(nvrtcCreateProgram) NV(nvrtcCompileProgram) NV(nvrtcDestroyProgram)\n"
     "NV(nvrtcGetProgramLogSize) NV(nvrtcGetProgramLog) NV(nvrtcGetErrorString)\n"
-    "NV(nvrtcVersion) NV(nvrtcGetCUBIN) NV(nvrtcGetCUBINSize)\n";
+    "R nvrtcVersion(int *major, int *minor) { *major = 13, *minor = 0; return 0; }\n"
+    "R nvrtcGetCUBINSize(void *p, size_t *n) { (void)p; *n = 4; return 0; }\n"
+    "R nvrtcGetCUBIN(void *p, char *code) { (void)p; memcpy(code, \"fake\", 4); return 0; }\n";
 
 static const char fake_source[] =
     "typedef int R;\n"
@@ -307,6 +329,11 @@ static void test_working_drivers(const char *self, const char *dir)
     text = working_driver(self, dir, "pools", "", "FAKE_FORK=1");
     CHECK(strstr(text, "forking parent: done") && strstr(text, "test_fake_driver forking parent: "),
           "a child forked after cuda:0 was used: %s", text);
+    text = working_driver(self, dir, "pools", "", "FAKE_LOAD_OOM=1 JITBRIDGE_DISK_CACHE=0");
+    char oom[64];
+    snprintf(oom, sizeof oom, "load %d: ", (int)JB_ERR_OUT_OF_MEMORY);
+    CHECK(strstr(text, oom) && strstr(text, "CUDA_ERROR_OUT_OF_MEMORY"),
+          "a module load out of memory: %s", text);
     text = working_driver(self, dir, "no-async", "-DNO_ASYNC", "FAKE_LIMIT=1");
     CHECK(strstr(text, "CUDA_ERROR_OUT_OF_MEMORY") && strstr(text, "alloc 1 free 1"),
           "out of memory, plain: %s", text);

@@ -240,6 +240,11 @@ static int gpu_module_load(jb_device *dev, const jb_blob *code, void **out_modul
     JB_FORWARD_IF_ERROR(make_current(dev));
     CUmodule module;
     CUresult r = JB_GPU(cuModuleLoadData)(&module, code->data);
+    /* Out of memory is the device's state now, not a verdict on the code: not JB_ERR_LOAD, so a
+     * bundle keeps the entry and a later load tries it again. */
+    JB_RETURN_IF(r == CUDA_ERROR_OUT_OF_MEMORY, JB_ERR_OUT_OF_MEMORY,
+                 "the device has no memory for the module now: %s: %s (%s)",
+                 JB_GPU_STR(cuModuleLoadData), jb_gpu_error_name(r), jb_gpu_error_text(r));
     JB_RETURN_IF(r != CUDA_SUCCESS, JB_ERR_LOAD, "the driver rejected the module: %s: %s (%s)",
                  JB_GPU_STR(cuModuleLoadData), jb_gpu_error_name(r), jb_gpu_error_text(r));
     *out_module = (void *)module;
