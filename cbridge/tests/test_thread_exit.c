@@ -111,7 +111,7 @@ static void test_exit_does_not_wait_for_queued_work(void)
  * either, and the stream it leaves is not kept for ever: a device that cannot answer will not
  * answer later, so the next walk (a trim here) destroys it, its wait returning at once on such a
  * device (on the cpu here, once the gated work ran). */
-static void test_exit_on_a_faulted_device(void)
+static void test_exit_on_a_faulted_device(bool reap_by_new_stream)
 {
     int before = stream_count();
     leaver l = {filled(0.0f), NULL};
@@ -122,11 +122,19 @@ static void test_exit_on_a_faulted_device(void)
           "%d streams after the exit on a faulted device, not %d", stream_count(), before + 1);
     set_gate(l.gate, 1.0f);
     CHECK(value_of(l.out) == 2.0f, "the exited thread's output holds %g, not 2", value_of(l.out));
-    int after = trimmed_to(before);
+    int after;
+    if (reap_by_new_stream) { /* a new thread's first stream walks the device's streams too */
+        jb_stream *fresh;
+        CHECK_OK(jb_stream_new(&fresh, dev));
+        after = stream_count() - 1;
+        jb_stream_free(fresh);
+    } else {
+        after = trimmed_to(before);
+    }
     CHECK(after == before,
-          "%d streams after trims on the faulted device, not %d: the stream an exiting thread "
+          "%d streams after %s on the faulted device, not %d: the stream an exiting thread "
           "left there was never destroyed",
-          after, before);
+          after, reap_by_new_stream ? "a new stream" : "trims", before);
     jb__test_set_query_fault(false);
     jb_array_free(l.out);
     jb_array_free(l.gate);
@@ -215,7 +223,8 @@ int main(void)
         return check_summary("test_thread_exit");
     test_reader_makes_no_stream();
     test_exit_does_not_wait_for_queued_work();
-    test_exit_on_a_faulted_device();
+    test_exit_on_a_faulted_device(false);
+    test_exit_on_a_faulted_device(true);
     test_new_stream_reaps_exited_threads_streams();
     gated_kernels_free();
     return check_summary("test_thread_exit");
