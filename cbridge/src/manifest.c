@@ -186,9 +186,12 @@ int jb__manifest_read(const char *path, jb_manifest_fn fn, void *ctx)
     }
     char line[JB_MANIFEST_LINE_MAX + 2];
     int status = JB_OK;
-    while (status == JB_OK && fgets(line, sizeof line, f)) {
-        size_t len = strlen(line);
-        if (len && line[len - 1] != '\n' && !feof(f)) { /* past the limit: not a manifest line */
+    /* The buffer's last byte tells a line that filled it (a NUL there) from a shorter one: strlen
+     * cannot, as a NUL byte inside the line stops it. */
+    for (line[sizeof line - 1] = 1; status == JB_OK && fgets(line, sizeof line, f);
+         line[sizeof line - 1] = 1) {
+        bool filled = line[sizeof line - 1] == '\0' && line[sizeof line - 2] != '\n';
+        if (filled && !feof(f)) { /* past the limit: not a manifest line */
             int c;
             while ((c = fgetc(f)) != EOF && c != '\n')
                 ;

@@ -219,6 +219,41 @@ static void bad_manifests(jb_device *dev, const char *dir)
           "source names");
 }
 
+/* Writes `junk` (`bytes` of it) then cov_a's own line (`good`) to `path`: cov_a must still be
+ * read. */
+static void after_junk(jb_device *dev, const char *path, const char *good, const char *junk,
+                       size_t bytes, const char *what)
+{
+    size_t length = strlen(good);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    CHECK(fd >= 0 && write(fd, junk, bytes) == (ssize_t)bytes &&
+              write(fd, good, length) == (ssize_t)length && close(fd) == 0,
+          "write %s", path);
+    seen s = {0};
+    jb_coverage_result r;
+    CHECK_OK(jb_cache_coverage(&r, dev, path, collect, &s));
+    CHECK(s.count == 1 && r.memory == 1 && strstr(s.module[0], "cov_a"),
+          "cov_a's line after %s: %d kernels seen (1), %llu in memory (1)", what, s.count,
+          (unsigned long long)r.memory);
+}
+
+/* A line no reader takes (with a NUL byte in it, or past the longest a line may be) costs
+ * that line only, never the next one. */
+static void odd_lines(jb_device *dev, const char *dir, const char *manifest)
+{
+    char path[512], good[1024] = "";
+    snprintf(path, sizeof path, "%s/odd.manifest", dir);
+    FILE *f = fopen(manifest, "r"); /* cov_a's line is its first */
+    CHECK(f && fgets(good, sizeof good, f) && strstr(good, "\tcov_a"), "cov_a's line: %s", good);
+    if (f)
+        fclose(f);
+    after_junk(dev, path, good, "nul\0byte\n", 9, "a line with a NUL byte");
+    static char overlong[16384 + 10];
+    memset(overlong, 'x', sizeof overlong - 1);
+    overlong[sizeof overlong - 1] = '\n';
+    after_junk(dev, path, good, overlong, sizeof overlong, "a line past the longest");
+}
+
 /* The manifest line's key of the module whose name starts with `module`. */
 static bool key_of(const char *manifest, const char *module, char key[65])
 {
@@ -297,6 +332,7 @@ int main(int argc, char **argv)
     CHECK(run_child("prewarm", manifest, "-", NULL), "a fresh process: prewarm's events");
     CHECK(run_child("prewarm-bundle", manifest, bundle, empty), "prewarm's bundle events");
     bad_manifests(dev, dir);
+    odd_lines(dev, dir, manifest);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     CHECK(system(cmd) == 0, "clean up");
