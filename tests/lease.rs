@@ -27,6 +27,13 @@ fn child_entry() {
         return println!("CHECK valid={} invalid={}", report.valid, report.invalid);
     }
     let input = Array::arange(Device::cpu().unwrap(), 32, DType::F32).unwrap();
+    if salts == "fail" {
+        let kernel = common::f32_kernel("leased_fail", "out[thread_index()] = no_such_name;");
+        // SAFETY: 32 threads, each its own element of two 32-element arrays.
+        let out = unsafe { kernel.launch_unchecked(&[&input], &[&[32]], LaunchShape::Threads(32)) };
+        let code = out.err().map(|e| e.code());
+        return println!("FAILED compile={}", code == Some(jitbridge::ErrorCode::Compile));
+    }
     if let Ok(go) = std::env::var(GO) {
         std::fs::write(format!("{go}.{}", std::process::id()), b"").unwrap();
         let start = Instant::now();
@@ -347,6 +354,59 @@ fn junk_at_a_lease_name_neither_blocks_nor_is_written_through() {
     assert_eq!((r.builds, r.fallbacks), (1, 1), "{r:?}");
     assert!(stderr.contains("leases between processes are off"), "no warning: {stderr}");
     assert_eq!(std::fs::read(&leases).unwrap(), b"junk", "removed from a folder not ours");
+    std::fs::remove_dir_all(&s.dir).unwrap();
+}
+
+/// A kernel that does not compile: the processes that waited for the holder's failed compile
+/// compile it side by side (each must see the compiler's error for itself), not one after
+/// another behind the lease, each waiting for the last: N processes take one compile's time,
+/// not N (a fleet of replicas starting with a broken kernel stalled for N compiles).
+#[test]
+fn processes_waiting_for_a_failed_compile_compile_side_by_side() {
+    use std::os::unix::fs::PermissionsExt;
+    let s = setup("failing", "0");
+    // The first compile waits while hold1 exists, every later one while hold2 does.
+    let gcc = Command::new("sh").args(["-c", "command -v gcc"]).output().unwrap();
+    let gcc = String::from_utf8(gcc.stdout).unwrap().trim().to_string();
+    let (hold1, hold2) = (s.dir.join("hold1"), s.dir.join("hold2"));
+    let script = format!(
+        "#!/bin/sh\n[ \"$1\" = --version ] && exec {gcc} \"$@\"\n\
+         cut -d' ' -f4 /proc/$PPID/stat >> {marks}\n\
+         hold={hold2}; [ $(wc -l < {marks}) -eq 1 ] && hold={hold1}\n\
+         while [ -e $hold ]; do sleep 0.01; done\nexec {gcc} \"$@\"\n",
+        marks = s.marks.display(),
+        hold1 = hold1.display(),
+        hold2 = hold2.display()
+    );
+    std::fs::write(&s.compiler, script).unwrap();
+    std::fs::set_permissions(&s.compiler, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(&hold1, b"").unwrap();
+    std::fs::write(&hold2, b"").unwrap();
+    let wait_for_compiles = |n: usize, seconds: u64| {
+        let started = Instant::now();
+        while s.compiles().len() < n && started.elapsed() < Duration::from_secs(seconds) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        s.compiles().len()
+    };
+    let mut children = vec![s.child("fail", None).spawn().unwrap()];
+    assert_eq!(wait_for_compiles(1, 60), 1, "the holder never compiled");
+    for _ in 0..2 {
+        children.push(s.child("fail", None).spawn().unwrap());
+    }
+    std::thread::sleep(Duration::from_millis(300)); // the two are likely waiting for the lease
+    std::fs::remove_file(&hold1).unwrap(); // the holder's compile fails
+    let side_by_side = wait_for_compiles(3, 20);
+    std::fs::remove_file(&hold2).unwrap();
+    for child in children {
+        let output = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(stdout.contains("FAILED compile=true"), "not a compile error: {stdout}");
+    }
+    assert_eq!(
+        side_by_side, 3,
+        "after the holder's failure, its two waiters compiled one at a time"
+    );
     std::fs::remove_dir_all(&s.dir).unwrap();
 }
 

@@ -13,6 +13,9 @@
  * - The holder removes the lease file (while still holding it) once the entry is stored, so
  *   the folder keeps no litter; a process that locks a file no longer at the lease's name
  *   opens the name again. A holder killed before that leaves an empty file, reused next time.
+ * - A holder whose compile fails leaves the file with one byte in it: the processes that find
+ *   it so compile side by side, each seeing the compiler's error itself, instead of taking the
+ *   lease one after another and each waiting for the last one's failure.
  * - Lease files are opened as entries are: no link followed, never blocking, checked on the
  *   handle (a regular file of ours that no one else may read or write: another user who could
  *   open it could hold it). Anything else at the name (a FIFO, a link, another user's file) is
@@ -228,6 +231,11 @@ jb_lease_outcome jb__lease_acquire(const jb_disk_key *key, const jb_lease_stale 
             /* Locked: but the name may have been removed (and made anew) by its last holder. */
             if (fstatat(leases, out->name, &named, AT_SYMLINK_NOFOLLOW) == 0 &&
                 named.st_ino == st.st_ino && named.st_dev == st.st_dev) {
+                if (named.st_size > 0) { /* its last holder's compile failed: as it did, alone */
+                    close(fd);
+                    close(leases);
+                    return JB_LEASE_NONE;
+                }
                 out->fd = fd;
                 out->dir = leases;
                 return JB_LEASE_HELD;
@@ -253,11 +261,13 @@ jb_lease_outcome jb__lease_acquire(const jb_disk_key *key, const jb_lease_stale 
     }
 }
 
-void jb__lease_release(jb_lease *lease)
+void jb__lease_release(jb_lease *lease, bool compile_failed)
 {
     if (lease->fd < 0)
         return;
-    unlinkat(lease->dir, lease->name, 0); /* still held: no one else can be using this name */
+    /* Still held: no one else can be using this name. A failed compile's mark stays. */
+    if (!compile_failed || pwrite(lease->fd, "F", 1, 0) != 1)
+        unlinkat(lease->dir, lease->name, 0);
     close(lease->fd);
     close(lease->dir);
     lease->fd = lease->dir = -1;

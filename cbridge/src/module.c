@@ -375,7 +375,7 @@ static int compile_under_lease(jb_device *dev, const char *module_name, const ch
         /* Stored by the holder we waited for, or by one that let go just before we looked. */
         if (outcome != JB_LEASE_NONE && jb__lease_entry_stored(key, &stale) &&
             load_from_disk(dev, key, module_name, source, kernel_names, num_kernels, out)) {
-            jb__lease_release(&lease);
+            jb__lease_release(&lease, false);
             *how = "disk";
             return JB_OK;
         }
@@ -385,7 +385,7 @@ static int compile_under_lease(jb_device *dev, const char *module_name, const ch
         }
         int status = compile_and_store(dev, module_name, source, options, kernel_names,
                                        num_kernels, key, out);
-        jb__lease_release(&lease);
+        jb__lease_release(&lease, status == JB_ERR_COMPILE);
         return status;
     }
 }
