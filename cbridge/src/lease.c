@@ -120,8 +120,11 @@ static int open_lease_file(int leases, const char *name, struct stat *st)
         int fd = openat(leases, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC |
                                           O_NOCTTY,
                         0600);
+        /* Made 0600 whatever the umask: a lease file we could not open for writing would be
+         * taken for someone else's, and removed from under its holder. */
         if (fd >= 0 && fstat(fd, st) == 0 && S_ISREG(st->st_mode) && st->st_uid == geteuid() &&
-            !(st->st_mode & 077) && st->st_nlink == 1)
+            !(st->st_mode & 077) && st->st_nlink == 1 &&
+            ((st->st_mode & 0600) == 0600 || fchmod(fd, 0600) == 0))
             return fd;
         int err = fd >= 0 ? EPERM : errno;
         if (fd >= 0)

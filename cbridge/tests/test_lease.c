@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #ifndef JB_TEST_HOOKS
@@ -44,8 +46,63 @@ static bool launch(jb_device *device, const char *name, float value)
     return exact;
 }
 
-int main(void)
+/* In a process of its own (as nobody when the test runs as root), a lease file made under a
+ * umask that takes the owner's write bit (processes of other umasks share the folder): a taker of a held lease waits for it and times out;
+ * it must never remove the holder's file (which it could not open for writing) and take the
+ * lease as well. 0 when it waited, 5 when it took the lease too. */
+static int umask_child(void)
 {
+    if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0))
+        return 2;
+    if (!jb__disk_cache_usable())
+        return 3;
+    char text[] = "a key of the umask test";
+    jb_disk_key key = {.text = text, .bytes = sizeof text - 1};
+    jb__disk_key_name(&key);
+    jb_lease first, second;
+    /* leases/ made by a process of the usual umask, the lease file by one of 0277 */
+    if (jb__lease_acquire(&key, NULL, jb__now_ns() + 5000000000ULL, &first) != JB_LEASE_HELD)
+        return 4;
+    jb__lease_release(&first, false);
+    umask(0277);
+    if (jb__lease_acquire(&key, NULL, jb__now_ns() + 5000000000ULL, &first) != JB_LEASE_HELD)
+        return 4;
+    jb_lease_outcome outcome = jb__lease_acquire(&key, NULL, jb__now_ns() + 200000000ULL, &second);
+    jb__lease_release(&second, false);
+    jb__lease_release(&first, false);
+    return outcome == JB_LEASE_HELD ? 5 : outcome == JB_LEASE_NONE ? 0 : 6;
+}
+
+static void umask_without_write(const char *self, const char *base)
+{
+    char cache[PATH_MAX];
+    snprintf(cache, sizeof cache, "%s/umask-cache", base);
+    if (geteuid() == 0)
+        CHECK(chmod(base, 0755) == 0 && mkdir(cache, 0700) == 0 &&
+                  chown(cache, 65534, 65534) == 0,
+              "a cache folder for nobody: %s", strerror(errno));
+    pid_t pid = fork();
+    if (pid == 0) {
+        setenv("JITBRIDGE_CACHE_DIR", cache, 1);
+        execl(self, self, "umask-child", (char *)NULL);
+        _exit(7);
+    }
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status), "the umask child");
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 2) {
+        printf("test_lease: cannot become nobody; the umask case is not tried\n");
+        return;
+    }
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+          "under umask 0277 a held lease was %s (child status %d)",
+          WEXITSTATUS(status) == 5 ? "taken by a second taker too" : "not tried",
+          WEXITSTATUS(status));
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 2 && strcmp(argv[1], "umask-child") == 0)
+        return umask_child();
     char base[] = "/tmp/jb_lease_XXXXXX", cache[PATH_MAX];
     CHECK(mkdtemp(base) != NULL, "mkdtemp: %s", strerror(errno));
     snprintf(cache, sizeof cache, "%s/cache", base);
@@ -83,6 +140,7 @@ int main(void)
     snprintf(cmd, sizeof cmd, "test -d %s && test -z \"$(ls -A %s)\"", leases, leases);
     CHECK(system(cmd) == 0, "the lease's file was left in %s", leases);
     jb_set_log_callback(NULL, NULL);
+    umask_without_write(argv[0], base);
     snprintf(cmd, sizeof cmd, "rm -rf %s", base);
     CHECK(system(cmd) == 0, "cannot remove %s", base);
     return check_summary("test_lease");
