@@ -57,7 +57,9 @@ pub struct CompileOptions<'a> {
     pub defines: &'a [&'a str],
     /// More options for the backend's compiler (`$CC`; NVRTC or hiprtc), each one argument
     /// starting with `-`, passed as it is, never through a shell. An option that moves the
-    /// output, runs or links something, or has its own field (`-o`, `-c`, `-B`, `-fplugin`,
+    /// output, runs or links something, passes options on (`-Wp,`, `-Wa,`, `-Xpreprocessor`,
+    /// `-Xclang`), reads the source otherwise than the bounds checks (`-finput-charset`,
+    /// `-trigraphs`, `-traditional`), or has its own field (`-o`, `-c`, `-B`, `-fplugin`,
     /// `-l`, `-D`: `defines`, `-I`: `include_dirs`, `-march`: `target_arch`, ...) is refused.
     /// Refused, with `include_dirs`, in a setuid program.
     pub compiler_options: &'a [&'a str],

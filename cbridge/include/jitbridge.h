@@ -442,8 +442,9 @@ typedef struct jb_kernel_param {
  * reported by the next wait for an array the launch wrote, or one made from it (jb_array_eval,
  * jb_array_read: JB_ERR_BOUNDS naming the kernel, the array, the index and the thread). The
  * body and header may name an array only to subscript it, and no name starting with jb_; they
- * may not hold ##, #include, asm, a line continuation inside a name, or a #define or #undef of a
- * reserved word, a dtype, an array's _size, _shape or _ndim, or a type the generated code uses;
+ * may not hold ##, #include, asm, a trigraph, a line continuation inside a name, or a #define
+ * or #undef of a reserved word, a dtype, an array's _size, _shape or _ndim, or a type the
+ * generated code uses;
  * a define's value may not name an array (JB_ERR_INVALID_ARGUMENT when the kernel is made).
  * What no check covers is C that makes pointers of its own (an integer cast to a pointer): the
  * caller of jb_custom_kernel_new answers for that, as for the rest of the code.
@@ -488,8 +489,10 @@ typedef struct jb_kernel_spec {
     /* Optional: the caller's own compiler options, each part of the kernel's identity.
      * compiler_options: more options for the backend's compiler ($CC; NVRTC or hiprtc), each
      * one argument starting with '-', passed as it is, never through a shell; an option that
-     * moves the output, runs or links something, or has its own field (-o, -c, -B, -fplugin,
-     * -l, -D: defines, -I: include_dirs, -march: target_arch, ...) is refused.
+     * moves the output, runs or links something, passes options on (-Wp, -Wa, -Xpreprocessor,
+     * -Xclang), reads the source otherwise than the bounds checks (-finput-charset, -trigraphs,
+     * -traditional), or has its own field (-o, -c, -B, -fplugin, -l, -D: defines, -I:
+     * include_dirs, -march: target_arch, ...) is refused.
      * include_dirs: absolute folders searched for #include, each (with every folder above it)
      * writable by this user and root alone; with include folders the compiled code is never
      * kept on disk (the key cannot hold their headers' contents).
@@ -743,8 +746,10 @@ typedef struct jb_source_module_spec {
     /* Optional: the caller's own compiler options, each part of the module's identity.
      * compiler_options: more options for the backend's compiler ($CC; NVRTC or hiprtc), each
      * one argument starting with '-', passed as it is, never through a shell; an option that
-     * moves the output, runs or links something, or has its own field (-o, -c, -B, -fplugin,
-     * -l, -D: defines, -I: include_dirs, -march: target_arch, ...) is refused.
+     * moves the output, runs or links something, passes options on (-Wp, -Wa, -Xpreprocessor,
+     * -Xclang), reads the source otherwise than the bounds checks (-finput-charset, -trigraphs,
+     * -traditional), or has its own field (-o, -c, -B, -fplugin, -l, -D: defines, -I:
+     * include_dirs, -march: target_arch, ...) is refused.
      * include_dirs: absolute folders searched for #include, each (with every folder above it)
      * writable by this user and root alone; with include folders the compiled code is never
      * kept on disk (the key cannot hold their headers' contents).

@@ -19,8 +19,9 @@
 
 /* Options the library sets itself or that change what a compile is: where its output goes
  * (-o, -E, -S, -c, -M...), what it runs or loads (-B, -fplugin, -specs, -wrapper), what it links
- * (-l, -L, -Wl, -Xlinker, -fuse-ld, -nostdlib, -shared), and what has its own field (-I and
- * -march, --gpu-architecture, --offload-arch, -arch). An entry ending in '*' is a prefix. */
+ * (-l, -L, -Wl, -Xlinker, -fuse-ld, -nostdlib, -shared), what has its own field (-I and
+ * -march, --gpu-architecture, --offload-arch, -arch), and what reads the source otherwise than
+ * the bounds checks do. An entry ending in '*' is a prefix. */
 static const char *const refused_options[] = {
     "-o*", "-E", "-S", "-c", "-M*", "-x*", "--output*", "-save-temps*", "-B*", "-fplugin*",
     "-specs*", "--specs*", "-wrapper*", "--sysroot*", "-l*", "-L*", "-Wl,*", "-Xlinker*",
@@ -28,6 +29,11 @@ static const char *const refused_options[] = {
     "--gpu-architecture*", "--offload-arch*", "-include*", "-imacros*", "-iquote*", "-isystem*",
     "-idirafter*", "-iprefix*", "-iwithprefix*", "--pre-include*", "-fdump*", "-dump*",
     "-D*", "-U*", "--define-macro*", "--undefine-macro*",
+    /* The driver's ways of passing any of the above on (-Wp,-MD,FILE writes FILE). */
+    "-Wp,*", "-Xpreprocessor*", "-Wa,*", "-Xassembler*", "-Xclang*",
+    /* Source read otherwise than the bounds checks read it: in another charset (GBK's second
+     * byte may be a backslash), with trigraphs, or with comments that paste names together. */
+    "-finput-charset*", "-trigraphs", "-traditional*",
 };
 
 static const char *refused_by(const char *option)
@@ -72,8 +78,8 @@ int jb__compiler_options_check(const char *owner, const jb_compile_options *o)
         const char *refused = refused_by(option);
         JB_RETURN_IF(refused, JB_ERR_INVALID_ARGUMENT,
                      "'%s': compiler option '%s' is refused (%s): it would move the output, run "
-                     "or link something, or it has its own field (defines, include_dirs, "
-                     "target_arch)",
+                     "or link something, read the source otherwise than the bounds checks do, "
+                     "or it has its own field (defines, include_dirs, target_arch)",
                      owner, option, refused);
     }
     JB_RETURN_IF(o->num_include_dirs > MAX_INCLUDE_DIRS || (o->num_include_dirs && !o->include_dirs),

@@ -6,7 +6,8 @@
  * after `.` and `->` (never the kernel's names), and #include lines, which are copied as they
  * are. Where the scan could be told one thing and the compiler another, a checked text is
  * refused instead (jb__bounds_text_check): a name made by pasting or split by a line
- * continuation, an #include, asm, or a #define of a name the generated code relies on.
+ * continuation, an #include, asm, a trigraph, or a #define of a name the generated code relies
+ * on.
  */
 #include "internal.h"
 
@@ -347,9 +348,33 @@ static bool directive_allowed(const char *name, size_t len)
     return false;
 }
 
+/* The first trigraph in `text` (?? and one of =/'()!<>-), or NULL. ISO C modes (-std=c11,
+ * -ansi) replace each before anything else, inside literals and comments too, so a text that
+ * holds one is read otherwise by the compiler than by the scan: ?? plus ' ends a character
+ * literal one character early, ?? plus / continues a line. */
+static const char *trigraph_in(const char *text)
+{
+    for (const char *p = strstr(text, "??"); p; p = strstr(p + 1, "??"))
+        if (p[2] && strchr("=/'()!<>-", p[2]))
+            return p;
+    return NULL;
+}
+
 int jb__bounds_text_check(const char *kernel, const char *what, const char *text,
                           const char *const *names, size_t num_names)
 {
+    const char *trigraph = trigraph_in(text);
+    if (trigraph) {
+        int line = 1;
+        for (const char *c = text; c < trigraph; c++)
+            line += *c == '\n';
+        return jb__fail(JB_ERR_INVALID_ARGUMENT,
+                        "kernel '%s': its %s holds the trigraph '%.3s' (line %d), which a compiler "
+                        "in an ISO C mode reads as another character, inside literals and "
+                        "comments too, where the checks would not see it: a bounds-checked "
+                        "kernel refuses it (write '?\\?' in a literal)",
+                        kernel, what, trigraph, line);
+    }
     bool line_start = true;
     for (const char *p = text; *p;) {
         const char *problem = NULL, *at = p;

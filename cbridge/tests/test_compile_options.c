@@ -67,6 +67,11 @@ static void test_options(void)
         "-o/tmp/elsewhere.so", "-B/tmp", "-fplugin=/tmp/p.so", "-DFOO=1", "-UFOO", "-I/tmp",
         "-include/tmp/x.h", "-march=native", "-lm", "-L/tmp", "-Wl,-rpath,/tmp", "-c", "-E",
         "-specs=/tmp/s", "funsigned-char", "-x c++", "-O2 */ evil", "-",
+        /* What the refusals above refuse, passed on through the driver. */
+        "-Wp,-DFOO=1", "-Wp,-MD,/tmp/elsewhere.d", "-Xpreprocessor", "-Wa,-adhln=/tmp/x.lst",
+        "-Xassembler", "-Xclang",
+        /* Source read otherwise than the bounds checks read it (tests/kernel_features.rs). */
+        "-finput-charset=GBK", "-trigraphs", "-traditional-cpp", "-traditional",
     };
     for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
         jb_custom_kernel *k;

@@ -311,6 +311,12 @@ static void test_checked_texts(void)
          NULL, NULL, "raw string"},
         {"#define DROP(x)\nDROP(1'0') out[thread_index() + 1000] = 1.0f; DROP('a')", NULL, NULL,
          "digit separator"},
+        /* Where trigraphs are on (-std=c11, -ansi, -trigraphs), ? ? ' (no blanks) is ^: a
+         * character literal ends there for the compiler, one character later for the scan. */
+        {"char c = '?\?''; out[thread_index() + 1000] = 1.0f; //'\n(void)c;", NULL, NULL,
+         "trigraph"},
+        {"out[0] = 1.0f;", "// ?\?/\n#define out_size 100000", NULL, "trigraph"},
+        {"out[0] = 1.0f;", NULL, "X='?\?''", "trigraph"},
     };
     for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
         jb_custom_kernel *k;
