@@ -984,7 +984,8 @@ jb_lease_outcome jb__lease_acquire(const jb_disk_key *key, const jb_lease_stale 
 /* Whether an entry other than `stale` (may be NULL) stands at its name in the folder. */
 bool jb__lease_entry_stored(const jb_disk_key *key, const jb_lease_stale *stale);
 /* Lets go of a held lease (removing its file, or marking it when the compile failed: those who
- * find it marked compile without the lease); nothing when none is held. */
+ * find it marked within the compile timeout compile without the lease); nothing when none is
+ * held. */
 void jb__lease_release(jb_lease *lease, bool compile_failed);
 void jb__lease_counters(uint64_t *waits, uint64_t *timeouts, uint64_t *fallbacks);
 void jb__lease_counters_reset(void);

@@ -13,9 +13,12 @@
  * - The holder removes the lease file (while still holding it) once the entry is stored, so
  *   the folder keeps no litter; a process that locks a file no longer at the lease's name
  *   opens the name again. A holder killed before that leaves an empty file, reused next time.
- * - A holder whose compile fails leaves the file with one byte in it: the processes that find
- *   it so compile side by side, each seeing the compiler's error itself, instead of taking the
- *   lease one after another and each waiting for the last one's failure.
+ * - A holder whose compile fails leaves the file with the time of the failure in it (the
+ *   monotonic clock, shared by the processes of one machine): the processes that find it so
+ *   within the compile timeout compile side by side, each seeing the compiler's error itself,
+ *   instead of taking the lease one after another and each waiting for the last one's failure.
+ *   An older mark (or one from before a reboot) is a lease as any other: its next holder
+ *   removes the file, or marks it anew.
  * - Lease files are opened as entries are: no link followed, never blocking, checked on the
  *   handle (a regular file of ours that no one else may read or write: another user who could
  *   open it could hold it). Anything else at the name (a FIFO, a link, another user's file) is
@@ -185,6 +188,15 @@ void jb__lease_note_stale(const jb_disk_key *key, jb_lease_stale *out)
     out->ino = out->present ? st.st_ino : 0;
 }
 
+/* Whether the lease file on `fd` says its last holder's compile failed within the compile
+ * timeout. */
+static bool failed_lately(int fd)
+{
+    uint64_t at, now = jb__now_ns();
+    return pread(fd, &at, sizeof at, 0) == (ssize_t)sizeof at && at <= now &&
+           now - at < jb__child_timeout_ms() * 1000000ULL;
+}
+
 static void nap(uint64_t ns)
 {
     struct timespec ts = {(time_t)(ns / 1000000000ULL), (long)(ns % 1000000000ULL)};
@@ -234,7 +246,7 @@ jb_lease_outcome jb__lease_acquire(const jb_disk_key *key, const jb_lease_stale 
             /* Locked: but the name may have been removed (and made anew) by its last holder. */
             if (fstatat(leases, out->name, &named, AT_SYMLINK_NOFOLLOW) == 0 &&
                 named.st_ino == st.st_ino && named.st_dev == st.st_dev) {
-                if (named.st_size > 0) { /* its last holder's compile failed: as it did, alone */
+                if (named.st_size > 0 && failed_lately(fd)) { /* compile alone, as it did */
                     close(fd);
                     close(leases);
                     return JB_LEASE_NONE;
@@ -269,7 +281,8 @@ void jb__lease_release(jb_lease *lease, bool compile_failed)
     if (lease->fd < 0)
         return;
     /* Still held: no one else can be using this name. A failed compile's mark stays. */
-    if (!compile_failed || pwrite(lease->fd, "F", 1, 0) != 1)
+    uint64_t now = jb__now_ns();
+    if (!compile_failed || pwrite(lease->fd, &now, sizeof now, 0) != (ssize_t)sizeof now)
         unlinkat(lease->dir, lease->name, 0);
     close(lease->fd);
     close(lease->dir);

@@ -9,6 +9,7 @@
 #include "helpers.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +45,34 @@ static bool launch(jb_device *device, const char *name, float value)
     jb_array_free(x);
     jb_custom_kernel_free(k);
     return exact;
+}
+
+/* A failed compile's mark: within the compile timeout the next taker compiles without the
+ * lease; older (here: the boot's first nanosecond, as a mark left long ago or before a reboot
+ * would read), it is a lease as any other, taken, and removed by its holder's success. */
+static void failure_marks(const char *cache)
+{
+    char text[] = "a key of the failure marks";
+    jb_disk_key key = {.text = text, .bytes = sizeof text - 1};
+    jb__disk_key_name(&key);
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/leases/%.*s.lease", cache, JB_DISK_ENTRY_HEX, key.file);
+    jb_lease lease;
+    CHECK(jb__lease_acquire(&key, NULL, jb__now_ns() + 5000000000ULL, &lease) == JB_LEASE_HELD,
+          "the first taker");
+    jb__lease_release(&lease, true);
+    CHECK(access(path, F_OK) == 0, "a failed compile's lease file was removed");
+    CHECK(jb__lease_acquire(&key, NULL, jb__now_ns() + 1000000000ULL, &lease) == JB_LEASE_NONE,
+          "a fresh failure mark was not honoured");
+    uint64_t long_ago = 1;
+    int fd = open(path, O_WRONLY);
+    CHECK(fd >= 0 && pwrite(fd, &long_ago, sizeof long_ago, 0) == (ssize_t)sizeof long_ago &&
+              close(fd) == 0,
+          "ageing the mark: %s", strerror(errno));
+    CHECK(jb__lease_acquire(&key, NULL, jb__now_ns() + 1000000000ULL, &lease) == JB_LEASE_HELD,
+          "a failure mark from long ago kept the lease from being taken");
+    jb__lease_release(&lease, false);
+    CHECK(access(path, F_OK) != 0, "the holder's success left the old mark");
 }
 
 /* In a process of its own (as nobody when the test runs as root), a lease file made under a
@@ -139,6 +168,7 @@ int main(int argc, char **argv)
     snprintf(leases, sizeof leases, "%s/leases", cache);
     snprintf(cmd, sizeof cmd, "test -d %s && test -z \"$(ls -A %s)\"", leases, leases);
     CHECK(system(cmd) == 0, "the lease's file was left in %s", leases);
+    failure_marks(cache);
     jb_set_log_callback(NULL, NULL);
     umask_without_write(argv[0], base);
     snprintf(cmd, sizeof cmd, "rm -rf %s", base);
