@@ -18,7 +18,7 @@
  *   within the compile timeout compile side by side, each seeing the compiler's error itself,
  *   instead of taking the lease one after another and each waiting for the last one's failure.
  *   An older mark (or one from before a reboot) is a lease as any other: its next holder
- *   removes the file, or marks it anew.
+ *   removes the file, or marks it anew. Leaving a mark sweeps away the old ones no one holds.
  * - Lease files are opened as entries are: no link followed, never blocking, checked on the
  *   handle (a regular file of ours that no one else may read or write: another user who could
  *   open it could hold it). Anything else at the name (a FIFO, a link, another user's file) is
@@ -28,6 +28,7 @@
  */
 #include "internal.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -276,6 +277,31 @@ jb_lease_outcome jb__lease_acquire(const jb_disk_key *key, const jb_lease_stale 
     }
 }
 
+/* Removes the lease files other than `keep` that no one holds, last changed over a compile
+ * timeout ago, whose marks are past (or empty: left by killed holders). Run where a mark is
+ * left, so that a server compiling many kernels that fail keeps no more than one timeout's. */
+static void sweep(int leases, const char *keep)
+{
+    DIR *d = jb__opendir_at(leases);
+    if (!d)
+        return;
+    time_t before = time(NULL) - (time_t)(jb__child_timeout_ms() / 1000);
+    for (struct dirent *e; (e = readdir(d));) {
+        if (!jb__lease_is_name(e->d_name) || strcmp(e->d_name, keep) == 0)
+            continue;
+        int fd = openat(leases, e->d_name, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+        struct stat st, named;
+        if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
+            st.st_mtime < before && try_lock(fd) == 0 && !failed_lately(fd) &&
+            fstatat(leases, e->d_name, &named, AT_SYMLINK_NOFOLLOW) == 0 &&
+            named.st_ino == st.st_ino && named.st_dev == st.st_dev)
+            unlinkat(leases, e->d_name, 0); /* locked: as a holder removes its own */
+        if (fd >= 0)
+            close(fd);
+    }
+    closedir(d);
+}
+
 void jb__lease_release(jb_lease *lease, bool compile_failed)
 {
     if (lease->fd < 0)
@@ -284,6 +310,8 @@ void jb__lease_release(jb_lease *lease, bool compile_failed)
     uint64_t now = jb__now_ns();
     if (!compile_failed || pwrite(lease->fd, &now, sizeof now, 0) != (ssize_t)sizeof now)
         unlinkat(lease->dir, lease->name, 0);
+    else
+        sweep(lease->dir, lease->name);
     close(lease->fd);
     close(lease->dir);
     lease->fd = lease->dir = -1;

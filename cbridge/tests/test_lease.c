@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifndef JB_TEST_HOOKS
@@ -75,10 +76,70 @@ static void failure_marks(const char *cache)
     CHECK(access(path, F_OK) != 0, "the holder's success left the old mark");
 }
 
+/* A lease file at `name` in `leases` holding `mark` (none when 0), last changed an hour ago
+ * when `old`. */
+static void lease_file(const char *leases, const char *name, uint64_t mark, bool old)
+{
+    char path[PATH_MAX + 128];
+    snprintf(path, sizeof path, "%s/%s", leases, name);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    CHECK(fd >= 0 && (!mark || write(fd, &mark, sizeof mark) == (ssize_t)sizeof mark),
+          "making %s: %s", path, strerror(errno));
+    struct timespec hour_ago[2] = {{time(NULL) - 3600, 0}, {time(NULL) - 3600, 0}};
+    CHECK(!old || futimens(fd, hour_ago) == 0, "ageing %s: %s", path, strerror(errno));
+    if (fd >= 0)
+        close(fd);
+}
+
+static bool lease_file_there(const char *leases, const char *name)
+{
+    char path[PATH_MAX + 128];
+    snprintf(path, sizeof path, "%s/%s", leases, name);
+    return access(path, F_OK) == 0;
+}
+
+/* Leaving a failure's mark sweeps away the lease files no one holds that were last changed
+ * over a compile timeout ago, with a mark past or none (a killed holder's): a server compiling
+ * many kernels that fail, for months, keeps one timeout's marks, not every one ever left. A
+ * held lease, a recent file and the new mark stay. */
+static void marks_swept(const char *cache)
+{
+    char leases[PATH_MAX + 16];
+    snprintf(leases, sizeof leases, "%s/leases", cache);
+    const char *past = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa.lease",
+               *killed = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb.lease",
+               *recent = "cccccccccccccccccccccccccccccccc.lease";
+    lease_file(leases, past, 1, true);
+    lease_file(leases, killed, 0, true);
+    lease_file(leases, recent, 0, false);
+    char held_text[] = "a key held while others are swept", text[] = "a key whose compile fails";
+    jb_disk_key held_key = {.text = held_text, .bytes = sizeof held_text - 1},
+                key = {.text = text, .bytes = sizeof text - 1};
+    jb__disk_key_name(&held_key);
+    jb__disk_key_name(&key);
+    jb_lease held, failing;
+    uint64_t deadline = jb__now_ns() + 5000000000ULL;
+    CHECK(jb__lease_acquire(&held_key, NULL, deadline, &held) == JB_LEASE_HELD &&
+              jb__lease_acquire(&key, NULL, deadline, &failing) == JB_LEASE_HELD,
+          "two leases");
+    struct timespec hour_ago[2] = {{time(NULL) - 3600, 0}, {time(NULL) - 3600, 0}};
+    CHECK(futimens(held.fd, hour_ago) == 0, "ageing the held lease: %s", strerror(errno));
+    jb__lease_release(&failing, true);
+    CHECK(!lease_file_there(leases, past) && !lease_file_there(leases, killed),
+          "an old mark (%s) or a killed holder's file (%s) was not swept",
+          lease_file_there(leases, past) ? "stays" : "gone",
+          lease_file_there(leases, killed) ? "stays" : "gone");
+    CHECK(lease_file_there(leases, recent) && lease_file_there(leases, held.name) &&
+              lease_file_there(leases, failing.name),
+          "a recent file, a held lease or the new mark was swept");
+    jb__lease_release(&held, false);
+}
+
 /* In a process of its own (as nobody when the test runs as root), a lease file made under a
- * umask that takes the owner's write bit (processes of other umasks share the folder): a taker of a held lease waits for it and times out;
- * it must never remove the holder's file (which it could not open for writing) and take the
- * lease as well. 0 when it waited, 5 when it took the lease too. */
+ * umask that takes the owner's write bit (processes of other umasks share the folder): a
+ * taker of a held lease waits for it and times out; it must never remove the holder's file
+ * (which it could not open for writing) and take the lease as well. 0 when it waited, 5 when
+ * it took the lease too. */
 static int umask_child(void)
 {
     if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0))
@@ -169,6 +230,7 @@ int main(int argc, char **argv)
     snprintf(cmd, sizeof cmd, "test -d %s && test -z \"$(ls -A %s)\"", leases, leases);
     CHECK(system(cmd) == 0, "the lease's file was left in %s", leases);
     failure_marks(cache);
+    marks_swept(cache);
     jb_set_log_callback(NULL, NULL);
     umask_without_write(argv[0], base);
     snprintf(cmd, sizeof cmd, "rm -rf %s", base);
