@@ -211,6 +211,16 @@ pub struct jb_launch {
     pub shape: jb_launch_shape,
 }
 
+/// `jb_bench_compile_cost`: what one compile cost with a set of options, and what it made.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct jb_bench_compile_cost {
+    pub compile_ns: f64,
+    pub load_ns: f64,
+    pub code_bytes: usize,
+    pub code_sha256: [u8; 32],
+}
+
 /// `jb_bench_cold_steps`: where one cold first launch of the probe spent its time, in
 /// nanoseconds.
 #[repr(C)]
@@ -502,6 +512,15 @@ unsafe extern "C" {
         out_ns: *mut f64,
         kernel: *mut jb_custom_kernel,
         device: *mut jb_device,
+    ) -> c_int;
+    pub fn jb_bench_compile_with(
+        out: *mut jb_bench_compile_cost,
+        kernel: *mut jb_custom_kernel,
+        backend: *const c_char,
+        arch: *const c_char,
+        options: *const *const c_char,
+        num_options: usize,
+        load_on: *mut jb_device,
     ) -> c_int;
     pub fn jb_bench_cold_probe_steps(
         out: *mut jb_bench_cold_steps,

@@ -42,6 +42,62 @@ pub fn compile_only(kernel: &CustomKernel, device: Device) -> Result<f64, Error>
     Ok(ns)
 }
 
+/// What one compile cost with a set of options, and what it made (`compile_with`).
+pub type CompileCost = ffi::jb_bench_compile_cost;
+
+/// The compiler options a [`compile_with`] runs.
+#[derive(Clone, Copy, Debug)]
+pub enum CompileOptions<'a> {
+    /// The library's own, as a build runs them; a GPU's for this architecture ("sm_90"), or the
+    /// `load_on` device's when None.
+    Own { arch: Option<&'a str> },
+    /// In place of the library's own: a GPU compiler gets exactly these (they name the
+    /// architecture); the cpu compiler these in place of its fixed flags (`-O2`, `-fPIC`,
+    /// `-shared`, ...), then the kernel's options and its files.
+    These(&'a [&'a str]),
+}
+
+/// Compiles the kernel's own generated source for `backend` ("cpu", "cuda", "rocm": built in,
+/// no device of it needed), nothing cached, with `options`; with `load_on`, the code is also
+/// loaded there (for PTX: the driver's JIT), timed, and unloaded. A cpu .so names its
+/// temporary source file, so its checksum differs between any two compiles.
+pub fn compile_with(
+    kernel: &CustomKernel,
+    backend: &str,
+    options: CompileOptions<'_>,
+    load_on: Option<Device>,
+) -> Result<CompileCost, Error> {
+    let text = |s: &str| {
+        std::ffi::CString::new(s).map_err(|_| {
+            Error::new(crate::ErrorCode::InvalidArgument, format!("{s:?} holds a NUL byte"))
+        })
+    };
+    let backend = text(backend)?;
+    let (arch, owned) = match options {
+        CompileOptions::Own { arch } => (arch.map(text).transpose()?, None),
+        CompileOptions::These(list) => {
+            (None, Some(list.iter().map(|o| text(o)).collect::<Result<Vec<_>, _>>()?))
+        }
+    };
+    let pointers: Option<Vec<*const std::os::raw::c_char>> =
+        owned.as_ref().map(|list| list.iter().map(|o| o.as_ptr()).collect());
+    let mut cost = CompileCost::default();
+    // SAFETY: every pointer is valid for the call (the strings outlive it); a NULL list with
+    // count 0 asks for the library's own options.
+    check(unsafe {
+        ffi::jb_bench_compile_with(
+            &mut cost,
+            kernel.raw(),
+            backend.as_ptr(),
+            arch.as_ref().map_or(std::ptr::null(), |a| a.as_ptr()),
+            pointers.as_ref().map_or(std::ptr::null(), |p| p.as_ptr()),
+            pointers.as_ref().map_or(0, Vec::len),
+            load_on.map_or(std::ptr::null_mut(), |d| d.raw()),
+        )
+    })?;
+    Ok(cost)
+}
+
 /// Where one cold first launch of the probe spent its time, in nanoseconds.
 pub type ColdSteps = ffi::jb_bench_cold_steps;
 

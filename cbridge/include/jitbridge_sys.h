@@ -42,6 +42,29 @@ JB_API jb_status jb_bench_raw_probe_launches(double *out_ns_per_launch, jb_array
 JB_API jb_status jb_bench_compile_only(double *out_ns, jb_custom_kernel *kernel,
                                        jb_device *device);
 
+/* What one compile cost with a set of options, and what it made (jb_bench_compile_with). */
+typedef struct jb_bench_compile_cost {
+    double compile_ns;               /* the compiler alone */
+    double load_ns;                  /* loading the code on the device given (PTX: the driver's
+                                      * JIT compile), 0 without one */
+    size_t code_bytes;               /* the code it made: a cubin, PTX, a code object, a .so */
+    unsigned char code_sha256[32];   /* of that code: equal for the same code */
+} jb_bench_compile_cost;
+/* Compiles the kernel's own generated source for `backend` ("cpu", "cuda" or "rocm"; the
+ * library must be built with it, but no device of it is needed), nothing cached, and writes what
+ * it cost. `options` NULL (num_options 0): the library's own options, as a build runs them (a
+ * GPU needs `arch`, "sm_90", or `load_on`'s). Otherwise these in place of the library's own: a
+ * GPU compiler gets exactly these (the caller names the architecture:
+ * "--gpu-architecture=compute_90" makes PTX), the cpu compiler these in place of its fixed flags
+ * ("-O2", "-fPIC", "-shared", ...), then the kernel's options and its files. With `load_on`
+ * (a device of that backend, or NULL) the code is loaded there, timed, and unloaded. A sealed
+ * process refuses, as for a build. A cpu .so names its temporary source file, so its checksum
+ * differs from one compile to the next; a GPU's does not. */
+JB_API jb_status jb_bench_compile_with(jb_bench_compile_cost *out, jb_custom_kernel *kernel,
+                                       const char *backend, const char *arch,
+                                       const char *const *options, size_t num_options,
+                                       jb_device *load_on);
+
 /* Where one cold first launch of the probe spends its time, step by step, in nanoseconds. */
 typedef struct jb_bench_cold_steps {
     double compile_ns;       /* the compiler, inside the build */

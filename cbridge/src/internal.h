@@ -443,13 +443,22 @@ extern const jb_backend jb__cpu_backend;
  * enumerate loads its vendor's libraries, then lists its GPUs into `devices` (at most `max`):
  * JB_OK with the count, or JB_ERR_NO_DEVICE with the reason ("cuda: libcuda.so.1 not found
  * ...") in `why`. */
+/* bench_compile (jb_bench_compile_with) runs the vendor's compiler alone, loaded without a
+ * driver if need be: with `options`, exactly those (the caller names the architecture); with
+ * NULL, the library's own for `arch` and the kernel's options `own`, as a build compiles. */
 #if defined(JB_WITH_CUDA)
 extern const jb_backend jb__cuda_backend;
 int jb__cuda_enumerate(jb_device *devices, int max, int *out_count, char *why, size_t why_len);
+int jb__cuda_bench_compile(const char *arch, const char *const *options, size_t num_options,
+                           const char *module_name, const char *source,
+                           const jb_compile_options *own, jb_blob *out);
 #endif
 #if defined(JB_WITH_ROCM)
 extern const jb_backend jb__rocm_backend;
 int jb__rocm_enumerate(jb_device *devices, int max, int *out_count, char *why, size_t why_len);
+int jb__rocm_bench_compile(const char *arch, const char *const *options, size_t num_options,
+                           const char *module_name, const char *source,
+                           const jb_compile_options *own, jb_blob *out);
 #endif
 
 /* ---- devices (device.c) ---- */

@@ -215,6 +215,7 @@ static const char working_source[] =
     "#define NV(name) R name() { return 0; }\n"
     "NV(nvrtcCreateProgram) NV(nvrtcCompileProgram) NV(nvrtcDestroyProgram)\n"
     "NV(nvrtcGetProgramLogSize) NV(nvrtcGetProgramLog) NV(nvrtcGetErrorString)\n"
+    "NV(nvrtcGetPTX) NV(nvrtcGetPTXSize)\n"
     "R nvrtcVersion(int *major, int *minor) { *major = 13, *minor = 0; return 0; }\n"
     "R nvrtcGetCUBINSize(void *p, size_t *n) { (void)p; *n = 4; return 0; }\n"
     "R nvrtcGetCUBIN(void *p, char *code) { (void)p; memcpy(code, \"fake\", 4); return 0; }\n";
@@ -240,7 +241,8 @@ static const char fake_source[] =
     /* An NVRTC too, for hosts without one: the driver is what is tested. */
     "OK(nvrtcCreateProgram) OK(nvrtcCompileProgram) OK(nvrtcDestroyProgram)\n"
     "OK(nvrtcGetProgramLogSize) OK(nvrtcGetProgramLog) OK(nvrtcGetErrorString)\n"
-    "OK(nvrtcVersion) OK(nvrtcGetCUBIN) OK(nvrtcGetCUBINSize)\n";
+    "OK(nvrtcVersion) OK(nvrtcGetCUBIN) OK(nvrtcGetCUBINSize) OK(nvrtcGetPTX)\n"
+    "OK(nvrtcGetPTXSize)\n";
 
 /* Writes `text` to dir/name. */
 static void write_file(const char *dir, const char *name, const char *text)

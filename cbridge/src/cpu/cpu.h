@@ -19,6 +19,9 @@ int jb__cpu_private_write(char *out, size_t len, const char *stem, const char *e
 int jb__cpu_compiler_identity(jb_device *dev, char *out, size_t len);
 int jb__cpu_compile(jb_device *dev, const char *module_name, const char *source,
                     const jb_compile_options *options, jb_blob *out);
+/* jb__cpu_compile with `flags` in place of the backend's own (the bench's compile options). */
+int jb__cpu_compile_flags(char *const *flags, size_t num_flags, const char *module_name,
+                          const char *source, const jb_compile_options *options, jb_blob *out);
 int jb__cpu_module_load(jb_device *dev, const jb_blob *code, void **out_module);
 int jb__cpu_module_function(jb_device *dev, void *module, const char *name, void **out_fn);
 void jb__cpu_module_unload(jb_device *dev, void *module);

@@ -174,8 +174,10 @@ static int read_file(const char *path, jb_blob *out)
     return JB_OK;
 }
 
-/* The options of every compile; also part of the disk cache key. */
-static char *const compile_flags[] = {"-O2", "-fPIC", "-shared", "-w"};
+/* The options of every compile; also part of the disk cache key. -pipe: the compiler's stages
+ * pass their output through pipes, not temporary files; the same .so, 3-4% less time per
+ * compile (bench section 11, 2026-12-01). */
+static char *const compile_flags[] = {"-O2", "-fPIC", "-shared", "-w", "-pipe"};
 #define NUM_FLAGS (sizeof compile_flags / sizeof *compile_flags)
 
 static int compile_failed(const jb_child *c, const char *module_name)
@@ -191,12 +193,13 @@ static int compile_failed(const jb_child *c, const char *module_name)
                              module_name, compiler_line, WEXITSTATUS(ws));
 }
 
-/* The compiler's arguments after its own words: the fixed flags, the kernel's options, then
+/* The compiler's arguments after its own words: the fixed `flags`, the kernel's options, then
  * its files. The option strings made here (-I..., -march=...) are in `made`, freed by the
  * caller with `tail`; NULL on no memory. */
-static char **compile_tail(const jb_compile_options *o, char *obj, char *src, char ***made)
+static char **compile_tail(char *const *flags, size_t num_flags, const jb_compile_options *o,
+                           char *obj, char *src, char ***made)
 {
-    size_t most = NUM_FLAGS + 2 + o->num_extra + o->num_include_dirs + 1 + 4 + 1;
+    size_t most = num_flags + 2 + o->num_extra + o->num_include_dirs + 1 + 4 + 1;
     char **tail = calloc(most, sizeof *tail);
     *made = calloc(o->num_include_dirs + 2, sizeof **made);
     if (!tail || !*made) {
@@ -205,8 +208,8 @@ static char **compile_tail(const jb_compile_options *o, char *obj, char *src, ch
         *made = NULL;
         return NULL;
     }
-    memcpy(tail, compile_flags, sizeof compile_flags);
-    size_t used = NUM_FLAGS, n = 0;
+    memcpy(tail, flags, num_flags * sizeof *flags);
+    size_t used = num_flags, n = 0;
     if (o->flags & JB_COMPILE_FAST_MATH)
         tail[used++] = "-ffast-math";
     if (o->flags & JB_COMPILE_LINE_INFO)
@@ -242,11 +245,17 @@ int jb__cpu_compile(jb_device *dev, const char *module_name, const char *source,
                     const jb_compile_options *options, jb_blob *out)
 {
     (void)dev;
+    return jb__cpu_compile_flags(compile_flags, NUM_FLAGS, module_name, source, options, out);
+}
+
+int jb__cpu_compile_flags(char *const *flags, size_t num_flags, const char *module_name,
+                          const char *source, const jb_compile_options *options, jb_blob *out)
+{
     char src[4200], obj[4200];
     JB_FORWARD_IF_ERROR(jb__cpu_private_write(src, sizeof src, "kernel", ".c", source,
                                               strlen(source)));
     int status = jb__cpu_private_path(obj, sizeof obj, "kernel", ".so");
-    char **made = NULL, **tail = compile_tail(options, obj, src, &made);
+    char **made = NULL, **tail = compile_tail(flags, num_flags, options, obj, src, &made);
     if (status == JB_OK && !tail)
         status = jb__fail(JB_ERR_OUT_OF_MEMORY, "no memory for the compiler's arguments");
     char **argv = NULL, **envp = NULL;

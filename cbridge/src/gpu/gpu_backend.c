@@ -151,25 +151,96 @@ static int gpu_compiler_identity(jb_device *dev, char *out, size_t len)
 {
     char version[64];
     jb_gpu_compiler_version(version, sizeof version);
-    snprintf(out, len, "%s; options %s%s", version, JB_GPU_ARCH_OPTION, dev->arch);
+    const char *lean = JB_GPU_LEAN_OPTION;
+    snprintf(out, len, "%s; options %s%s%s%s", version, JB_GPU_ARCH_OPTION, dev->arch,
+             lean ? " " : "", lean ? lean : "");
     return JB_OK;
 }
 
-static int gpu_compile(jb_device *dev, const char *module_name, const char *source,
+/* What a source the compiler refused the first time returns when it may be tried again. */
+#define REFUSED_ONCE (-1)
+
+/* Runs the compiler on `source` with exactly `options` and takes its code (for a virtual
+ * architecture, PTX with its NUL). JB_OK; on a refusal of the source, REFUSED_ONCE quietly
+ * when `may_retry`, else JB_ERR_COMPILE with the log; other failures as they come. */
+static int run_compiler(const char *module_name, const char *source, const char *target,
+                        const char **options, int num_options, bool may_retry, jb_blob *out)
+{
+    nvrtcProgram program;
+    nvrtcResult r = JB_GPU(nvrtcCreateProgram)(&program, source, module_name, 0, NULL, NULL);
+    if (r != NVRTC_SUCCESS)
+        return jb__fail(JB_ERR_COMPILE, "creating the program '%s' failed: %s", module_name,
+                        JB_GPU(nvrtcGetErrorString)(r));
+    r = JB_GPU(nvrtcCompileProgram)(program, num_options, options);
+    int status = JB_OK;
+    if (r == NVRTC_ERROR_COMPILATION && may_retry) {
+        status = REFUSED_ONCE;
+    } else if (r != NVRTC_SUCCESS) {
+        size_t log_size = 0;
+        char *log = NULL;
+        size_t log_bytes;
+        if (JB_GPU(nvrtcGetProgramLogSize)(program, &log_size) == NVRTC_SUCCESS && log_size > 0 &&
+            jb__add_size(log_size, 1, &log_bytes) && (log = malloc(log_bytes)) != NULL) {
+            if (JB_GPU(nvrtcGetProgramLog)(program, log) != NVRTC_SUCCESS)
+                log[0] = '\0';
+            log[log_size] = '\0';
+        }
+        if (r == NVRTC_ERROR_COMPILATION) /* the source, not a resource: it fails again */
+            jb__compile_rejected();
+        status = jb__fail_with_log(JB_ERR_COMPILE, log, "compiling '%s' for %s: %s", module_name,
+                                   target, JB_GPU(nvrtcGetErrorString)(r));
+        free(log);
+    } else {
+        size_t size = 0;
+        bool text = false;
+        r = JB_GPU(jbGetCodeSize)(program, &size);
+#if JB_GPU_HAS_PTX
+        if (r != NVRTC_SUCCESS || size == 0) { /* compute_XY: no cubin, PTX */
+            text = true;
+            r = JB_GPU(nvrtcGetPTXSize)(program, &size);
+        }
+#endif
+        void *code = r == NVRTC_SUCCESS && size > 0 ? malloc(size) : NULL;
+        if (code) {
+#if JB_GPU_HAS_PTX
+            r = text ? JB_GPU(nvrtcGetPTX)(program, code) : JB_GPU(jbGetCode)(program, code);
+#else
+            r = JB_GPU(jbGetCode)(program, code);
+#endif
+        }
+        (void)text;
+        if (code && r == NVRTC_SUCCESS) {
+            out->data = code;
+            out->size = size;
+        } else {
+            free(code);
+            status = jb__fail(JB_ERR_COMPILE, "reading the code of '%s' failed", module_name);
+        }
+    }
+    JB_GPU(nvrtcDestroyProgram)(&program);
+    return status;
+}
+
+/* Compiles for `arch` with the library's own options: the architecture, the lean option where
+ * the vendor has one, the kernel's flags and options, then -I per include folder (each one
+ * argument, checked already). A source the lean compile refuses (one that needs a default
+ * header it leaves out) is compiled again without it: every source that compiled before the
+ * lean option compiles now, to the same code. */
+static int compile_for(const char *arch, const char *module_name, const char *source,
                        const jb_compile_options *o, jb_blob *out)
 {
-    /* The architecture, the flags, the caller's options, then -I per include folder (each
-     * one argument, checked already). */
-    size_t most = 3 + o->num_extra + o->num_include_dirs;
+    size_t most = 4 + o->num_extra + o->num_include_dirs;
     const char **options = calloc(most, sizeof *options);
     char **includes = calloc(o->num_include_dirs + 1, sizeof *includes);
-    char arch_option[sizeof dev->arch + 96];
-    snprintf(arch_option, sizeof arch_option, "%s%s", JB_GPU_ARCH_OPTION,
-             o->target_arch ? o->target_arch : dev->arch);
+    char arch_option[sizeof((jb_device *)0)->arch + 96];
+    snprintf(arch_option, sizeof arch_option, "%s%s", JB_GPU_ARCH_OPTION, arch);
     bool ok = options && includes;
     int num_options = 0;
+    const char *lean = JB_GPU_LEAN_OPTION;
     if (ok) {
         options[num_options++] = arch_option;
+        if (lean)
+            options[num_options++] = lean;
         if (o->flags & JB_COMPILE_FAST_MATH)
             options[num_options++] = JB_GPU_FAST_MATH_OPTION;
         if (o->flags & JB_COMPILE_LINE_INFO)
@@ -185,54 +256,48 @@ static int gpu_compile(jb_device *dev, const char *module_name, const char *sour
             options[num_options++] = includes[i];
         }
     }
-    nvrtcProgram program;
-    nvrtcResult r = ok ? JB_GPU(nvrtcCreateProgram)(&program, source, module_name, 0, NULL, NULL)
-                       : NVRTC_SUCCESS;
-    if (!ok || r != NVRTC_SUCCESS) {
-        for (size_t i = 0; includes && i < o->num_include_dirs; i++)
-            free(includes[i]);
-        free(includes);
-        free(options);
-        if (!ok)
-            return jb__fail(JB_ERR_OUT_OF_MEMORY, "no memory for the compiler's options");
-        return jb__fail(JB_ERR_COMPILE, "creating the program '%s' failed: %s", module_name,
-                        JB_GPU(nvrtcGetErrorString)(r));
+    int status = JB_ERR_OUT_OF_MEMORY;
+    if (ok) {
+        status = run_compiler(module_name, source, arch, options, num_options, lean != NULL, out);
+        if (status == REFUSED_ONCE) { /* the arch stays first; the rest moves up over `lean` */
+            memmove(options + 1, options + 2, (size_t)(num_options - 2) * sizeof *options);
+            status = run_compiler(module_name, source, arch, options, num_options - 1, false, out);
+        }
     }
-    r = JB_GPU(nvrtcCompileProgram)(program, num_options, options);
-    for (size_t i = 0; i < o->num_include_dirs; i++)
+    for (size_t i = 0; includes && i < o->num_include_dirs; i++)
         free(includes[i]);
     free(includes);
     free(options);
-    int status = JB_OK;
-    if (r != NVRTC_SUCCESS) {
-        size_t log_size = 0;
-        char *log = NULL;
-        size_t log_bytes;
-        if (JB_GPU(nvrtcGetProgramLogSize)(program, &log_size) == NVRTC_SUCCESS && log_size > 0 &&
-            jb__add_size(log_size, 1, &log_bytes) && (log = malloc(log_bytes)) != NULL) {
-            if (JB_GPU(nvrtcGetProgramLog)(program, log) != NVRTC_SUCCESS)
-                log[0] = '\0';
-            log[log_size] = '\0';
-        }
-        if (r == NVRTC_ERROR_COMPILATION) /* the source, not a resource: it fails again */
-            jb__compile_rejected();
-        status = jb__fail_with_log(JB_ERR_COMPILE, log, "compiling '%s' for %s: %s", module_name,
-                                   dev->arch, JB_GPU(nvrtcGetErrorString)(r));
-        free(log);
-    } else {
-        size_t size = 0;
-        r = JB_GPU(jbGetCodeSize)(program, &size);
-        void *code = r == NVRTC_SUCCESS && size > 0 ? malloc(size) : NULL;
-        if (code && JB_GPU(jbGetCode)(program, code) == NVRTC_SUCCESS) {
-            out->data = code;
-            out->size = size;
-        } else {
-            free(code);
-            status = jb__fail(JB_ERR_COMPILE, "reading the code of '%s' failed", module_name);
-        }
-    }
-    JB_GPU(nvrtcDestroyProgram)(&program);
+    if (!ok)
+        return jb__fail(JB_ERR_OUT_OF_MEMORY, "no memory for the compiler's options");
     return status;
+}
+
+static int gpu_compile(jb_device *dev, const char *module_name, const char *source,
+                       const jb_compile_options *o, jb_blob *out)
+{
+    return compile_for(o->target_arch ? o->target_arch : dev->arch, module_name, source, o, out);
+}
+
+int JB_GPU_PREFIXED(bench_compile)(const char *arch, const char *const *options,
+                                   size_t num_options, const char *module_name,
+                                   const char *source, const jb_compile_options *own,
+                                   jb_blob *out)
+{
+    char why[512];
+    int status = JB_GPU_PREFIXED(load_compiler)(why, sizeof why);
+    JB_RETURN_IF(status != JB_OK, status, "%s", why);
+    if (!options) {
+        JB_RETURN_IF(!arch, JB_ERR_INVALID_ARGUMENT,
+                     "the library's own options need an architecture: name one or a device");
+        return compile_for(arch, module_name, source, own, out);
+    }
+    const char *copy[64]; /* hiprtc's prototype takes them as not const */
+    JB_RETURN_IF(num_options > sizeof copy / sizeof *copy, JB_ERR_INVALID_ARGUMENT,
+                 "%zu compiler options: 64 at most", num_options);
+    memcpy(copy, options, num_options * sizeof *options);
+    return run_compiler(module_name, source, arch ? arch : "the options' architecture", copy,
+                        (int)num_options, false, out);
 }
 
 static int gpu_module_load(jb_device *dev, const jb_blob *code, void **out_module)

@@ -12,6 +12,7 @@
 #include "vendor.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdlib.h>
 
 jb_gpu_api JB_GPU_PREFIXED(api);
@@ -163,6 +164,49 @@ static void *open_compiler(char *name, size_t name_len, char *why, size_t why_le
     return NULL;
 }
 
+/* The compiler's part of the table, filled once: by the first device enumeration or the first
+ * bench compile (jb_bench_compile_with), which needs no driver. */
+static pthread_once_t compiler_once = PTHREAD_ONCE_INIT;
+static int compiler_status;
+static char compiler_failure[512];
+
+static void load_compiler_once(void)
+{
+    char name[64];
+    void *compiler = open_compiler(name, sizeof name, compiler_failure, sizeof compiler_failure);
+#if defined(JB_VENDOR_HIP)
+    /* Before ROCm 6, hiprtc lives inside libamdhip64 itself. */
+    if (!compiler) {
+        const char *driver_name = NULL;
+        char driver_why[256];
+        void *driver = open_driver(&driver_name, driver_why, sizeof driver_why);
+        if (driver && dlsym(driver, compiler_calls[0].symbol)) {
+            compiler = driver;
+            snprintf(name, sizeof name, "%s", driver_name);
+        } else if (driver) {
+            dlclose(driver);
+        }
+    }
+#endif
+    compiler_status = JB_OK;
+    if (!compiler) {
+        compiler_status = JB_ERR_NO_DEVICE;
+    } else if (!resolve(compiler, name, compiler_calls, COUNT(compiler_calls), compiler_failure,
+                        sizeof compiler_failure)) {
+        dlclose(compiler); /* the driver's handle, before ROCm 6: the driver keeps its own */
+        compiler_status = JB_ERR_NO_DEVICE;
+    }
+    /* Never closed once resolved: modules of this vendor live until the process ends. */
+}
+
+int JB_GPU_PREFIXED(load_compiler)(char *why, size_t why_len)
+{
+    pthread_once(&compiler_once, load_compiler_once);
+    if (compiler_status != JB_OK)
+        snprintf(why, why_len, "%s", compiler_failure);
+    return compiler_status;
+}
+
 int JB_GPU_PREFIXED(load)(char *why, size_t why_len)
 {
     const char *driver_name = NULL;
@@ -177,27 +221,10 @@ int JB_GPU_PREFIXED(load)(char *why, size_t why_len)
         void *symbol = dlsym(driver, optional_calls[i].symbol);
         memcpy((char *)&JB_GPU_PREFIXED(api) + optional_calls[i].offset, &symbol, sizeof symbol);
     }
-    char compiler_name[64];
-    char compiler_why[512];
-    void *compiler = open_compiler(compiler_name, sizeof compiler_name, compiler_why,
-                                   sizeof compiler_why);
-#if defined(JB_VENDOR_HIP)
-    /* Before ROCm 6, hiprtc lives inside libamdhip64 itself. */
-    if (!compiler && dlsym(driver, compiler_calls[0].symbol)) {
-        compiler = driver;
-        snprintf(compiler_name, sizeof compiler_name, "%s", driver_name);
-    }
-#endif
-    if (!compiler) {
-        snprintf(why, why_len, "%s", compiler_why);
+    int status = JB_GPU_PREFIXED(load_compiler)(why, why_len);
+    if (status != JB_OK) {
         dlclose(driver);
-        return JB_ERR_NO_DEVICE;
-    }
-    if (!resolve(compiler, compiler_name, compiler_calls, COUNT(compiler_calls), why, why_len)) {
-        if (compiler != driver)
-            dlclose(compiler);
-        dlclose(driver);
-        return JB_ERR_NO_DEVICE;
+        return status;
     }
     /* Never closed: modules, streams and events of this vendor live until the process ends. */
     return JB_OK;

@@ -31,6 +31,10 @@
 #define JB_GPU_ARCH_OPTION "--gpu-architecture="
 #define JB_GPU_FAST_MATH_OPTION "--use_fast_math"
 #define JB_GPU_LINE_INFO_OPTION "-lineinfo"
+/* Left out of NVRTC's default headers: texture, surface and runtime-API types and device-side
+ * runtime calls (NVRTC's documentation). A fifth of a small kernel's compile (bench section 11);
+ * a source that needs them is compiled again without it. */
+#define JB_GPU_LEAN_OPTION "-minimal"
 /* NVRTC stages a pageable host buffer before an async copy returns. */
 #define JB_GPU_HTOD_SYNC 0
 
@@ -43,9 +47,12 @@
     X(cuCtxSetCurrent)                                                                             \
     X(cuDeviceGetAttribute)
 #define JB_GPU_OPTIONAL_VENDOR_CALLS(X)
-#define JB_GPU_COMPILER_VENDOR_CALLS(X) X(nvrtcVersion) X(nvrtcGetCUBIN) X(nvrtcGetCUBINSize)
+#define JB_GPU_COMPILER_VENDOR_CALLS(X)                                                            \
+    X(nvrtcVersion) X(nvrtcGetCUBIN) X(nvrtcGetCUBINSize) X(nvrtcGetPTX) X(nvrtcGetPTXSize)
 #define jbGetCode nvrtcGetCUBIN
 #define jbGetCodeSize nvrtcGetCUBINSize
+/* A compile for a virtual architecture (compute_XY) makes PTX only, for the driver's JIT. */
+#define JB_GPU_HAS_PTX 1
 
 typedef CUcontext jb_gpu_context;
 
@@ -59,6 +66,9 @@ typedef CUcontext jb_gpu_context;
 #define JB_GPU_ARCH_OPTION "--offload-arch="
 #define JB_GPU_FAST_MATH_OPTION "-ffast-math"
 #define JB_GPU_LINE_INFO_OPTION "-g"
+/* hiprtc has no such option: every compile gets the architecture and the caller's options. */
+#define JB_GPU_LEAN_OPTION NULL
+#define JB_GPU_HAS_PTX 0
 /* Be conservative: HIP does not promise that a pageable source is staged on return. */
 #define JB_GPU_HTOD_SYNC 1
 
@@ -236,6 +246,9 @@ extern jb_gpu_api JB_GPU_PREFIXED(api);
  * else JB_ERR_NO_DEVICE with what was not found and which variable to set in `why`. Called
  * once, from the device table's pthread_once. */
 int JB_GPU_PREFIXED(load)(char *why, size_t why_len);
+/* Loads the runtime compiler alone (once per process; no driver needed) and resolves its calls:
+ * JB_OK, else JB_ERR_NO_DEVICE with what was not found in `why`. */
+int JB_GPU_PREFIXED(load_compiler)(char *why, size_t why_len);
 
 #if defined(JB_VENDOR_CUDA)
 
