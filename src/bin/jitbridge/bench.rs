@@ -3,6 +3,7 @@
 
 mod bounds;
 mod cold;
+mod compile_options;
 mod decode;
 mod graph;
 mod launch;
@@ -30,8 +31,10 @@ threads, hit latency while other threads build, the probe launch path vs a raw l
 first launch vs the compiler alone, a new process's first launch with and without a disk cache
 entry, decode steps while other threads first-launch kernels, a bounds-checked kernel's launch
 against the same kernel unchecked, new processes starting warm (200 kernels from a bundle
-made in another checkout; 32 processes first-launching 50 new kernels on one cache folder), and
-a four-kernel step replayed as one captured graph against one launch. Each row with a target
+made in another checkout; 32 processes first-launching 50 new kernels on one cache folder),
+a four-kernel step replayed as one captured graph against one launch, and a cold compile of the
+library's own source with each compiler option set against the plain one (NVRTC's, in a build
+with the cuda backend, GPU or not; the cpu compiler's). Each row with a target
 says whether this run met it, and which host the target was set for (the H200 host); on other
 hosts the row is judged against it all the same.
 
@@ -135,7 +138,7 @@ pub struct Section {
 /// bench/ that pushes its rows (`Row::new(section, measure, value, unit)` with a section name
 /// and no number, then `.against(baseline)` and `.target(..)` where it has them, as the others
 /// do) and one line here; docs/JSON.md says what a row holds.
-pub const SECTIONS: [Section; 10] = [
+pub const SECTIONS: [Section; 11] = [
     Section { title: "hit lookups", seconds: [15, 1], measure: lookups::hit_lookups },
     Section {
         title: "hit latency during builds",
@@ -166,6 +169,11 @@ pub const SECTIONS: [Section; 10] = [
         measure: warm_start::start_warm,
     },
     Section { title: "captured graph", seconds: [3, 1], measure: graph::graph_replay },
+    Section {
+        title: "compile options",
+        seconds: [12, 2],
+        measure: compile_options::compile_options,
+    },
 ];
 
 /// Probe variants the bench builds come from here up, clear of the run scenario's.
@@ -184,6 +192,8 @@ pub struct Scale {
     pub warm_kernels: usize,
     pub warm_processes: usize,
     pub warm_new_kernels: usize,
+    /// Compiles per option set (compile options).
+    pub compile_samples: usize,
     pub quick: bool,
 }
 
@@ -200,6 +210,7 @@ impl Scale {
         warm_kernels: 200,
         warm_processes: 32,
         warm_new_kernels: 50,
+        compile_samples: 8,
         quick: false,
     };
     /// Every measure once and small (seconds): checks the bench works, its numbers are noise.
@@ -214,6 +225,7 @@ impl Scale {
         warm_kernels: 16,
         warm_processes: 4,
         warm_new_kernels: 4,
+        compile_samples: 1,
         quick: true,
     };
 }
