@@ -59,8 +59,10 @@ pub struct CompileOptions<'a> {
     /// starting with `-`, passed as it is, never through a shell. An option that moves the
     /// output, runs or links something, passes options on (`-Wp,`, `-Wa,`, `-Xpreprocessor`,
     /// `-Xclang`), reads the source otherwise than the bounds checks (`-finput-charset`,
-    /// `-trigraphs`, `-traditional`), or has its own field (`-o`, `-c`, `-B`, `-fplugin`,
-    /// `-l`, `-D`: `defines`, `-I`: `include_dirs`, `-march`: `target_arch`, ...) is refused.
+    /// `-trigraphs`, `-traditional`), leaves the ABI the library calls the code with
+    /// (`-mabi`, `-fcall-used-`, `-ffixed-`, `-fpack-struct`, `-m32`, ...; `-fsanitize`), or
+    /// has its own field (`-o`, `-c`, `-B`, `-fplugin`, `-l`, `-D`: `defines`, `-I`:
+    /// `include_dirs`, `-march`: `target_arch`, ...) is refused.
     /// Refused, with `include_dirs`, in a setuid program.
     pub compiler_options: &'a [&'a str],
     /// Absolute folders searched for `#include`, each (and every folder above it) writable by
@@ -311,9 +313,11 @@ impl CustomKernel {
     /// from subscripting the kernel's own arrays and shapes (`x[i]`, `x_shape[d]`) out of range.
     /// No pointer of its own making (a cast integer, `&x[0]` plus an offset, a local array
     /// past its end), no division by zero, no signed overflow, no unbounded recursion, no
-    /// `free` of what it did not allocate. Loading the compiled code may run it (a cpu
-    /// module's constructors, at [`CustomKernel::prepare`] or the first launch on a device):
-    /// the promise covers that too. Out-of-range subscripts are the library's business from
+    /// `free` of what it did not allocate; and `compiler_options` keep the platform's C ABI
+    /// (calling convention, reserved registers, type sizes and layout), which the library calls
+    /// the code with (the options known to leave it are refused). Loading the compiled code
+    /// may run it (a cpu module's constructors, at [`CustomKernel::prepare`] or the first
+    /// launch on a device): the promise covers that too. Out-of-range subscripts are the library's business from
     /// then on: a bounds-checked kernel ([`CompileOptions::bounds_checks`]) catches each one as
     /// an error, so its launches are safe ([`CustomKernel::launch`]); for any other kernel the
     /// caller of [`CustomKernel::launch_unchecked`] rules them out.

@@ -123,7 +123,8 @@ impl SourceModule {
     /// nothing undefined (in C11 on the cpu, CUDA C++ / HIP on a GPU) for any such launch, and
     /// neither does any code of the sources (with the options' defines, include folders and
     /// compiler options) that runs when the compiled module is loaded (a cpu module's
-    /// constructors; the first launch of any entry loads it). The library checks each launch
+    /// constructors; the first launch of any entry loads it), and the compiler options keep the
+    /// platform's C ABI, which the library calls the entries with. The library checks each launch
     /// against the declaration; it cannot see inside the sources. ([`crate::CustomKernel::new`]
     /// is the same promise for a custom kernel.)
     pub unsafe fn new_declared(

@@ -491,8 +491,9 @@ typedef struct jb_kernel_spec {
      * one argument starting with '-', passed as it is, never through a shell; an option that
      * moves the output, runs or links something, passes options on (-Wp, -Wa, -Xpreprocessor,
      * -Xclang), reads the source otherwise than the bounds checks (-finput-charset, -trigraphs,
-     * -traditional), or has its own field (-o, -c, -B, -fplugin, -l, -D: defines, -I:
-     * include_dirs, -march: target_arch, ...) is refused.
+     * -traditional), leaves the ABI the library calls the code with (-mabi, -fcall-used-,
+     * -ffixed-, -fpack-struct, -m32, ...; -fsanitize), or has its own field (-o, -c, -B,
+     * -fplugin, -l, -D: defines, -I: include_dirs, -march: target_arch, ...) is refused.
      * include_dirs: absolute folders searched for #include, each (with every folder above it)
      * writable by this user and root alone; with include folders the compiled code is never
      * kept on disk (the key cannot hold their headers' contents).
@@ -535,7 +536,9 @@ typedef struct jb_scalar {
  * subscript of an array, never the rest of what the code does: the caller answers for the body,
  * header, defines and compiler options doing nothing undefined in any launch, and in a cpu
  * module's constructors, which loading it (at jb_custom_kernel_prepare or the first launch on a
- * device) runs. (Rust: the unsafe CustomKernel::new.) */
+ * device) runs, and for the compiler options keeping the platform's C ABI, which the library
+ * calls the code with (those known to leave it are refused). (Rust: the unsafe
+ * CustomKernel::new.) */
 JB_API jb_status jb_custom_kernel_new(jb_custom_kernel **out, const jb_kernel_spec *spec);
 JB_API void jb_custom_kernel_free(jb_custom_kernel *kernel);
 /* "<name>_<16 hex digits of the source hash>"; owned by the kernel. */
@@ -748,8 +751,9 @@ typedef struct jb_source_module_spec {
      * one argument starting with '-', passed as it is, never through a shell; an option that
      * moves the output, runs or links something, passes options on (-Wp, -Wa, -Xpreprocessor,
      * -Xclang), reads the source otherwise than the bounds checks (-finput-charset, -trigraphs,
-     * -traditional), or has its own field (-o, -c, -B, -fplugin, -l, -D: defines, -I:
-     * include_dirs, -march: target_arch, ...) is refused.
+     * -traditional), leaves the ABI the library calls the code with (-mabi, -fcall-used-,
+     * -ffixed-, -fpack-struct, -m32, ...; -fsanitize), or has its own field (-o, -c, -B,
+     * -fplugin, -l, -D: defines, -I: include_dirs, -march: target_arch, ...) is refused.
      * include_dirs: absolute folders searched for #include, each (with every folder above it)
      * writable by this user and root alone; with include folders the compiled code is never
      * kept on disk (the key cannot hold their headers' contents).

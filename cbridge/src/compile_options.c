@@ -20,8 +20,9 @@
 /* Options the library sets itself or that change what a compile is: where its output goes
  * (-o, -E, -S, -c, -M...), what it runs or loads (-B, -fplugin, -specs, -wrapper), what it links
  * (-l, -L, -Wl, -Xlinker, -fuse-ld, -nostdlib, -shared), what has its own field (-I and
- * -march, --gpu-architecture, --offload-arch, -arch), and what reads the source otherwise than
- * the bounds checks do. An entry ending in '*' is a prefix. */
+ * -march, --gpu-architecture, --offload-arch, -arch), what reads the source otherwise than
+ * the bounds checks do, and what leaves the platform's ABI. An entry ending in '*' is a
+ * prefix. */
 static const char *const refused_options[] = {
     "-o*", "-E", "-S", "-c", "-M*", "-x*", "--output*", "-save-temps*", "-B*", "-fplugin*",
     "-specs*", "--specs*", "-wrapper*", "--sysroot*", "-l*", "-L*", "-Wl,*", "-Xlinker*",
@@ -34,6 +35,11 @@ static const char *const refused_options[] = {
     /* Source read otherwise than the bounds checks read it: in another charset (GBK's second
      * byte may be a backslash), with trigraphs, or with comments that paste names together. */
     "-finput-charset*", "-trigraphs", "-traditional*",
+    /* Code the library would call, or whose data it would read, past the platform's ABI
+     * (calling convention, registers, layout), or a sanitizer runtime loaded into the process. */
+    "-mabi*", "-m16", "-m32", "-mx32", "-mregparm*", "-mrtd", "-malign-double", "-fcall-used-*",
+    "-fcall-saved-*", "-ffixed-*", "-fpack-struct*", "-fshort-enums", "-fshort-wchar",
+    "-freg-struct-return", "-fpcc-struct-return", "-fleading-underscore", "-fsanitize*",
 };
 
 static const char *refused_by(const char *option)
@@ -79,7 +85,8 @@ int jb__compiler_options_check(const char *owner, const jb_compile_options *o)
         JB_RETURN_IF(refused, JB_ERR_INVALID_ARGUMENT,
                      "'%s': compiler option '%s' is refused (%s): it would move the output, run "
                      "or link something, read the source otherwise than the bounds checks do, "
-                     "or it has its own field (defines, include_dirs, target_arch)",
+                     "leave the ABI the library calls the code with, or it has its own field "
+                     "(defines, include_dirs, target_arch)",
                      owner, option, refused);
     }
     JB_RETURN_IF(o->num_include_dirs > MAX_INCLUDE_DIRS || (o->num_include_dirs && !o->include_dirs),

@@ -72,6 +72,11 @@ static void test_options(void)
         "-Xassembler", "-Xclang",
         /* Source read otherwise than the bounds checks read it (tests/kernel_features.rs). */
         "-finput-charset=GBK", "-trigraphs", "-traditional-cpp", "-traditional",
+        /* Code the library would call or read past its ABI (-mabi=ms: a segfault at the first
+         * launch of an innocent body), or a runtime loaded into this process. */
+        "-mabi=ms", "-fcall-used-rbx", "-fcall-saved-r11", "-ffixed-r12", "-fpack-struct=1",
+        "-fshort-enums", "-freg-struct-return", "-m32", "-mregparm=3", "-malign-double",
+        "-fsanitize=address",
     };
     for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
         jb_custom_kernel *k;
