@@ -56,7 +56,8 @@ typedef struct jb_bench_compile_cost {
  * GPU needs `arch`, "sm_90", or `load_on`'s). Otherwise these in place of the library's own: a
  * GPU compiler gets exactly these (the caller names the architecture:
  * "--gpu-architecture=compute_90" makes PTX), the cpu compiler these in place of its fixed flags
- * ("-O2", "-fPIC", "-shared", ...), then the kernel's options and its files. With `load_on`
+ * ("-O2", "-fPIC", "-shared", ...), then the kernel's options and its files; these are the
+ * tool's own, not checked as a kernel's options are. With `load_on`
  * (a device of that backend, or NULL) the code is loaded there, timed, and unloaded. A sealed
  * process refuses, as for a build. A cpu .so names its temporary source file, so its checksum
  * differs from one compile to the next; a GPU's does not. */
