@@ -1046,7 +1046,8 @@ JB_API jb_status jb_disk_cache_import(uint64_t *imported, uint64_t *skipped, con
 /* Adds the bundle at `path` as a read-only tier: a module not in memory nor in the cache folder
  * is loaded from the first bundle that holds its key, before any compile, and nothing is
  * copied. JITBRIDGE_CACHE_BUNDLE=FILE[:FILE...] adds bundles the same way at the first build
- * (one that cannot be used is a warning). At most 64; the same file twice is added once. An
+ * (one that cannot be used is a warning; a relative FILE is from the directory the process
+ * started in, as for JITBRIDGE_CACHE_DIR). At most 64; the same file twice is added once. An
  * error when the bundle is refused (untrusted, malformed, of another key format). */
 JB_API jb_status jb_disk_cache_add_bundle(const char *path);
 
@@ -1077,10 +1078,11 @@ JB_API jb_status jb_prewarm(jb_prewarm_result *out, jb_device *device, const cha
  * folder path or working directory is the same one. Stored code the loader refuses is removed
  * and compiled again, once, with a warning.
  *
- * Manifests. With JITBRIDGE_MANIFEST=FILE, a process appends to FILE one line for each kernel
- * it builds or loads (once per kernel and process): a regular file of ours that others may not
- * write (else one warning and no manifest), opened once, each line one write on an O_APPEND
- * handle, so that several processes may share it. A line is at most 16384 bytes; its fields,
+ * Manifests. With JITBRIDGE_MANIFEST=FILE, a process appends to FILE (a relative one: from the
+ * directory the process started in) one line for each kernel it builds or loads (once per
+ * kernel and process): a regular file of ours that others may not write (else one warning and
+ * no manifest), opened once, each line one write on an O_APPEND handle, so that several
+ * processes may share it. A line is at most 16384 bytes; its fields,
  * separated by TABs: "jbm1", the key (64 lowercase hex digits: the SHA-256 of the key text; its
  * first 32 name the disk cache entry <those 32>.jbc), the backend, the device's architecture,
  * the module name, the entry names separated by commas, and how the process got it ("compiled",

@@ -405,8 +405,13 @@ static void add_environment_bundles(void)
     for (char *save = NULL, *p = copy ? strtok_r(copy, ":", &save) : NULL; p;
          p = strtok_r(NULL, ":", &save)) {
         jb_bundle *b;
-        if (jb__bundle_open(p, "JITBRIDGE_CACHE_BUNDLE", &b) != JB_OK ||
-            add_tier(b) != JB_OK)
+        char absolute[PATH_MAX]; /* a relative one: from where the process started */
+        if (!jb__path_from_start(p, absolute, sizeof absolute))
+            jb__warn("JITBRIDGE_CACHE_BUNDLE: %s cannot be made absolute (%s); its kernels are "
+                     "compiled instead",
+                     p, strerror(errno));
+        else if (jb__bundle_open(absolute, "JITBRIDGE_CACHE_BUNDLE", &b) != JB_OK ||
+                 add_tier(b) != JB_OK)
             jb__warn("JITBRIDGE_CACHE_BUNDLE: %s; its kernels are compiled instead",
                      jb_last_error_message());
     }

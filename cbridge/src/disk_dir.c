@@ -73,13 +73,38 @@ static atomic_uint_fast64_t retry_at_ns; /* no setup attempt before this (after 
 static uint64_t retry_delay_ns;
 static int shared_tag_error; /* under setup_mutex: why the folder could not be marked, or 0 */
 
-/* A relative JITBRIDGE_CACHE_DIR means the directory the process started in, not wherever the
- * host has chdir'd to by the first compile. */
+/* A relative path in JITBRIDGE_CACHE_DIR, JITBRIDGE_CACHE_BUNDLE or JITBRIDGE_MANIFEST means
+ * the directory the process started in, not wherever the host has chdir'd to by the first
+ * compile. */
 __attribute__((constructor)) static void remember_start_directory(void)
 {
-    const char *dir = secure_getenv("JITBRIDGE_CACHE_DIR");
-    if (dir && *dir && dir[0] != '/' && !getcwd(start_cwd, sizeof start_cwd))
-        start_cwd[0] = '\0';
+    static const char *const variables[] = {"JITBRIDGE_CACHE_DIR", "JITBRIDGE_CACHE_BUNDLE",
+                                            "JITBRIDGE_MANIFEST"};
+    for (size_t i = 0; i < sizeof variables / sizeof *variables; i++) {
+        const char *value = secure_getenv(variables[i]), *at = value;
+        bool relative = false; /* a path of it (a list's, between colons) */
+        for (; at && *at && !relative; at = strchr(at, ':') ? strchr(at, ':') + 1 : NULL)
+            relative = *at != '/' && *at != ':';
+        if (relative) {
+            if (!getcwd(start_cwd, sizeof start_cwd))
+                start_cwd[0] = '\0';
+            return;
+        }
+    }
+}
+
+bool jb__path_from_start(const char *path, char *out, size_t len)
+{
+    char here[PATH_MAX];
+    const char *base = path[0] == '/' ? "" : start_cwd[0] ? start_cwd : getcwd(here, sizeof here);
+    if (!base)
+        return false;
+    int n = snprintf(out, len, "%s%s%s", base, *base ? "/" : "", path);
+    if (n < 0 || (size_t)n >= len) {
+        errno = ENAMETOOLONG;
+        return false;
+    }
+    return true;
 }
 
 bool jb__disk_cache_disabled(const char **value)
@@ -98,17 +123,14 @@ static void choose(void)
     const char *dir = secure_getenv("JITBRIDGE_CACHE_DIR"), *xdg = secure_getenv("XDG_CACHE_HOME"),
                *home = secure_getenv("HOME");
     int n;
-    if (dir && *dir && dir[0] == '/')
-        n = snprintf(cache_dir, sizeof cache_dir, "%s", dir);
+    if (dir && *dir && jb__path_from_start(dir, cache_dir, sizeof cache_dir))
+        n = (int)strlen(cache_dir);
+    else if (dir && *dir && errno == ENAMETOOLONG)
+        n = (int)sizeof cache_dir; /* said below */
     else if (dir && *dir) {
-        char here[PATH_MAX];
-        const char *base = start_cwd[0] ? start_cwd : getcwd(here, sizeof here);
-        if (!base) {
-            snprintf(choose_error, sizeof choose_error,
-                     "cannot make the relative JITBRIDGE_CACHE_DIR absolute (%s)", strerror(errno));
-            return;
-        }
-        n = snprintf(cache_dir, sizeof cache_dir, "%s/%s", base, dir);
+        snprintf(choose_error, sizeof choose_error,
+                 "cannot make the relative JITBRIDGE_CACHE_DIR absolute (%s)", strerror(errno));
+        return;
     } else if (xdg && xdg[0] == '/')
         n = snprintf(cache_dir, sizeof cache_dir, "%s/jitbridge", xdg);
     else if (home && home[0] == '/')

@@ -808,6 +808,9 @@ const char *jb__disk_folder(const char **why);
 /* Sets the folder up on first use (creating it 0700, checking it on its handle); then whether
  * the cache is on. */
 bool jb__disk_cache_usable(void);
+/* `path` made absolute against the directory the process started in (where a variable naming
+ * it was set then; else the current one), into `out`: false (errno) when it cannot be. */
+bool jb__path_from_start(const char *path, char *out, size_t len);
 /* The folder's and its tmp/'s handles, held for the process; -1 while the cache is off (tmp/:
  * also while storing is stopped). */
 int jb__disk_dir_fd(void);

@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,9 +28,15 @@ static jb_table written;
 static void open_manifest(void)
 {
     const char *path = secure_getenv("JITBRIDGE_MANIFEST");
+    char absolute[PATH_MAX]; /* a relative one: from where the process started */
     if (!path || !*path)
         return;
-    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC |
+    if (!jb__path_from_start(path, absolute, sizeof absolute)) {
+        jb__warn("JITBRIDGE_MANIFEST=%s cannot be made absolute (%s); no manifest is written",
+                 path, strerror(errno));
+        return;
+    }
+    int fd = open(absolute, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC |
                             O_NOCTTY,
                   0600);
     struct stat st;

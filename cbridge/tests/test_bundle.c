@@ -21,6 +21,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #ifndef JB_TEST_HOOKS
@@ -524,8 +525,60 @@ static void transient_loads(void)
     }
 }
 
-int main(void)
+/* Run with relative JITBRIDGE_CACHE_BUNDLE and JITBRIDGE_MANIFEST, in the folder they name
+ * things in: the host chdir's away before its first launch, as daemons do. The bundle must
+ * still serve every kernel (sealed: nothing may compile) and the manifest's lines land where
+ * the process started. 0 when so. */
+static int relative_child(void)
 {
+    char start[PATH_MAX], manifest[PATH_MAX + 32];
+    if (!getcwd(start, sizeof start) || chdir("/") != 0)
+        return 2;
+    snprintf(manifest, sizeof manifest, "%s/relative.manifest", start);
+    device = test_device();
+    if (!device || jb_seal(JB_SEAL_ERROR) != JB_OK)
+        return 3;
+    jb_counters_reset();
+    bool exact = true;
+    for (int salt = 0; salt < ENTRIES; salt++)
+        exact = launch_salt(salt) && exact;
+    jb_counters c;
+    jb_counters_get(&c, sizeof c);
+    if (!exact || c.bundle_hits != ENTRIES)
+        return 4;
+    return access(manifest, F_OK) == 0 ? 0 : 5;
+}
+
+/* Relative paths in the variables mean the folder the process started in, as a relative
+ * JITBRIDGE_CACHE_DIR does, not wherever the host has gone by its first launch. */
+static void relative_variables(const char *argv0)
+{
+    char self[PATH_MAX];
+    CHECK(realpath(argv0, self) != NULL, "realpath %s: %s", argv0, strerror(errno));
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (chdir(base) != 0)
+            _exit(6);
+        setenv("JITBRIDGE_CACHE_DIR", at("relative-cache"), 1);
+        setenv("JITBRIDGE_CACHE_BUNDLE", "good.jbb", 1);
+        setenv("JITBRIDGE_MANIFEST", "relative.manifest", 1);
+        execl(self, self, "relative-child", (char *)NULL);
+        _exit(7);
+    }
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+              WEXITSTATUS(status) == 0,
+          "relative variables after a chdir: %s (child status %d)",
+          WEXITSTATUS(status) == 4 ? "the bundle served nothing"
+          : WEXITSTATUS(status) == 5 ? "the manifest was not written where the process started"
+                                     : "the child failed",
+          WEXITSTATUS(status));
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 2 && strcmp(argv[1], "relative-child") == 0)
+        return relative_child();
     char made[] = "/tmp/jb_bundle_XXXXXX";
     CHECK(mkdtemp(made) != NULL, "mkdtemp: %s", strerror(errno));
     snprintf(base, sizeof base, "%s", made);
@@ -550,6 +603,7 @@ int main(void)
     changed_while_open(good);
     transient_reads(good);
     forged_entries();
+    relative_variables(argv[0]);
     transient_loads();
     shell("rm -rf %s%s", base, "");
     return check_summary("test_bundle");
