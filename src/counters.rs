@@ -25,7 +25,8 @@ pub struct Counters {
     pub disk_hits: u64,
     /// Disk lookups that found no entry.
     pub disk_misses: u64,
-    /// Entries found invalid, or refused by the loader, and replaced.
+    /// Entries found invalid, or refused by the loader for good, and replaced (a refusal for
+    /// now, such as the loader's EMFILE, is a miss).
     pub disk_rejected: u64,
     /// Device memory, summed over devices: bytes asked for by buffers in use (arrays, and work
     /// queued on them).

@@ -30,8 +30,9 @@ pub enum CacheEventKind {
     DiskStore,
     /// An entry found for the module failed its checks and was not loaded.
     EntryRejected,
-    /// An entry that passed its checks was refused by the loader: not used and not removed (the
-    /// refusal may be a moment's EMFILE); the compile that follows replaces it.
+    /// An entry that passed its checks was refused by the loader for good: not used and not
+    /// removed; the compile that follows replaces it. A refusal for now (the loader's EMFILE or
+    /// ENOMEM) is a warning and a miss, no event.
     EntryEvicted,
     /// A sealed process met a module that would compile (see [`crate::seal`]).
     SealViolation,

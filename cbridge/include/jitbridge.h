@@ -828,7 +828,8 @@ typedef struct jb_counters {
     uint64_t peak_concurrent_builds; /* most builds ever in progress at once: 1 when locked */
     uint64_t disk_hits;      /* builds served from the disk cache, compiler skipped */
     uint64_t disk_misses;    /* disk lookups that found no entry */
-    uint64_t disk_rejected;  /* entries found invalid, or refused by the loader, and replaced */
+    uint64_t disk_rejected;  /* entries found invalid, or refused by the loader for good
+                              * (JB_ERR_LOAD), and replaced; a refusal for now is a miss */
     /* Device memory, summed over the devices (see jb_device_trim). Bytes: */
     uint64_t mem_live_bytes;      /* asked for by buffers in use (arrays, and work queued on them) */
     uint64_t mem_peak_live_bytes; /* each device's most live bytes since the last reset, summed */
@@ -944,9 +945,10 @@ typedef enum jb_cache_event_kind {
     JB_CACHE_EVENT_ENTRY_REJECTED = 7, /* an entry found for the module failed its checks and was
                                         * not loaded; message says why */
     JB_CACHE_EVENT_ENTRY_EVICTED = 8,  /* an entry that passed its checks was refused by the
-                                        * loader: not used, not removed (the refusal may be a
-                                        * moment's EMFILE), the compile that follows replaces
-                                        * it; status and message: the loader's */
+                                        * loader for good (JB_ERR_LOAD): not used, not removed,
+                                        * the compile that follows replaces it; status and
+                                        * message: the loader's. A refusal for now (its EMFILE
+                                        * or ENOMEM) is a warning and a miss, no event */
     JB_CACHE_EVENT_SEAL_VIOLATION = 9, /* a sealed process met a module that would compile:
                                         * status JB_ERR_SEALED when refused (no compiler runs),
                                         * JB_OK when it warns and compiles (once per module) */

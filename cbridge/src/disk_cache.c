@@ -201,9 +201,9 @@ void jb__disk_accept(void)
     atomic_fetch_add(&counter_disk_hits, 1);
 }
 
-/* Nothing is removed: the refusal may be the loader's own moment of EMFILE or ENOMEM (or a full
- * TMPDIR), not the entry's fault. The compile that follows stores its entry over this one; if
- * that compile fails too, the entry stays for the next process to try. */
+/* A lasting refusal (JB_ERR_LOAD; module.c counts no other), yet nothing is removed: the
+ * compile that follows stores its entry over this one; if that compile fails too, the entry
+ * stays for the next process to try. */
 void jb__disk_reject(const jb_disk_key *key)
 {
     (void)key;

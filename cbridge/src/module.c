@@ -260,7 +260,9 @@ static bool save_source(jb_device *dev, const char *module_name, const char *sou
 }
 
 /* A module from the disk cache entry of `key`: true when one loaded. An entry the loader refuses
- * is reported and evicted, so that the compile that follows replaces it. */
+ * for good (JB_ERR_LOAD) is counted and reported as refused; the compile that follows replaces
+ * it. A refusal for now (the loader's EMFILE or ENOMEM, a driver out of memory) is no verdict on
+ * the entry: a warning and a plain miss. */
 static bool load_from_disk(jb_device *dev, const jb_disk_key *key, const char *module_name,
                            const char *source, const char *const *kernel_names,
                            size_t num_kernels, jb_module **out)
@@ -275,6 +277,12 @@ static bool load_from_disk(jb_device *dev, const jb_disk_key *key, const char *m
         jb__disk_accept();
         jb__event_raise(JB_CACHE_EVENT_DISK_HIT, jb__now_ns() - start, JB_OK, NULL);
         return true;
+    }
+    if (status != JB_ERR_LOAD) {
+        jb__warn("the disk cache entry %s of module '%s' could not be loaded for now (%s); "
+                 "compiling it",
+                 key->file, module_name, jb_last_error_message());
+        return false;
     }
     /* Compiled afresh next, once (a failure then is an error), and stored over it: never removed
      * first, since the refusal may be the loader's own moment of EMFILE or a full TMPDIR. */

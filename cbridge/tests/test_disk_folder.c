@@ -381,6 +381,62 @@ static void loader_without_descriptors_evicts_nothing(const char *dir)
           (unsigned long long)(after.builds - before.builds));
 }
 
+/* The loader refuses a good entry for now (its own EMFILE: the test hook) or for good (JB_ERR_LOAD):
+ * only the lasting refusal is counted rejected and raised as an event; the passing one is a
+ * warning and a plain miss, and the entry loads once the refusal passes. */
+static atomic_int entry_events;
+
+static void count_entry_events(void *user_data, const jb_cache_event *event)
+{
+    (void)user_data;
+    if (event->kind == JB_CACHE_EVENT_ENTRY_EVICTED || event->kind == JB_CACHE_EVENT_ENTRY_REJECTED)
+        atomic_fetch_add(&entry_events, 1);
+}
+
+static void entries_for_refusals(const char *dir)
+{
+    CHECK_OK(build_salted(11));
+    CHECK_OK(build_salted(12));
+    CHECK(count_entries(dir) == 2, "%d entries", count_entries(dir));
+}
+
+static void loader_refusals_for_now_and_for_good(const char *dir)
+{
+    cpu();
+    const int salts[] = {11, 12};
+    const jb_status refusals[] = {JB_ERR_SYSTEM, JB_ERR_LOAD};
+    CHECK_OK(jb_set_event_callback(count_entry_events, NULL));
+    for (int i = 0; i < 2; i++) {
+        bool lasting = refusals[i] == JB_ERR_LOAD;
+        jb_counters before, after;
+        jb_counters_get(&before, sizeof before);
+        atomic_store(&entry_events, 0);
+        jb__test_set_load_failure(refusals[i]);
+        jb_status status = build_salted(salts[i]);
+        jb__test_set_load_failure(JB_OK);
+        jb_counters_get(&after, sizeof after);
+        CHECK(status == refusals[i], "a build whose loads all fail gave %s",
+              jb_status_name(status));
+        CHECK(after.disk_rejected - before.disk_rejected == lasting &&
+                  atomic_load(&entry_events) == lasting,
+              "a loader's %s refusal of a good entry: %llu counted rejected, %d events (want %d)",
+              lasting ? "lasting" : "passing",
+              (unsigned long long)(after.disk_rejected - before.disk_rejected),
+              atomic_load(&entry_events), lasting);
+        CHECK(count_entries(dir) == 2, "%d entries", count_entries(dir));
+    }
+    CHECK_OK(jb_set_event_callback(NULL, NULL));
+    jb_counters before, after;
+    jb_counters_get(&before, sizeof before);
+    CHECK_OK(build_salted(11));
+    jb_counters_get(&after, sizeof after);
+    CHECK(after.disk_hits == before.disk_hits + 1 && after.builds == before.builds,
+          "the entry refused for now did not load once the refusal passed: %llu disk hits, "
+          "%llu builds",
+          (unsigned long long)(after.disk_hits - before.disk_hits),
+          (unsigned long long)(after.builds - before.builds));
+}
+
 /* Out of descriptors at the first build: the cache is off for now, says so, and is set up at
  * a later build; nothing is lost but that build's entry. */
 static void transient_setup_failure_is_retried(const char *dir)
@@ -511,6 +567,10 @@ int main(void)
     char *loader = new_folder("loader", 0700);
     run_case("6. an entry for the loader", loader, entry_for_the_loader);
     run_case("6. a loader out of descriptors", loader, loader_without_descriptors_evicts_nothing);
+    char *refusals = new_folder("refusals", 0700);
+    run_case("6. entries for the loader to refuse", refusals, entries_for_refusals);
+    run_case("6. a loader's refusal for now and for good", refusals,
+             loader_refusals_for_now_and_for_good);
     snprintf(setup, sizeof setup, "%s/setup", base);
     run_case("7. a transient failure while setting up", setup,
              transient_setup_failure_is_retried);
