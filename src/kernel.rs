@@ -147,7 +147,8 @@ pub struct KernelSpec<'a> {
     pub outputs: &'a [(&'a str, DType)],
     /// Initial values of new outputs, by output name: every element holds its value before the
     /// body runs (MLX's `init_value`). Other new outputs are not initialised: their elements
-    /// hold whatever the memory held, not zeros. Outputs written in place keep their contents.
+    /// hold whatever the memory held, not zeros; but bool outputs start false (a C `bool` that
+    /// is neither 0 nor 1 is undefined to read). Outputs written in place keep their contents.
     pub output_inits: &'a [(&'a str, Scalar)],
     /// Scalar arguments passed by value at each launch: names and dtypes.
     pub scalars: &'a [(&'a str, DType)],
@@ -308,19 +309,19 @@ impl CustomKernel {
     ///
     /// The kernel's code (its `body`, `header`, `params`, `options.defines`, what
     /// `options.include_dirs` lets it include, compiled with `options.compiler_options`) does
-    /// nothing undefined in C11 on the cpu or in CUDA C++ / HIP on a GPU, for every thread of
-    /// every launch (any launch shape, any arrays and scalar values a launch accepts), apart
-    /// from subscripting the kernel's own arrays and shapes (`x[i]`, `x_shape[d]`) out of range.
-    /// No pointer of its own making (a cast integer, `&x[0]` plus an offset, a local array
-    /// past its end), no division by zero, no signed overflow, no unbounded recursion, no
-    /// `free` of what it did not allocate; and `compiler_options` keep the platform's C ABI
-    /// (calling convention, reserved registers, type sizes and layout), which the library calls
-    /// the code with (the options known to leave it are refused). Loading the compiled code
-    /// may run it (a cpu module's constructors, at [`CustomKernel::prepare`] or the first
-    /// launch on a device): the promise covers that too. Out-of-range subscripts are the library's business from
-    /// then on: a bounds-checked kernel ([`CompileOptions::bounds_checks`]) catches each one as
-    /// an error, so its launches are safe ([`CustomKernel::launch`]); for any other kernel the
-    /// caller of [`CustomKernel::launch_unchecked`] rules them out.
+    /// nothing undefined in C11 on the cpu or in CUDA C++ / HIP on a GPU, for every thread of every
+    /// launch (any launch shape, any arrays and scalar values a launch accepts), apart from
+    /// subscripting the kernel's own arrays and shapes (`x[i]`, `x_shape[d]`) out of range. No
+    /// pointer of its own making (a cast integer, `&x[0]` plus an offset, a local array past its
+    /// end), no division by zero, no signed overflow, no unbounded recursion, no `free` of what it
+    /// did not allocate; and `compiler_options` keep the platform's C ABI (calling convention,
+    /// reserved registers, type sizes and layout), which the library calls the code with (the
+    /// options known to leave it are refused). Loading the compiled code may run it (a cpu module's
+    /// constructors, at [`CustomKernel::prepare`] or the first launch on a device): the promise
+    /// covers that too. Out-of-range subscripts are the library's business from then on: a
+    /// bounds-checked kernel ([`CompileOptions::bounds_checks`]) catches each one as an error, so
+    /// its launches are safe ([`CustomKernel::launch`]); for any other kernel the caller of
+    /// [`CustomKernel::launch_unchecked`] rules them out.
     pub unsafe fn new(spec: &KernelSpec<'_>) -> Result<CustomKernel, Error> {
         let name = c_string("kernel name", spec.name)?;
         let body = c_string("body", spec.body)?;

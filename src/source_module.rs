@@ -116,17 +116,17 @@ impl SourceModule {
     ///
     /// For each signature, in every source of `spec` (cpu and GPU), its entry takes exactly its
     /// arguments, in order (an array as a pointer to elements of its dtype, a scalar by value of
-    /// its dtype), then one `u64` element count per array argument, and, for every launch shape
-    /// and every value of those arguments, reads and writes only inside its arrays (it bounds
-    /// its indexes by the counts it is given, never by a scalar the caller picks) and writes
-    /// only the arrays declared [`ArgDecl::Out`]. Beyond its arrays, a declared entry does
-    /// nothing undefined (in C11 on the cpu, CUDA C++ / HIP on a GPU) for any such launch, and
-    /// neither does any code of the sources (with the options' defines, include folders and
-    /// compiler options) that runs when the compiled module is loaded (a cpu module's
+    /// its dtype), then one `u64` element count per array argument, and, for every launch shape and
+    /// every value of those arguments, reads and writes only inside its arrays (it bounds its
+    /// indexes by the counts it is given, never by a scalar the caller picks) and writes only the
+    /// arrays declared [`ArgDecl::Out`], a bool array only with 0 or 1. Beyond its arrays, a
+    /// declared entry does nothing undefined (in C11 on the cpu, CUDA C++ / HIP on a GPU) for any
+    /// such launch, and neither does any code of the sources (with the options' defines, include
+    /// folders and compiler options) that runs when the compiled module is loaded (a cpu module's
     /// constructors; the first launch of any entry loads it), and the compiler options keep the
     /// platform's C ABI, which the library calls the entries with. The library checks each launch
-    /// against the declaration; it cannot see inside the sources. ([`crate::CustomKernel::new`]
-    /// is the same promise for a custom kernel.)
+    /// against the declaration; it cannot see inside the sources. ([`crate::CustomKernel::new`] is
+    /// the same promise for a custom kernel.)
     pub unsafe fn new_declared(
         spec: &SourceModuleSpec<'_>,
         signatures: &[Signature<'_>],
@@ -226,11 +226,12 @@ impl SourceModule {
     /// # Safety
     ///
     /// The entry takes exactly `args` (in number, order and type) and, run with them for every
-    /// thread of `shape`, reads and writes only inside their arrays, writes only the arrays
-    /// passed as [`Arg::Out`], and does nothing else undefined; when this launch is the
-    /// module's first on the device, neither does the code of the sources that loading it runs
-    /// (a cpu module's constructors). The library cannot see the entry's parameters: on the cpu a
-    /// mismatch or an access outside an array corrupts this process's memory.
+    /// thread of `shape`, reads and writes only inside their arrays, writes only the arrays passed
+    /// as [`Arg::Out`] (a bool array only with 0 or 1), and does nothing else undefined; when this
+    /// launch is the module's first on the device, neither does the code of the sources that
+    /// loading it runs (a cpu module's constructors). The library cannot see the entry's
+    /// parameters: on the cpu a mismatch or an access outside an array corrupts this process's
+    /// memory.
     pub unsafe fn launch_unchecked(
         &self,
         entry: &str,

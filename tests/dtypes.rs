@@ -343,6 +343,35 @@ fn half_floats_convert_with_from_and_by_slice() {
 
 /// A float literal converts to an f32 scalar, what kernels take: it became an f64 (no kernel's
 /// dtype) and failed only at the launch.
+/// A new bool output is a C `bool` array: an element that is neither 0 nor 1 is undefined to
+/// read, so outputs the body does not write start false (other dtypes' new outputs are
+/// uninitialised). Before, an output left unwritten held a freed array's bytes (here 7s), and
+/// a kernel reading it as an input read undefined `bool`s.
+#[test]
+fn a_new_bool_output_holds_only_bools() {
+    let cpu = Device::cpu().unwrap();
+    let n = 4096;
+    let skip = common::vouched_kernel(&KernelSpec {
+        name: "bool_skip_odd",
+        inputs: &[("x", DType::U8)],
+        outputs: &[("y", DType::Bool)],
+        body: "const uint64_t i = thread_index(); if (i % 2) return; y[i] = x[i] != 0;",
+        options: jitbridge::CompileOptions { bounds_checks: true, ..Default::default() },
+        ..Default::default()
+    })
+    .unwrap();
+    let x = Array::full(cpu, &[n], Scalar::U8(1)).unwrap();
+    for _ in 0..4 {
+        // Freed bytes of 7 for the next output to find in the buffer pool.
+        let garbage = Array::full(cpu, &[n], Scalar::U8(7)).unwrap();
+        garbage.eval().unwrap();
+        drop(garbage);
+        let y = skip.launch(&[&x], &[&[n]], LaunchShape::Threads(n)).unwrap();
+        let got = y[0].to_vec::<bool>().unwrap();
+        assert!(got.iter().enumerate().all(|(i, &b)| b == (i % 2 == 0)));
+    }
+}
+
 #[test]
 fn a_float_literal_is_an_f32_scalar() {
     let s: Scalar = 2.0.into();

@@ -393,7 +393,7 @@ JB_API int64_t jb_array_size(const jb_array *array);
  * once per thread and means the same on every backend: `return` ends that thread only, an
  * assignment to a scalar is that thread's own, and no order of threads may be assumed (the cpu
  * runs them one after another, a GPU at once). New outputs are not initialised unless the spec
- * gives them an initial value (output_inits). The dtype names (f32, bf16, ...) are types in the
+ * gives them an initial value (output_inits), but for bool outputs, which start false. The dtype names (f32, bf16, ...) are types in the
  * body; f16 and bf16 are 16-bit storage types on every backend (field `bits`), converted with
  * f16_to_f32, f32_to_f16, bf16_to_f32, f32_to_bf16 (round to nearest even). The module is named
  * after the kernel plus a hash of the generated source, which holds everything that changes
@@ -484,7 +484,8 @@ typedef struct jb_kernel_spec {
     size_t num_defines;
     /* Optional: NULL, or one per output: the value every element of a new output holds before
      * the body runs (dtype the output's; JB_DTYPE_INVALID leaves that output uninitialised).
-     * Without it a new output's elements hold whatever the memory held (not zeros). */
+     * Without it a new output's elements hold whatever the memory held (not zeros); a bool
+     * output's start false. */
     const struct jb_scalar *output_inits;
     /* Optional: the caller's own compiler options, each part of the kernel's identity.
      * compiler_options: more options for the backend's compiler ($CC; NVRTC or hiprtc), each

@@ -105,12 +105,16 @@ static void read_bounds_checks(void)
                  "kernels are not bounds-checked", value);
 }
 
-/* Checks and copies the initial values of the outputs. */
+/* Checks and copies the initial values of the outputs; a bool output without one starts false:
+ * a C bool that is neither 0 nor 1 is undefined to read, and another kernel may read it. */
 static int copy_output_inits(jb_custom_kernel *k, const jb_kernel_spec *spec)
 {
-    if (!spec->output_inits)
+    bool any_bool = false;
+    for (size_t i = 0; i < spec->num_outputs; i++)
+        any_bool |= spec->output_dtypes[i] == JB_BOOL;
+    if (!spec->output_inits && !any_bool)
         return JB_OK;
-    for (size_t i = 0; i < spec->num_outputs; i++) {
+    for (size_t i = 0; spec->output_inits && i < spec->num_outputs; i++) {
         const jb_scalar *init = &spec->output_inits[i];
         if (init->dtype == JB_DTYPE_INVALID)
             continue;
@@ -124,7 +128,14 @@ static int copy_output_inits(jb_custom_kernel *k, const jb_kernel_spec *spec)
     k->output_inits = malloc(spec->num_outputs * sizeof *k->output_inits);
     JB_RETURN_IF(!k->output_inits, JB_ERR_OUT_OF_MEMORY, "no memory for kernel '%s'",
                  spec->name);
-    memcpy(k->output_inits, spec->output_inits, spec->num_outputs * sizeof *k->output_inits);
+    for (size_t i = 0; i < spec->num_outputs; i++) {
+        if (spec->output_inits && spec->output_inits[i].dtype != JB_DTYPE_INVALID)
+            k->output_inits[i] = spec->output_inits[i];
+        else if (spec->output_dtypes[i] == JB_BOOL)
+            k->output_inits[i] = (jb_scalar){.dtype = JB_BOOL, .value.boolean = 0};
+        else
+            k->output_inits[i] = (jb_scalar){.dtype = JB_DTYPE_INVALID};
+    }
     return JB_OK;
 }
 
