@@ -1039,7 +1039,8 @@ JB_API jb_seal_mode jb_seal_mode_get(void);
  * into a new bundle at `path`, replaced whole once written (mode 0600, as entries are: chmod
  * it to share it). Entries
  * that fail their checks, are of another key format or that the manifest names but the cache
- * lacks are left out and counted in *skipped. */
+ * lacks are left out and counted in *skipped. A bundle holds at most 2^20 entries: past that,
+ * JB_ERR_UNSUPPORTED and nothing written (export those a manifest names). */
 JB_API jb_status jb_disk_cache_export(uint64_t *exported, uint64_t *skipped, const char *path,
                                       const char *manifest);
 /* Checks every entry of the bundle at `path` and stores each good one in the cache folder

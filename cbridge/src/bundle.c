@@ -35,7 +35,6 @@
 #include <unistd.h>
 
 #define MAX_BUNDLES 64
-#define MAX_ENTRIES (1u << 20)
 #define MAX_FINGERPRINT_BYTES (1u << 20)
 #define MAX_KEY_BYTES (16u << 20)
 #define MAX_PAYLOAD_BYTES (64u << 20) /* the disk cache's own cap */
@@ -61,7 +60,23 @@ void jb__test_set_bundle_read_error(int err)
 {
     atomic_store(&test_read_error, err);
 }
+
+static atomic_size_t test_max_entries;
+void jb__test_set_bundle_max_entries(size_t max)
+{
+    atomic_store(&test_max_entries, max);
+}
 #endif
+
+size_t jb__bundle_max_entries(void)
+{
+#ifdef JB_TEST_HOOKS
+    size_t max = atomic_load(&test_max_entries);
+    if (max)
+        return max;
+#endif
+    return JB_BUNDLE_MAX_ENTRIES;
+}
 
 /* ---- the format: one place for its layout ---- */
 
@@ -199,7 +214,7 @@ static const char *read_tables(jb_bundle *b, const struct stat *st)
     uint64_t size = (uint64_t)st->st_size;
     if (h.file_bytes != size)
         return "is cut short or has grown since it was written (its size is not the one recorded)";
-    if (h.count > MAX_ENTRIES || h.index_bytes != h.count * JB_BUNDLE_INDEX_BYTES ||
+    if (h.count > jb__bundle_max_entries() || h.index_bytes != h.count * JB_BUNDLE_INDEX_BYTES ||
         h.fingerprints_bytes > MAX_FINGERPRINT_BYTES ||
         !inside(h.index_offset, h.index_bytes, JB_BUNDLE_HEADER_BYTES, size) ||
         !inside(h.fingerprints_offset, h.fingerprints_bytes, JB_BUNDLE_HEADER_BYTES, size) ||

@@ -26,7 +26,8 @@ typedef struct export_state {
     char *built[MAX_BUILT_LINES];
     size_t num_built;
     uint64_t skipped;
-    int error; /* errno of a failed write; 0 */
+    int error;     /* errno of a failed write; 0 */
+    bool too_many; /* more entries than a reader opens: nothing written */
 } export_state;
 
 static bool write_out(export_state *x, const void *data, size_t bytes)
@@ -78,6 +79,11 @@ static void add_entry(export_state *x, int dir, const char *name, const unsigned
         /* Filed under its own name, and the manifest's key: never another kernel's code. */
         ok = strncmp(name, hex, JB_DISK_ENTRY_HEX) == 0 &&
              (!want || memcmp(want, e.digest, JB_SHA256_BYTES) == 0);
+    }
+    if (ok && x->count == jb__bundle_max_entries()) { /* no reader would open the bundle */
+        x->too_many = true;
+        x->error = EFBIG;
+        ok = false;
     }
     if (ok && x->count == x->capacity) {
         size_t capacity = x->capacity ? 2 * x->capacity : 64;
@@ -261,7 +267,11 @@ jb_status jb_disk_cache_export(uint64_t *exported, uint64_t *skipped, const char
         status = manifest ? add_from_manifest(&x, dir, manifest) : add_all(&x, dir);
     if (status == JB_OK && x.error == 0)
         finish(&x);
-    if (status == JB_OK && x.error)
+    if (status == JB_OK && x.too_many)
+        status = jb__fail(JB_ERR_UNSUPPORTED, "cannot export %s: a bundle holds at most %zu "
+                          "entries and the cache has more (export those a manifest names)",
+                          path, jb__bundle_max_entries());
+    else if (status == JB_OK && x.error)
         status = jb__fail(JB_ERR_SYSTEM, "writing the bundle %s failed: %s", path,
                           strerror(x.error));
     if (x.out >= 0 && close(x.out) != 0 && status == JB_OK)

@@ -920,6 +920,9 @@ int jb__stored_key_is_ours(jb_device *dev, const unsigned char *key, size_t key_
 #define JB_BUNDLE_FORMAT 1
 #define JB_BUNDLE_HEADER_BYTES 128
 #define JB_BUNDLE_INDEX_BYTES 96
+#define JB_BUNDLE_MAX_ENTRIES (1u << 20) /* a reader refuses a bundle of more */
+/* The entries a bundle may hold: JB_BUNDLE_MAX_ENTRIES (fewer under a test hook). */
+size_t jb__bundle_max_entries(void);
 typedef struct jb_bundle jb_bundle;
 typedef struct jb_bundle_header {
     uint64_t count, fingerprints_offset, fingerprints_bytes, index_offset, index_bytes,
@@ -965,6 +968,8 @@ void jb__bundle_counters_reset(void);
 #ifdef JB_TEST_HOOKS
 /* While non-zero, reading a bundle entry's bytes fails with this errno. */
 void jb__test_set_bundle_read_error(int err);
+/* While non-zero, bundles may hold at most this many entries (reading and writing). */
+void jb__test_set_bundle_max_entries(size_t max);
 #endif
 
 /* ---- leases (lease.c): one compile per key across the processes of one cache folder ---- */

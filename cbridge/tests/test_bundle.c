@@ -525,6 +525,26 @@ static void transient_loads(void)
     }
 }
 
+/* A cache of more entries than a reader opens is not exported into a bundle no one could use:
+ * the export fails, says why, and leaves nothing at its path (the limit, 2^20, lowered to 2 by
+ * a test hook for both the reader and the writer). */
+static void too_many_entries(const char *good)
+{
+    jb__test_set_bundle_max_entries(2);
+    char why[1024];
+    jb_bundle *b = open_bundle(good, why, sizeof why);
+    CHECK(!b && strstr(why, "malformed header"), "a bundle past the limit opened: %s", why);
+    jb__bundle_free(b);
+    uint64_t exported = 9, skipped = 9;
+    jb_status status = jb_disk_cache_export(&exported, &skipped, at("many.jbb"), NULL);
+    CHECK(status == JB_ERR_UNSUPPORTED && strstr(jb_last_error_message(), "at most 2"),
+          "an export past the limit: status %d, '%s'", (int)status,
+          status ? jb_last_error_message() : "");
+    CHECK(exported == 0 && access(at("many.jbb"), F_OK) != 0,
+          "an export past the limit wrote a bundle of %llu entries", (unsigned long long)exported);
+    jb__test_set_bundle_max_entries(0);
+}
+
 /* Run with relative JITBRIDGE_CACHE_BUNDLE and JITBRIDGE_MANIFEST, in the folder they name
  * things in: the host chdir's away before its first launch, as daemons do. The bundle must
  * still serve every kernel (sealed: nothing may compile) and the manifest's lines land where
@@ -604,6 +624,7 @@ int main(int argc, char **argv)
     transient_reads(good);
     forged_entries();
     relative_variables(argv[0]);
+    too_many_entries(good);
     transient_loads();
     shell("rm -rf %s%s", base, "");
     return check_summary("test_bundle");
