@@ -278,7 +278,7 @@ impl<'a> Capture<'_, 'a> {
                 ),
             ));
         }
-        Ok(Graph { raw, id: self.id, slots: std::mem::take(&mut self.slots) })
+        Ok(Graph { raw, id: self.id, slots: std::mem::take(&mut self.slots), replayed: false })
     }
 
     fn push(&mut self, slot: Slot<'a>) -> GraphArray {
@@ -320,6 +320,8 @@ pub struct Graph<'a> {
     raw: *mut ffi::jb_graph,
     id: u64,
     slots: Vec<Slot<'a>>,
+    /// A replay was queued: the arrays the graph made hold what it wrote from then on.
+    replayed: bool,
 }
 
 // SAFETY: a C graph may be launched and updated from any thread (the graph serializes them);
@@ -355,7 +357,9 @@ impl Graph<'_> {
     pub unsafe fn launch_unchecked(&mut self, stream: &Stream) -> Result<(), Error> {
         // SAFETY: live graph and stream; `&mut self` keeps every other use of the arrays the
         // graph writes away while the replay is queued.
-        check(unsafe { ffi::jb_graph_launch(self.raw, stream.raw()) })
+        check(unsafe { ffi::jb_graph_launch(self.raw, stream.raw()) })?;
+        self.replayed = true;
+        Ok(())
     }
 
     /// Sets scalar `index` of launch `launch` (capture order) for the replays queued from now
@@ -377,18 +381,25 @@ impl Graph<'_> {
         unsafe { ffi::jb_graph_launch_count(self.raw) }
     }
 
-    /// An array of the graph, or None when `a` is another graph's.
+    /// An array of the graph, or None when `a` is another graph's, or an array the graph made
+    /// before its first replay is queued: until then its elements were never written (a bool
+    /// one's bytes need not even be 0 or 1, which a kernel reading it may not meet).
     pub fn get(&self, a: GraphArray) -> Option<&Array> {
-        (a.capture == self.id).then(|| self.slots.get(a.index)).flatten().map(Slot::array)
+        let slot = (a.capture == self.id).then(|| self.slots.get(a.index)).flatten()?;
+        match slot {
+            Slot::Owned(_) if !self.replayed => None,
+            slot => Some(slot.array()),
+        }
     }
 
-    /// An array of the graph: the output of its last replay (undefined before the first).
+    /// An array of the graph: the output of its last replay.
     ///
     /// # Panics
     ///
-    /// When `a` is another graph's.
+    /// When `a` is another graph's, or an array the graph made and no replay was queued yet
+    /// ([`Graph::get`]).
     pub fn array(&self, a: GraphArray) -> &Array {
-        self.get(a).expect("the graph array is another graph's")
+        self.get(a).expect("the graph array is another graph's, or unwritten before a replay")
     }
 }
 

@@ -360,3 +360,34 @@ fn a_launch_that_reaches_the_capture_around_it_fails_the_graph() {
     graph.launch(&own).unwrap();
     assert_eq!(graph.array(made).to_vec::<f32>().unwrap(), vec![2.0f32; N]);
 }
+
+#[test]
+fn what_a_graph_made_is_out_of_reach_until_its_first_replay() {
+    let cpu = Device::cpu().unwrap();
+    let flags = common::vouched_kernel(&KernelSpec {
+        name: "rgraph_flags",
+        outputs: &[("out", DType::Bool)],
+        body: "out[thread_index()] = thread_index() % 3 == 0;",
+        options: CompileOptions { bounds_checks: true, ..Default::default() },
+        ..Default::default()
+    })
+    .unwrap();
+    let mut stream = Stream::new(cpu).unwrap();
+    let mut capture = stream.begin_capture().unwrap();
+    let made = capture
+        .launch(
+            &flags,
+            GraphLaunch {
+                outputs: vec![GraphOutput::New(vec![N])],
+                shape: LaunchShape::Threads(N),
+                ..Default::default()
+            },
+        )
+        .unwrap()[0];
+    let mut graph = capture.end().unwrap();
+    // Never written yet: its bytes were the memory's (a bool kernel input read them before).
+    assert!(graph.get(made).is_none());
+    graph.launch(&stream).unwrap();
+    let got = graph.array(made).to_vec::<bool>().unwrap();
+    assert!(got.iter().enumerate().all(|(i, &b)| b == (i % 3 == 0)));
+}
