@@ -21,7 +21,8 @@ pub enum CoverageSource {
     Bundle,
     /// Nowhere this process would look: it would compile ([`CoveredKernel::why`] says why).
     Compile,
-    /// A kernel for another backend or architecture than the device's: not checked.
+    /// A kernel for another backend or architecture than the device's (with no device given:
+    /// than any device of this host's): not checked.
     Other,
 }
 
@@ -66,6 +67,8 @@ pub struct CoveredKernel {
     pub entries: Vec<String>,
     /// Why it would compile, or why it is another device's; empty otherwise.
     pub why: String,
+    /// The device it was checked on (`cpu:0`, `cuda:1`); empty for [`CoverageSource::Other`].
+    pub device: String,
 }
 
 /// What [`coverage`] found: each kernel of the manifest once, in the manifest's order.
@@ -101,33 +104,38 @@ unsafe extern "C" fn collect(user_data: *mut c_void, raw: *const ffi::jb_coverag
             module: c_str(raw.module),
             entries: entries.split(',').map(str::to_string).collect(),
             why: c_str(raw.why),
+            device: c_str(raw.device),
         });
     }));
 }
 
-/// Reads the manifest at `manifest` and says, for each kernel it names, where a launch on
-/// `device` would get it from, compiling and loading nothing. Stored code counts only when its
-/// key is the one this process makes (the same compiler, architecture and library ABI). An error
-/// when the manifest cannot be read.
+/// Reads the manifest at `manifest` and says, for each kernel it names, where a launch would get
+/// it from, compiling and loading nothing. Stored code counts only when its key is the one this
+/// process makes (the same compiler, architecture and library ABI). With `device` `None`, each
+/// kernel is checked on this host's device of the backend and architecture its line names (a
+/// cpu kernel on the cpu, a cuda `sm_90` kernel on a cuda device of `sm_90`), where a worker
+/// would launch it, and is [`CoverageSource::Other`] only when this host has no such device;
+/// with `Some(device)`, only that device's kernels are checked. An error when the manifest
+/// cannot be read.
 ///
 /// ```no_run
-/// let cpu = jitbridge::Device::cpu()?;
-/// let coverage = jitbridge::disk_cache::coverage(cpu, std::path::Path::new("kernels.manifest"))?;
+/// let manifest = std::path::Path::new("kernels.manifest");
+/// let coverage = jitbridge::disk_cache::coverage(None, manifest)?;
 /// if !coverage.would_compile() {
 ///     jitbridge::seal(jitbridge::SealMode::Error)?;
 /// }
 /// # Ok::<(), jitbridge::Error>(())
 /// ```
-pub fn coverage(device: Device, manifest: &Path) -> Result<Coverage, Error> {
+pub fn coverage(device: Option<Device>, manifest: &Path) -> Result<Coverage, Error> {
     let path = c_path(manifest)?;
     let mut kernels: Vec<CoveredKernel> = Vec::new();
     let mut counts = ffi::jb_coverage_result::default();
-    // SAFETY: a valid out pointer, a device handle (devices live for the process), a
+    // SAFETY: a valid out pointer, a device handle (devices live for the process) or NULL, a
     // NUL-terminated path; `collect` gets our Vec, used by nothing else meanwhile.
     check(unsafe {
         ffi::jb_cache_coverage(
             &mut counts,
-            device.raw(),
+            device.map_or(std::ptr::null_mut(), |d| d.raw()),
             path.as_ptr(),
             Some(collect),
             (&mut kernels as *mut Vec<CoveredKernel>).cast(),

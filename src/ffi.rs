@@ -258,6 +258,7 @@ pub struct jb_coverage_kernel {
     pub module: *const c_char,
     pub entries: *const c_char,
     pub why: *const c_char,
+    pub device: *const c_char,
 }
 
 /// `jb_coverage_fn`: called with the user data and the kernel.

@@ -1106,7 +1106,8 @@ typedef enum jb_coverage_source {
                               * JITBRIDGE_CACHE_BUNDLE), under the key this process makes */
     JB_COVERAGE_COMPILE = 4, /* would compile: stored nowhere, or only for another compiler or
                               * library ABI (why says which) */
-    JB_COVERAGE_OTHER = 5,   /* for another backend or architecture than the device's */
+    JB_COVERAGE_OTHER = 5,   /* for another backend or architecture than the device's (with
+                              * no device given: than any device of this host's) */
 } jb_coverage_source;
 
 /* One kernel; every string valid during the callback only, never NULL. Fields are only ever
@@ -1120,6 +1121,7 @@ typedef struct jb_coverage_kernel {
     const char *module;  /* the module's name */
     const char *entries; /* its entry points, separated by commas */
     const char *why;     /* for JB_COVERAGE_COMPILE and _OTHER, why; else "" */
+    const char *device;  /* the device it was checked on ("cpu:0", "cuda:1"); "" for _OTHER */
 } jb_coverage_kernel;
 typedef void (*jb_coverage_fn)(void *user_data, const jb_coverage_kernel *kernel);
 
@@ -1128,12 +1130,17 @@ typedef struct jb_coverage_result {
 } jb_coverage_result;
 
 /* Reads the manifest at `manifest` and, for each kernel it names (once per key, in the
- * manifest's order), says where a launch on `device` would get it from: counted in *out, and
+ * manifest's order), says where a launch would get it from: counted in *out, and
  * passed to fn(user_data, kernel) unless fn is NULL (called under no library lock; it may call
  * the library). A stored entry is read and checked, and counts only when its key is the very
- * key this process makes for the module (same compiler, architecture and library ABI). Lines
- * of another format, or starting with '#', are skipped. An error (and *out all 0) when the
- * manifest cannot be read or memory runs out. May be called from any thread. */
+ * key this process makes for the module (same compiler, architecture and library ABI).
+ * With `device` NULL, each kernel is checked on this host's device of the backend and
+ * architecture its line names (the first such, set up if it was not: a cpu line on the cpu, a
+ * cuda sm_90 line on a cuda device of sm_90), where a worker would launch it; it is
+ * JB_COVERAGE_OTHER only when this host has no such device. With a device, only that device's
+ * kernels are checked, and every other one is JB_COVERAGE_OTHER. Lines of another format, or
+ * starting with '#', are skipped. An error (and *out all 0) when the manifest cannot be read or
+ * memory runs out. May be called from any thread. */
 JB_API jb_status jb_cache_coverage(jb_coverage_result *out, jb_device *device,
                                    const char *manifest, jb_coverage_fn fn, void *user_data);
 /* "memory", "disk", "bundle", "compile", "other"; NULL for other values. */

@@ -4,6 +4,8 @@
  * Nothing is compiled or loaded. A stored entry counts only when its key is the one this process
  * makes for that module on the device (prewarm.c: the same compiler, architecture and library
  * ABI): code made by another compiler sits under another key, and the launch would compile.
+ * Without a device, each line is checked on this host's device of the backend and architecture
+ * it names: a worker launches each kernel on its own device, not on the default one.
  */
 #include "internal.h"
 
@@ -12,7 +14,7 @@
 #include <string.h>
 
 typedef struct coverage {
-    jb_device *dev;
+    jb_device *dev; /* the one device checked; NULL: each line's own device on this host */
     jb_coverage_result *result;
     jb_coverage_fn fn;
     void *user_data;
@@ -53,6 +55,36 @@ static jb_coverage_source stored_source(jb_device *dev, const unsigned char *dig
     return ours ? source : JB_COVERAGE_COMPILE;
 }
 
+/* This host's device of line's backend and architecture (the first, where several are), set up
+ * if it was not; NULL, with why this host has none in `why`, when there is none. */
+static jb_device *host_device(const jb_manifest_line *line, char *why, size_t why_len)
+{
+    jb_saved_error saved; /* a device this host lacks is an answer, not the caller's failure */
+    jb__error_save(&saved);
+    jb_device *found = NULL;
+    int count = 0;
+    /* "gpu" names no backend in a manifest: a device lookup would take it for the default GPU. */
+    int status = strcmp(line->backend, "gpu") == 0
+                     ? jb__fail(JB_ERR_INVALID_ARGUMENT, "unknown backend 'gpu'")
+                     : (int)jb_backend_device_count(&count, line->backend);
+    for (int i = 0; status == JB_OK && !found && i < count; i++) {
+        char name[64];
+        jb_device *dev = NULL;
+        snprintf(name, sizeof name, "%s:%d", line->backend, i);
+        status = jb_device_lookup(&dev, name);
+        if (status == JB_OK && strcmp(dev->arch, line->target) == 0)
+            found = dev;
+    }
+    if (status != JB_OK)
+        snprintf(why, why_len, "for %s %s, and this host has no such device: %s", line->backend,
+                 line->target, jb_last_error_message());
+    else if (!found)
+        snprintf(why, why_len, "for %s %s, and this host has no %s device of that architecture",
+                 line->backend, line->target, line->backend);
+    jb__error_restore(&saved);
+    return found;
+}
+
 static int manifest_line(void *p, const jb_manifest_line *line)
 {
     coverage *c = p;
@@ -68,17 +100,24 @@ static int manifest_line(void *p, const jb_manifest_line *line)
     memcpy(copy, line->digest, JB_SHA256_BYTES);
     jb__table_add(&c->seen, hash, copy, copy);
 
-    char why[1024] = "";
+    char why[1024] = "", device_name[80] = "";
     jb_coverage_source source;
-    if (strcmp(line->backend, c->dev->backend->name) != 0 ||
-        strcmp(line->target, c->dev->arch) != 0) {
-        source = JB_COVERAGE_OTHER;
+    jb_device *dev = c->dev;
+    if (!dev) {
+        dev = host_device(line, why, sizeof why);
+    } else if (strcmp(line->backend, dev->backend->name) != 0 ||
+               strcmp(line->target, dev->arch) != 0) {
         snprintf(why, sizeof why, "for %s %s, not %s (%s)", line->backend, line->target,
-                 c->dev->name, c->dev->arch);
-    } else if (jb__jit_module_cached(c->dev, line->module)) {
-        source = JB_COVERAGE_MEMORY;
+                 dev->name, dev->arch);
+        dev = NULL;
+    }
+    if (!dev) {
+        source = JB_COVERAGE_OTHER;
     } else {
-        source = stored_source(c->dev, line->digest, why, sizeof why);
+        snprintf(device_name, sizeof device_name, "%s:%d", dev->backend->name, dev->ordinal);
+        source = jb__jit_module_cached(dev, line->module)
+                     ? JB_COVERAGE_MEMORY
+                     : stored_source(dev, line->digest, why, sizeof why);
     }
     jb_coverage_result *r = c->result;
     uint64_t *count[] = {[JB_COVERAGE_MEMORY] = &r->memory, [JB_COVERAGE_DISK] = &r->disk,
@@ -98,6 +137,7 @@ static int manifest_line(void *p, const jb_manifest_line *line)
         .module = line->module,
         .entries = line->entries,
         .why = why,
+        .device = device_name,
     };
     jb_saved_error saved; /* fn may call the library; a failure it leaves is not ours */
     jb__error_save(&saved);
@@ -121,8 +161,7 @@ jb_status jb_cache_coverage(jb_coverage_result *out, jb_device *device, const ch
 {
     JB_RETURN_IF(!out, JB_ERR_INVALID_ARGUMENT, "jb_cache_coverage: out is NULL");
     memset(out, 0, sizeof *out);
-    JB_RETURN_IF(!device || !manifest, JB_ERR_INVALID_ARGUMENT, "jb_cache_coverage: %s is NULL",
-                 device ? "manifest" : "device");
+    JB_RETURN_IF(!manifest, JB_ERR_INVALID_ARGUMENT, "jb_cache_coverage: manifest is NULL");
     coverage c = {device, out, fn, user_data, {0}};
     jb__disk_cache_usable(); /* set up (one warning if refused) before any entry is looked for */
     jb__bundles_present();

@@ -73,7 +73,7 @@ static void collect(void *user_data, const jb_coverage_kernel *k)
     s->count++;
     /* The callback may call the library: it runs under no lock. */
     jb_coverage_result inner;
-    CHECK(jb_cache_coverage(&inner, NULL, "x", NULL, NULL) == JB_ERR_INVALID_ARGUMENT, "inner");
+    CHECK(jb_cache_coverage(&inner, NULL, NULL, NULL, NULL) == JB_ERR_INVALID_ARGUMENT, "inner");
 }
 
 /* The sources seen, as "memory,disk,..." */
@@ -212,7 +212,8 @@ static void bad_manifests(jb_device *dev, const char *dir)
           "a FIFO is refused, never waited on");
     CHECK(jb_cache_coverage(&r, dev, dir, NULL, NULL) != JB_OK, "a folder");
     CHECK(jb_cache_coverage(NULL, dev, path, NULL, NULL) == JB_ERR_INVALID_ARGUMENT, "no out");
-    CHECK(jb_cache_coverage(&r, NULL, path, NULL, NULL) == JB_ERR_INVALID_ARGUMENT, "no device");
+    CHECK(jb_cache_coverage(&r, NULL, path, NULL, NULL) == JB_ERR_INVALID_ARGUMENT,
+          "a FIFO is refused with no device given too");
     CHECK(jb_cache_coverage(&r, dev, NULL, NULL, NULL) == JB_ERR_INVALID_ARGUMENT, "no path");
     CHECK(jb_coverage_source_name(0) == NULL && jb_coverage_source_name(6) == NULL &&
               strcmp(jb_coverage_source_name(JB_COVERAGE_COMPILE), "compile") == 0,

@@ -83,6 +83,75 @@ static int working_child(const char *driver)
     return check_summary("test_fake_driver working child");
 }
 
+static void note_device(void *user_data, const jb_coverage_kernel *kernel)
+{
+    char *devices = user_data;
+    size_t len = strlen(devices);
+    snprintf(devices + len, 256 - len, "%s[%s] ", kernel->module, kernel->device);
+}
+
+/* With a working fake, cuda:0 is the default device: a manifest's cpu kernel is still checked
+ * on the cpu (where a worker launches it), its cuda kernel on cuda:0, and a kernel is "other"
+ * only for a device this host lacks. A sealed worker would compile both kernels stored nowhere;
+ * checked on the default device alone, the cpu one read as "other". */
+static int coverage_child(const char *manifest)
+{
+    jb_device *gpu = NULL, *cpu = NULL;
+    CHECK_OK(jb_device_default(&gpu));
+    CHECK_OK(jb_device_lookup(&cpu, "cpu"));
+    if (!gpu || !cpu || jb_device_get_kind(gpu) != JB_DEVICE_GPU)
+        return check_summary("test_fake_driver coverage child: cuda:0 is not the default");
+    FILE *file = fopen(manifest, "w");
+    CHECK(file != NULL, "%s", manifest);
+    if (!file)
+        return check_summary("test_fake_driver coverage child");
+    const char *lines[][3] = {
+        {"a", "cpu", jb_device_arch(cpu)}, {"b", "cuda", jb_device_arch(gpu)},
+        {"c", "cuda", "sm_1"},             {"d", "gpu", jb_device_arch(gpu)},
+        {"e", "rocm", "gfx90a"},
+    };
+    for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++) {
+        fprintf(file, "jbm1\t");
+        for (int d = 0; d < 64; d++)
+            fputs(lines[i][0], file);
+        fprintf(file, "\t%s\t%s\tcover_%s\tcover_%s\tcompiled\n", lines[i][1], lines[i][2],
+                lines[i][0], lines[i][0]);
+    }
+    fclose(file);
+    jb_coverage_result r;
+    char devices[256] = "";
+    const char *lines_a = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"; /* half a key */
+    CHECK_OK(jb_cache_coverage(&r, NULL, manifest, note_device, devices));
+    printf("coverage: %llu compile, %llu other: %s\n", (unsigned long long)r.compile,
+           (unsigned long long)r.other, devices);
+    CHECK(r.compile == 2 && r.other == 3, "each kernel on its own device: %llu compile, %llu other",
+          (unsigned long long)r.compile, (unsigned long long)r.other);
+    CHECK(strcmp(devices, "cover_a[cpu:0] cover_b[cuda:0] cover_c[] cover_d[] cover_e[] ") == 0,
+          "checked on: %s", devices);
+    /* A device given is a filter: the cpu's kernel is another device's there. */
+    CHECK_OK(jb_cache_coverage(&r, gpu, manifest, NULL, NULL));
+    CHECK(r.compile == 1 && r.other == 4, "on cuda:0 alone: %llu compile, %llu other",
+          (unsigned long long)r.compile, (unsigned long long)r.other);
+    /* The cpu's line alone: it would compile; checked on the default device alone (as `jitbridge
+     * cache coverage` without --device did), it read as another device's, nothing to compile. */
+    file = fopen(manifest, "w");
+    CHECK(file != NULL, "%s", manifest);
+    if (!file)
+        return check_summary("test_fake_driver coverage child");
+    fprintf(file, "jbm1\t%s%s\tcpu\t%s\tcover_a\tcover_a\tcompiled\n", lines_a, lines_a,
+            jb_device_arch(cpu));
+    fclose(file);
+    CHECK_OK(jb_cache_coverage(&r, NULL, manifest, NULL, NULL));
+    printf("cpu alone: %llu compile, %llu other\n", (unsigned long long)r.compile,
+           (unsigned long long)r.other);
+    CHECK(r.compile == 1 && r.other == 0, "the cpu's kernel on the cpu: %llu compile, %llu other",
+          (unsigned long long)r.compile, (unsigned long long)r.other);
+    CHECK_OK(jb_cache_coverage(&r, gpu, manifest, NULL, NULL));
+    CHECK(r.compile == 0 && r.other == 1, "the cpu's kernel on cuda:0: %llu compile, %llu other",
+          (unsigned long long)r.compile, (unsigned long long)r.other);
+    return check_summary("test_fake_driver coverage child");
+}
+
 /* In a child forked from a process that used cuda:0: the cpu works, the parent's GPU is refused
  * with an error, and nothing (a read, a free, a trim, a new stream, exit's handlers) calls the
  * driver, whose state is the parent's (the fake crashes on such a call, naming it). */
@@ -336,6 +405,13 @@ static void test_working_drivers(const char *self, const char *dir)
     snprintf(oom, sizeof oom, "load %d: ", (int)JB_ERR_OUT_OF_MEMORY);
     CHECK(strstr(text, oom) && strstr(text, "CUDA_ERROR_OUT_OF_MEMORY"),
           "a module load out of memory: %s", text);
+    char env[512];
+    snprintf(env, sizeof env, "JITBRIDGE_CACHE_DIR=%s/cache FAKE_COVERAGE=%s/kernels.manifest", dir,
+             dir);
+    text = working_driver(self, dir, "pools", "", env);
+    CHECK(strstr(text, "coverage child: ") && strstr(text, "coverage: 2 compile, 3 other") &&
+              strstr(text, "cpu alone: 1 compile, 0 other"),
+          "coverage with cuda:0 the default: %s", text);
     text = working_driver(self, dir, "no-async", "-DNO_ASYNC", "FAKE_LIMIT=1");
     CHECK(strstr(text, "CUDA_ERROR_OUT_OF_MEMORY") && strstr(text, "alloc 1 free 1"),
           "out of memory, plain: %s", text);
@@ -354,7 +430,9 @@ int main(int argc, char **argv)
     if (argc > 1 && strcmp(argv[1], "child") == 0)
         return child();
     if (argc > 2 && strcmp(argv[1], "working") == 0)
-        return getenv("FAKE_FORK") ? forking_parent() : working_child(argv[2]);
+        return getenv("FAKE_COVERAGE")  ? coverage_child(getenv("FAKE_COVERAGE"))
+               : getenv("FAKE_FORK") ? forking_parent()
+                                     : working_child(argv[2]);
 #if defined(JB_WITH_CUDA)
     void *real = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     if (real) {

@@ -1,6 +1,8 @@
 //! `jitbridge cache`: show or maintain the disk cache of compiled code.
 
-use crate::args::{Command, DEVICE_OPT, Opt, device_or_default, parse_args, print_help};
+use crate::args::{
+    Command, DEVICE_OPT, Opt, device_or_default, parse_args, parse_device, print_help,
+};
 use crate::{Failure, Outcome};
 use std::path::Path;
 
@@ -25,10 +27,14 @@ pub const CACHE: Command = Command {
                 as a server does at start with jb_prewarm, compiling nothing, and say what it
                 found and how long it took (exit status 1 if any was bad)
   coverage MANIFEST
-                for each kernel the manifest names, where a launch on the device would get
-                it from in a new process (the cache folder, a bundle) or that it would
-                compile, loading and compiling nothing: what sealing (JITBRIDGE_SEAL=error)
-                would refuse (exit status 1 if any would compile)
+                for each kernel the manifest names, where a launch would get it from in a
+                new process (the cache folder, a bundle) or that it would compile, loading
+                and compiling nothing: what sealing (JITBRIDGE_SEAL=error) would refuse
+                (exit status 1 if any would compile). Each kernel is checked on this host's
+                device of the backend and architecture its line names (a cpu kernel on the
+                cpu, a cuda sm_90 kernel on a cuda device of sm_90), and counts as other
+                only when this host has no such device; with --device D, only D's kernels are
+                checked and every other kernel counts as other
 
 A bundle can also be used in place, read-only: JITBRIDGE_CACHE_BUNDLE=FILE[:FILE...] puts
 bundles behind the cache folder; JITBRIDGE_MANIFEST=FILE makes each process append the kernels
@@ -177,21 +183,27 @@ pub fn cache_command(args: &[String]) -> Outcome {
         }
         "coverage" => {
             let file = file()?;
-            let device = device_or_default(args.get("--device"))?;
+            let device = args.get("--device").map(parse_device).transpose()?;
             let start = std::time::Instant::now();
             let coverage = disk_cache::coverage(device, file)?;
             let ms = start.elapsed().as_secs_f64() * 1e3;
             for k in &coverage.kernels {
                 let why = if k.why.is_empty() { String::new() } else { format!(" ({})", k.why) };
-                out!("{:<8} {}{why}", k.source.name(), k.module);
+                // Without --device, which of this host's devices each was checked on.
+                let on = match device {
+                    None if !k.device.is_empty() => format!(" on {}", k.device),
+                    _ => String::new(),
+                };
+                out!("{:<8} {}{on}{why}", k.source.name(), k.module);
             }
             let count = |source| coverage.count(source);
             use disk_cache::CoverageSource::{Bundle, Compile, Disk, Memory, Other};
+            let on = device.map_or("this host's devices".into(), |d| d.spec());
+            let other = if device.is_some() { "for other devices" } else { "for no device here" };
             out!(
-                "{} kernels for {} checked in {ms:.1} ms: {} from the cache folder, {} from a \
-                 bundle, {} in memory, {} would compile, {} for other devices",
+                "{} kernels for {on} checked in {ms:.1} ms: {} from the cache folder, {} from a \
+                 bundle, {} in memory, {} would compile, {} {other}",
                 coverage.kernels.len(),
-                device.spec(),
                 count(Disk),
                 count(Bundle),
                 count(Memory),
