@@ -47,8 +47,6 @@
 #define TAG_SIGNATURE "Signature: 8a477f597d28d172789f06886806bc55" /* the convention's */
 #define TEMPORARY_SUFFIX ".tmp"
 #define TMP_NAME_TRIES 8
-#define FIRST_RETRY_NS (50ull * 1000 * 1000)
-#define LAST_RETRY_NS (30ull * 1000 * 1000 * 1000)
 
 static const char tag_text[] =
     TAG_SIGNATURE "\n"
@@ -65,12 +63,11 @@ static char state_text[PATH_MAX + 512] = "not yet used";
 /* Taken by changes to state_text after setup and by the copy each caller gets. */
 static pthread_mutex_t state_mutex = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int dir_fd = -1, tmp_fd = -1; /* tmp_fd: where temporaries go (tmp/, or the folder) */
-/* One setup attempt or reattach at a time; also guards retry_delay_ns. */
+/* One setup attempt or reattach at a time; also serializes setup_backoff's failures. */
 static pthread_mutex_t setup_mutex = PTHREAD_MUTEX_INITIALIZER;
 pthread_mutex_t *const jb__disk_locks[2] = {&setup_mutex, &state_mutex}; /* fork.c's order */
 static atomic_bool usable, storing, shared, warned, set_up, attempted;
-static atomic_uint_fast64_t retry_at_ns; /* no setup attempt before this (after a transient one) */
-static uint64_t retry_delay_ns;
+static jb_backoff setup_backoff; /* after a transient failure */
 static int shared_tag_error; /* under setup_mutex: why the folder could not be marked, or 0 */
 
 /* A relative path in JITBRIDGE_CACHE_DIR, JITBRIDGE_CACHE_BUNDLE or JITBRIDGE_MANIFEST means
@@ -622,12 +619,9 @@ static void attempt_setup(void)
     } else {
         attach_result result = attach(text, sizeof text);
         if (result == NOT_NOW) {
-            retry_delay_ns = retry_delay_ns ? 2 * retry_delay_ns : FIRST_RETRY_NS;
-            if (retry_delay_ns > LAST_RETRY_NS)
-                retry_delay_ns = LAST_RETRY_NS;
-            atomic_store(&retry_at_ns, jb__now_ns() + retry_delay_ns);
+            uint64_t wait_ms = jb__backoff_failed(&setup_backoff);
             set_state("off for now: %s; a passing failure, tried again at a build after %llu ms",
-                      text, (unsigned long long)(retry_delay_ns / 1000000));
+                      text, (unsigned long long)wait_ms);
             return;
         }
         if (result == REFUSED) {
@@ -645,11 +639,11 @@ bool jb__disk_cache_usable(void)
 {
     if (atomic_load(&set_up))
         return atomic_load(&usable);
-    if (jb__now_ns() < atomic_load(&retry_at_ns))
+    if (!jb__backoff_due(&setup_backoff))
         return false;
     jb__warn_hold(); /* setup's warning reaches the callback after the lock */
     pthread_mutex_lock(&setup_mutex);
-    if (!atomic_load(&set_up) && jb__now_ns() >= atomic_load(&retry_at_ns))
+    if (!atomic_load(&set_up) && jb__backoff_due(&setup_backoff))
         attempt_setup();
     pthread_mutex_unlock(&setup_mutex);
     jb__warn_release();

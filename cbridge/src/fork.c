@@ -10,8 +10,9 @@
  *      state text
  *   3. per device, devices in order: the stream list, each stream's holds, the event pool, the
  *      buffer cache (a hold's release returns events and buffers)
- *   4. the cpu backend's private compile folder (a build takes it under 1); the child makes
- *      its own folder and serials
+ *   4. the cpu compiler's version query (a build asks it under 1, and it takes the private
+ *      folder's), then the cpu backend's private compile folder (a build takes it under 1); the
+ *      child makes its own folder and serials
  *   5. configure hooks' claims (a leaf, never held across a hook: a child takes over a claim
  *      made before the fork, whose thread it does not have, and runs the hook itself)
  *   6. the callbacks' records (callback.c; a leaf: held for a pointer and a count, never across
@@ -36,6 +37,7 @@ static void fork_prepare(void)
     pthread_mutex_lock(jb__disk_locks[0]);
     pthread_mutex_lock(jb__disk_locks[1]);
     jb__devices_fork(JB_FORK_PREPARE);
+    jb__cpu_compiler_fork(JB_FORK_PREPARE);
     jb__private_dir_fork(JB_FORK_PREPARE);
     jb__configure_fork(JB_FORK_PREPARE);
     jb__callback_fork(JB_FORK_PREPARE);
@@ -46,6 +48,7 @@ static void fork_parent(void)
     jb__callback_fork(JB_FORK_PARENT);
     jb__configure_fork(JB_FORK_PARENT);
     jb__private_dir_fork(JB_FORK_PARENT);
+    jb__cpu_compiler_fork(JB_FORK_PARENT);
     jb__devices_fork(JB_FORK_PARENT);
     pthread_mutex_unlock(jb__disk_locks[1]);
     pthread_mutex_unlock(jb__disk_locks[0]);
@@ -59,6 +62,7 @@ static void fork_child(void)
     jb__callback_fork(JB_FORK_CHILD);
     jb__configure_fork(JB_FORK_CHILD);
     jb__private_dir_fork(JB_FORK_CHILD);
+    jb__cpu_compiler_fork(JB_FORK_CHILD);
     jb__devices_fork(JB_FORK_CHILD);
     pthread_mutex_init(jb__disk_locks[1], NULL);
     pthread_mutex_init(jb__disk_locks[0], NULL);

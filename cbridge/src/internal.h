@@ -65,6 +65,7 @@ extern pthread_mutex_t *const jb__disk_locks[2]; /* disk_dir.c, in the order the
 extern pthread_mutex_t *const jb__build_failures_lock; /* build_failures.c */
 void jb__jit_cache_fork(jb_fork_phase phase);    /* the module cache and thread registry */
 void jb__devices_fork(jb_fork_phase phase);      /* each device's streams, events, buffers */
+void jb__cpu_compiler_fork(jb_fork_phase phase); /* cpu/cpu_compiler.c: its version query */
 void jb__private_dir_fork(jb_fork_phase phase);  /* cpu/private_dir.c: the compile folder */
 void jb__configure_fork(jb_fork_phase phase);    /* module.c: configure hooks' claims */
 
@@ -142,6 +143,16 @@ void *jb__realloc_array(void *data, size_t count, size_t size);
 /* Whether a failed call's errno means "not now" (out of descriptors or memory, interrupted,
  * would block, a network disk's I/O error): retried later, never a reason to evict or give up. */
 bool jb__errno_is_transient(int err);
+/* The wait before trying again a set-up that failed for now (the disk cache folder, the
+ * compiler's version query): it doubles with each failure in a row, from 50 ms to 30 s. Zeroed
+ * is ready; its user serializes the failures (its own lock), any thread may ask if it is due. */
+typedef struct jb_backoff {
+    atomic_uint_fast64_t at_ns; /* no attempt before this */
+    uint64_t delay_ns;          /* the last wait */
+} jb_backoff;
+bool jb__backoff_due(jb_backoff *b);
+/* One more failure in a row: sets the next attempt's time; returns the wait in milliseconds. */
+uint64_t jb__backoff_failed(jb_backoff *b);
 #define JB_FNV_SEED 0xcbf29ce484222325ULL
 char *jb__strdup(const char *s);
 /* write() until done, retrying on EINTR; false on any error (errno tells). */
@@ -292,6 +303,8 @@ typedef struct jb_child {
     char *output;        /* stdout and stderr together, NUL-terminated, caller frees; head and
                           * tail only, with a note of what was cut, past 64 KiB; NULL: no memory */
     size_t output_bytes; /* all it wrote */
+    bool passing;        /* on an error: one that may pass (no descriptors, memory or process
+                          * to start it, its timeout, its helper killed), not a missing program */
 } jb_child;
 /* Runs the child to its end and fills the results: JB_OK once it exited, whatever its status;
  * an error (with c->output still filled) when it could not start, timed out or its status was

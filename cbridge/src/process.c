@@ -336,9 +336,11 @@ int jb__child_run(jb_child *c)
     c->wait_status = 0;
     c->output = NULL;
     c->output_bytes = 0;
+    c->passing = false;
     JB_RETURN_IF(!c->argv[0], c->fail_status, "%s: the command is empty%s", c->what,
                  c->hint ? c->hint : "");
     char **paths = jb__exec_candidates(c->argv[0], c->envp);
+    c->passing = !paths;
     JB_RETURN_IF(!paths, JB_ERR_OUT_OF_MEMORY, "no memory to start %s", c->what);
     int fds[4] = {-1, -1, -1, -1}; /* /dev/null, output, report read end, report write end */
     int pipe_fds[2];
@@ -384,16 +386,23 @@ int jb__child_run(jb_child *c)
     for (int i = 0; i < 3; i++)
         if (fds[i] >= 0)
             close(fds[i]);
+    /* A start refused for want of descriptors, memory or processes may pass; a program that is
+     * missing or may not run (ENOENT, EACCES) does not. */
+    c->passing = jb__errno_is_transient(err);
     JB_RETURN_IF(pid < 0, c->fail_status, "cannot start %s '%s': %s", c->what, c->argv[0],
                  strerror(err));
-    if (got >= sizeof *r && r[0].kind == REPORT_EXEC_ERRNO)
+    if (got >= sizeof *r && r[0].kind == REPORT_EXEC_ERRNO) {
+        c->passing = jb__errno_is_transient(r[0].value);
         return jb__fail(c->fail_status, "cannot start %s '%s': %s%s", c->what, c->argv[0],
                         strerror(r[0].value), c->hint ? c->hint : "");
+    }
     const report *last = got >= sizeof *r ? &r[0] : NULL;
+    c->passing = true; /* its helper killed, or reaped by another waiter */
     JB_RETURN_IF(!last, c->fail_status,
                  "%s '%s' ended without a report (its helper process was %s)", c->what,
                  c->argv[0], reaped != pid ? "reaped by another part of the process" : "killed");
     c->wait_status = last->value;
+    c->passing = last->kind == REPORT_TIMED_OUT;
     JB_RETURN_IF(last->kind == REPORT_TIMED_OUT, c->fail_status,
                  "%s '%s' did not finish within %llu ms and was killed "
                  "(JITBRIDGE_COMPILE_TIMEOUT_MS sets the limit)",

@@ -98,6 +98,23 @@ bool jb__errno_is_transient(int err)
            err == EAGAIN || err == EWOULDBLOCK || err == EIO || err == ETIMEDOUT;
 }
 
+#define FIRST_RETRY_NS (50ull * 1000 * 1000)
+#define LAST_RETRY_NS (30ull * 1000 * 1000 * 1000)
+
+bool jb__backoff_due(jb_backoff *b)
+{
+    return jb__now_ns() >= atomic_load(&b->at_ns);
+}
+
+uint64_t jb__backoff_failed(jb_backoff *b)
+{
+    b->delay_ns = b->delay_ns ? 2 * b->delay_ns : FIRST_RETRY_NS;
+    if (b->delay_ns > LAST_RETRY_NS)
+        b->delay_ns = LAST_RETRY_NS;
+    atomic_store(&b->at_ns, jb__now_ns() + b->delay_ns);
+    return b->delay_ns / 1000000;
+}
+
 bool jb__write_all(int fd, const void *data, size_t bytes)
 {
     const char *p = data;

@@ -461,6 +461,48 @@ static void transient_setup_failure_is_retried(const char *dir)
     CHECK(strcmp(jb_disk_cache_state(), "on") == 0, "state: %s", jb_disk_cache_state());
 }
 
+/* Out of descriptors at the compiler's version query (its identity is in every key): no key for
+ * now, and one at a later try, so the cache stores again; it used to stay unknown for good. */
+static void transient_version_query_is_retried(const char *dir)
+{
+    jb_device *dev = cpu();
+    CHECK(jb__disk_cache_usable(), "state: %s", jb_disk_cache_state()); /* set up first */
+    jb_disk_key key = {0};
+    use_up_descriptors();
+    jb_status status = jb__disk_key(dev, "folder_test", NULL, 0, "a source", &key);
+    give_back_descriptors();
+    CHECK(status != JB_OK, "a key was made while the compiler could not be asked its version");
+    CHECK(strstr(jb_last_error_message(), "for now"), "%s", jb_last_error_message());
+    jb__disk_key_free(&key);
+    uint64_t start = jb__now_ns();
+    while (status != JB_OK && jb__now_ns() - start < 10ull * 1000 * 1000 * 1000) {
+        nanosleep(&(struct timespec){.tv_nsec = 20 * 1000 * 1000}, NULL);
+        status = jb__disk_key(dev, "folder_test", NULL, 0, "a source", &key);
+        if (status != JB_OK)
+            jb__disk_key_free(&key);
+    }
+    CHECK(status == JB_OK, "no key 10 s after the descriptors came back: %s",
+          jb_last_error_message());
+    jb__disk_key_free(&key);
+    CHECK_OK(build_salted(13));
+    CHECK(count_entries(dir) == 1, "nothing was stored: %d entries", count_entries(dir));
+}
+
+/* No compiler at all: its version stays unknown (a lasting failure, not asked again). */
+static void missing_compiler_stays_unknown(const char *dir)
+{
+    (void)dir;
+    setenv("CC", "/nonexistent/cc", 1);
+    jb_disk_key key = {0};
+    for (int i = 0; i < 2; i++) {
+        CHECK(jb__disk_key(cpu(), "folder_test", NULL, 0, "a source", &key) != JB_OK,
+              "a key without a compiler?");
+        CHECK(!strstr(jb_last_error_message(), "for now"), "%s", jb_last_error_message());
+        jb__disk_key_free(&key);
+        nanosleep(&(struct timespec){.tv_nsec = 100 * 1000 * 1000}, NULL);
+    }
+}
+
 /* The folder is removed under a running process and cannot be made again (its parent became
  * writable by others): a store outside a build turns the cache off with a warning, and the log
  * callback that gets it may fork. The warning used to be given under the folder's setup lock,
@@ -575,6 +617,9 @@ int main(void)
     run_case("7. a transient failure while setting up", setup,
              transient_setup_failure_is_retried);
     run_case("7. a lasting refusal", new_folder("refused", 0777), lasting_refusal_turns_off);
+    run_case("7. a transient failure of the compiler's version query",
+             new_folder("version", 0700), transient_version_query_is_retried);
+    run_case("7. no compiler", new_folder("no-compiler", 0700), missing_compiler_stays_unknown);
     run_case("10. a refused reattach, its warning to a callback that forks",
              new_folder("reattach", 0700), refused_reattach_warns_outside_the_lock);
 

@@ -292,20 +292,41 @@ int jb__cpu_compile_flags(char *const *flags, size_t num_flags, const char *modu
     return status;
 }
 
+/* The version query's outcome is kept once it is known: the identity, or a lasting failure (no
+ * compiler, no version in its answer). A failure that may pass (no descriptor, memory or process
+ * to start it, its timeout) is asked again after a backoff. Under version_mutex, which a query
+ * holds (fork.c takes it before the private folder's). */
+static pthread_mutex_t version_mutex = PTHREAD_MUTEX_INITIALIZER;
+static atomic_bool version_known;
+static jb_backoff version_backoff;
 static char compiler_version[256];
 static char compiler_identity[1024];
-static pthread_once_t version_once = PTHREAD_ONCE_INIT;
+
+void jb__cpu_compiler_fork(jb_fork_phase phase)
+{
+    if (phase == JB_FORK_PREPARE)
+        pthread_mutex_lock(&version_mutex);
+    else if (phase == JB_FORK_PARENT)
+        pthread_mutex_unlock(&version_mutex);
+    else
+        pthread_mutex_init(&version_mutex, NULL);
+}
 
 /* SHA-256 of the file a child with environment `envp` would run for `name` (execvp's search: the
- * first candidate that is an executable regular file); false when none can be read. */
+ * first candidate that is an executable regular file); false when none can be read, with
+ * *passing set when that may pass (a candidate not opened or read for want of descriptors). */
 static bool hash_program(const char *name, char *const *envp,
-                         unsigned char digest[JB_SHA256_BYTES])
+                         unsigned char digest[JB_SHA256_BYTES], bool *passing)
 {
     char **paths = jb__exec_candidates(name, envp);
     bool hashed = false;
+    if (!paths)
+        *passing = true;
     for (size_t i = 0; paths && paths[i] && !hashed; i++) {
         int fd = open(paths[i], O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
         struct stat st;
+        if (fd < 0 && jb__errno_is_transient(errno))
+            *passing = true;
         if (fd < 0)
             continue;
         if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 0111)) {
@@ -318,6 +339,8 @@ static bool hash_program(const char *name, char *const *envp,
                     jb__sha256_update(&h, buf, (size_t)n);
             jb__sha256_final(&h, digest);
             hashed = n == 0;
+            if (n < 0 && jb__errno_is_transient(errno))
+                *passing = true;
         }
         close(fd);
     }
@@ -341,7 +364,7 @@ static bool is_compiler_name(const char *word, size_t len)
  * (gcc prints "cc (Debian 12.2.0) 12.2.0" when run as cc), each program word of $CC ("ccache
  * gcc": both) as a hash of its file, each option word as it is. So CC=gcc, CC=/usr/bin/gcc and
  * a link to it are one compiler; a cross compiler of the same version is another. */
-static void find_compiler_identity(char *const *envp)
+static void find_compiler_identity(char *const *envp, bool *passing)
 {
     const char *version = compiler_version;
     size_t first = strcspn(version, " ");
@@ -353,7 +376,7 @@ static void find_compiler_identity(char *const *envp)
         unsigned char digest[JB_SHA256_BYTES];
         char hex[2 * JB_SHA256_BYTES + 1];
         const char *word = compiler_argv[i];
-        if (word[0] != '-' && hash_program(word, envp, digest)) {
+        if (word[0] != '-' && hash_program(word, envp, digest, passing)) {
             jb__hex(digest, sizeof digest, hex);
             word = hex;
         }
@@ -363,25 +386,28 @@ static void find_compiler_identity(char *const *envp)
     for (size_t i = 0; i < NUM_FLAGS && used < sizeof compiler_identity; i++)
         used += (size_t)snprintf(compiler_identity + used, sizeof compiler_identity - used,
                                  "%s %s", i ? "" : "; flags", compile_flags[i]);
-    if (used >= sizeof compiler_identity)
+    if (used >= sizeof compiler_identity || *passing)
         compiler_identity[0] = '\0'; /* cut short, it could name two compilers alike: none */
 }
 
-/* The first line of `$CC --version`, asked once per process, under the timeout; stays empty
- * when the answer is not a clean one. Then the identity made of it. */
-static void find_compiler_version(void)
+/* The first line of `$CC --version`, under the timeout; stays empty when the answer is not a
+ * clean one. Then the identity made of it. Under version_mutex; true once the outcome is known
+ * for good, false after a failure that may pass (no descriptors, memory or process, a timeout,
+ * the compiler killed by a signal). */
+static bool find_compiler_version(void)
 {
+    compiler_version[0] = compiler_identity[0] = '\0';
     char *extra[] = {"--version", NULL}, **argv;
-    if (compiler_command(extra, &argv) != JB_OK)
-        return;
+    int status = compiler_command(extra, &argv);
+    if (status != JB_OK)
+        return status != JB_ERR_OUT_OF_MEMORY;
     char folder[4200]; /* the query writes nothing: without a private folder, no TMPDIR */
     bool have_folder = jb__cpu_private_dir(folder, sizeof folder) == JB_OK;
     char **envp = compiler_environment(have_folder ? folder : NULL);
     if (!envp) {
         free(argv);
-        jb__warn("the compiler's version is unknown, so compiled code is not kept on disk: "
-                 "no memory for its environment");
-        return;
+        jb__fail(JB_ERR_OUT_OF_MEMORY, "no memory for the compiler's environment");
+        return false;
     }
     uint64_t timeout_ms = jb__child_timeout_ms();
     jb_child c = {.argv = argv,
@@ -392,7 +418,8 @@ static void find_compiler_version(void)
                   .timeout_ms = timeout_ms < VERSION_TIMEOUT_CAP_MS ? timeout_ms
                                                                     : VERSION_TIMEOUT_CAP_MS,
                   .fail_status = JB_ERR_COMPILE};
-    int status = jb__child_run(&c);
+    status = jb__child_run(&c);
+    bool passing = status != JB_OK ? c.passing : WIFSIGNALED(c.wait_status); /* the OOM killer */
     if (status == JB_OK && WIFEXITED(c.wait_status) && WEXITSTATUS(c.wait_status) == 0 &&
         c.output && c.output[0] != '\n' && c.output[0])
         snprintf(compiler_version, sizeof compiler_version, "%.*s",
@@ -401,21 +428,42 @@ static void find_compiler_version(void)
         jb__fail(JB_ERR_COMPILE, "'%s --version' gave no version (%s %d)", compiler_line,
                  WIFEXITED(c.wait_status) ? "exit status" : "signal",
                  WIFEXITED(c.wait_status) ? WEXITSTATUS(c.wait_status) : WTERMSIG(c.wait_status));
-    if (compiler_version[0])
-        find_compiler_identity(envp);
-    if (!compiler_identity[0])
-        jb__warn("the compiler's version is unknown, so compiled code is not kept on disk: %s",
-                 jb_last_error_message());
+    if (compiler_version[0]) {
+        find_compiler_identity(envp, &passing);
+        if (!compiler_identity[0] && passing)
+            jb__fail(JB_ERR_SYSTEM, "the compiler's files could not be read for now");
+    }
     free(c.output);
     free(argv);
     free_environment(envp);
+    return !passing;
 }
 
 int jb__cpu_compiler_identity(jb_device *dev, char *out, size_t len)
 {
     (void)dev;
-    pthread_once(&version_once, find_compiler_version);
+    if (!atomic_load(&version_known) && jb__backoff_due(&version_backoff)) {
+        jb__warn_hold(); /* its warning reaches the callback after the lock */
+        pthread_mutex_lock(&version_mutex);
+        if (!atomic_load(&version_known) && jb__backoff_due(&version_backoff)) {
+            if (find_compiler_version())
+                atomic_store(&version_known, true);
+            else
+                jb__warn("the compiler's version is unknown for now, so compiled code is not kept "
+                         "on disk until it is asked again, after %llu ms: %s",
+                         (unsigned long long)jb__backoff_failed(&version_backoff),
+                         jb_last_error_message());
+            if (atomic_load(&version_known) && !compiler_identity[0])
+                jb__warn("the compiler's version is unknown, so compiled code is not kept on "
+                         "disk: %s",
+                         jb_last_error_message());
+        }
+        pthread_mutex_unlock(&version_mutex);
+        jb__warn_release();
+    }
     /* Without a version two compilers could share a key: no disk cache rather than a wrong hit. */
+    JB_RETURN_IF(!atomic_load(&version_known), JB_ERR_COMPILE,
+                 "the version of '%s' is unknown for now", compiler_line);
     JB_RETURN_IF(!compiler_identity[0], JB_ERR_COMPILE, "the version of '%s' is unknown",
                  compiler_line);
     snprintf(out, len, "%s", compiler_identity);
