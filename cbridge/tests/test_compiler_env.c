@@ -533,6 +533,9 @@ int main(int argc, char **argv)
     make_folder(open_dir, 0777);
     setenv("JITBRIDGE_DISK_CACHE", "0", 1);
     unsetenv("JITBRIDGE_COMPILER_ENV");
+    /* The plants go where `cc` says, so the hosts must run that cc: a $CC of the machine's (the
+     * H200 host sets CC=/opt/gcc/bin/gcc) searches other folders, and a control fails. */
+    unsetenv("CC");
     for (size_t v = 0; v < NUM_VARIABLES; v++)
         if (strcmp(variables[v], "PATH") != 0)
             unsetenv(variables[v]); /* this machine's own (LIBRARY_PATH, CPATH) stay out */
