@@ -112,6 +112,7 @@ fn forgotten_guard_on_a_thread_that_exits() {
 
 #[test]
 fn thread_default_stream_handed_to_helpers_outlives_its_thread() {
+    let _turn = common::serial(); // its stream's worker must not start while another test counts
     let device = Device::cpu().unwrap();
     // The thread's default stream, retained; the thread then exits (its own reference goes).
     let (stream, made) = std::thread::spawn(move || {
