@@ -740,6 +740,8 @@ typedef enum jb_test_point {
                             * file name in the cache folder */
     JB_TEST_BOUNDS_READING, /* bounds.c: this thread is about to read a bounds record (others
                              * wait for it); arg: the kernel's name */
+    JB_TEST_MODULE_WRITTEN, /* cpu_compiler.c: a module's private copy written, before dlopen;
+                             * arg: its path */
     JB_TEST_POINTS
 } jb_test_point;
 typedef void (*jb_test_point_fn)(void *ctx, const char *arg);

@@ -381,6 +381,35 @@ static void loader_without_descriptors_evicts_nothing(const char *dir)
           (unsigned long long)(after.builds - before.builds));
 }
 
+/* dlopen itself runs out of descriptors (a test point after the module's private copy is
+ * written): a refusal for now, not counted rejected; the entry loads once descriptors are
+ * back. It used to be JB_ERR_LOAD, a verdict on the code. */
+static void dlopen_without_descriptors_rejects_nothing(const char *dir)
+{
+    cpu();
+    int written = 0;
+    jb_counters before, after;
+    jb_counters_get(&before, sizeof before);
+    jb__test_set_point(JB_TEST_MODULE_WRITTEN, use_up_descriptors_at, &written);
+    jb_status status = build_salted(9);
+    give_back_descriptors();
+    jb__test_set_point(JB_TEST_MODULE_WRITTEN, NULL, NULL);
+    jb_counters_get(&after, sizeof after);
+    CHECK(written >= 1 && status != JB_OK, "the module was written %d times; the build gave %s",
+          written, jb_status_name(status));
+    CHECK(after.disk_rejected == before.disk_rejected,
+          "dlopen out of descriptors counted %llu rejected entries",
+          (unsigned long long)(after.disk_rejected - before.disk_rejected));
+    CHECK(count_entries(dir) == 1, "%d entries", count_entries(dir));
+    jb_counters_get(&before, sizeof before);
+    CHECK_OK(build_salted(9));
+    jb_counters_get(&after, sizeof after);
+    CHECK(after.disk_hits == before.disk_hits + 1 && after.builds == before.builds,
+          "the entry did not load once descriptors were back: %llu disk hits, %llu builds",
+          (unsigned long long)(after.disk_hits - before.disk_hits),
+          (unsigned long long)(after.builds - before.builds));
+}
+
 /* The loader refuses a good entry for now (its own EMFILE: the test hook) or for good (JB_ERR_LOAD):
  * only the lasting refusal is counted rejected and raised as an event; the passing one is a
  * warning and a plain miss, and the entry loads once the refusal passes. */
@@ -609,6 +638,7 @@ int main(void)
     char *loader = new_folder("loader", 0700);
     run_case("6. an entry for the loader", loader, entry_for_the_loader);
     run_case("6. a loader out of descriptors", loader, loader_without_descriptors_evicts_nothing);
+    run_case("6. dlopen out of descriptors", loader, dlopen_without_descriptors_rejects_nothing);
     char *refusals = new_folder("refusals", 0700);
     run_case("6. entries for the loader to refuse", refusals, entries_for_refusals);
     run_case("6. a loader's refusal for now and for good", refusals,

@@ -470,17 +470,35 @@ int jb__cpu_compiler_identity(jb_device *dev, char *out, size_t len)
     return JB_OK;
 }
 
+/* Whether dlopen's refusal `why` is one for now: dlerror ends with the failed call's strerror
+ * (": Too many open files"), and dlopen leaves errno alone. */
+static bool dlopen_refused_for_now(const char *why)
+{
+    static const int passing[] = {EMFILE, ENFILE, ENOMEM, EAGAIN, EINTR, EIO};
+    size_t len = why ? strlen(why) : 0;
+    for (size_t i = 0; i < sizeof passing / sizeof *passing; i++) {
+        const char *text = strerror(passing[i]);
+        size_t n = strlen(text);
+        if (len > n + 2 && memcmp(why + len - n - 2, ": ", 2) == 0 &&
+            strcmp(why + len - n, text) == 0)
+            return true;
+    }
+    return false;
+}
+
 int jb__cpu_module_load(jb_device *dev, const jb_blob *code, void **out_module)
 {
     (void)dev;
     char path[4200];
     JB_FORWARD_IF_ERROR(jb__cpu_private_write(path, sizeof path, "module", ".so", code->data,
                                               code->size));
+    JB_TEST_POINT(JB_TEST_MODULE_WRITTEN, path);
     void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     const char *why = handle ? NULL : dlerror();
     unlink(path); /* the mapping stays; the name is never reused */
-    JB_RETURN_IF(!handle, JB_ERR_LOAD, "dlopen rejected the compiled module: %s",
-                 why ? why : "unknown reason");
+    /* A refusal for now (out of descriptors or memory) is no verdict on the code. */
+    JB_RETURN_IF(!handle, dlopen_refused_for_now(why) ? JB_ERR_SYSTEM : JB_ERR_LOAD,
+                 "dlopen rejected the compiled module: %s", why ? why : "unknown reason");
     *out_module = handle;
     return JB_OK;
 }
