@@ -17,9 +17,12 @@
  *      made before the fork, whose thread it does not have, and runs the hook itself)
  *   6. the callbacks' records (callback.c; a leaf: held for a pointer and a count, never across
  *      a call, so a callback may fork or wait for a thread that forks)
+ *   7. the cpu backend's list of events (a leaf: held at an event's create and destroy only);
+ *      the child makes each event's mutex anew, since it reads a finished array's event and
+ *      reuses pooled ones that a parent thread may have been waiting on at the fork
  *
  * Per-event mutexes and the cpu streams' worker state are not taken: in the child, streams made
- * before the fork (and their events) are not used (jb__fork_generation). Nor is a bounds record's
+ * before the fork are not used (jb__fork_generation). Nor is a bounds record's
  * read in progress waited for: a child takes over a read its parent's thread had begun
  * (bounds.c).
  * A pthread_once in progress in another thread at fork time cannot be made safe from here.
@@ -41,10 +44,12 @@ static void fork_prepare(void)
     jb__private_dir_fork(JB_FORK_PREPARE);
     jb__configure_fork(JB_FORK_PREPARE);
     jb__callback_fork(JB_FORK_PREPARE);
+    jb__cpu_events_fork(JB_FORK_PREPARE);
 }
 
 static void fork_parent(void)
 {
+    jb__cpu_events_fork(JB_FORK_PARENT);
     jb__callback_fork(JB_FORK_PARENT);
     jb__configure_fork(JB_FORK_PARENT);
     jb__private_dir_fork(JB_FORK_PARENT);
@@ -59,6 +64,7 @@ static void fork_parent(void)
 static void fork_child(void)
 {
     atomic_fetch_add(&jb__fork_generation, 1);
+    jb__cpu_events_fork(JB_FORK_CHILD);
     jb__callback_fork(JB_FORK_CHILD);
     jb__configure_fork(JB_FORK_CHILD);
     jb__private_dir_fork(JB_FORK_CHILD);

@@ -385,6 +385,55 @@ static void fork_during_first_launches(void)
     CHECK(ok, "child %d of %d forked during first launches hung or failed", forks, NO_HOOK_FORKS);
 }
 
+/* A parent thread that waits for a finished array again and again holds the cpu event's mutex
+ * much of the time; a child forked meanwhile that reads the array (its work was done before the
+ * fork: allowed) must not wait for that mutex, whose holder it does not have. */
+#define EVENT_WAIT_FORKS 40
+
+static atomic_int stop_waiting;
+
+static void *wait_again_and_again(void *p)
+{
+    jb_array *array = p;
+    while (!atomic_load(&stop_waiting))
+        jb_array_eval(array);
+    return NULL;
+}
+
+static void fork_while_a_thread_waits_for_an_array(void)
+{
+    float in[4] = {1, 2, 3, 4};
+    int64_t shape[] = {4};
+    jb_array *array = NULL;
+    CHECK(jb_array_from_host(&array, cpu, JB_F32, shape, 1, in) == JB_OK &&
+              jb_array_eval(array) == JB_OK,
+          "an array to wait for: %s", jb_last_error_message());
+    if (!array)
+        return;
+    pthread_t waiter;
+    pthread_create(&waiter, NULL, wait_again_and_again, array);
+    bool ok = true;
+    int forks = 0;
+    for (; forks < EVENT_WAIT_FORKS && ok; forks++) {
+        pid_t pid = fork_with_deadline("a fork while a thread waits for an array", 10);
+        if (pid == 0) {
+            float out[4] = {0};
+            int status = jb_array_read(array, out, sizeof out);
+            if (status != JB_OK)
+                fprintf(stderr, "a child reading its parent's finished array: %s\n",
+                        jb_last_error_message());
+            _exit(status == JB_OK && out[3] == 4 ? 0 : 1);
+        }
+        int status = wait_child_with_deadline(pid, 5, "a fork while a thread waits for an array");
+        ok = status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    }
+    atomic_store(&stop_waiting, 1);
+    pthread_join(waiter, NULL);
+    jb_array_free(array);
+    CHECK(ok, "child %d of %d, forked while a thread waited for an array, hung or failed", forks,
+          EVENT_WAIT_FORKS);
+}
+
 int main(void)
 {
     setenv("JITBRIDGE_DISK_CACHE", "0", 1); /* the child compiles, not loads */
@@ -396,5 +445,6 @@ int main(void)
     source_module_on_parents_stream();
     fork_during_a_configure_hook();
     fork_during_first_launches();
+    fork_while_a_thread_waits_for_an_array();
     return check_summary("test_fork");
 }

@@ -18,7 +18,14 @@ typedef struct cpu_event {
     pthread_cond_t done;
     uint64_t recorded;  /* number of the last record */
     uint64_t completed; /* highest record the streams have reached */
+    struct cpu_event *prev, *next; /* in live_events */
 } cpu_event;
+
+/* Every cpu event, so that a forked child can make each one's mutex anew: a parent thread that
+ * waited for or signalled one at the fork held its mutex, and the child reads (and reuses from
+ * the pool) the parent's events. A leaf lock, taken only at create, destroy and fork. */
+static pthread_mutex_t live_events_mutex = PTHREAD_MUTEX_INITIALIZER;
+static cpu_event *live_events;
 
 static int cpu_event_create(jb_device *dev, void **out_event)
 {
@@ -27,6 +34,12 @@ static int cpu_event_create(jb_device *dev, void **out_event)
     JB_RETURN_IF(!ev, JB_ERR_OUT_OF_MEMORY, "no memory for an event");
     pthread_mutex_init(&ev->mutex, NULL);
     pthread_cond_init(&ev->done, NULL);
+    pthread_mutex_lock(&live_events_mutex);
+    ev->next = live_events;
+    if (live_events)
+        live_events->prev = ev;
+    live_events = ev;
+    pthread_mutex_unlock(&live_events_mutex);
     *out_event = ev;
     return JB_OK;
 }
@@ -35,9 +48,35 @@ static void cpu_event_destroy(jb_device *dev, void *event)
 {
     (void)dev;
     cpu_event *ev = event;
+    pthread_mutex_lock(&live_events_mutex);
+    if (ev->prev)
+        ev->prev->next = ev->next;
+    else
+        live_events = ev->next;
+    if (ev->next)
+        ev->next->prev = ev->prev;
+    pthread_mutex_unlock(&live_events_mutex);
     pthread_mutex_destroy(&ev->mutex);
     pthread_cond_destroy(&ev->done);
     free(ev);
+}
+
+/* fork.c's step 7. Each event's mutex and condition are not taken (a waiter holds its mutex
+ * only for a moment, but a signal may be queued behind any work): the child makes them anew,
+ * its only thread holding none. */
+void jb__cpu_events_fork(jb_fork_phase phase)
+{
+    if (phase == JB_FORK_PREPARE) {
+        pthread_mutex_lock(&live_events_mutex);
+    } else if (phase == JB_FORK_PARENT) {
+        pthread_mutex_unlock(&live_events_mutex);
+    } else {
+        for (cpu_event *ev = live_events; ev; ev = ev->next) {
+            pthread_mutex_init(&ev->mutex, NULL);
+            pthread_cond_init(&ev->done, NULL);
+        }
+        pthread_mutex_init(&live_events_mutex, NULL);
+    }
 }
 
 static void event_wait_for(cpu_event *ev, uint64_t target)
