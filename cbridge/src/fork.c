@@ -20,6 +20,8 @@
  *   7. the cpu backend's list of events (a leaf: held at an event's create and destroy only);
  *      the child makes each event's mutex anew, since it reads a finished array's event and
  *      reuses pooled ones that a parent thread may have been waiting on at the fork
+ *   8. the list of graphs (graph.c; a leaf, the same way): the child makes each graph's mutex
+ *      anew, since it may launch a graph that a parent thread was launching at the fork
  *
  * Per-event mutexes and the cpu streams' worker state are not taken: in the child, streams made
  * before the fork are not used (jb__fork_generation). Nor is a bounds record's
@@ -45,10 +47,12 @@ static void fork_prepare(void)
     jb__configure_fork(JB_FORK_PREPARE);
     jb__callback_fork(JB_FORK_PREPARE);
     jb__cpu_events_fork(JB_FORK_PREPARE);
+    jb__graphs_fork(JB_FORK_PREPARE);
 }
 
 static void fork_parent(void)
 {
+    jb__graphs_fork(JB_FORK_PARENT);
     jb__cpu_events_fork(JB_FORK_PARENT);
     jb__callback_fork(JB_FORK_PARENT);
     jb__configure_fork(JB_FORK_PARENT);
@@ -64,6 +68,7 @@ static void fork_parent(void)
 static void fork_child(void)
 {
     atomic_fetch_add(&jb__fork_generation, 1);
+    jb__graphs_fork(JB_FORK_CHILD);
     jb__cpu_events_fork(JB_FORK_CHILD);
     jb__callback_fork(JB_FORK_CHILD);
     jb__configure_fork(JB_FORK_CHILD);

@@ -79,7 +79,28 @@ struct jb_graph {
     bool all_checked; /* every launch is bounds-checked */
     graph_replay *replays;
     size_t num_replays;
+    struct jb_graph *prev, *next; /* in live_graphs */
 };
+
+/* Every graph, so that a forked child can make each one's mutex anew: a parent thread inside
+ * jb_graph_launch at the fork held it, and the child may launch the graph too. A leaf lock,
+ * taken only when a graph is made or freed, and at fork. */
+static pthread_mutex_t live_graphs_mutex = PTHREAD_MUTEX_INITIALIZER;
+static jb_graph *live_graphs;
+
+/* fork.c's step 8. */
+void jb__graphs_fork(jb_fork_phase phase)
+{
+    if (phase == JB_FORK_PREPARE) {
+        pthread_mutex_lock(&live_graphs_mutex);
+    } else if (phase == JB_FORK_PARENT) {
+        pthread_mutex_unlock(&live_graphs_mutex);
+    } else {
+        for (jb_graph *g = live_graphs; g; g = g->next)
+            pthread_mutex_init(&g->mutex, NULL);
+        pthread_mutex_init(&live_graphs_mutex, NULL);
+    }
+}
 
 static void parts_free(jb_device *dev, graph_parts *p)
 {
@@ -341,6 +362,12 @@ jb_status jb_graph_end_capture(jb_graph **out, jb_stream *stream)
     for (size_t i = 0; i < graph->parts.num_launches; i++)
         graph->all_checked &= graph->parts.launches[i]->bounds_checked;
     pthread_mutex_init(&graph->mutex, NULL);
+    pthread_mutex_lock(&live_graphs_mutex);
+    graph->next = live_graphs;
+    if (live_graphs)
+        live_graphs->prev = graph;
+    live_graphs = graph;
+    pthread_mutex_unlock(&live_graphs_mutex);
     free(c);
     *out = graph;
     return JB_OK;
@@ -564,6 +591,14 @@ void jb_graph_free(jb_graph *graph)
     free(graph->replays);
     graph->device->backend->graph_destroy(graph->device, graph->native);
     parts_free(graph->device, &graph->parts);
+    pthread_mutex_lock(&live_graphs_mutex);
+    if (graph->prev)
+        graph->prev->next = graph->next;
+    else
+        live_graphs = graph->next;
+    if (graph->next)
+        graph->next->prev = graph->prev;
+    pthread_mutex_unlock(&live_graphs_mutex);
     pthread_mutex_destroy(&graph->mutex);
     free(graph);
 }

@@ -69,6 +69,7 @@ void jb__cpu_compiler_fork(jb_fork_phase phase); /* cpu/cpu_compiler.c: its vers
 void jb__private_dir_fork(jb_fork_phase phase);  /* cpu/private_dir.c: the compile folder */
 void jb__configure_fork(jb_fork_phase phase);    /* module.c: configure hooks' claims */
 void jb__cpu_events_fork(jb_fork_phase phase);   /* cpu/cpu_backend.c: its events' mutexes */
+void jb__graphs_fork(jb_fork_phase phase);       /* graph.c: each graph's mutex */
 
 /* ---- callbacks into the caller (callback.c: the one pattern every callback follows) ---- */
 typedef enum jb_callback_kind {

@@ -434,6 +434,80 @@ static void fork_while_a_thread_waits_for_an_array(void)
           EVENT_WAIT_FORKS);
 }
 
+/* A parent thread that replays a graph holds the graph's mutex for most of each launch; a child
+ * forked meanwhile that launches the graph gets an answer (a replay, or an error for work it
+ * cannot wait for), never a wait for that mutex, whose holder it does not have. */
+#define GRAPH_FORKS 40
+
+static atomic_int stop_replaying;
+
+typedef struct replay_arg {
+    jb_graph *graph;
+    jb_stream *stream;
+} replay_arg;
+
+static void *replay_again_and_again(void *p)
+{
+    replay_arg *arg = p;
+    for (int n = 0; !atomic_load(&stop_replaying); n++)
+        if (jb_graph_launch(arg->graph, arg->stream) != JB_OK || n % 64 == 0)
+            jb_stream_synchronize(arg->stream);
+    jb_stream_synchronize(arg->stream);
+    return NULL;
+}
+
+static void fork_while_a_thread_replays_a_graph(void)
+{
+    jb_kernel_spec spec = spec_named("replayed_during_fork", CONFIGURED_BODY, NULL);
+    jb_custom_kernel *k = NULL;
+    jb_stream *capturing = NULL, *replaying = NULL;
+    jb_graph *graph = NULL;
+    jb_array *x = NULL, *y = NULL;
+    float in[8] = {0};
+    int64_t shape[] = {8};
+    const int64_t *shapes[] = {shape};
+    int ndims[] = {1};
+    jb_launch_shape launch = {.total_threads = 8};
+    bool made = jb_custom_kernel_new(&k, &spec) == JB_OK &&
+                jb_stream_new(&capturing, cpu) == JB_OK &&
+                jb_stream_new(&replaying, cpu) == JB_OK &&
+                jb_array_from_host(&x, cpu, JB_F32, shape, 1, in) == JB_OK &&
+                jb_array_eval(x) == JB_OK && jb_graph_begin_capture(capturing) == JB_OK &&
+                jb_custom_kernel_launch_on(&y, k, capturing, &x, 1, NULL, 0, shapes, ndims,
+                                           &launch) == JB_OK &&
+                jb_graph_end_capture(&graph, capturing) == JB_OK;
+    CHECK(made, "a graph to replay: %s", jb_last_error_message());
+    if (made) {
+        replay_arg arg = {graph, replaying};
+        pthread_t replayer;
+        pthread_create(&replayer, NULL, replay_again_and_again, &arg);
+        bool ok = true;
+        int forks = 0;
+        for (; forks < GRAPH_FORKS && ok; forks++) {
+            pid_t pid = fork_with_deadline("a fork while a thread replays a graph", 10);
+            if (pid == 0) {
+                jb_stream *own = NULL;
+                if (jb_stream_new(&own, cpu) != JB_OK)
+                    _exit(1);
+                jb_graph_launch(graph, own); /* a replay, or a clear error: either answers */
+                _exit(0);
+            }
+            int status = wait_child_with_deadline(pid, 5, "a fork while a thread replays a graph");
+            ok = status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        }
+        atomic_store(&stop_replaying, 1);
+        pthread_join(replayer, NULL);
+        CHECK(ok, "child %d of %d, forked while a thread replayed a graph, hung or failed",
+              forks, GRAPH_FORKS);
+    }
+    jb_graph_free(graph);
+    jb_array_free(x);
+    jb_array_free(y);
+    jb_stream_free(capturing);
+    jb_stream_free(replaying);
+    jb_custom_kernel_free(k);
+}
+
 int main(void)
 {
     setenv("JITBRIDGE_DISK_CACHE", "0", 1); /* the child compiles, not loads */
@@ -446,5 +520,6 @@ int main(void)
     fork_during_a_configure_hook();
     fork_during_first_launches();
     fork_while_a_thread_waits_for_an_array();
+    fork_while_a_thread_replays_a_graph();
     return check_summary("test_fork");
 }
