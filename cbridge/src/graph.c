@@ -363,10 +363,7 @@ jb_status jb_graph_end_capture(jb_graph **out, jb_stream *stream)
         graph->all_checked &= graph->parts.launches[i]->bounds_checked;
     pthread_mutex_init(&graph->mutex, NULL);
     pthread_mutex_lock(&live_graphs_mutex);
-    graph->next = live_graphs;
-    if (live_graphs)
-        live_graphs->prev = graph;
-    live_graphs = graph;
+    JB_LIST_PUSH(live_graphs, graph);
     pthread_mutex_unlock(&live_graphs_mutex);
     free(c);
     *out = graph;
@@ -592,12 +589,7 @@ void jb_graph_free(jb_graph *graph)
     graph->device->backend->graph_destroy(graph->device, graph->native);
     parts_free(graph->device, &graph->parts);
     pthread_mutex_lock(&live_graphs_mutex);
-    if (graph->prev)
-        graph->prev->next = graph->next;
-    else
-        live_graphs = graph->next;
-    if (graph->next)
-        graph->next->prev = graph->prev;
+    JB_LIST_UNLINK(live_graphs, graph);
     pthread_mutex_unlock(&live_graphs_mutex);
     pthread_mutex_destroy(&graph->mutex);
     free(graph);

@@ -60,6 +60,26 @@ void jb__error_restore(const jb_saved_error *saved);
 typedef enum jb_fork_phase { JB_FORK_PREPARE, JB_FORK_PARENT, JB_FORK_CHILD } jb_fork_phase;
 /* Counts the forks this process descends from: a stream made under another value belongs to
  * an ancestor, whose worker threads do not exist here. */
+/* A doubly linked list of records with `prev` and `next` fields, its head a pointer; the caller
+ * holds the list's lock. Push links at the front; unlink takes a node out from anywhere. */
+#define JB_LIST_PUSH(head, node)                                                                   \
+    do {                                                                                           \
+        (node)->prev = NULL;                                                                       \
+        (node)->next = (head);                                                                     \
+        if (head)                                                                                  \
+            (head)->prev = (node);                                                                 \
+        (head) = (node);                                                                           \
+    } while (0)
+#define JB_LIST_UNLINK(head, node)                                                                 \
+    do {                                                                                           \
+        if ((node)->prev)                                                                          \
+            (node)->prev->next = (node)->next;                                                     \
+        else                                                                                       \
+            (head) = (node)->next;                                                                 \
+        if ((node)->next)                                                                          \
+            (node)->next->prev = (node)->prev;                                                     \
+    } while (0)
+
 extern atomic_uint jb__fork_generation;
 extern pthread_mutex_t *const jb__disk_locks[2]; /* disk_dir.c, in the order they nest */
 extern pthread_mutex_t *const jb__build_failures_lock; /* build_failures.c */

@@ -86,10 +86,7 @@ static thread_state *thread_state_create(void)
         return NULL;
     memset(ts, 0, bytes);
     pthread_mutex_lock(&registry_mutex);
-    ts->next = registry;
-    if (registry)
-        registry->prev = ts;
-    registry = ts;
+    JB_LIST_PUSH(registry, ts);
     pthread_mutex_unlock(&registry_mutex);
     return ts;
 }
@@ -99,12 +96,7 @@ static void thread_state_destroy(thread_state *ts)
     pthread_mutex_lock(&registry_mutex);
     retired_hits += atomic_load(&ts->hits);
     retired_misses += atomic_load(&ts->misses);
-    if (ts->prev)
-        ts->prev->next = ts->next;
-    else
-        registry = ts->next;
-    if (ts->next)
-        ts->next->prev = ts->prev;
+    JB_LIST_UNLINK(registry, ts);
     pthread_mutex_unlock(&registry_mutex);
     for (size_t i = 0; i < ts->lookaside.capacity; i++)
         free((void *)ts->lookaside.slots[i].key);

@@ -35,10 +35,7 @@ static int cpu_event_create(jb_device *dev, void **out_event)
     pthread_mutex_init(&ev->mutex, NULL);
     pthread_cond_init(&ev->done, NULL);
     pthread_mutex_lock(&live_events_mutex);
-    ev->next = live_events;
-    if (live_events)
-        live_events->prev = ev;
-    live_events = ev;
+    JB_LIST_PUSH(live_events, ev);
     pthread_mutex_unlock(&live_events_mutex);
     *out_event = ev;
     return JB_OK;
@@ -49,12 +46,7 @@ static void cpu_event_destroy(jb_device *dev, void *event)
     (void)dev;
     cpu_event *ev = event;
     pthread_mutex_lock(&live_events_mutex);
-    if (ev->prev)
-        ev->prev->next = ev->next;
-    else
-        live_events = ev->next;
-    if (ev->next)
-        ev->next->prev = ev->prev;
+    JB_LIST_UNLINK(live_events, ev);
     pthread_mutex_unlock(&live_events_mutex);
     pthread_mutex_destroy(&ev->mutex);
     pthread_cond_destroy(&ev->done);
