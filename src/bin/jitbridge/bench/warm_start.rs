@@ -19,9 +19,16 @@ const THREADS: usize = 8;
 const ELEMENTS: usize = 64;
 
 /// Kernel `k` of the family `salt`: its own source (and so its own key) and its own output.
+/// The salt is in the code as well as in a comment: NVRTC answers a source that differs from an
+/// earlier one only in comments from its own cache, which would make a cold compile warm.
 fn family_kernel(salt: &str, k: usize) -> Result<CustomKernel, jitbridge::Error> {
+    let salt_code = salt.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3) // FNV-1a
+    });
     let salt = super::salt_comment(salt)?;
-    let body = format!("out[thread_index()] = inp[thread_index()] * 2.0f + {k}.0f; {salt}");
+    let body = format!(
+        "out[thread_index()] = inp[thread_index()] * 2.0f + {k}.0f; (void){salt_code}ull; {salt}"
+    );
     // SAFETY: the body scales one element and subscripts its arrays; the salt, from the command
     // line, is a comment (checked).
     unsafe {
@@ -260,6 +267,23 @@ fn measure(
             set_for: H200,
         }),
     );
+
+    // A new replica with nothing to start from: every kernel compiled, one at a time under the
+    // cache's write lock, while its threads wait.
+    let cold_salt = format!("cold {}", fresh_variant());
+    let cold_args = runner.launch(&cold_salt, kernels, THREADS);
+    let cold_args: Vec<&str> = cold_args.iter().map(String::as_str).collect();
+    let cold = report(spawn(&mut runner.command(&cold_args, &dir.join("cold/cache")))?)?;
+    if cold.builds != kernels as u64 {
+        return Err(failed(format!("a cold replica made {} compiles of {kernels}", cold.builds)));
+    }
+    rows.push(Row::new(
+        SECTION,
+        format!("new replica, {kernels} kernels, {THREADS} threads, cold (no cache, no bundle)"),
+        cold.ns,
+        Unit::Ns,
+    ));
+    rows.push(Row::new(SECTION, "  per kernel", cold.ns / kernels as f64, Unit::Ns));
 
     // Many processes, one cache folder, the same new kernels: each compiled once.
     let (processes, new) = (scale.warm_processes, scale.warm_new_kernels);
