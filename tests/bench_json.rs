@@ -114,7 +114,38 @@ fn bench_json_follows_the_schema_and_progress_is_redrawn_on_a_terminal() {
 fn bench_help_states_its_time_and_its_check() {
     let out = Command::new(env!("CARGO_BIN_EXE_jitbridge")).args(["bench", "--help"]).output();
     let text = String::from_utf8(out.unwrap().stdout).unwrap();
-    assert!(text.contains("It takes about 2 minutes (--quick: about 25 s)"), "{text}");
+    assert!(text.contains("It takes about 2.5 minutes (--quick: about 25 s)"), "{text}");
     assert!(text.contains("--check       exit with status 1 when a judged target is missed"));
     assert!(text.contains("docs/JSON.md"), "{text}");
+}
+
+/// `--sections 10,4` runs sections 4 and 10 alone: their rows keep the numbers a whole run gives
+/// them, the options say which ran, and a number past the last section is a usage error.
+#[test]
+fn bench_sections_runs_only_those() {
+    let out = Command::new(env!("CARGO_BIN_EXE_jitbridge"))
+        .args(["bench", "--json", "--quick", "--device", "cpu", "--sections", "10,4"])
+        .env("JITBRIDGE_DISK_CACHE", "0")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout} {}", String::from_utf8_lossy(&out.stderr));
+    let report = Reader::parse(&stdout).unwrap_or_else(|e| panic!("{e} in {stdout}"));
+    let rows = check_schema(&report, "bench");
+    let sections: Vec<&str> = rows.iter().map(|r| r.get("section").text()).collect();
+    assert!(
+        sections.iter().all(|s| *s == "4 probe launch" || *s == "10 captured graph"),
+        "{sections:?}"
+    );
+    assert!(sections.contains(&"4 probe launch") && sections.contains(&"10 captured graph"));
+    let chosen = report.at(&["options", "sections"]);
+    assert_eq!(chosen, &Json::List(vec![Json::Number(4.0), Json::Number(10.0)]), "{chosen:?}");
+
+    let out = Command::new(env!("CARGO_BIN_EXE_jitbridge"))
+        .args(["bench", "--sections", "12"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--sections takes a whole number from 1 to 11"), "{stderr}");
 }

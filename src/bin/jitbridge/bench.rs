@@ -11,20 +11,21 @@ mod lookups;
 pub mod new_process;
 pub mod warm_start;
 
-use crate::Outcome;
 use crate::args::{
-    Command, DEVICE_OPT, Opt, device_or_default, no_positional, parse_args, print_help,
+    Command, DEVICE_OPT, Opt, device_or_default, no_positional, parse_args, parse_count, print_help,
 };
-use crate::json::Object;
+use crate::json::{Object, json_list};
 use crate::progress::Progress;
 use crate::rows::{Results, Row};
+use crate::{Failure, Outcome};
 use jitbridge::{CustomKernel, Device};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Instant;
 
 pub const BENCH: Command = Command {
     name: "bench",
-    usage: "jitbridge bench [--json] [--quick] [--check] [--device cpu|gpu|cuda|rocm[:N]]",
+    usage: "jitbridge bench [--json] [--quick] [--check] [--device cpu|gpu|cuda|rocm[:N]]
+                       [--sections LIST]",
     about: "measure the launch path's costs, each against its baseline",
     details: "Measures, in one run: hit lookups (lookaside vs the plain locked protocol) at 1-16
 threads, hit latency while other threads build, the probe launch path vs a raw launch, a cold
@@ -39,7 +40,7 @@ with the cuda backend, GPU or not; the cpu compiler's). Each row with a target
 says whether this run met it, and which host the target was set for (the H200 host); on other
 hosts the row is judged against it all the same.
 
-It takes about 2 minutes (--quick: about 25 s) on 2 cores with the cpu backend, and up to
+It takes about 2.5 minutes (--quick: about 25 s) on 2 cores with the cpu backend, and up to
 twice that when other work keeps the cores busy; progress goes to stderr, one updating line on
 a terminal, a line per section otherwise, and the time taken at the end.
 
@@ -50,17 +51,36 @@ options:
                 comparable, so no target is judged
   --check       exit with status 1 when a judged target is missed (for CI)
   --device D    cpu, gpu, cuda or rocm, with an optional :N (default: as for run)
+  --sections L  only these sections, a comma list of their numbers (1 to 11, as the table
+                numbers them), to measure one again without the rest: a row keeps its
+                section's number, and a target is judged as in a whole run
 
 exit status: 0 when the bench ran (with --check: and met every judged target), 1 when --check
 found a missed one, 2 on an error",
 };
 
-const OPTIONS: [Opt; 4] = [
+const OPTIONS: [Opt; 5] = [
     Opt { flag: "--json", value: None },
     Opt { flag: "--quick", value: None },
     Opt { flag: "--check", value: None },
     DEVICE_OPT,
+    Opt { flag: "--sections", value: Some("a comma list of section numbers, 1 to 11") },
 ];
+
+/// The sections `--sections` names (numbers from 1, in SECTIONS' order), each once, in order;
+/// every section without it.
+fn parse_sections(text: Option<&str>) -> Result<Vec<usize>, String> {
+    let Some(text) = text else {
+        return Ok((1..=SECTIONS.len()).collect());
+    };
+    let mut chosen = text
+        .split(',')
+        .map(|n| parse_count("--sections", n.trim(), SECTIONS.len() as u64))
+        .collect::<Result<Vec<usize>, String>>()?;
+    chosen.sort_unstable();
+    chosen.dedup();
+    Ok(chosen)
+}
 
 pub fn bench_command(args: &[String]) -> Outcome {
     let Some(args) = parse_args(&BENCH, args, &OPTIONS)? else {
@@ -68,11 +88,12 @@ pub fn bench_command(args: &[String]) -> Outcome {
         return Ok(true);
     };
     no_positional(&BENCH, &args)?;
+    let sections = parse_sections(args.get("--sections")).map_err(|m| Failure::Usage(m, &BENCH))?;
     let device = device_or_default(args.get("--device"))?;
     let scale = if args.has("--quick") { &Scale::QUICK } else { &Scale::FULL };
     let date = crate::host::now_utc();
     let start = Instant::now();
-    let mut rows = run(device, scale)?;
+    let mut rows = run(device, scale, &sections)?;
     if scale.quick {
         rows = rows
             .into_iter()
@@ -85,7 +106,10 @@ pub fn bench_command(args: &[String]) -> Outcome {
     let results = Results {
         command: "bench",
         device,
-        options: Object::new().flag("quick", scale.quick).build(),
+        options: Object::new()
+            .flag("quick", scale.quick)
+            .raw("sections", json_list(sections.iter().map(|n| n.to_string())))
+            .build(),
         date,
         seconds: start.elapsed().as_secs_f64(),
         rows,
@@ -264,19 +288,20 @@ fn median(mut values: Vec<f64>) -> f64 {
     values[values.len() / 2]
 }
 
-/// Runs every section on `device`, showing progress on stderr.
-pub fn run(device: Device, scale: &Scale) -> Result<Vec<Row>, jitbridge::Error> {
+/// Runs the sections numbered in `chosen` (from 1) on `device`, showing progress on stderr.
+pub fn run(device: Device, scale: &Scale, chosen: &[usize]) -> Result<Vec<Row>, jitbridge::Error> {
     seed_variants();
     let mut context = Context { device, scale, warm: None };
     let mut rows = Vec::new();
     let start = Instant::now();
-    let about: u32 = SECTIONS.iter().map(|s| s.seconds[usize::from(scale.quick)]).sum();
+    let numbered = || SECTIONS.iter().enumerate().filter(|(i, _)| chosen.contains(&(i + 1)));
+    let about: u32 = numbered().map(|(_, s)| s.seconds[usize::from(scale.quick)]).sum();
     let mut progress = Progress::new();
-    for (i, section) in SECTIONS.iter().enumerate() {
+    for (done, (i, section)) in numbered().enumerate() {
         progress.show(&format!(
             "bench {}/{}: {} ({:.0} s of about {about} s)",
-            i + 1,
-            SECTIONS.len(),
+            done + 1,
+            chosen.len(),
             section.title,
             start.elapsed().as_secs_f64()
         ));
@@ -301,7 +326,20 @@ pub fn run(device: Device, scale: &Scale) -> Result<Vec<Row>, jitbridge::Error> 
 
 #[cfg(test)]
 mod tests {
-    use super::{BENCH, SECTIONS, salt_comment};
+    use super::{BENCH, SECTIONS, parse_sections, salt_comment};
+
+    /// `--sections` takes section numbers as the table shows them, each once and in order;
+    /// anything else is a usage error that names the range.
+    #[test]
+    fn sections_are_numbers_from_one() {
+        assert_eq!(parse_sections(None).unwrap(), (1..=SECTIONS.len()).collect::<Vec<_>>());
+        assert_eq!(parse_sections(Some("10,4,4")).unwrap(), vec![4, 10]);
+        assert_eq!(parse_sections(Some(" 11")).unwrap(), vec![11]);
+        for bad in ["", "0", "12", "4,", "x", "-1", "4;5", "99999999999999999999"] {
+            let message = parse_sections(Some(bad)).expect_err(bad);
+            assert!(message.contains("from 1 to 11"), "{bad}: {message}");
+        }
+    }
 
     /// A salt from the command line becomes a comment, never code: one that would close the
     /// comment (or start a directive, or a string) is refused.
