@@ -140,6 +140,27 @@ fn each_kernel_gets_one_line_per_process_naming_its_entry() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A writer whose disk filled up left its last line cut: the next process's line is written on
+/// a line of its own, not glued to the cut one (a reader would skip both).
+#[test]
+fn a_line_left_cut_is_ended_before_the_next() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = fresh("cut");
+    let (cache, manifest) = (dir.join("cache"), dir.join("kernels.manifest"));
+    let cut = "jbm1\t0123456789abcdef";
+    std::fs::write(&manifest, cut).unwrap();
+    std::fs::set_permissions(&manifest, std::fs::Permissions::from_mode(0o600)).unwrap();
+    assert_eq!(run(&cache, &manifest, "7").0, (1, 0));
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    let (first, rest) = text.split_once('\n').unwrap_or_else(|| panic!("one line: {text:?}"));
+    assert_eq!(first, cut, "{text:?}");
+    std::fs::write(&manifest, rest).unwrap();
+    let after = lines(&manifest);
+    assert_eq!(after.len(), 1, "{text:?}");
+    assert_eq!((after[0].how.as_str(), after[0].entries.as_str()), ("compiled", "manifested"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Eight processes append at once: every line whole, none lost.
 #[test]
 fn processes_appending_together_write_whole_lines() {

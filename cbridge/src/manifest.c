@@ -5,8 +5,9 @@
  *
  * Several processes append to one file: each line is one write() on an O_APPEND handle, so
  * lines never interleave, and a line is at most JB_MANIFEST_LINE_MAX bytes (a longer one is not
- * written). The file is opened once (no link followed, never blocking: a FIFO is refused) and
- * must be a regular file of ours that no one else may write. Writing is best effort: a failure
+ * written). A line that another writer left cut (its disk full) is ended before the next one, so
+ * that the next is not glued to it and lost with it. The file is opened once (no link followed,
+ * never blocking: a FIFO is refused) and must be a regular file of ours that no one else may write. Writing is best effort: a failure
  * stops it with one warning and never fails a build.
  */
 #include "internal.h"
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -36,7 +38,8 @@ static void open_manifest(void)
                  path, strerror(errno));
         return;
     }
-    int fd = open(absolute, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC |
+    /* Read as well: a writer looks at the last byte for a line left cut. */
+    int fd = open(absolute, O_RDWR | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC |
                             O_NOCTTY,
                   0600);
     struct stat st;
@@ -88,6 +91,31 @@ static void stop(const char *why)
     }
 }
 
+/* Takes the file's lock for a look at its end and a line: a look in the middle of another
+ * writer's line would see it cut. Never waits long (a writer stopped holding it would stall our
+ * builds): false after about a millisecond, and the line goes without the look. */
+static bool lock_briefly(int fd)
+{
+    for (int tries = 0; tries < 10; tries++) {
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+            return true;
+        if (errno != EWOULDBLOCK && errno != EINTR)
+            return false;
+        usleep(100);
+    }
+    return false;
+}
+
+/* Whether the file ends inside a line: one a writer left cut when its disk filled up (under the
+ * file's lock, which every writer of this library takes for its line). */
+static bool ends_cut(int fd)
+{
+    struct stat st;
+    char last;
+    return fstat(fd, &st) == 0 && st.st_size > 0 && pread(fd, &last, 1, st.st_size - 1) == 1 &&
+           last != '\n';
+}
+
 static bool field_ok(const char *s)
 {
     return *s && !strpbrk(s, "\t\n\r");
@@ -104,6 +132,9 @@ void jb__manifest_record(const jb_device *dev, const jb_disk_key *key, const cha
     char hex[2 * JB_SHA256_BYTES + 1];
     jb__hex(key->digest, JB_SHA256_BYTES, hex);
     jb_strbuf sb = {0};
+    /* Written only to end a line left cut, in the same write as the line (never a line alone). */
+    jb__strbuf_appendf(&sb, "\n");
+    const size_t line_start = sb.len;
     jb__strbuf_appendf(&sb, "%s\t%s\t%s\t%s\t%s\t", JB_MANIFEST_TAG, hex, dev->backend->name,
                        dev->arch, module_name);
     bool ok = field_ok(dev->arch) && field_ok(module_name);
@@ -112,17 +143,21 @@ void jb__manifest_record(const jb_device *dev, const jb_disk_key *key, const cha
         ok = ok && field_ok(entry_names[i]) && !strchr(entry_names[i], ',');
     }
     jb__strbuf_appendf(&sb, "\t%s\n", how);
-    if (sb.failed || !ok || sb.len > JB_MANIFEST_LINE_MAX) {
+    if (sb.failed || !ok || sb.len - line_start > JB_MANIFEST_LINE_MAX) {
         if (!sb.failed && ok)
             jb__warn("JITBRIDGE_MANIFEST: the line of module '%s' is %zu bytes, past the %d a "
                      "line may have; not written",
-                     module_name, sb.len, JB_MANIFEST_LINE_MAX);
+                     module_name, sb.len - line_start, JB_MANIFEST_LINE_MAX);
         jb__strbuf_free(&sb);
         return;
     }
     int fd = atomic_load(&manifest_fd);
-    ssize_t n = fd >= 0 ? write(fd, sb.data, sb.len) : -1;
-    if (fd >= 0 && n != (ssize_t)sb.len)
+    bool locked = fd >= 0 && lock_briefly(fd);
+    size_t from = locked && ends_cut(fd) ? 0 : line_start, len = sb.len - from;
+    ssize_t n = fd >= 0 ? write(fd, sb.data + from, len) : -1;
+    if (locked)
+        flock(fd, LOCK_UN);
+    if (fd >= 0 && n != (ssize_t)len)
         stop(n < 0 ? strerror(errno) : "a line was written only in part");
     jb__strbuf_free(&sb);
     unsigned char *copy = malloc(JB_SHA256_BYTES);
