@@ -130,6 +130,7 @@ typedef struct key_case {
     const char *env;   /* one more NAME=VALUE */
     const char *variant;
     const char *setup; /* a shell command run first */
+    const char *needs; /* a program on PATH the case needs (some hosts lack clang) */
 } key_case;
 
 #define HIT(text, ...) {.what = text, .hit = true, __VA_ARGS__}
@@ -163,7 +164,7 @@ static const key_case cases[] = {
     HIT("another TMPDIR", .env = "TMPDIR=@/tmp2", .setup = "mkdir -m 700 @/tmp2"),
     HIT("LC_ALL=C", .env = "LC_ALL=C"),
     HIT("JITBRIDGE_SAVE_SOURCE set", .env = "JITBRIDGE_SAVE_SOURCE=@/saved"),
-    MISS("another compiler (clang)", .cpu_only = true, .cc = "clang"),
+    MISS("another compiler (clang)", .cpu_only = true, .cc = "clang", .needs = "clang"),
     MISS("another compiler: a wrapper program around gcc", .cpu_only = true, .cc = "@/wrap/cc",
      .setup = "printf '#!/bin/sh\\nexec gcc \"$@\"\\n' > @/wrap/cc && chmod 755 @/wrap/cc"),
     MISS("another compiler version (says 12.9.9)", .cpu_only = true, .cc = "@/fake/gcc",
@@ -304,6 +305,14 @@ static void refused_payload_is_evicted_rebuilt_and_reported(jb_device *device)
     jb_custom_kernel_free(donor);
 }
 
+/* Whether `program` is found on PATH (the shell's `command -v`). */
+static bool on_path(const char *program)
+{
+    char command[256];
+    snprintf(command, sizeof command, "command -v %s >/dev/null 2>&1", program);
+    return system(command) == 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "child") == 0)
@@ -331,6 +340,10 @@ int main(int argc, char **argv)
         const key_case *c = &cases[i];
         if (c->cpu_only && !on_cpu)
             continue;
+        if (c->needs && !on_path(c->needs)) {
+            printf("  %-56s skipped: no %s on PATH\n", c->what, c->needs);
+            continue;
+        }
         tried++;
         if (c->setup)
             shell(c->setup);
