@@ -48,9 +48,18 @@ static bool launch(jb_device *device, const char *name, float value)
     return exact;
 }
 
+/* A mark no taker reads as within the compile timeout: the boot's first nanosecond, as a mark
+ * left long ago reads; on a machine up for less than the timeout (a fresh VM) that is within it,
+ * so an hour ahead, as a mark left before a reboot of a machine that had been up longer reads. */
+static uint64_t mark_long_ago(void)
+{
+    uint64_t now = jb__now_ns(), window = jb__child_timeout_ms() * 1000000ULL;
+    return now > window + 1000000000ULL ? 1 : now + 3600 * 1000000000ULL;
+}
+
 /* A failed compile's mark: within the compile timeout the next taker compiles without the
- * lease; older (here: the boot's first nanosecond, as a mark left long ago or before a reboot
- * would read), it is a lease as any other, taken, and removed by its holder's success. */
+ * lease; older (mark_long_ago), it is a lease as any other, taken, and removed by its holder's
+ * success. */
 static void failure_marks(const char *cache)
 {
     char text[] = "a key of the failure marks";
@@ -65,7 +74,7 @@ static void failure_marks(const char *cache)
     CHECK(access(path, F_OK) == 0, "a failed compile's lease file was removed");
     CHECK(jb__lease_acquire(&key, NULL, jb__now_ns() + 1000000000ULL, &lease) == JB_LEASE_NONE,
           "a fresh failure mark was not honoured");
-    uint64_t long_ago = 1;
+    uint64_t long_ago = mark_long_ago();
     int fd = open(path, O_WRONLY);
     CHECK(fd >= 0 && pwrite(fd, &long_ago, sizeof long_ago, 0) == (ssize_t)sizeof long_ago &&
               close(fd) == 0,
@@ -109,7 +118,7 @@ static void marks_swept(const char *cache)
     const char *past = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa.lease",
                *killed = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb.lease",
                *recent = "cccccccccccccccccccccccccccccccc.lease";
-    lease_file(leases, past, 1, true);
+    lease_file(leases, past, mark_long_ago(), true);
     lease_file(leases, killed, 0, true);
     lease_file(leases, recent, 0, false);
     char held_text[] = "a key held while others are swept", text[] = "a key whose compile fails";
