@@ -1087,12 +1087,14 @@ JB_API jb_status jb_prewarm(jb_prewarm_result *out, jb_device *device, const cha
  * kernel and process): a regular file of ours that others may not write (else one warning and
  * no manifest), opened once for reading and appending, each line one write on an O_APPEND
  * handle, so that several processes may share it; a line another writer left cut (a full disk)
- * is ended by the next writer before its own line. A line is at most 16384 bytes; its fields,
- * separated by TABs: "jbm1", the key (64 lowercase hex digits: the SHA-256 of the key text; its
+ * is ended by the next writer before its own line, where that writer can look (a local file it
+ * may read, whose lock it gets within about a millisecond). A line is at most 16384 bytes; its
+ * fields, separated by TABs: "jbm1", the key (64 lowercase hex digits: the SHA-256 of the key text; its
  * first 32 name the disk cache entry <those 32>.jbc), the backend, the device's architecture,
  * the module name, the entry names separated by commas, and how the process got it ("compiled",
  * "disk", "bundle" or "prewarm"). Readers skip lines of another first field and lines starting
- * with '#', and empty or cut lines, ignore fields past the seventh, and deduplicate by key.
+ * with '#', empty lines and lines of fewer than seven fields, ignore fields past the seventh,
+ * and deduplicate by key.
  */
 
 /*

@@ -165,6 +165,9 @@ void *jb__realloc_array(void *data, size_t count, size_t size);
 /* Whether a failed call's errno means "not now" (out of descriptors or memory, interrupted,
  * would block, a network disk's I/O error): retried later, never a reason to evict or give up. */
 bool jb__errno_is_transient(int err);
+/* Whether the file on `fd` is on a network file system (NFS, SMB, 9P, FUSE), where locks may not
+ * work or cost a round trip to a server. */
+bool jb__network_file_system(int fd);
 /* The wait before trying again a set-up that failed for now (the disk cache folder, the
  * compiler's version query): it doubles with each failure in a row, from 50 ms to 30 s. Zeroed
  * is ready; its user serializes the failures (its own lock), any thread may ask if it is due. */
@@ -1007,6 +1010,9 @@ void jb__bundle_counters_reset(void);
 void jb__test_set_bundle_read_error(int err);
 /* While non-zero, bundles may hold at most this many entries (reading and writing). */
 void jb__test_set_bundle_max_entries(size_t max);
+/* Takes (true) or lets go of (false) the manifest's lock as a writer does, without waiting:
+ * whether that worked (false with no manifest open). */
+bool jb__test_manifest_lock(bool take);
 #endif
 
 /* ---- leases (lease.c): one compile per key across the processes of one cache folder ---- */

@@ -6,7 +6,10 @@
  * Several processes append to one file: each line is one write() on an O_APPEND handle, so
  * lines never interleave, and a line is at most JB_MANIFEST_LINE_MAX bytes (a longer one is not
  * written). A line that another writer left cut (its disk full) is ended before the next one, so
- * that the next is not glued to it and lost with it. The file is opened once (no link followed,
+ * that the next is not glued to it and lost with it: the writer looks at the file's last byte
+ * under a write lock on the file (a process's own, so a forked child's excludes its parent's;
+ * only a writer can take it), where it can (not on a network file system, not when the lock stays
+ * taken, not on a file it may not read). The file is opened once (no link followed,
  * never blocking: a FIFO is refused) and must be a regular file of ours that no one else may write. Writing is best effort: a failure
  * stops it with one warning and never fails a build.
  */
@@ -18,12 +21,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 static pthread_once_t open_once = PTHREAD_ONCE_INIT;
 static atomic_int manifest_fd = -1;
+/* Whether a writer looks for a line left cut: a local file we may read, and the lock not found
+ * taken for LOCK_GIVE_UP lines in a row. Under the module cache's write lock, like builds. */
+static bool look_for_cut;
+static int lock_misses;
+#define LOCK_GIVE_UP 3
 /* The keys this process wrote (each once): under the module cache's write lock, like builds. */
 static jb_table written;
 
@@ -38,10 +45,13 @@ static void open_manifest(void)
                  path, strerror(errno));
         return;
     }
-    /* Read as well: a writer looks at the last byte for a line left cut. */
-    int fd = open(absolute, O_RDWR | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC |
-                            O_NOCTTY,
-                  0600);
+    /* Read as well: a writer looks at the last byte for a line left cut (a file we may only
+     * write is written without that look). */
+    const int flags = O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY;
+    int fd = open(absolute, O_RDWR | flags, 0600);
+    bool readable = fd >= 0;
+    if (fd < 0 && errno == EACCES)
+        fd = open(absolute, O_WRONLY | flags, 0600);
     struct stat st;
     const char *problem = NULL;
     if (fd < 0)
@@ -60,6 +70,7 @@ static void open_manifest(void)
         jb__warn("JITBRIDGE_MANIFEST=%s: %s; no manifest is written", path, problem);
         return;
     }
+    look_for_cut = readable && !jb__network_file_system(fd);
     atomic_store(&manifest_fd, fd);
 }
 
@@ -91,23 +102,49 @@ static void stop(const char *why)
     }
 }
 
+/* Sets (F_WRLCK) or clears (F_UNLCK) the process's lock on the whole file, without waiting. */
+static bool file_lock(int fd, short type)
+{
+    struct flock lock = {.l_type = type, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
+    return fcntl(fd, F_SETLK, &lock) == 0;
+}
+
+#ifdef JB_TEST_HOOKS
+bool jb__test_manifest_lock(bool take)
+{
+    int fd = atomic_load(&manifest_fd);
+    return fd >= 0 && file_lock(fd, take ? F_WRLCK : F_UNLCK);
+}
+#endif
+
 /* Takes the file's lock for a look at its end and a line: a look in the middle of another
- * writer's line would see it cut. Never waits long (a writer stopped holding it would stall our
- * builds): false after about a millisecond, and the line goes without the look. */
+ * writer's line would see it cut. Never waits long, as builds wait meanwhile: false after about
+ * a millisecond, and the line goes without the look; after LOCK_GIVE_UP such lines in a row (a
+ * writer stopped holding it), no more looks. */
 static bool lock_briefly(int fd)
 {
     for (int tries = 0; tries < 10; tries++) {
-        if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+        if (tries)
+            usleep(100);
+        if (file_lock(fd, F_WRLCK)) {
+            lock_misses = 0;
             return true;
-        if (errno != EWOULDBLOCK && errno != EINTR)
+        }
+        if (errno != EACCES && errno != EAGAIN && errno != EINTR) {
+            look_for_cut = false; /* no locks here (ENOLCK): never waited for again */
             return false;
-        usleep(100);
+        }
+    }
+    if (++lock_misses >= LOCK_GIVE_UP) {
+        look_for_cut = false;
+        jb__warn("JITBRIDGE_MANIFEST: another writer keeps the file locked; lines are written "
+                 "without looking for a line left cut");
     }
     return false;
 }
 
 /* Whether the file ends inside a line: one a writer left cut when its disk filled up (under the
- * file's lock, which every writer of this library takes for its line). */
+ * file's lock, which this library's writers take for their lines where they can). */
 static bool ends_cut(int fd)
 {
     struct stat st;
@@ -152,13 +189,14 @@ void jb__manifest_record(const jb_device *dev, const jb_disk_key *key, const cha
         return;
     }
     int fd = atomic_load(&manifest_fd);
-    bool locked = fd >= 0 && lock_briefly(fd);
+    bool locked = fd >= 0 && look_for_cut && lock_briefly(fd);
     size_t from = locked && ends_cut(fd) ? 0 : line_start, len = sb.len - from;
     ssize_t n = fd >= 0 ? write(fd, sb.data + from, len) : -1;
+    int write_errno = errno;
     if (locked)
-        flock(fd, LOCK_UN);
+        file_lock(fd, F_UNLCK);
     if (fd >= 0 && n != (ssize_t)len)
-        stop(n < 0 ? strerror(errno) : "a line was written only in part");
+        stop(n < 0 ? strerror(write_errno) : "a line was written only in part");
     jb__strbuf_free(&sb);
     unsigned char *copy = malloc(JB_SHA256_BYTES);
     if (n > 0 && copy && jb__table_reserve(&written)) {

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -270,4 +271,23 @@ DIR *jb__opendir_at(int dir)
         errno = err;
     }
     return d;
+}
+
+bool jb__network_file_system(int fd)
+{
+    static const long magics[] = {
+        0x6969,              /* NFS */
+        0x517B,              /* SMB */
+        (long)0xFF534D42,    /* CIFS */
+        (long)0xFE534D42,    /* SMB2 */
+        0x01021997,          /* 9P */
+        0x65735546,          /* FUSE (sshfs and the like) */
+    };
+    struct statfs sf;
+    if (fstatfs(fd, &sf) != 0)
+        return false;
+    for (size_t i = 0; i < sizeof magics / sizeof *magics; i++)
+        if ((long)sf.f_type == magics[i])
+            return true;
+    return false;
 }

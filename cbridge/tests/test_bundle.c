@@ -569,6 +569,52 @@ static int relative_child(void)
     return access(manifest, F_OK) == 0 ? 0 : 5;
 }
 
+/* With a manifest open: while this process holds the manifest's lock, a child it forks (which
+ * shares the open file) cannot take it, and can once this process lets go. A lock of the open
+ * file's (flock) let parent and child both hold it, and a child's look could then fall in the
+ * middle of its parent's line. 0 when so. */
+static int manifest_lock_child(void)
+{
+    device = test_device();
+    if (!device || !launch_salt(0)) /* opens the manifest */
+        return 2;
+    if (!jb__test_manifest_lock(true))
+        return 3;
+    for (int round = 0; round < 2; round++) {
+        pid_t pid = fork();
+        if (pid == 0)
+            _exit(jb__test_manifest_lock(true) ? 10 : 11);
+        int status = 0;
+        if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status))
+            return 4;
+        if (WEXITSTATUS(status) != (round == 0 ? 11 : 10))
+            return round == 0 ? 5 : 6;
+        if (round == 0 && !jb__test_manifest_lock(false))
+            return 7;
+    }
+    return 0;
+}
+
+static void manifest_lock_and_fork(const char *argv0)
+{
+    char self[PATH_MAX];
+    CHECK(realpath(argv0, self) != NULL, "realpath %s: %s", argv0, strerror(errno));
+    pid_t pid = fork();
+    if (pid == 0) {
+        setenv("JITBRIDGE_MANIFEST", at("lock.manifest"), 1);
+        execl(self, self, "manifest-lock-child", (char *)NULL);
+        _exit(8);
+    }
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+              WEXITSTATUS(status) == 0,
+          "the manifest's lock and fork: %s (child status %d)",
+          WEXITSTATUS(status) == 5   ? "a forked child took the lock its parent held"
+          : WEXITSTATUS(status) == 6 ? "a forked child could not take the lock its parent let go"
+                                     : "the child failed",
+          WEXITSTATUS(status));
+}
+
 /* Relative paths in the variables mean the folder the process started in, as a relative
  * JITBRIDGE_CACHE_DIR does, not wherever the host has gone by its first launch. */
 static void relative_variables(const char *argv0)
@@ -599,6 +645,8 @@ int main(int argc, char **argv)
 {
     if (argc == 2 && strcmp(argv[1], "relative-child") == 0)
         return relative_child();
+    if (argc == 2 && strcmp(argv[1], "manifest-lock-child") == 0)
+        return manifest_lock_child();
     char made[] = "/tmp/jb_bundle_XXXXXX";
     CHECK(mkdtemp(made) != NULL, "mkdtemp: %s", strerror(errno));
     snprintf(base, sizeof base, "%s", made);
@@ -624,6 +672,7 @@ int main(int argc, char **argv)
     transient_reads(good);
     forged_entries();
     relative_variables(argv[0]);
+    manifest_lock_and_fork(argv[0]);
     too_many_entries(good);
     transient_loads();
     shell("rm -rf %s%s", base, "");
