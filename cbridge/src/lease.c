@@ -35,7 +35,6 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
-#include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -65,26 +64,6 @@ void jb__test_set_lease_error(int err)
     atomic_store(&test_lock_error, err);
 }
 #endif
-
-/* File systems whose locks cannot be relied on between machines. */
-static bool network_file_system(int fd)
-{
-    static const long magics[] = {
-        0x6969,              /* NFS */
-        0x517B,              /* SMB */
-        (long)0xFF534D42,    /* CIFS */
-        (long)0xFE534D42,    /* SMB2 */
-        0x01021997,          /* 9P */
-        0x65735546,          /* FUSE (sshfs and the like) */
-    };
-    struct statfs sf;
-    if (fstatfs(fd, &sf) != 0)
-        return false;
-    for (size_t i = 0; i < sizeof magics / sizeof *magics; i++)
-        if ((long)sf.f_type == magics[i])
-            return true;
-    return false;
-}
 
 /* Compiling alone from now on for this key, with one warning per process. */
 static jb_lease_outcome fall_back(const char *why, const char *detail)
@@ -190,12 +169,15 @@ void jb__lease_note_stale(const jb_disk_key *key, jb_lease_stale *out)
 }
 
 /* Whether the lease file on `fd` says its last holder's compile failed within the compile
- * timeout. */
+ * timeout: by the mark (the monotonic clock), and by the file's change time, since a mark left
+ * before a reboot reads as recent on a machine up for less than the timeout. */
 static bool failed_lately(int fd)
 {
-    uint64_t at, now = jb__now_ns();
+    uint64_t at, now = jb__now_ns(), timeout_ms = jb__child_timeout_ms();
+    struct stat st;
     return pread(fd, &at, sizeof at, 0) == (ssize_t)sizeof at && at <= now &&
-           now - at < jb__child_timeout_ms() * 1000000ULL;
+           now - at < timeout_ms * 1000000ULL && fstat(fd, &st) == 0 &&
+           st.st_mtime >= time(NULL) - (time_t)(timeout_ms / 1000) - 1;
 }
 
 static void nap(uint64_t ns)
@@ -221,7 +203,7 @@ jb_lease_outcome jb__lease_acquire(const jb_disk_key *key, const jb_lease_stale 
     if (leases < 0)
         return fall_back("the cache folder's leases/ is not a folder of ours closed to others",
                          NULL);
-    if (network_file_system(leases)) {
+    if (jb__network_file_system(leases)) {
         close(leases);
         return fall_back("the cache folder is on a network file system", NULL);
     }

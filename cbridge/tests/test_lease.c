@@ -48,41 +48,54 @@ static bool launch(jb_device *device, const char *name, float value)
     return exact;
 }
 
-/* A mark no taker reads as within the compile timeout: the boot's first nanosecond, as a mark
- * left long ago reads; on a machine up for less than the timeout (a fresh VM) that is within it,
- * so an hour ahead, as a mark left before a reboot of a machine that had been up longer reads. */
-static uint64_t mark_long_ago(void)
-{
-    uint64_t now = jb__now_ns(), window = jb__child_timeout_ms() * 1000000ULL;
-    return now > window + 1000000000ULL ? 1 : now + 3600 * 1000000000ULL;
-}
-
-/* A failed compile's mark: within the compile timeout the next taker compiles without the
- * lease; older (mark_long_ago), it is a lease as any other, taken, and removed by its holder's
- * success. */
+/* A failed compile's mark: within the compile timeout (2 s here) the next taker compiles
+ * without the lease; past it, or ahead of the clock (left before a reboot of a machine that had
+ * been up longer), it is a lease as any other, taken, and removed by its holder's success. So is
+ * a mark in the window on a file last changed long ago (left before a reboot of a machine up for
+ * less than the timeout now). */
 static void failure_marks(const char *cache)
 {
+    setenv("JITBRIDGE_COMPILE_TIMEOUT_MS", "2000", 1);
     char text[] = "a key of the failure marks";
     jb_disk_key key = {.text = text, .bytes = sizeof text - 1};
     jb__disk_key_name(&key);
     char path[PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/leases/%.*s.lease", cache, JB_DISK_ENTRY_HEX, key.file);
-    jb_lease lease;
-    CHECK(jb__lease_acquire(&key, NULL, jb__now_ns() + 5000000000ULL, &lease) == JB_LEASE_HELD,
-          "the first taker");
-    jb__lease_release(&lease, true);
-    CHECK(access(path, F_OK) == 0, "a failed compile's lease file was removed");
-    CHECK(jb__lease_acquire(&key, NULL, jb__now_ns() + 1000000000ULL, &lease) == JB_LEASE_NONE,
-          "a fresh failure mark was not honoured");
-    uint64_t long_ago = mark_long_ago();
-    int fd = open(path, O_WRONLY);
-    CHECK(fd >= 0 && pwrite(fd, &long_ago, sizeof long_ago, 0) == (ssize_t)sizeof long_ago &&
-              close(fd) == 0,
-          "ageing the mark: %s", strerror(errno));
-    CHECK(jb__lease_acquire(&key, NULL, jb__now_ns() + 1000000000ULL, &lease) == JB_LEASE_HELD,
-          "a failure mark from long ago kept the lease from being taken");
-    jb__lease_release(&lease, false);
-    CHECK(access(path, F_OK) != 0, "the holder's success left the old mark");
+    uint64_t now = jb__now_ns(), second = 1000000000ULL;
+    const struct {
+        const char *what;
+        uint64_t mark;
+        bool old_file;
+    } marks[] = {
+        {"a mark past the timeout", now > 3 * second ? now - 3 * second : 0, false},
+        {"a mark ahead of the clock", now + 3600 * second, false},
+        {"a recent mark on a file changed an hour ago", now, true},
+    };
+    for (size_t i = 0; i < sizeof marks / sizeof *marks; i++) {
+        jb_lease lease;
+        CHECK(jb__lease_acquire(&key, NULL, jb__now_ns() + 5 * second, &lease) == JB_LEASE_HELD,
+              "%s: the first taker", marks[i].what);
+        jb__lease_release(&lease, true);
+        CHECK(access(path, F_OK) == 0, "%s: a failed compile's lease file was removed",
+              marks[i].what);
+        CHECK(jb__lease_acquire(&key, NULL, jb__now_ns() + second, &lease) == JB_LEASE_NONE,
+              "%s: a fresh failure mark was not honoured", marks[i].what);
+        if (!marks[i].mark)
+            continue; /* a machine up for under 3 s: no mark is past the timeout yet */
+        int fd = open(path, O_WRONLY);
+        struct timespec hour_ago[2] = {{time(NULL) - 3600, 0}, {time(NULL) - 3600, 0}};
+        CHECK(fd >= 0 &&
+                  pwrite(fd, &marks[i].mark, sizeof marks[i].mark, 0) ==
+                      (ssize_t)sizeof marks[i].mark &&
+                  (!marks[i].old_file || futimens(fd, hour_ago) == 0) && close(fd) == 0,
+              "%s: ageing the mark: %s", marks[i].what, strerror(errno));
+        CHECK(jb__lease_acquire(&key, NULL, jb__now_ns() + second, &lease) == JB_LEASE_HELD,
+              "%s kept the lease from being taken", marks[i].what);
+        jb__lease_release(&lease, false);
+        CHECK(access(path, F_OK) != 0, "%s: the holder's success left the old mark",
+              marks[i].what);
+    }
+    unsetenv("JITBRIDGE_COMPILE_TIMEOUT_MS");
 }
 
 /* A lease file at `name` in `leases` holding `mark` (none when 0), last changed an hour ago
@@ -118,7 +131,7 @@ static void marks_swept(const char *cache)
     const char *past = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa.lease",
                *killed = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb.lease",
                *recent = "cccccccccccccccccccccccccccccccc.lease";
-    lease_file(leases, past, mark_long_ago(), true);
+    lease_file(leases, past, 1, true);
     lease_file(leases, killed, 0, true);
     lease_file(leases, recent, 0, false);
     char held_text[] = "a key held while others are swept", text[] = "a key whose compile fails";
