@@ -120,7 +120,8 @@ fn bench_help_states_its_time_and_its_check() {
 }
 
 /// `--sections 10,4` runs sections 4 and 10 alone: their rows keep the numbers a whole run gives
-/// them, the options say which ran, and a number past the last section is a usage error.
+/// them, the options (and the table's first line) say which ran, and a number past the last
+/// section is a usage error.
 #[test]
 fn bench_sections_runs_only_those() {
     let out = Command::new(env!("CARGO_BIN_EXE_jitbridge"))
@@ -140,6 +141,14 @@ fn bench_sections_runs_only_those() {
     assert!(sections.contains(&"4 probe launch") && sections.contains(&"10 captured graph"));
     let chosen = report.at(&["options", "sections"]);
     assert_eq!(chosen, &Json::List(vec![Json::Number(4.0), Json::Number(10.0)]), "{chosen:?}");
+
+    let out = Command::new(env!("CARGO_BIN_EXE_jitbridge"))
+        .args(["bench", "--quick", "--device", "cpu", "--sections", "4"])
+        .env("JITBRIDGE_DISK_CACHE", "0")
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.lines().next().unwrap_or_default().contains(", sections 4 only"), "{table}");
 
     let out = Command::new(env!("CARGO_BIN_EXE_jitbridge"))
         .args(["bench", "--sections", "12"])

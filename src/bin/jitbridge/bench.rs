@@ -119,8 +119,14 @@ pub fn bench_command(args: &[String]) -> Outcome {
     if args.has("--json") {
         results.print_json();
     } else {
+        let partial = if sections.len() == SECTIONS.len() {
+            String::new()
+        } else {
+            let list: Vec<String> = sections.iter().map(usize::to_string).collect();
+            format!(", sections {} only", list.join(","))
+        };
         out!(
-            "jitbridge bench: {} {} ({}), {} cores{}",
+            "jitbridge bench: {} {} ({}), {} cores{partial}{}",
             device.backend(),
             device.name(),
             device.arch(),
@@ -298,10 +304,14 @@ pub fn run(device: Device, scale: &Scale, chosen: &[usize]) -> Result<Vec<Row>, 
     let about: u32 = numbered().map(|(_, s)| s.seconds[usize::from(scale.quick)]).sum();
     let mut progress = Progress::new();
     for (done, (i, section)) in numbered().enumerate() {
+        // A partial run names the section by its number, and counts the ones it runs apart.
+        let place = if chosen.len() == SECTIONS.len() {
+            format!("{}/{}", i + 1, SECTIONS.len())
+        } else {
+            format!("section {} ({} of {})", i + 1, done + 1, chosen.len())
+        };
         progress.show(&format!(
-            "bench {}/{}: {} ({:.0} s of about {about} s)",
-            done + 1,
-            chosen.len(),
+            "bench {place}: {} ({:.0} s of about {about} s)",
             section.title,
             start.elapsed().as_secs_f64()
         ));
