@@ -595,50 +595,52 @@ static int manifest_lock_child(void)
     return 0;
 }
 
-static void manifest_lock_and_fork(const char *argv0)
+/* Runs this test binary again as `mode`, in `dir` (NULL: here), with `env` (NAME, VALUE pairs,
+ * NULL-ended) set: its exit status, -1 when it did not exit (or not start). */
+static int run_self(const char *argv0, const char *mode, const char *dir, const char *const *env)
 {
     char self[PATH_MAX];
     CHECK(realpath(argv0, self) != NULL, "realpath %s: %s", argv0, strerror(errno));
     pid_t pid = fork();
     if (pid == 0) {
-        setenv("JITBRIDGE_MANIFEST", at("lock.manifest"), 1);
-        execl(self, self, "manifest-lock-child", (char *)NULL);
-        _exit(8);
+        if (dir && chdir(dir) != 0)
+            _exit(126);
+        for (; env && *env; env += 2)
+            setenv(env[0], env[1], 1);
+        execl(self, self, mode, (char *)NULL);
+        _exit(127);
     }
     int status = 0;
-    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
-              WEXITSTATUS(status) == 0,
-          "the manifest's lock and fork: %s (child status %d)",
-          WEXITSTATUS(status) == 5   ? "a forked child took the lock its parent held"
-          : WEXITSTATUS(status) == 6 ? "a forked child could not take the lock its parent let go"
-                                     : "the child failed",
-          WEXITSTATUS(status));
+    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status))
+        return -1;
+    return WEXITSTATUS(status);
+}
+
+static void manifest_lock_and_fork(const char *argv0)
+{
+    const char *env[] = {"JITBRIDGE_MANIFEST", at("lock.manifest"), NULL};
+    int status = run_self(argv0, "manifest-lock-child", NULL, env);
+    CHECK(status == 0, "the manifest's lock and fork: %s (child status %d)",
+          status == 5   ? "a forked child took the lock its parent held"
+          : status == 6 ? "a forked child could not take the lock its parent let go"
+                        : "the child failed",
+          status);
 }
 
 /* Relative paths in the variables mean the folder the process started in, as a relative
  * JITBRIDGE_CACHE_DIR does, not wherever the host has gone by its first launch. */
 static void relative_variables(const char *argv0)
 {
-    char self[PATH_MAX];
-    CHECK(realpath(argv0, self) != NULL, "realpath %s: %s", argv0, strerror(errno));
-    pid_t pid = fork();
-    if (pid == 0) {
-        if (chdir(base) != 0)
-            _exit(6);
-        setenv("JITBRIDGE_CACHE_DIR", at("relative-cache"), 1);
-        setenv("JITBRIDGE_CACHE_BUNDLE", "good.jbb", 1);
-        setenv("JITBRIDGE_MANIFEST", "relative.manifest", 1);
-        execl(self, self, "relative-child", (char *)NULL);
-        _exit(7);
-    }
-    int status = 0;
-    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
-              WEXITSTATUS(status) == 0,
-          "relative variables after a chdir: %s (child status %d)",
-          WEXITSTATUS(status) == 4 ? "the bundle served nothing"
-          : WEXITSTATUS(status) == 5 ? "the manifest was not written where the process started"
-                                     : "the child failed",
-          WEXITSTATUS(status));
+    const char *env[] = {"JITBRIDGE_CACHE_DIR",    at("relative-cache"),
+                         "JITBRIDGE_CACHE_BUNDLE", "good.jbb",
+                         "JITBRIDGE_MANIFEST",     "relative.manifest",
+                         NULL};
+    int status = run_self(argv0, "relative-child", base, env);
+    CHECK(status == 0, "relative variables after a chdir: %s (child status %d)",
+          status == 4   ? "the bundle served nothing"
+          : status == 5 ? "the manifest was not written where the process started"
+                        : "the child failed",
+          status);
 }
 
 int main(int argc, char **argv)
