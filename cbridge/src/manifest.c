@@ -9,9 +9,10 @@
  * that the next is not glued to it and lost with it: the writer looks at the file's last byte
  * under a write lock on the file (a process's own, so a forked child's excludes its parent's;
  * a reader's read lock delays it, three lines at most), where it can (not on a network file
- * system, not when the lock stays taken, not on a file it may not read). The file is opened once (no link followed,
- * never blocking: a FIFO is refused) and must be a regular file of ours that no one else may write. Writing is best effort: a failure
- * stops it with one warning and never fails a build.
+ * system, not when the lock stays taken, not on a file it may not read). The file is opened
+ * once (no link followed, never blocking: a FIFO is refused) and must be a regular file of ours
+ * that no one else may write. Writing is best effort: a failure stops it with one warning and
+ * never fails a build.
  */
 #include "internal.h"
 
