@@ -45,8 +45,9 @@ JB_API jb_status jb_bench_compile_only(double *out_ns, jb_custom_kernel *kernel,
 /* What one compile cost with a set of options, and what it made (jb_bench_compile_with). */
 typedef struct jb_bench_compile_cost {
     double compile_ns;               /* the compiler alone */
-    double load_ns;                  /* loading the code on the device given (PTX: the driver's
-                                      * JIT compile), 0 without one */
+    double load_ns;                  /* loading the code on the device given and finding the
+                                      * kernel in it (PTX: the driver's JIT compile), 0 without
+                                      * one */
     size_t code_bytes;               /* the code it made: a cubin, PTX, a code object, a .so */
     unsigned char code_sha256[32];   /* of that code: equal for the same code */
 } jb_bench_compile_cost;
@@ -57,10 +58,10 @@ typedef struct jb_bench_compile_cost {
  * GPU compiler gets exactly these (the caller names the architecture:
  * "--gpu-architecture=compute_90" makes PTX), the cpu compiler these in place of its fixed flags
  * ("-O2", "-fPIC", "-shared", ...), then the kernel's options and its files; these are the
- * tool's own, not checked as a kernel's options are. With `load_on`
- * (a device of that backend, or NULL) the code is loaded there, timed, and unloaded. A sealed
- * process refuses, as for a build. A cpu .so names its temporary source file, so its checksum
- * differs from one compile to the next; a GPU's does not. */
+ * tool's own, not checked as a kernel's options are. With `load_on` (a device of that backend,
+ * or NULL) the code is loaded there, its kernel found, timed, and unloaded. A sealed process
+ * refuses, as for a build. A cpu .so names its temporary source file, so its checksum differs
+ * from one compile to the next; a GPU's does not. */
 JB_API jb_status jb_bench_compile_with(jb_bench_compile_cost *out, jb_custom_kernel *kernel,
                                        const char *backend, const char *arch,
                                        const char *const *options, size_t num_options,

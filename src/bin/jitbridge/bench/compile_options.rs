@@ -20,11 +20,13 @@ use jitbridge::{CustomKernel, DType, KernelSpec};
 /// The issue's target for the per-kernel cold compile on the H200: at least 20% cheaper.
 const MAX_OWN_RATIO: f64 = 0.8;
 
-/// A kernel of the soak's decode shape whose code differs by the constant `salt`.
+/// A kernel of the soak's decode shape whose compiled code differs by `salt`, an integer operand:
+/// as a float constant (`{salt}.0f`), salts within a rounding step (64 or 128 at the bench's
+/// salts, 9e8 to 1.9e9) compiled to one PTX, which the driver's JIT then found in its own cache.
 fn salted(salt: i32) -> Result<CustomKernel, jitbridge::Error> {
     let body = format!(
         "const uint64_t i = thread_index(); if (i < out_size) out[i] = x[i] * 3.0f + step + \
-         {salt}.0f;"
+         (float)((unsigned)i ^ {salt}u);"
     );
     // SAFETY: the body computes on one element and subscripts its arrays (and the section only
     // compiles and loads it: a cubin, a .so without constructors).
@@ -202,4 +204,21 @@ fn cpu_rows(rows: &mut Vec<Row>, samples: usize) -> Result<(), jitbridge::Error>
         rows.push(Row::new("compile options", measure, compile, Unit::Ns).against(plain_compile));
     }
     Ok(())
+}
+
+#[cfg(all(test, feature = "cuda"))]
+mod tests {
+    use super::salted;
+    use jitbridge::sys_tools::{CompileOptions, compile_with};
+
+    /// Salts next to each other near the bench's (about 1e9) make different PTX: each PTX load
+    /// then runs the driver's JIT rather than finding the code in the driver's cache.
+    #[test]
+    fn neighbouring_salts_make_different_ptx() {
+        let ptx = CompileOptions::These(&["--gpu-architecture=compute_90", "-minimal"]);
+        let code = |salt| compile_with(&salted(salt).unwrap(), "cuda", ptx, None).unwrap();
+        let (a, b) = (code(1_000_000_001), code(1_000_000_002));
+        assert!(a.code_bytes > 0);
+        assert_ne!(a.code_sha256, b.code_sha256, "two salts compiled to the same PTX");
+    }
 }
