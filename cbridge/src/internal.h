@@ -151,11 +151,43 @@ uint64_t jb__now_ns(void);
 uint64_t jb__fnv1a64(const void *data, size_t len, uint64_t seed);
 /* Overflow-checked size arithmetic: every sum or product of sizes or counts a caller, a file or
  * a driver can make large goes through these. Each writes *out and returns true when the result
- * fits, else returns false and leaves *out alone. */
-bool jb__add_u64(uint64_t a, uint64_t b, uint64_t *out);
-bool jb__mul_u64(uint64_t a, uint64_t b, uint64_t *out);
-bool jb__add_size(size_t a, size_t b, size_t *out);
-bool jb__mul_size(size_t a, size_t b, size_t *out);
+ * fits, else returns false and leaves *out alone. Inline: a launch checks its shapes with them. */
+static inline bool jb__add_u64(uint64_t a, uint64_t b, uint64_t *out)
+{
+    uint64_t sum;
+    if (__builtin_add_overflow(a, b, &sum))
+        return false;
+    *out = sum;
+    return true;
+}
+
+static inline bool jb__mul_u64(uint64_t a, uint64_t b, uint64_t *out)
+{
+    uint64_t product;
+    if (__builtin_mul_overflow(a, b, &product))
+        return false;
+    *out = product;
+    return true;
+}
+
+static inline bool jb__add_size(size_t a, size_t b, size_t *out)
+{
+    size_t sum;
+    if (__builtin_add_overflow(a, b, &sum))
+        return false;
+    *out = sum;
+    return true;
+}
+
+static inline bool jb__mul_size(size_t a, size_t b, size_t *out)
+{
+    size_t product;
+    if (__builtin_mul_overflow(a, b, &product))
+        return false;
+    *out = product;
+    return true;
+}
+
 /* ceil(total / per) for per > 0, without the (total + per - 1) that wraps near 2^64. */
 uint64_t jb__ceil_div_u64(uint64_t total, uint64_t per);
 /* malloc and realloc of `count` elements of `size`: NULL (errno ENOMEM) when the product does

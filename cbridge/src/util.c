@@ -32,42 +32,6 @@ uint64_t jb__fnv1a64(const void *data, size_t len, uint64_t seed)
     return h;
 }
 
-bool jb__add_u64(uint64_t a, uint64_t b, uint64_t *out)
-{
-    uint64_t sum;
-    if (__builtin_add_overflow(a, b, &sum))
-        return false;
-    *out = sum;
-    return true;
-}
-
-bool jb__mul_u64(uint64_t a, uint64_t b, uint64_t *out)
-{
-    uint64_t product;
-    if (__builtin_mul_overflow(a, b, &product))
-        return false;
-    *out = product;
-    return true;
-}
-
-bool jb__add_size(size_t a, size_t b, size_t *out)
-{
-    size_t sum;
-    if (__builtin_add_overflow(a, b, &sum))
-        return false;
-    *out = sum;
-    return true;
-}
-
-bool jb__mul_size(size_t a, size_t b, size_t *out)
-{
-    size_t product;
-    if (__builtin_mul_overflow(a, b, &product))
-        return false;
-    *out = product;
-    return true;
-}
-
 uint64_t jb__ceil_div_u64(uint64_t total, uint64_t per)
 {
     return total / per + (total % per != 0);
