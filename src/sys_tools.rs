@@ -59,8 +59,8 @@ pub enum CompileOptions<'a> {
 
 /// Compiles the kernel's own generated source for `backend` ("cpu", "cuda", "rocm": built in,
 /// no device of it needed), nothing cached, with `options`; with `load_on`, the code is also
-/// loaded there (for PTX: the driver's JIT), timed, and unloaded. A cpu .so names its
-/// temporary source file, so its checksum differs between any two compiles.
+/// loaded there (for PTX: the driver's JIT) and its kernel found, both timed, and unloaded. A
+/// cpu .so names its temporary source file, so its checksum differs between any two compiles.
 pub fn compile_with(
     kernel: &CustomKernel,
     backend: &str,
