@@ -67,6 +67,9 @@ static atomic_int dir_fd = -1, tmp_fd = -1; /* tmp_fd: where temporaries go (tmp
 static pthread_mutex_t setup_mutex = PTHREAD_MUTEX_INITIALIZER;
 pthread_mutex_t *const jb__disk_locks[2] = {&setup_mutex, &state_mutex}; /* fork.c's order */
 static atomic_bool usable, storing, shared, warned, set_up, attempted;
+/* tmp/ was opened and not yet swept: the first store sweeps it, so that a process that only
+ * loads never reads it (a third of a warm first launch's folder setup on the H200 host). */
+static atomic_bool sweep_due;
 static jb_backoff setup_backoff; /* after a transient failure */
 static int shared_tag_error; /* under setup_mutex: why the folder could not be marked, or 0 */
 
@@ -583,11 +586,10 @@ static attach_result attach(char *why, size_t why_len)
         close(dir);
         return NOT_NOW;
     }
-    if (tmp >= 0)
-        sweep_stale_temporaries(tmp);
     atomic_store(&shared, !ours);
     atomic_store(&dir_fd, dir);
     atomic_store(&tmp_fd, tmp >= 0 ? tmp : dir);
+    atomic_store(&sweep_due, tmp >= 0); /* after tmp_fd: a sweeper reads the new one */
     return ATTACHED;
 }
 
@@ -657,7 +659,13 @@ int jb__disk_dir_fd(void)
 
 int jb__disk_tmp_fd(void)
 {
-    return jb__disk_cache_usable() && atomic_load(&storing) ? tmp_fd : -1;
+    if (!jb__disk_cache_usable() || !atomic_load(&storing))
+        return -1;
+    bool sweep = atomic_exchange(&sweep_due, false); /* one caller sweeps; others need not wait */
+    int tmp = atomic_load(&tmp_fd);
+    if (sweep)
+        sweep_stale_temporaries(tmp);
+    return tmp;
 }
 
 bool jb__disk_folder_is_ours(void)

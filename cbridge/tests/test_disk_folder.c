@@ -287,6 +287,27 @@ static void own_folder_keeps_a_file_named_tmp(const char *dir)
     CHECK(count_entries(dir) == 1, "%d entries", count_entries(dir));
 }
 
+/* A process that only loads never reads tmp/: its stale temporary stays until a store. */
+static void a_load_sweeps_nothing_and_a_store_sweeps(const char *dir)
+{
+    char name[128];
+    snprintf(name, sizeof name, "tmp/%s", stale_temporary);
+    CHECK_OK(build_salted(7)); /* stored by the case before, in another process: loaded */
+    jb_counters counters;
+    CHECK_OK(jb_counters_get(&counters, sizeof counters));
+    CHECK(counters.disk_hits == 1 && counters.builds == 0, "%llu disk hits, %llu builds",
+          (unsigned long long)counters.disk_hits, (unsigned long long)counters.builds);
+    CHECK(exists(dir, name), "a process that only loaded swept tmp/");
+    CHECK_OK(build_salted(8)); /* a store */
+    CHECK(!exists(dir, name), "the first store left a stale temporary");
+}
+
+static void store_one(const char *dir)
+{
+    (void)dir;
+    CHECK_OK(build_salted(7));
+}
+
 static void own_folder_sweeps_only_temporaries(const char *dir)
 {
     CHECK_OK(build_salted(6));
@@ -632,6 +653,13 @@ int main(void)
     write_file(own, "tmp/notes.tmp", "not a temporary", 7200);
     make_dir(own, "tmp/old-folder", 7200);
     run_case("4. a marked folder's sweep", own, own_folder_sweeps_only_temporaries);
+
+    char *loads = new_folder("loads", 0700);
+    run_case("4. an entry stored", loads, store_one);
+    snprintf(name, sizeof name, "tmp/%s", stale_temporary);
+    write_file(loads, name, "left by a killed writer", 7200);
+    run_case("4. a process that only loads, then stores", loads,
+             a_load_sweeps_nothing_and_a_store_sweeps);
 
     run_case("6. transient failures while loading and storing",
              new_folder("transient", 0700), transient_failures_evict_and_stop_nothing);
