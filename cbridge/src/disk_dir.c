@@ -68,7 +68,7 @@ static pthread_mutex_t setup_mutex = PTHREAD_MUTEX_INITIALIZER;
 pthread_mutex_t *const jb__disk_locks[2] = {&setup_mutex, &state_mutex}; /* fork.c's order */
 static atomic_bool usable, storing, shared, warned, set_up, attempted;
 /* tmp/ was opened and not yet swept: the first store sweeps it, so that a process that only
- * loads never reads it (a third of a warm first launch's folder setup on the H200 host). */
+ * loads never reads it (a quarter of the folder's set-up on the development host). */
 static atomic_bool sweep_due;
 static jb_backoff setup_backoff; /* after a transient failure */
 static int shared_tag_error; /* under setup_mutex: why the folder could not be marked, or 0 */
