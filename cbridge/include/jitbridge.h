@@ -1037,7 +1037,11 @@ JB_API jb_seal_mode jb_seal_mode_get(void);
  */
 /* Writes the cache folder's entries, or only those the manifest at `manifest` names (NULL: all),
  * into a new bundle at `path`, replaced whole once written (mode 0600, as entries are: chmod
- * it to share it). Entries
+ * it to share it). It is written as an unnamed file in the folder of `path` (O_TMPFILE) and
+ * named only once whole, so a failed export leaves what was at `path`, and one killed while it
+ * writes leaves nothing; where the kernel or file system has no unnamed files, or /proc is not
+ * mounted, it is written under a temporary name there (32 hex digits, .tmp), which a killed
+ * export leaves. Entries
  * that fail their checks, are of another key format or that the manifest names but the cache
  * lacks are left out and counted in *skipped. A bundle holds at most 2^20 entries: past that,
  * JB_ERR_UNSUPPORTED and nothing written (export those a manifest names). */

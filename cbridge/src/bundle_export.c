@@ -1,8 +1,11 @@
 /*
  * Writing a bundle (the format is bundle.c's): the cache folder's entries, or those a manifest
- * names, each read and checked as a load would, streamed into a temporary file beside the
- * destination, which is renamed into place once whole and fsynced: a reader never sees half a
- * bundle, and a failed export leaves what was there before.
+ * names, each read and checked as a load would, streamed into an unnamed file (O_TMPFILE) in
+ * the destination's folder. Once whole and fsynced it is linked to a temporary name there and
+ * renamed into place: a reader never sees half a bundle, a failed export leaves what was there
+ * before, and a process killed while it writes (SIGKILL, the OOM killer) leaves nothing, as
+ * the kernel frees the unnamed file. Where there are no unnamed files (before Linux 3.11, some
+ * file systems, no /proc to name one through), it is a named temporary file from the start.
  */
 #include "internal.h"
 
@@ -222,10 +225,9 @@ static void finish(export_state *x)
     jb__strbuf_free(&fp);
 }
 
-/* A new file beside `path` (its folder's handle in *folder, its name in *base), named at random;
- * -1 with errno when the folder cannot be opened or written. */
-static int create_beside(const char *path, int *folder, const char **base, char *name,
-                         size_t len)
+/* The handle of the folder `path` names a file in (-1 with errno when it cannot be opened), and
+ * that file's name in it (*base). */
+static int open_folder_of(const char *path, const char **base)
 {
     char dir[PATH_MAX];
     snprintf(dir, sizeof dir, "%s", path);
@@ -235,8 +237,7 @@ static int create_beside(const char *path, int *folder, const char **base, char 
         slash++; /* "/name": the folder is "/" */
     if (slash)
         *slash = '\0';
-    *folder = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    return *folder < 0 ? -1 : jb__disk_create_temporary(*folder, name, len);
+    return open(slash ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 }
 
 jb_status jb_disk_cache_export(uint64_t *exported, uint64_t *skipped, const char *path,
@@ -253,9 +254,16 @@ jb_status jb_disk_cache_export(uint64_t *exported, uint64_t *skipped, const char
     bool ours; /* only read here: whether the folder is marked does not matter */
     JB_FORWARD_IF_ERROR(jb__disk_open_for_maintenance(&dir, &ours));
     export_state x = {.at = JB_BUNDLE_HEADER_BYTES};
-    int folder = -1;
-    char name[160];
-    x.out = create_beside(path, &folder, &base, name, sizeof name);
+    char name[64]; /* the file's temporary name in the folder, once `named` */
+    bool named = false;
+    int folder = open_folder_of(path, &base);
+    x.out = folder >= 0 ? jb__disk_create_unnamed(folder) : -1;
+    /* Whatever kept an unnamed file from being made, a named one works wherever it did before
+     * (and where neither can be made, its error is the one reported). */
+    if (x.out < 0 && folder >= 0) {
+        x.out = jb__disk_create_temporary(folder, name, sizeof name);
+        named = x.out >= 0;
+    }
     int status = JB_OK;
     if (x.out < 0)
         status = jb__fail(JB_ERR_SYSTEM, "cannot write a bundle beside %s: %s", path,
@@ -274,6 +282,14 @@ jb_status jb_disk_cache_export(uint64_t *exported, uint64_t *skipped, const char
     else if (status == JB_OK && x.error)
         status = jb__fail(JB_ERR_SYSTEM, "writing the bundle %s failed: %s", path,
                           strerror(x.error));
+    if (status == JB_OK)
+        JB_TEST_POINT(JB_TEST_BUNDLE_WRITTEN, path);
+    if (status == JB_OK && !named) {
+        named = jb__disk_name_unnamed(folder, x.out, name, sizeof name) == 0;
+        if (!named)
+            status = jb__fail(JB_ERR_SYSTEM, "cannot put the bundle at %s: %s", path,
+                              strerror(errno));
+    }
     if (x.out >= 0 && close(x.out) != 0 && status == JB_OK)
         status = jb__fail(JB_ERR_SYSTEM, "writing the bundle %s failed: %s", path,
                           strerror(errno));
@@ -284,7 +300,7 @@ jb_status jb_disk_cache_export(uint64_t *exported, uint64_t *skipped, const char
         fsync(folder); /* the rename itself survives a crash */
         *exported = x.count;
         *skipped = x.skipped;
-    } else if (x.out >= 0) {
+    } else if (named) {
         unlinkat(folder, name, 0);
     }
     if (folder >= 0)

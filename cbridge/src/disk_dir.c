@@ -384,6 +384,60 @@ int jb__disk_create_temporary(int dir, char *name, size_t len)
     return fd;
 }
 
+/* The path through which an unnamed file is given a name: linkat's AT_EMPTY_PATH would need
+ * CAP_DAC_READ_SEARCH. */
+static void proc_fd_path(int fd, char *out, size_t len)
+{
+    snprintf(out, len, "/proc/self/fd/%d", fd);
+}
+
+#ifdef JB_TEST_HOOKS
+static atomic_bool unnamed_refused;
+
+void jb__test_set_unnamed_refused(bool refused)
+{
+    atomic_store(&unnamed_refused, refused);
+}
+#endif
+
+int jb__disk_create_unnamed(int dir)
+{
+#ifdef JB_TEST_HOOKS
+    if (atomic_load(&unnamed_refused)) {
+        errno = EOPNOTSUPP;
+        return -1;
+    }
+#endif
+    int fd = openat(dir, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -1;
+    /* Named later through /proc: where that path does not lead to this file, say so now. */
+    char proc[40];
+    proc_fd_path(fd, proc, sizeof proc);
+    struct stat by_path, held;
+    if (stat(proc, &by_path) != 0 || fstat(fd, &held) != 0 || by_path.st_dev != held.st_dev ||
+        by_path.st_ino != held.st_ino) {
+        close(fd);
+        errno = ENOENT;
+        return -1;
+    }
+    return fd;
+}
+
+int jb__disk_name_unnamed(int dir, int fd, char *name, size_t len)
+{
+    char proc[40];
+    proc_fd_path(fd, proc, sizeof proc);
+    int linked = -1;
+    for (int i = 0; i < TMP_NAME_TRIES && linked != 0; i++) {
+        temporary_name(name, len);
+        linked = linkat(AT_FDCWD, proc, dir, name, AT_SYMLINK_FOLLOW);
+        if (linked != 0 && errno != EEXIST)
+            break;
+    }
+    return linked;
+}
+
 /* A failure to be told apart from "no": -1 when errno is transient, else `otherwise`. */
 static int unless_transient(int otherwise)
 {

@@ -784,6 +784,8 @@ void jb__test_record_pause(jb_stream *stream);
 /* Gives the source module another module name (and its hash): two sources meeting in one hash,
  * without searching for a real 64-bit collision. */
 void jb__test_set_source_module_name(jb_source_module *m, const char *module_name);
+/* While set, jb__disk_create_unnamed fails as on a file system without O_TMPFILE. */
+void jb__test_set_unnamed_refused(bool refused);
 #define JB_TEST_PAUSE(stream) jb__test_pause(stream)
 #define JB_TEST_SYNC_PAUSE(stream) jb__test_sync_pause(stream)
 /* Points where a test runs code of its own (test_points.c), so that it can tell which path a
@@ -799,6 +801,8 @@ typedef enum jb_test_point {
                              * wait for it); arg: the kernel's name */
     JB_TEST_MODULE_WRITTEN, /* cpu_compiler.c: a module's private copy written, before dlopen;
                              * arg: its path */
+    JB_TEST_BUNDLE_WRITTEN, /* bundle_export.c: a bundle written whole and fsynced, before it
+                             * is named; arg: its destination path */
     JB_TEST_POINTS
 } jb_test_point;
 typedef void (*jb_test_point_fn)(void *ctx, const char *arg);
@@ -895,6 +899,13 @@ bool jb__disk_is_entry_name(const char *name);
 /* Creates a new temporary file, 0600, under a random name (written to `name`) in `dir`: its fd,
  * or -1 (errno). */
 int jb__disk_create_temporary(int dir, char *name, size_t len);
+/* Creates an unnamed file (O_TMPFILE), 0600, in `dir`, which the kernel frees if the process
+ * dies before jb__disk_name_unnamed names it: its fd, or -1 (errno) where the system has none
+ * (an old kernel, some file systems) or no /proc to name it through. */
+int jb__disk_create_unnamed(int dir);
+/* Names the unnamed file `fd` (made in `dir`) there, under a random temporary name (written to
+ * `name`), as jb__disk_create_temporary would have: 0, or -1 (errno). */
+int jb__disk_name_unnamed(int dir, int fd, char *name, size_t len);
 /* Turns the cache off for this process with one warning (fmt has one %s for detail). */
 void jb__disk_turn_off(const char *fmt, const char *detail);
 /* Sets up again after the folder or its tmp/ was removed; whether storing can go on now. */

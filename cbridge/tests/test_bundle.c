@@ -3,7 +3,8 @@
  * folder others may change, a FIFO or a folder in its place, changed or cut or swapped while
  * open, an entry filed under another key, a payload for another machine under the right key.
  * Each must be refused (the bundle) or skipped (the entry), never loaded, never block, never
- * crash; a good bundle next to them must keep working. A read that fails for now (a network
+ * crash; a good bundle next to them must keep working. An export that fails, or is killed while
+ * it writes, leaves its folder as it was. A read that fails for now (a network
  * disk's EIO, no descriptors or memory) is no verdict on an entry. The test makes its bundles
  * with the library's own export, and forges others with the format's encoders (src/bundle.c);
  * read failures are injected (JB_TEST_HOOKS).
@@ -12,6 +13,7 @@
 #include "deadline.h"
 #include "helpers.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -330,25 +332,124 @@ static bool export_fails_on_a_full_disk(void *path)
            strstr(jb_last_error_message(), "failed") && exported == 0;
 }
 
-/* The failed export leaves the bundle already at its path as it was, and no temporary beside
- * it. */
-static void export_on_a_full_disk(const char *good)
+static int by_name(const void *a, const void *b)
 {
-    shell("mkdir -p %s%s", at("full"), "");
-    shell("cp %s %s", good, at("full/old.jbb"));
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The names in the folder `path`, sorted, each ended by a newline (malloc'd; NULL when it
+ * cannot be listed). */
+static char *names_in(const char *path)
+{
+    DIR *d = opendir(path);
+    if (!d)
+        return NULL;
+    char *names[64];
+    size_t count = 0, bytes = 1;
+    struct dirent *e;
+    while ((e = readdir(d)) && count < 64)
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
+            names[count] = strdup(e->d_name);
+            if (names[count])
+                bytes += strlen(names[count++]) + 1;
+        }
+    closedir(d);
+    qsort(names, count, sizeof *names, by_name);
+    char *list = malloc(bytes);
+    for (size_t i = 0, at = 0; list && i < count; i++)
+        at += (size_t)sprintf(list + at, "%s\n", names[i]);
+    if (list && count == 0)
+        list[0] = '\0';
+    for (size_t i = 0; i < count; i++)
+        free(names[i]);
+    return list;
+}
+
+/* Checks that the folder `path` holds exactly `want` (names_in's form) after `what`. */
+static void folder_holds(const char *path, const char *want, const char *what)
+{
+    char *names = names_in(path);
+    CHECK(names && strcmp(names, want) == 0, "%s left the folder holding\n%swhere it held\n%s",
+          what, names ? names : "(cannot list it)\n", want);
+    free(names);
+}
+
+/* The failed export leaves the bundle already at its path as it was, and no temporary beside
+ * it. `folder` tells the unnamed file's run from the named temporary's. */
+static void export_on_a_full_disk(const char *good, const char *folder)
+{
+    char old[PATH_MAX + 64];
+    snprintf(old, sizeof old, "%s/old.jbb", at(folder));
+    shell("mkdir -p %s%s", at(folder), "");
+    shell("cp %s %s", good, old);
     size_t before_size;
-    unsigned char *before = read_file(at("full/old.jbb"), &before_size);
-    char path[PATH_MAX + 64];
-    snprintf(path, sizeof path, "%s", at("full/old.jbb"));
-    CHECK(child_says_yes("export onto a full disk", 120, export_fails_on_a_full_disk, path),
+    unsigned char *before = read_file(old, &before_size);
+    CHECK(child_says_yes("export onto a full disk", 120, export_fails_on_a_full_disk, old),
           "an export onto a full disk did not fail with JB_ERR_SYSTEM");
     size_t after_size;
-    unsigned char *after = read_file(at("full/old.jbb"), &after_size);
+    unsigned char *after = read_file(old, &after_size);
     CHECK(before && after && before_size == after_size && !memcmp(before, after, after_size),
           "the bundle already there was changed by a failed export");
-    shell("test $(ls -A %s | wc -l) -eq 1%s", at("full"), ""); /* no temporary left */
+    folder_holds(at(folder), "old.jbb\n", "an export onto a full disk");
     free(before);
     free(after);
+}
+
+static void killed_here(void *ctx, const char *arg)
+{
+    (void)ctx;
+    (void)arg;
+    raise(SIGKILL);
+}
+
+/* An export killed (SIGKILL, as by the OOM killer) once its bundle is written whole, before it
+ * is named, leaves the destination's folder as it was: the kernel frees the unnamed file. */
+static void export_killed(const char *good)
+{
+    char old[PATH_MAX + 64];
+    snprintf(old, sizeof old, "%s", at("killed/old.jbb"));
+    shell("mkdir -p %s%s", at("killed"), "");
+    shell("cp %s %s", good, old);
+    const char *what = "an export killed while it writes";
+    pid_t pid = fork_with_deadline(what, 120);
+    if (pid == 0) {
+        jb__test_set_point(JB_TEST_BUNDLE_WRITTEN, killed_here, NULL);
+        uint64_t exported, skipped;
+        jb_disk_cache_export(&exported, &skipped, old, NULL);
+        _exit(3); /* the point was never reached */
+    }
+    int status = wait_child_with_deadline(pid, 125, what);
+    CHECK(status != -1 && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
+          "%s: the export was not killed at its test point (wait status %d)", what, status);
+    folder_holds(at("killed"), "old.jbb\n", what);
+    size_t before_size, after_size;
+    unsigned char *before = read_file(good, &before_size), *after = read_file(old, &after_size);
+    CHECK(before && after && before_size == after_size && !memcmp(before, after, after_size),
+          "%s: the bundle already there was changed", what);
+    free(before);
+    free(after);
+}
+
+/* Where the system has no unnamed files (before Linux 3.11, some file systems, no /proc), an
+ * export writes a named temporary instead: it still works, and a failed one still leaves no
+ * temporary. */
+static void export_without_unnamed_files(const char *good)
+{
+    jb__test_set_unnamed_refused(true);
+    shell("mkdir -p %s%s", at("named"), "");
+    uint64_t exported = 0, skipped = 9;
+    CHECK_OK(jb_disk_cache_export(&exported, &skipped, at("named/new.jbb"), NULL));
+    CHECK(exported == ENTRIES && skipped == 0,
+          "with a named temporary: exported %llu, skipped %llu", (unsigned long long)exported,
+          (unsigned long long)skipped);
+    char why[1024];
+    jb_bundle *b = open_bundle(at("named/new.jbb"), why, sizeof why);
+    CHECK(b && good_entries(b) == ENTRIES, "a bundle written under a named temporary: %s",
+          b ? "bad entries" : why);
+    jb__bundle_free(b);
+    folder_holds(at("named"), "new.jbb\n", "an export through a named temporary");
+    export_on_a_full_disk(good, "full-named");
+    jb__test_set_unnamed_refused(false);
 }
 
 /* Changed, cut or replaced after it was opened: entries go bad (or stay the old file's), and
@@ -669,7 +770,9 @@ int main(int argc, char **argv)
           (unsigned long long)exported, (unsigned long long)skipped);
     files_refused(good);
     crafted_tables(good);
-    export_on_a_full_disk(good);
+    export_on_a_full_disk(good, "full");
+    export_killed(good);
+    export_without_unnamed_files(good);
     changed_while_open(good);
     transient_reads(good);
     forged_entries();
