@@ -1041,10 +1041,11 @@ JB_API jb_seal_mode jb_seal_mode_get(void);
  * named only once whole, so a failed export leaves what was at `path`, and one killed while it
  * writes leaves nothing; where the kernel or file system has no unnamed files, or /proc is not
  * mounted, it is written under a temporary name there (32 hex digits, .tmp), which a killed
- * export leaves. Entries
- * that fail their checks, are of another key format or that the manifest names but the cache
- * lacks are left out and counted in *skipped. A bundle holds at most 2^20 entries: past that,
- * JB_ERR_UNSUPPORTED and nothing written (export those a manifest names). */
+ * export leaves. A `path` whose last part is "." or ".." is refused (JB_ERR_INVALID_ARGUMENT)
+ * before anything is written. Entries that fail their checks, are of another key format or that
+ * the manifest names but the cache lacks are left out and counted in *skipped. A bundle holds at
+ * most 2^20 entries: past that, JB_ERR_UNSUPPORTED and nothing written (export those a manifest
+ * names). */
 JB_API jb_status jb_disk_cache_export(uint64_t *exported, uint64_t *skipped, const char *path,
                                       const char *manifest);
 /* Checks every entry of the bundle at `path` and stores each good one in the cache folder

@@ -248,8 +248,10 @@ jb_status jb_disk_cache_export(uint64_t *exported, uint64_t *skipped, const char
     *exported = *skipped = 0;
     JB_RETURN_IF(!path || !*path, JB_ERR_INVALID_ARGUMENT, "jb_disk_cache_export: no path");
     const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
-    JB_RETURN_IF(!*base || strlen(path) >= PATH_MAX, JB_ERR_INVALID_ARGUMENT,
-                 "jb_disk_cache_export: '%s' does not name a file", path);
+    JB_RETURN_IF(!*base || strcmp(base, ".") == 0 || strcmp(base, "..") == 0 ||
+                     strlen(path) >= PATH_MAX,
+                 JB_ERR_INVALID_ARGUMENT, "jb_disk_cache_export: '%s' does not name a file",
+                 path);
     int dir;
     bool ours; /* only read here: whether the folder is marked does not matter */
     JB_FORWARD_IF_ERROR(jb__disk_open_for_maintenance(&dir, &ours));

@@ -67,9 +67,11 @@ static atomic_int dir_fd = -1, tmp_fd = -1; /* tmp_fd: where temporaries go (tmp
 static pthread_mutex_t setup_mutex = PTHREAD_MUTEX_INITIALIZER;
 pthread_mutex_t *const jb__disk_locks[2] = {&setup_mutex, &state_mutex}; /* fork.c's order */
 static atomic_bool usable, storing, shared, warned, set_up, attempted;
-/* tmp/ was opened and not yet swept: the first store sweeps it, so that a process that only
- * loads never reads it (a quarter of the folder's set-up on the development host). */
-static atomic_bool sweep_due;
+/* The handle of the tmp/ that attach opened (never closed) while it is not yet swept, else -1:
+ * the first store sweeps it, so that a process that only loads never reads it (a quarter of
+ * the folder's set-up on the development host). Only that tmp/, never a shared folder that a
+ * reattach put in tmp_fd's place meanwhile. */
+static atomic_int sweep_fd = -1;
 static jb_backoff setup_backoff; /* after a transient failure */
 static int shared_tag_error; /* under setup_mutex: why the folder could not be marked, or 0 */
 
@@ -384,11 +386,15 @@ int jb__disk_create_temporary(int dir, char *name, size_t len)
     return fd;
 }
 
-/* The path through which an unnamed file is given a name: linkat's AT_EMPTY_PATH would need
- * CAP_DAC_READ_SEARCH. */
-static void proc_fd_path(int fd, char *out, size_t len)
+/* The paths through which an unnamed file is given a name (linkat's AT_EMPTY_PATH would need
+ * CAP_DAC_READ_SEARCH): the calling thread's first, as /proc/self/fd is gone once the main
+ * thread has exited; /proc/self for kernels before 3.17, which have no thread-self. */
+static const char *const proc_fd_formats[2] = {"/proc/thread-self/fd/%d", "/proc/self/fd/%d"};
+
+/* Whether `fd` is the file `st` describes (an open file's fstat). */
+static bool same_file(const struct stat *a, const struct stat *b)
 {
-    snprintf(out, len, "/proc/self/fd/%d", fd);
+    return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
 }
 
 #ifdef JB_TEST_HOOKS
@@ -411,31 +417,55 @@ int jb__disk_create_unnamed(int dir)
     int fd = openat(dir, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
     if (fd < 0)
         return -1;
-    /* Named later through /proc: where that path does not lead to this file, say so now. */
-    char proc[40];
-    proc_fd_path(fd, proc, sizeof proc);
-    struct stat by_path, held;
-    if (stat(proc, &by_path) != 0 || fstat(fd, &held) != 0 || by_path.st_dev != held.st_dev ||
-        by_path.st_ino != held.st_ino) {
-        close(fd);
-        errno = ENOENT;
-        return -1;
+    /* Named later through /proc: where no path there leads to this file, say so now. */
+    struct stat held, by_path;
+    bool reachable = fstat(fd, &held) == 0;
+    for (int i = 0; reachable && i < 2; i++) {
+        char proc[48];
+        snprintf(proc, sizeof proc, proc_fd_formats[i], fd);
+        if (stat(proc, &by_path) == 0 && same_file(&by_path, &held))
+            return fd;
     }
-    return fd;
+    close(fd);
+    errno = ENOENT;
+    return -1;
+}
+
+/* Links the file open as `fd` at `name` in `dir` through /proc; 0, or -1 with errno. */
+static int link_through_proc(int fd, int dir, const char *name)
+{
+    int linked = -1;
+    for (int i = 0; i < 2 && linked != 0; i++) {
+        char proc[48];
+        snprintf(proc, sizeof proc, proc_fd_formats[i], fd);
+        linked = linkat(AT_FDCWD, proc, dir, name, AT_SYMLINK_FOLLOW);
+        if (linked != 0 && errno != ENOENT)
+            break;
+    }
+    return linked;
 }
 
 int jb__disk_name_unnamed(int dir, int fd, char *name, size_t len)
 {
-    char proc[40];
-    proc_fd_path(fd, proc, sizeof proc);
     int linked = -1;
     for (int i = 0; i < TMP_NAME_TRIES && linked != 0; i++) {
         temporary_name(name, len);
-        linked = linkat(AT_FDCWD, proc, dir, name, AT_SYMLINK_FOLLOW);
+        linked = link_through_proc(fd, dir, name);
         if (linked != 0 && errno != EEXIST)
-            break;
+            return -1;
     }
-    return linked;
+    if (linked != 0)
+        return -1;
+    /* The name must lead to this file: not to another one that took its descriptor number
+     * meanwhile (a thread that closed and reopened it). */
+    struct stat held, named;
+    if (fstat(fd, &held) != 0 || fstatat(dir, name, &named, AT_SYMLINK_NOFOLLOW) != 0 ||
+        !same_file(&held, &named)) {
+        unlinkat(dir, name, 0);
+        errno = ESTALE;
+        return -1;
+    }
+    return 0;
 }
 
 /* A failure to be told apart from "no": -1 when errno is transient, else `otherwise`. */
@@ -643,7 +673,7 @@ static attach_result attach(char *why, size_t why_len)
     atomic_store(&shared, !ours);
     atomic_store(&dir_fd, dir);
     atomic_store(&tmp_fd, tmp >= 0 ? tmp : dir);
-    atomic_store(&sweep_due, tmp >= 0); /* after tmp_fd: a sweeper reads the new one */
+    atomic_store(&sweep_fd, tmp);
     return ATTACHED;
 }
 
@@ -715,11 +745,10 @@ int jb__disk_tmp_fd(void)
 {
     if (!jb__disk_cache_usable() || !atomic_load(&storing))
         return -1;
-    bool sweep = atomic_exchange(&sweep_due, false); /* one caller sweeps; others need not wait */
-    int tmp = atomic_load(&tmp_fd);
-    if (sweep)
-        sweep_stale_temporaries(tmp);
-    return tmp;
+    int sweep = atomic_exchange(&sweep_fd, -1); /* one caller sweeps; others need not wait */
+    if (sweep >= 0)
+        sweep_stale_temporaries(sweep);
+    return atomic_load(&tmp_fd);
 }
 
 bool jb__disk_folder_is_ours(void)

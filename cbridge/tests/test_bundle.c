@@ -16,6 +16,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -421,13 +422,75 @@ static void export_killed(const char *good)
     int status = wait_child_with_deadline(pid, 125, what);
     CHECK(status != -1 && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
           "%s: the export was not killed at its test point (wait status %d)", what, status);
-    folder_holds(at("killed"), "old.jbb\n", what);
+    /* A file system without unnamed files (NFS, overlayfs before Linux 6.6) gets the named
+     * temporary, which a kill leaves, as jitbridge.h says. */
+    int probe = open(at("killed"), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+    if (probe >= 0) {
+        close(probe);
+        folder_holds(at("killed"), "old.jbb\n", what);
+    } else {
+        printf("%s: no unnamed files in %s (%s): the named temporary may stay\n", what,
+               at("killed"), strerror(errno));
+    }
     size_t before_size, after_size;
     unsigned char *before = read_file(good, &before_size), *after = read_file(old, &after_size);
     CHECK(before && after && before_size == after_size && !memcmp(before, after, after_size),
           "%s: the bundle already there was changed", what);
     free(before);
     free(after);
+}
+
+static void *export_then_killed(void *path)
+{
+    uint64_t exported, skipped;
+    jb_disk_cache_export(&exported, &skipped, path, NULL);
+    _exit(3); /* the point was never reached */
+}
+
+/* The same once the process's main thread has exited, where /proc/self/fd is gone: the export
+ * names its unnamed file through the thread's own /proc entry, and a kill still leaves
+ * nothing. */
+static void export_killed_after_main_exited(const char *good)
+{
+    char old[PATH_MAX + 64];
+    snprintf(old, sizeof old, "%s", at("orphan/old.jbb"));
+    shell("mkdir -p %s%s", at("orphan"), "");
+    shell("cp %s %s", good, old);
+    const char *what = "an export killed while it writes, the main thread gone";
+    pid_t pid = fork_with_deadline(what, 120);
+    if (pid == 0) {
+        jb__test_set_point(JB_TEST_BUNDLE_WRITTEN, killed_here, NULL);
+        pthread_t exporter;
+        if (pthread_create(&exporter, NULL, export_then_killed, old) != 0)
+            _exit(4);
+        pthread_exit(NULL); /* the process lives on in the exporter */
+    }
+    int status = wait_child_with_deadline(pid, 125, what);
+    CHECK(status != -1 && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
+          "%s: the export was not killed at its test point (wait status %d)", what, status);
+    int probe = open(at("orphan"), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+    if (probe >= 0) {
+        close(probe);
+        folder_holds(at("orphan"), "old.jbb\n", what);
+    }
+}
+
+/* A destination whose last part is "." or ".." names a folder: refused before anything is
+ * written. */
+static void export_to_a_folder_name(void)
+{
+    shell("mkdir -p %s%s", at("dots"), "");
+    const char *names[] = {"dots/.", "dots/..", "."};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        char path[PATH_MAX + 64];
+        snprintf(path, sizeof path, "%s", strcmp(names[i], ".") == 0 ? "." : at(names[i]));
+        uint64_t exported = 9, skipped = 9;
+        jb_status status = jb_disk_cache_export(&exported, &skipped, path, NULL);
+        CHECK(status == JB_ERR_INVALID_ARGUMENT &&
+                  strstr(jb_last_error_message(), "does not name a file") && exported == 0,
+              "an export to %s: status %d, '%s'", path, (int)status, jb_last_error_message());
+    }
+    folder_holds(at("dots"), "", "an export to a folder's name");
 }
 
 /* Where the system has no unnamed files (before Linux 3.11, some file systems, no /proc), an
@@ -772,6 +835,8 @@ int main(int argc, char **argv)
     crafted_tables(good);
     export_on_a_full_disk(good, "full");
     export_killed(good);
+    export_killed_after_main_exited(good);
+    export_to_a_folder_name();
     export_without_unnamed_files(good);
     changed_while_open(good);
     transient_reads(good);
