@@ -391,7 +391,7 @@ int jb__disk_create_temporary(int dir, char *name, size_t len)
  * thread has exited; /proc/self for kernels before 3.17, which have no thread-self. */
 static const char *const proc_fd_formats[2] = {"/proc/thread-self/fd/%d", "/proc/self/fd/%d"};
 
-/* Whether `fd` is the file `st` describes (an open file's fstat). */
+/* Whether two stats describe one file. */
 static bool same_file(const struct stat *a, const struct stat *b)
 {
     return a->st_dev == b->st_dev && a->st_ino == b->st_ino;

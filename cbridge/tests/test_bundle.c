@@ -403,20 +403,43 @@ static void killed_here(void *ctx, const char *arg)
     raise(SIGKILL);
 }
 
-/* An export killed (SIGKILL, as by the OOM killer) once its bundle is written whole, before it
- * is named, leaves the destination's folder as it was: the kernel frees the unnamed file. */
-static void export_killed(const char *good)
+/* The child's export of `old`, on the calling thread: killed at its test point. */
+static void export_in_child(char *old)
+{
+    uint64_t exported, skipped;
+    jb_disk_cache_export(&exported, &skipped, old, NULL);
+}
+
+static void *export_on_its_thread(void *old)
+{
+    export_in_child(old);
+    _exit(3); /* the point was never reached */
+}
+
+/* The child's export on a thread of its own, the main thread gone: /proc/self/fd is gone with
+ * it, and the export names its file through the thread's own /proc entry. */
+static void export_after_main_exited(char *old)
+{
+    pthread_t exporter;
+    if (pthread_create(&exporter, NULL, export_on_its_thread, old) != 0)
+        _exit(4);
+    pthread_exit(NULL); /* the process lives on in the exporter */
+}
+
+/* An export (`export` in a child, over a copy of `good` at FOLDER/old.jbb) killed (SIGKILL, as
+ * by the OOM killer) once its bundle is written whole, before it is named, leaves the
+ * destination's folder as it was: the kernel frees the unnamed file. */
+static void export_killed(const char *good, const char *folder, void (*export)(char *old),
+                          const char *what)
 {
     char old[PATH_MAX + 64];
-    snprintf(old, sizeof old, "%s", at("killed/old.jbb"));
-    shell("mkdir -p %s%s", at("killed"), "");
+    snprintf(old, sizeof old, "%s/old.jbb", at(folder));
+    shell("mkdir -p %s%s", at(folder), "");
     shell("cp %s %s", good, old);
-    const char *what = "an export killed while it writes";
     pid_t pid = fork_with_deadline(what, 120);
     if (pid == 0) {
         jb__test_set_point(JB_TEST_BUNDLE_WRITTEN, killed_here, NULL);
-        uint64_t exported, skipped;
-        jb_disk_cache_export(&exported, &skipped, old, NULL);
+        export(old);
         _exit(3); /* the point was never reached */
     }
     int status = wait_child_with_deadline(pid, 125, what);
@@ -424,13 +447,13 @@ static void export_killed(const char *good)
           "%s: the export was not killed at its test point (wait status %d)", what, status);
     /* A file system without unnamed files (NFS, overlayfs before Linux 6.6) gets the named
      * temporary, which a kill leaves, as jitbridge.h says. */
-    int probe = open(at("killed"), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+    int probe = open(at(folder), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
     if (probe >= 0) {
         close(probe);
-        folder_holds(at("killed"), "old.jbb\n", what);
+        folder_holds(at(folder), "old.jbb\n", what);
     } else {
         printf("%s: no unnamed files in %s (%s): the named temporary may stay\n", what,
-               at("killed"), strerror(errno));
+               at(folder), strerror(errno));
     }
     size_t before_size, after_size;
     unsigned char *before = read_file(good, &before_size), *after = read_file(old, &after_size);
@@ -440,47 +463,15 @@ static void export_killed(const char *good)
     free(after);
 }
 
-static void *export_then_killed(void *path)
-{
-    uint64_t exported, skipped;
-    jb_disk_cache_export(&exported, &skipped, path, NULL);
-    _exit(3); /* the point was never reached */
-}
-
-/* The same once the process's main thread has exited, where /proc/self/fd is gone: the export
- * names its unnamed file through the thread's own /proc entry, and a kill still leaves
- * nothing. */
-static void export_killed_after_main_exited(const char *good)
-{
-    char old[PATH_MAX + 64];
-    snprintf(old, sizeof old, "%s", at("orphan/old.jbb"));
-    shell("mkdir -p %s%s", at("orphan"), "");
-    shell("cp %s %s", good, old);
-    const char *what = "an export killed while it writes, the main thread gone";
-    pid_t pid = fork_with_deadline(what, 120);
-    if (pid == 0) {
-        jb__test_set_point(JB_TEST_BUNDLE_WRITTEN, killed_here, NULL);
-        pthread_t exporter;
-        if (pthread_create(&exporter, NULL, export_then_killed, old) != 0)
-            _exit(4);
-        pthread_exit(NULL); /* the process lives on in the exporter */
-    }
-    int status = wait_child_with_deadline(pid, 125, what);
-    CHECK(status != -1 && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
-          "%s: the export was not killed at its test point (wait status %d)", what, status);
-    int probe = open(at("orphan"), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
-    if (probe >= 0) {
-        close(probe);
-        folder_holds(at("orphan"), "old.jbb\n", what);
-    }
-}
-
 /* A destination whose last part is "." or ".." names a folder: refused before anything is
  * written. */
 static void export_to_a_folder_name(void)
 {
-    shell("mkdir -p %s%s", at("dots"), "");
-    const char *names[] = {"dots/.", "dots/..", "."};
+    shell("mkdir -p %s%s", at("dots/inner"), "");
+    /* "." from inside the test's folder: a regression writes nowhere else. */
+    int cwd = open(".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    CHECK(cwd >= 0 && chdir(at("dots/inner")) == 0, "cannot go into %s", at("dots/inner"));
+    const char *names[] = {"dots/inner/.", "dots/inner/..", "."};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         char path[PATH_MAX + 64];
         snprintf(path, sizeof path, "%s", strcmp(names[i], ".") == 0 ? "." : at(names[i]));
@@ -490,7 +481,11 @@ static void export_to_a_folder_name(void)
                   strstr(jb_last_error_message(), "does not name a file") && exported == 0,
               "an export to %s: status %d, '%s'", path, (int)status, jb_last_error_message());
     }
-    folder_holds(at("dots"), "", "an export to a folder's name");
+    CHECK(cwd >= 0 && fchdir(cwd) == 0, "cannot go back to the working folder");
+    if (cwd >= 0)
+        close(cwd);
+    folder_holds(at("dots"), "inner\n", "an export to a folder's name");
+    folder_holds(at("dots/inner"), "", "an export to a folder's name");
 }
 
 /* Where the system has no unnamed files (before Linux 3.11, some file systems, no /proc), an
@@ -834,8 +829,9 @@ int main(int argc, char **argv)
     files_refused(good);
     crafted_tables(good);
     export_on_a_full_disk(good, "full");
-    export_killed(good);
-    export_killed_after_main_exited(good);
+    export_killed(good, "killed", export_in_child, "an export killed while it writes");
+    export_killed(good, "orphan", export_after_main_exited,
+                  "an export killed while it writes, the main thread gone");
     export_to_a_folder_name();
     export_without_unnamed_files(good);
     changed_while_open(good);
