@@ -246,8 +246,14 @@ fn main() {
     for gpu in &gpus {
         flags.push(format!("-D{}", gpu.with));
     }
-    let mut files = sources(&cbridge.join("src"));
-    files.extend(sources(&cbridge.join("src/cpu")));
+    // Every layer's folder but gpu/, which is compiled once per vendor below.
+    let mut layers: Vec<PathBuf> = std::fs::read_dir(cbridge.join("src"))
+        .unwrap_or_else(|e| panic!("cannot read cbridge/src: {e}"))
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|p| p.is_dir() && !p.ends_with("gpu"))
+        .collect();
+    layers.sort();
+    let files: Vec<PathBuf> = layers.iter().flat_map(|dir| sources(dir)).collect();
 
     let object = |src: &Path, suffix: &str| {
         let rel = src.strip_prefix(&cbridge).unwrap();

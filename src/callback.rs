@@ -1,5 +1,5 @@
 //! Installing a Rust closure as one of the library's callbacks (the log and the event callback
-//! share cbridge/src/callback.c's protocol): the closure is boxed and leaked into the library,
+//! share cbridge/src/base/callback.c's protocol): the closure is boxed and leaked into the library,
 //! and the one the exchange gives back is taken back and dropped.
 
 use crate::error::{Error, check};

@@ -3,7 +3,7 @@
  * judged well-formed or not without reading out of bounds, an accepted entry's payload must lie
  * inside the input, and an accepted key's source and entry names inside its copy.
  */
-#include "../src/internal.h"
+#include "../src/kernels/kernels.h"
 
 #include <stdlib.h>
 #include <string.h>

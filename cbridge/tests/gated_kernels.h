@@ -8,7 +8,7 @@
 #ifndef JB_TEST_GATED_KERNELS_H
 #define JB_TEST_GATED_KERNELS_H
 
-#include "../src/internal.h"
+#include "../src/kernels/kernels.h"
 #include "helpers.h"
 
 #include <stdio.h>

@@ -9,7 +9,7 @@
  * with the library's own export, and forges others with the format's encoders (src/bundle.c);
  * read failures are injected (JB_TEST_HOOKS).
  */
-#include "../src/internal.h"
+#include "../src/kernels/kernels.h"
 #include "deadline.h"
 #include "helpers.h"
 
@@ -182,7 +182,7 @@ static bool stored(int salt, jb_disk_key *key, jb_blob *code)
 {
     jb_custom_kernel *k = salted(salt);
     const char *names[] = {k->name};
-    bool ok = jb__disk_key(device, k->module_name, names, 1, k->sources[device->backend->dialect],
+    bool ok = jb__module_disk_key(device, k->module_name, names, 1, k->sources[device->backend->dialect],
                            key) == JB_OK &&
               jb__disk_load(key, code);
     jb_custom_kernel_free(k);
@@ -608,7 +608,7 @@ static void forged_entries(void)
     jb_custom_kernel *k = salted(3);
     const char *names[] = {k->name};
     jb_disk_key third = {0};
-    CHECK_OK(jb__disk_key(device, k->module_name, names, 1, k->sources[device->backend->dialect],
+    CHECK_OK(jb__module_disk_key(device, k->module_name, names, 1, k->sources[device->backend->dialect],
                           &third));
     unsigned char *foreign = malloc(code.size);
     memcpy(foreign, code.data, code.size);
@@ -647,7 +647,7 @@ static void transient_loads(void)
         const char *source = k->sources[device->backend->dialect];
         jb_disk_key key = {0};
         jb_blob code = {0};
-        CHECK_OK(jb__disk_key(device, k->module_name, names, 1, source, &key));
+        CHECK_OK(jb__module_disk_key(device, k->module_name, names, 1, source, &key));
         CHECK_OK(device->backend->compile(device, k->module_name, source, &k->options, &code));
         char name[32];
         snprintf(name, sizeof name, "loads_%d.jbb", salts[i]);

@@ -9,7 +9,7 @@
  *    cpu device, its hook runs once on each and each device keeps its own result.
  * Built with JB_TEST_HOOKS; cpu.
  */
-#include "../src/internal.h"
+#include "../src/kernels/kernels.h"
 #include "deadline.h"
 #include "helpers.h"
 

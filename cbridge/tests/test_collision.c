@@ -6,7 +6,7 @@
  * collision would, and check that the second is refused, nothing runs the wrong code, and the
  * first keeps working. Built with JB_TEST_HOOKS (a source module's name is private); cpu.
  */
-#include "../src/internal.h"
+#include "../src/kernels/kernels.h"
 #include "helpers.h"
 
 #include <stdio.h>

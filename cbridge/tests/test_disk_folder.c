@@ -10,7 +10,7 @@
  * The folder is chosen once per process, so each case runs in a child of its own (its exit
  * status is its count of failed checks) before the parent uses the library.
  */
-#include "../src/internal.h"
+#include "../src/kernels/kernels.h"
 #include "check.h"
 #include "deadline.h"
 #include "helpers.h"
@@ -329,7 +329,7 @@ static void transient_failures_evict_and_stop_nothing(const char *dir)
     jb_disk_key key = {0};
     jb_blob code = {.data = (unsigned char *)"compiled code", .size = 13}, loaded = {0};
     CHECK(jb__disk_cache_usable(), "state: %s", jb_disk_cache_state());
-    CHECK_OK(jb__disk_key(cpu(), "folder_test", NULL, 0, "a source", &key));
+    CHECK_OK(jb__module_disk_key(cpu(), "folder_test", NULL, 0, "a source", &key));
     jb__disk_store(&key, &code);
     CHECK(exists(dir, key.file), "the entry was not stored");
 
@@ -344,7 +344,7 @@ static void transient_failures_evict_and_stop_nothing(const char *dir)
     free(loaded.data);
 
     jb_disk_key other = {0};
-    CHECK_OK(jb__disk_key(cpu(), "folder_test", NULL, 0, "another source", &other));
+    CHECK_OK(jb__module_disk_key(cpu(), "folder_test", NULL, 0, "another source", &other));
     use_up_descriptors();
     jb__disk_store(&other, &code);
     give_back_descriptors();
@@ -519,7 +519,7 @@ static void transient_version_query_is_retried(const char *dir)
     CHECK(jb__disk_cache_usable(), "state: %s", jb_disk_cache_state()); /* set up first */
     jb_disk_key key = {0};
     use_up_descriptors();
-    jb_status status = jb__disk_key(dev, "folder_test", NULL, 0, "a source", &key);
+    jb_status status = jb__module_disk_key(dev, "folder_test", NULL, 0, "a source", &key);
     give_back_descriptors();
     CHECK(status != JB_OK, "a key was made while the compiler could not be asked its version");
     CHECK(strstr(jb_last_error_message(), "for now"), "%s", jb_last_error_message());
@@ -527,7 +527,7 @@ static void transient_version_query_is_retried(const char *dir)
     uint64_t start = jb__now_ns();
     while (status != JB_OK && jb__now_ns() - start < 10ull * 1000 * 1000 * 1000) {
         nanosleep(&(struct timespec){.tv_nsec = 20 * 1000 * 1000}, NULL);
-        status = jb__disk_key(dev, "folder_test", NULL, 0, "a source", &key);
+        status = jb__module_disk_key(dev, "folder_test", NULL, 0, "a source", &key);
         if (status != JB_OK)
             jb__disk_key_free(&key);
     }
@@ -545,7 +545,7 @@ static void missing_compiler_stays_unknown(const char *dir)
     setenv("CC", "/nonexistent/cc", 1);
     jb_disk_key key = {0};
     for (int i = 0; i < 2; i++) {
-        CHECK(jb__disk_key(cpu(), "folder_test", NULL, 0, "a source", &key) != JB_OK,
+        CHECK(jb__module_disk_key(cpu(), "folder_test", NULL, 0, "a source", &key) != JB_OK,
               "a key without a compiler?");
         CHECK(!strstr(jb_last_error_message(), "for now"), "%s", jb_last_error_message());
         jb__disk_key_free(&key);
@@ -574,8 +574,8 @@ static void refused_reattach_warns_outside_the_lock(const char *dir)
     jb_disk_key key = {0}, other = {0};
     jb_blob code = {.data = (unsigned char *)"compiled code", .size = 13};
     CHECK(jb__disk_cache_usable(), "state: %s", jb_disk_cache_state());
-    CHECK_OK(jb__disk_key(cpu(), "folder_test", NULL, 0, "a source", &key));
-    CHECK_OK(jb__disk_key(cpu(), "folder_test", NULL, 0, "another source", &other));
+    CHECK_OK(jb__module_disk_key(cpu(), "folder_test", NULL, 0, "a source", &key));
+    CHECK_OK(jb__module_disk_key(cpu(), "folder_test", NULL, 0, "another source", &other));
     jb__disk_store(&key, &code);
     char command[600];
     snprintf(command, sizeof command, "rm -rf '%s' && chmod 777 '%s'", dir, base);

@@ -6,7 +6,7 @@
  * linked elsewhere too. It must be rejected, nothing loaded from it, and the kernel compiled
  * again. Built with JB_TEST_HOOKS; cpu.
  */
-#include "../src/internal.h"
+#include "../src/kernels/kernels.h"
 #include "deadline.h"
 #include "helpers.h"
 

@@ -4,7 +4,7 @@
  * (the hold count); runs on the cpu, or on GPU 0 with JITBRIDGE_TEST_DEVICE=gpu:
  *   make CUDA=1 build-cuda-hooks/test_holds && JITBRIDGE_TEST_DEVICE=gpu build-cuda-hooks/test_holds
  */
-#include "../src/internal.h"
+#include "../src/kernels/kernels.h"
 #include "helpers.h"
 
 #include <pthread.h>

@@ -9,7 +9,7 @@
  * Built with JB_TEST_HOOKS (the key's ABI is set through a hook; the device's architecture is
  * changed in the child). Device: JITBRIDGE_TEST_DEVICE (cases about CC are the cpu's).
  */
-#include "../src/internal.h"
+#include "../src/kernels/kernels.h"
 #include "helpers.h"
 
 #include <errno.h>
@@ -252,7 +252,7 @@ static bool kernel_key(jb_device *device, jb_custom_kernel *k, jb_disk_key *key)
 {
     const char *names[] = {k->name};
     return jb__disk_cache_usable() &&
-           jb__disk_key(device, k->module_name, names, 1, k->sources[device->backend->dialect],
+           jb__module_disk_key(device, k->module_name, names, 1, k->sources[device->backend->dialect],
                         key) == JB_OK;
 }
 

@@ -5,7 +5,7 @@
  * process cases (one compile among eight, killed and stopped holders, junk at a lease's name)
  * are in tests/lease.rs.
  */
-#include "../src/internal.h"
+#include "../src/kernels/kernels.h"
 #include "helpers.h"
 
 #include <errno.h>

@@ -8,7 +8,7 @@
  * JITBRIDGE_TEST_DEVICE=gpu:
  *   make CUDA=1 build-cuda-hooks/test_quiet_threads && JITBRIDGE_TEST_DEVICE=gpu build-cuda-hooks/test_quiet_threads
  */
-#include "../src/internal.h"
+#include "../src/kernels/kernels.h"
 #include "helpers.h"
 
 #include <pthread.h>

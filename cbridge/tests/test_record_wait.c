@@ -11,7 +11,7 @@
  * A child forked while a thread of its parent reads a bounds record has no such thread: the
  * read in progress must not leave the child's own check of that report waiting for ever.
  */
-#include "../src/internal.h"
+#include "../src/kernels/kernels.h"
 #include "deadline.h"
 #include "helpers.h"
 

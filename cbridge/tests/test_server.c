@@ -6,7 +6,7 @@
  * event query); runs on the cpu, or on GPU 0 with JITBRIDGE_TEST_DEVICE=gpu:
  *   make CUDA=1 build-cuda-hooks/test_server && JITBRIDGE_TEST_DEVICE=gpu build-cuda-hooks/test_server
  */
-#include "../src/internal.h"
+#include "../src/kernels/kernels.h"
 #include "helpers.h"
 
 #include <errno.h>

@@ -5,7 +5,7 @@
  * twice: on the processor's SHA extensions where it has them, and in portable C (a test hook),
  * and the two must agree on 2,000 messages of every length up to 4 KiB.
  */
-#include "../src/internal.h"
+#include "../src/kernels/kernels.h"
 #include "check.h"
 
 #ifndef JB_TEST_HOOKS

@@ -4,7 +4,7 @@
  * fail cleanly; the unchecked sums wrote far outside their buffers (each case runs in a child
  * under a deadline, so such a crash is a failure with a message).
  */
-#include "../src/internal.h"
+#include "../src/kernels/kernels.h"
 #include "check.h"
 #include "deadline.h"
 
@@ -79,7 +79,7 @@ static void disk_entry_length_wraps(void)
     CHECK_OK(jb_device_get(&cpu, JB_DEVICE_CPU, 0));
     CHECK(jb__disk_cache_usable(), "the disk cache is off: %s", jb_disk_cache_state());
     jb_disk_key key = {0};
-    CHECK_OK(jb__disk_key(cpu, "sizes_test", NULL, 0, "a source whose code is too long", &key));
+    CHECK_OK(jb__module_disk_key(cpu, "sizes_test", NULL, 0, "a source whose code is too long", &key));
     unsigned char byte = 0;
     jb_blob huge = {.data = &byte, .size = SIZE_MAX - 16};
     jb__disk_store(&key, &huge);

@@ -8,7 +8,7 @@
  * with JITBRIDGE_TEST_DEVICE=gpu:
  *   make CUDA=1 build-cuda-hooks/test_stream_walk && JITBRIDGE_TEST_DEVICE=gpu build-cuda-hooks/test_stream_walk
  */
-#include "../src/internal.h"
+#include "../src/kernels/kernels.h"
 #include "helpers.h"
 
 #include <errno.h>

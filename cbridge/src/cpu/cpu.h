@@ -3,7 +3,7 @@
 #ifndef JB_CPU_H
 #define JB_CPU_H
 
-#include "../internal.h"
+#include "../store/store.h"
 
 /* ---- the private directory (private_dir.c) ---- */
 /* A fresh name "<dir>/<stem>-<serial><ext>" in this process's private directory, which is made

@@ -56,7 +56,7 @@ static void cpu_event_destroy(jb_device *dev, void *event)
 /* fork.c's step 7. Each event's mutex and condition are not taken (a waiter holds its mutex
  * only for a moment, but a signal may be queued behind any work): the child makes them anew,
  * its only thread holding none. */
-void jb__cpu_events_fork(jb_fork_phase phase)
+static void cpu_events_fork(jb_fork_phase phase)
 {
     if (phase == JB_FORK_PREPARE) {
         pthread_mutex_lock(&live_events_mutex);
@@ -70,6 +70,7 @@ void jb__cpu_events_fork(jb_fork_phase phase)
         pthread_mutex_init(&live_events_mutex, NULL);
     }
 }
+JB_FORK_HANDLER(JB_FORK_CPU_EVENTS, cpu_events_fork)
 
 static void event_wait_for(cpu_event *ev, uint64_t target)
 {

@@ -302,7 +302,7 @@ static jb_backoff version_backoff;
 static char compiler_version[256];
 static char compiler_identity[1024];
 
-void jb__cpu_compiler_fork(jb_fork_phase phase)
+static void cpu_compiler_fork(jb_fork_phase phase)
 {
     if (phase == JB_FORK_PREPARE)
         pthread_mutex_lock(&version_mutex);
@@ -311,6 +311,7 @@ void jb__cpu_compiler_fork(jb_fork_phase phase)
     else
         pthread_mutex_init(&version_mutex, NULL);
 }
+JB_FORK_HANDLER(JB_FORK_CPU_COMPILER, cpu_compiler_fork)
 
 /* SHA-256 of the file a child with environment `envp` would run for `name` (execvp's search: the
  * first candidate that is an executable regular file); false when none can be read, with

@@ -48,7 +48,7 @@ static void remove_own_dir(void)
 }
 
 /* fork.c's last step: the compile that holds the module cache's lock takes this one too. */
-void jb__private_dir_fork(jb_fork_phase phase)
+static void private_dir_fork(jb_fork_phase phase)
 {
     if (phase == JB_FORK_PREPARE) {
         pthread_mutex_lock(&dir_mutex);
@@ -60,6 +60,7 @@ void jb__private_dir_fork(jb_fork_phase phase)
     }
     pthread_mutex_unlock(&dir_mutex);
 }
+JB_FORK_HANDLER(JB_FORK_PRIVATE_DIR, private_dir_fork)
 
 static unsigned long long pid_namespace(void)
 {

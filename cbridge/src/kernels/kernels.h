@@ -1,0 +1,143 @@
+/* kernels/: custom kernels (their body words, generated sources, compile options), the one
+ * staged launch path, captured graphs, source modules, the race probe and the bench's compile
+ * entry points. The top layer: it calls every layer below. */
+#ifndef JB_KERNELS_KERNELS_H
+#define JB_KERNELS_KERNELS_H
+
+#include "../cache/cache.h"
+
+/* ---- custom kernels: spec and launch (kernel.c), names and source (kernel_source.c) ---- */
+struct jb_custom_kernel {
+    char *name;
+    char *module_name;
+    uint64_t module_name_hash;
+    size_t num_inputs, num_outputs;
+    char **input_names, **output_names;
+    jb_dtype *input_dtypes, *output_dtypes;
+    size_t num_scalars;
+    char **scalar_names;
+    jb_dtype *scalar_dtypes;
+    jb_compile_options options; /* flags and the caller's compiler options (owned) */
+    char *sources[JB_DIALECT_COUNT];
+    jb_configure_hook configure;
+    void *configure_user_data;
+    jb_kernel_state configured[JB_MAX_DEVICES]; /* by device index: this hook's own result */
+    bool disk_cacheable; /* false for probes: each process must compile them */
+    bool bounds_checked; /* JB_COMPILE_BOUNDS_CHECKS */
+    bool shaped[JB_KERNEL_MAX_ARRAYS]; /* by array slot: the body sees its shape */
+    /* The names a checked access reports: the arrays in slot order, then each shown shape
+     * ("x_shape"); filled for every kernel. */
+    char **checked_names;
+    size_t num_checked;
+    jb_scalar *output_inits; /* NULL, or one per output (JB_DTYPE_INVALID: none) */
+};
+
+/* Checks every name, count and dtype of a spec; the status and message of the first problem. */
+int jb__kernel_spec_check(const jb_kernel_spec *spec);
+/* Generates the kernel's sources and its module name from its names and the spec's body,
+ * header, parameters and defines. */
+int jb__kernel_generate(jb_custom_kernel *k, const jb_kernel_spec *spec);
+/* Checks compile flags and defines ("NAME" or "NAME=VALUE"); `owner` names the kernel or
+ * module in the message. */
+int jb__compile_options_check(const char *owner, unsigned flags, unsigned also_allowed,
+                              const char *const *defines, size_t num_defines);
+/* Whether `text` uses `name` as a name (not inside a comment or literal, not a member name). */
+bool jb__source_mentions(const char *text, const char *name);
+/* Appends `text` with every line continuation (a backslash, blanks, a newline) removed, as
+ * the compiler removes them before it reads a token. */
+void jb__splice_lines(const char *text, jb_strbuf *out);
+/* Appends `text` (the kernel's body or header, `what` names it) with every subscript of one of
+ * `names`, `name[i]`, made `jb_at_<slot>(i)`. `strict` (the body): any other use of those names,
+ * and any name starting with jb_, is refused. */
+int jb__bounds_rewrite(const char *kernel, const char *what, const char *text,
+                       const char *const *names, size_t num_names, bool strict, jb_strbuf *out);
+/* JB_OK when a checked kernel's text (`what`: body, header, a define) holds nothing that could
+ * reach an array past its checks: no name pasted (## or %:%:) or split by a line continuation,
+ * no directive that brings in other text (#include and its kin), no %: digraph, no asm, no raw
+ * string, no digit separator, and no #define or #undef of a reserved name, of the kernel's arrays and
+ * their companions (`names`), or of a name the generated code uses. */
+int jb__bounds_text_check(const char *kernel, const char *what, const char *text,
+                          const char *const *names, size_t num_names);
+/* Appends one #define line per define (checked before). */
+void jb__append_defines(jb_strbuf *sb, const char *const *defines, size_t num_defines);
+/* The longest name a kernel may paste into source. */
+#define JB_MAX_IDENTIFIER 128
+/* True when `s` may be pasted into source as a name; else false with a static reason. */
+bool jb__identifier_ok(const char *s, const char **problem);
+/* The dialect the backend named `backend` ("cpu", "cuda", "rocm") compiles; false if unknown. */
+bool jb__backend_name_dialect(const char *backend, jb_source_dialect *out);
+/* Finds (or builds) the kernel's module on `dev`, runs its configure hook once, and returns its
+ * config and function handle. */
+int jb__custom_kernel_prepare(jb_custom_kernel *k, jb_device *dev, jb_kernel_config *config,
+                              void **fn);
+
+/* Turns a launch shape into grid and block (thread counts use the config's block size). */
+int jb__resolve_launch_shape(const jb_launch_shape *shape, const jb_kernel_config *config,
+                             uint32_t grid[3], uint32_t block[3], uint64_t *total);
+
+/* One launch of a custom kernel, staged: the one launch path (public launch, probe, bench). */
+typedef struct jb_capture jb_capture;
+typedef struct jb_staged_launch {
+    jb_device *dev;
+    jb_stream *stream; /* the caller's, else the calling thread's default of the device */
+    const jb_custom_kernel *kernel;
+    jb_capture *capture; /* the stream's capture (this thread's), or NULL: a plain launch */
+    uint32_t captured[JB_KERNEL_MAX_ARRAYS]; /* captured: each array slot's index in the graph */
+    void *fn;
+    uint32_t grid[3], block[3], shared_bytes;
+    jb_launch_args args; /* points into the arrays below */
+    /* Per array slot (inputs, then outputs), then a bounds-checked launch's record. */
+    void *pointers[JB_KERNEL_MAX_ARRAYS + 1];
+    uint64_t sizes[JB_KERNEL_MAX_ARRAYS + 1];
+    jb_buffer *buffers[JB_KERNEL_MAX_ARRAYS + 1];
+    _Alignas(8) unsigned char scalars[JB_KERNEL_MAX_SLOTS * JB_SCALAR_SLOT];
+    size_t num_outputs;
+    jb_array *outputs[JB_KERNEL_MAX_ARRAYS];  /* new outputs; NULL for in-place ones */
+    jb_array *in_place[JB_KERNEL_MAX_ARRAYS]; /* the caller's arrays written in place, or NULL */
+    jb_event *end; /* marks the kernel's end (from the stream, at jb__launch_end): each output
+                    * and the hold take a reference */
+    bool queued;   /* work may be on the stream: a failure waits for it */
+    jb_bounds_report *report; /* a bounds-checked launch's, else NULL */
+    /* What the outputs will hold: that report and the inputs' (a reference each). */
+    jb_bounds_report *reports[JB_ARRAY_REPORTS];
+    size_t num_reports;
+} jb_staged_launch;
+/* ---- captured graphs (graph.c) ---- */
+/* The capture in progress on `stream`, when the calling thread began it, in *out; NULL when
+ * none is. One begun by another thread: JB_ERR_INVALID_ARGUMENT naming `what`. */
+int jb__stream_capture(jb_stream *stream, const char *what, jb_capture **out);
+/* A launch being captured uses `array` (written: the graph writes it): the graph takes a
+ * reference; its index in the graph in *out_index. Out of memory fails the capture. */
+int jb__capture_array(jb_capture *capture, jb_array *array, bool written, uint32_t *out_index);
+/* One more operation the backend captured besides launches (a fill). */
+void jb__capture_count_op(jb_capture *capture);
+/* Records the staged launch, just issued into the capture: its node, arguments and buffers. */
+int jb__capture_launch(jb_capture *capture, const jb_staged_launch *launch);
+/* Something the capture holds went wrong: its end fails (`why` says what) and discards it. */
+void jb__capture_poison(jb_capture *capture, const char *why);
+/* The stream is being destroyed while it captures: the capture is discarded. */
+void jb__capture_abandon(jb_stream *stream);
+
+/* Checks the scalars against the kernel's and stores each value in its slot of `slots`. */
+int jb__stage_scalars(const jb_custom_kernel *k, const jb_scalar *scalars, size_t num_scalars,
+                      unsigned char *slots);
+/* Checks the arguments, builds and configures the module, makes the outputs and orders the
+ * inputs' pending work (and the in-place outputs' readers) before the launch. On failure
+ * nothing stays staged. `launch` is a whole jb_launch (jb_custom_kernel_run normalised it). */
+int jb__launch_begin(jb_staged_launch *staged, jb_custom_kernel *k, const jb_launch *launch);
+/* Queues the staged kernel on its stream; may be called more than once (the bench does). */
+int jb__launch_issue(const jb_staged_launch *launch);
+/* With `status` JB_OK: gives the outputs their event, holds every buffer until the kernel is done
+ * and hands the new outputs to `outputs` (NULL for in-place ones; `outputs` may be NULL when
+ * all are in place). Otherwise waits for the stream and frees what was staged; returns the
+ * status. */
+int jb__launch_end(jb_staged_launch *launch, int status, jb_array **outputs);
+
+
+#ifdef JB_TEST_HOOKS
+/* Gives the source module another module name (and its hash): two sources meeting in one hash,
+ * without searching for a real 64-bit collision. */
+void jb__test_set_source_module_name(jb_source_module *m, const char *module_name);
+#endif
+
+#endif /* JB_KERNELS_KERNELS_H */

@@ -1,0 +1,257 @@
+/* store/: compiled code below memory: content keys, the cache folder and its entries, admin,
+ * leases, manifests, bundles. It calls base/ only. */
+#ifndef JB_STORE_STORE_H
+#define JB_STORE_STORE_H
+
+#include "../internal.h"
+
+/* ---- the disk cache's folder (disk_dir.c) ---- */
+struct stat;
+/* True when JITBRIDGE_DISK_CACHE says off (0, false, no, off; any case); *value is its text. */
+bool jb__disk_cache_disabled(const char **value);
+/* The folder's absolute path, chosen once; "" with *why saying why none could be chosen. */
+const char *jb__disk_folder(const char **why);
+/* Sets the folder up on first use (creating it 0700, checking it on its handle); then whether
+ * the cache is on. */
+bool jb__disk_cache_usable(void);
+/* `path` made absolute against the directory the process started in (where a variable naming
+ * it was set then; else the current one), into `out`: false (errno) when it cannot be. */
+bool jb__path_from_start(const char *path, char *out, size_t len);
+/* The folder's and its tmp/'s handles, held for the process; -1 while the cache is off (tmp/:
+ * also while storing is stopped). */
+int jb__disk_dir_fd(void);
+int jb__disk_tmp_fd(void);
+/* Whether the folder is marked as the cache's own (CACHEDIR.TAG): only then may anything in it
+ * be removed, or replaced by what is not an entry's newer copy. */
+bool jb__disk_folder_is_ours(void);
+/* Whether `name` is an entry's file name (JB_DISK_ENTRY_HEX lowercase hex digits, the suffix). */
+bool jb__disk_is_entry_name(const char *name);
+/* Creates a new temporary file, 0600, under a random name (written to `name`) in `dir`: its fd,
+ * or -1 (errno). */
+int jb__disk_create_temporary(int dir, char *name, size_t len);
+/* Creates an unnamed file (O_TMPFILE), 0600, in `dir`, which the kernel frees if the process
+ * dies before jb__disk_name_unnamed names it: its fd, or -1 (errno) where the system has none
+ * (an old kernel, some file systems) or no /proc to name it through. */
+int jb__disk_create_unnamed(int dir);
+/* Names the unnamed file `fd` (made in `dir`) there, under a random temporary name (written to
+ * `name`), as jb__disk_create_temporary would have: 0, or -1 (errno). */
+int jb__disk_name_unnamed(int dir, int fd, char *name, size_t len);
+/* Turns the cache off for this process with one warning (fmt has one %s for detail). */
+void jb__disk_turn_off(const char *fmt, const char *detail);
+/* Sets up again after the folder or its tmp/ was removed; whether storing can go on now. */
+bool jb__disk_reattach(void);
+/* Stops storing new entries, loads go on, with one warning (fmt has one %s for detail). */
+void jb__disk_stop_storing(const char *fmt, const char *detail);
+/* A handle on the folder for `jitbridge cache`, under the same trust rules, creating nothing:
+ * *out is -1 when the folder does not exist yet; *ours says whether anything in it may be
+ * removed (marked, or holding only the cache's kinds of files). The caller closes it. */
+int jb__disk_open_for_maintenance(int *out, bool *ours);
+/* Whether no one but root and us can rename or replace anything at or under `path` (each folder
+ * from "/" on, checked on its handle); `resolved` gets the path with its links resolved; `why`
+ * names the fix, with the environment `variable` that chose the path. */
+bool jb__trusted_folder_path(const char *path, const char *variable, char *resolved, size_t len,
+                             char *why, size_t why_len);
+
+/* ---- content keys (cache_key.c) ---- */
+#define JB_DISK_ENTRY_SUFFIX ".jbc"
+#define JB_DISK_ENTRY_HEX 32 /* hex digits before the suffix: 128 bits of the key's SHA-256 */
+#define JB_KEY_MAGIC "jitbridge cache key"
+#define JB_KEY_FORMAT 2
+typedef struct jb_disk_key {
+    char *text; /* every input of the compile, compared on read */
+    size_t bytes;
+    char file[64];                          /* the first 128 bits of `digest`, hex, + suffix */
+    unsigned char digest[JB_SHA256_BYTES]; /* SHA-256 of `text` */
+} jb_disk_key;
+/* The key of module `module_name` (entry points `entry_names`) built from `source` by the
+ * compiler `identity` (its first line counts) of backend `backend` for target `arch`. */
+int jb__disk_key(const char *backend, const char *arch, const char *identity,
+                 const char *module_name, const char *const *entry_names, size_t num_entries,
+                 const char *source, jb_disk_key *out);
+/* Sets `digest` and `file` from `text`. */
+void jb__disk_key_name(jb_disk_key *key);
+void jb__disk_key_free(jb_disk_key *key);
+/* A key text's fields: pointers into `copy` (owned), each NUL-terminated. */
+typedef struct jb_key_fields {
+    char *copy;
+    long abi;
+    const char *backend, *target, *compiler, *module;
+    const char *entry_list; /* the entry names, one space between two */
+    size_t num_entries;
+    const char *source;
+    size_t source_bytes;
+} jb_key_fields;
+/* Parses a key text (of JB_KEY_FORMAT); JB_ERR_INVALID_ARGUMENT when it is not one. */
+int jb__key_fields_parse(const void *text, size_t bytes, jb_key_fields *out);
+void jb__key_fields_free(jb_key_fields *fields);
+/* The entry names as a NULL-terminated array; free it with jb__key_entries_free. */
+int jb__key_fields_entries(const jb_key_fields *fields, char ***out);
+void jb__key_entries_free(char **names);
+#ifdef JB_TEST_HOOKS
+/* Keys made from now on name library ABI `abi` instead of JB_ABI_VERSION. */
+void jb__test_set_key_abi(int abi);
+#endif
+
+/* ---- manifests (manifest.c): the kernels a process built or loaded, one line each ---- */
+#define JB_MANIFEST_TAG "jbm1"
+/* Bytes in a line, the newline included: every line the library writes fits (64 entry names of
+ * 128 characters); readers may rely on it. */
+#define JB_MANIFEST_LINE_MAX 16384
+/* Whether JITBRIDGE_MANIFEST names a manifest this process writes (opened at the first call). */
+bool jb__manifest_on(void);
+/* Appends the module's line, once per key and process; `how` is "compiled", "disk", "bundle"
+ * or "prewarm". Under the module cache's write lock (as builds are). */
+void jb__manifest_record(const char *backend, const char *arch, const jb_disk_key *key,
+                         const char *module_name,
+                         const char *const *entry_names, size_t num_entries, const char *how);
+/* One manifest line's fields: pointers into the line, which parsing changed. */
+typedef struct jb_manifest_line {
+    unsigned char digest[JB_SHA256_BYTES]; /* the key's SHA-256 */
+    const char *backend, *target, *module;
+    const char *entries; /* entry names, separated by commas */
+    const char *how;
+} jb_manifest_line;
+/* Parses one line (TABs and the newline become NULs); false when it is not a jbm1 line. */
+bool jb__manifest_parse_line(char *line, jb_manifest_line *out);
+/* Calls fn for each jbm1 line of the manifest at `path` (others are skipped) until it returns
+ * non-zero, which is returned. */
+typedef int (*jb_manifest_fn)(void *ctx, const jb_manifest_line *line);
+int jb__manifest_read(const char *path, jb_manifest_fn fn, void *ctx);
+/* 64 hex digits (lowercase) and nothing after them into a digest; false otherwise. */
+bool jb__hex_digest(const char *hex, unsigned char digest[JB_SHA256_BYTES]);
+
+
+/* ---- bundles (bundle.c reads and imports them, bundle_export.c writes them) ---- */
+#define JB_BUNDLE_MAGIC "JBBUNDLE"
+#define JB_BUNDLE_FORMAT 1
+#define JB_BUNDLE_HEADER_BYTES 128
+#define JB_BUNDLE_INDEX_BYTES 96
+#define JB_BUNDLE_MAX_ENTRIES (1u << 20) /* a reader refuses a bundle of more */
+/* The entries a bundle may hold: JB_BUNDLE_MAX_ENTRIES (fewer under a test hook). */
+size_t jb__bundle_max_entries(void);
+typedef struct jb_bundle jb_bundle;
+typedef struct jb_bundle_header {
+    uint64_t count, fingerprints_offset, fingerprints_bytes, index_offset, index_bytes,
+        file_bytes;
+    unsigned char tables_digest[JB_SHA256_BYTES]; /* of the fingerprints, then the index */
+} jb_bundle_header;
+typedef struct jb_bundle_entry {
+    unsigned char digest[JB_SHA256_BYTES];   /* of the key text */
+    unsigned char checksum[JB_SHA256_BYTES]; /* of the key text, then the payload */
+    uint64_t offset, key_bytes, payload_bytes;
+} jb_bundle_entry;
+void jb__bundle_header_encode(unsigned char out[JB_BUNDLE_HEADER_BYTES],
+                              const jb_bundle_header *h);
+void jb__bundle_index_encode(unsigned char out[JB_BUNDLE_INDEX_BYTES], const jb_bundle_entry *e);
+/* Opens a bundle under the trust rules and checks its header and index (`variable` names what
+ * chose the path, for the message); the error says what was refused. */
+int jb__bundle_open(const char *path, const char *variable, jb_bundle **out);
+void jb__bundle_free(jb_bundle *b);
+size_t jb__bundle_count(const jb_bundle *b);
+const jb_bundle_entry *jb__bundle_entry(const jb_bundle *b, size_t i);
+const char *jb__bundle_fingerprints(const jb_bundle *b);
+/* Entry i's key text and payload, read and checked (both hashes); a bad one is marked, warned
+ * about once, and an error. The caller frees *out. */
+int jb__bundle_read_entry(jb_bundle *b, size_t i, unsigned char **out);
+/* Whether bundles serve as read-only tiers (JITBRIDGE_CACHE_BUNDLE is read at the first call). */
+bool jb__bundles_present(void);
+/* Where a tier's payload came from, to reject it if the loader refuses it. */
+typedef struct jb_bundle_ref {
+    jb_bundle *bundle;
+    size_t entry;
+} jb_bundle_ref;
+/* The first tier's entry filed under `digest`, read and checked: *data (the caller frees it)
+ * holds its key text (key_bytes) then its payload. */
+bool jb__bundle_find(const unsigned char *digest, unsigned char **data, size_t *key_bytes,
+                     jb_blob *payload, jb_bundle_ref *ref);
+/* True with the payload of the first tier holding `key` (checked); the caller frees out->data. */
+bool jb__bundle_load(const jb_disk_key *key, jb_blob *out, jb_bundle_ref *ref);
+/* The loaded payload was accepted (a bundle hit) or refused by the loader (skipped from now). */
+void jb__bundle_accept(void);
+void jb__bundle_reject(const jb_bundle_ref *ref, const char *why);
+void jb__bundle_counters(uint64_t *hits, uint64_t *rejected);
+void jb__bundle_counters_reset(void);
+#ifdef JB_TEST_HOOKS
+/* While non-zero, reading a bundle entry's bytes fails with this errno. */
+void jb__test_set_bundle_read_error(int err);
+/* While non-zero, bundles may hold at most this many entries (reading and writing). */
+void jb__test_set_bundle_max_entries(size_t max);
+/* Takes (true) or lets go of (false) the manifest's lock as a writer does, without waiting:
+ * whether that worked (false with no manifest open). */
+bool jb__test_manifest_lock(bool take);
+#endif
+
+/* ---- leases (lease.c): one compile per key across the processes of one cache folder ---- */
+#define JB_LEASE_DIR "leases" /* in the cache folder: one <entry's hex>.lease per key */
+#define JB_LEASE_SUFFIX ".lease"
+/* Whether `name` is a lease file's name (an entry's hex digits and ".lease"). */
+bool jb__lease_is_name(const char *name);
+typedef struct jb_lease {
+    int fd, dir; /* the locked lease file and leases/; -1 when none is held */
+    char name[64];
+} jb_lease;
+typedef enum jb_lease_outcome {
+    JB_LEASE_HELD,   /* ours: compile, store, then release */
+    JB_LEASE_STORED, /* another process stored the entry while we waited: load it */
+    JB_LEASE_NONE,   /* compile alone: locks do not work here, or the deadline passed */
+} jb_lease_outcome;
+/* The entry file that was at a key's name before a load found it bad (present false: none), so
+ * that only another one counts as stored. */
+typedef struct jb_lease_stale {
+    bool present;
+    uint64_t dev;
+    uint64_t ino;
+} jb_lease_stale;
+void jb__lease_note_stale(const jb_disk_key *key, jb_lease_stale *out);
+/* Takes the lease of `key` in the cache folder, waiting while another process holds it, until
+ * `deadline_ns` (jb__now_ns's clock) at most; an entry that is `stale` (may be NULL) does not
+ * end the wait. Under the module cache's write lock. */
+jb_lease_outcome jb__lease_acquire(const jb_disk_key *key, const jb_lease_stale *stale,
+                                   uint64_t deadline_ns, jb_lease *out);
+/* Whether an entry other than `stale` (may be NULL) stands at its name in the folder. */
+bool jb__lease_entry_stored(const jb_disk_key *key, const jb_lease_stale *stale);
+/* Lets go of a held lease (removing its file, or marking it when the compile failed: those who
+ * find it marked within the compile timeout compile without the lease); nothing when none is
+ * held. */
+void jb__lease_release(jb_lease *lease, bool compile_failed);
+void jb__lease_counters(uint64_t *waits, uint64_t *timeouts, uint64_t *fallbacks);
+void jb__lease_counters_reset(void);
+#ifdef JB_TEST_HOOKS
+/* While non-zero, taking a lock fails with this errno (ENOLCK: locks do not work here). */
+void jb__test_set_lease_error(int err);
+#endif
+
+/* ---- the disk cache's entries (disk_cache.c) ---- */
+/* True with the stored code when a valid entry exists; a missing or invalid one is a miss. */
+bool jb__disk_load(const jb_disk_key *key, jb_blob *out);
+/* The loaded code was accepted by the loader (a disk hit) or refused (counted; the compile that
+ * follows replaces the entry, which is never removed first). */
+void jb__disk_accept(void);
+void jb__disk_reject(const jb_disk_key *key);
+/* Stores compiled code: true once the entry is in place; a failing disk stops storing with one
+ * warning. */
+bool jb__disk_store(const jb_disk_key *key, const jb_blob *code);
+/* The payload offset of a well-formed entry whose key matches (any key if NULL), else 0. */
+size_t jb__disk_entry_check(const unsigned char *data, size_t size, const jb_disk_key *key);
+/* The key text of an entry that jb__disk_entry_check accepted (payload at `payload_at`). */
+const unsigned char *jb__disk_entry_key(const unsigned char *data, size_t payload_at,
+                                        size_t *key_bytes);
+/* Why an entry with this status must not be read (type, owner, mode, links, size), or NULL. */
+const char *jb__disk_entry_problem(const struct stat *st);
+/* Opens entry `name` of folder `dir` without blocking or following a link and checks it on the
+ * handle: the fd, or -1 with *problem saying why (NULL when it does not exist). */
+int jb__disk_open_entry(int dir, const char *name, struct stat *st, const char **problem);
+/* Reads a checked entry whole (st from jb__disk_open_entry); NULL on failure. */
+unsigned char *jb__disk_read_entry(int fd, const struct stat *st, size_t *out_size);
+/* Removes whatever is at `name` (a file, link, FIFO or empty directory); 0 or -1 with errno. */
+int jb__disk_remove(int dir, const char *name);
+void jb__disk_counters(uint64_t *hits, uint64_t *misses, uint64_t *rejected);
+void jb__disk_counters_reset(void);
+
+
+#ifdef JB_TEST_HOOKS
+/* While set, jb__disk_create_unnamed fails as on a file system without O_TMPFILE. */
+void jb__test_set_unnamed_refused(bool refused);
+#endif
+
+#endif /* JB_STORE_STORE_H */
