@@ -4,8 +4,6 @@
 #ifndef JB_BASE_BASE_H
 #define JB_BASE_BASE_H
 
-
-
 #include "jitbridge.h"
 #include "jitbridge_sys.h"
 

@@ -29,9 +29,9 @@
  * read in progress waited for: a child takes over a read its parent's thread had begun
  * (bounds.c).
  * A pthread_once in progress in another thread at fork time cannot be made safe from here.
- * Every part of the library that needs a fork handler hands it to its slot here (jb_fork_slot,
- * in the order above), never registers its own: handlers of separate registrations run in an
- * order set by who registered first.
+ * Every part of the library that needs a fork handler installs it in its slot (base.h's
+ * jb_fork_slot, in the order above, with JB_FORK_HANDLER) and never registers its own:
+ * handlers of separate registrations run in an order set by who registered first.
  */
 #include "base.h"
 

@@ -196,7 +196,7 @@ void jb__memory_counters_reset(void)
         jb__buffer_counters_reset(&devices[i]);
 }
 
-/* fork.c's step 4. A backend being set up at fork time is waited for (setup_mutex). */
+/* fork.c's step 3. A backend being set up at fork time is waited for (setup_mutex). */
 static void devices_fork(jb_fork_phase phase)
 {
     if (phase == JB_FORK_PREPARE)

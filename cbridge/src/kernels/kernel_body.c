@@ -57,8 +57,6 @@ static const char *identifier_problem(const char *s)
     return NULL;
 }
 
-/* Arrays are numbered inputs first, then outputs: the order of the launch's arguments. */
-
 bool jb__identifier_ok(const char *s, const char **problem)
 {
     *problem = identifier_problem(s);

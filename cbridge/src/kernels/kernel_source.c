@@ -17,6 +17,7 @@ static const char *identifier_problem(const char *s)
     return jb__identifier_ok(s, &problem) ? NULL : problem;
 }
 
+/* Arrays are numbered inputs first, then outputs: the order of the launch's arguments. */
 static const char *slot_name(const jb_custom_kernel *k, size_t slot)
 {
     return slot < k->num_inputs ? k->input_names[slot] : k->output_names[slot - k->num_inputs];

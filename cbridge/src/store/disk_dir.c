@@ -361,18 +361,14 @@ bool jb__disk_is_entry_name(const char *name)
            strcmp(name + JB_DISK_ENTRY_HEX, JB_DISK_ENTRY_SUFFIX) == 0;
 }
 
-/* Today's random names (32 hex digits), and an older version's <entry>.<pid>.<serial>.tmp. */
 bool jb__lease_is_name(const char *name)
 {
-    size_t len = strlen(name), hex = JB_DISK_ENTRY_HEX;
-    if (len != hex + strlen(JB_LEASE_SUFFIX) || strcmp(name + hex, JB_LEASE_SUFFIX) != 0)
-        return false;
-    for (size_t i = 0; i < hex; i++)
-        if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f')))
-            return false;
-    return true;
+    return strlen(name) == JB_DISK_ENTRY_HEX + strlen(JB_LEASE_SUFFIX) &&
+           lowercase_hex(name, JB_DISK_ENTRY_HEX) &&
+           strcmp(name + JB_DISK_ENTRY_HEX, JB_LEASE_SUFFIX) == 0;
 }
 
+/* Today's random names (32 hex digits), and an older version's <entry>.<pid>.<serial>.tmp. */
 static bool is_temporary_name(const char *name)
 {
     size_t len = strlen(name), hex = 32, entry = JB_DISK_ENTRY_HEX + strlen(JB_DISK_ENTRY_SUFFIX);
