@@ -7,7 +7,8 @@
  * it writes, leaves its folder as it was. A read that fails for now (a network
  * disk's EIO, no descriptors or memory) is no verdict on an entry. The test makes its bundles
  * with the library's own export, and forges others with the format's encoders (src/bundle.c);
- * read failures are injected (JB_TEST_HOOKS).
+ * read failures are injected (JB_TEST_HOOKS). The manifest beside them: each line one write()
+ * (this program's own write() counts the calls), one lock a forked child cannot share.
  */
 #include "../src/kernels/kernels.h"
 #include "deadline.h"
@@ -24,6 +25,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -754,6 +756,48 @@ static int manifest_lock_child(void)
     return 0;
 }
 
+/* The file whose write() calls are counted (device and inode; 0: none), and the count. */
+static dev_t watched_dev;
+static ino_t watched_ino;
+static atomic_int watched_writes;
+
+/* This program's write(), which the library (linked in statically) calls too: it counts the
+ * calls on the watched file, then writes. A manifest line in two calls can interleave with
+ * another process's line; counting sees that on every run, where a race would seldom. */
+ssize_t write(int fd, const void *data, size_t bytes)
+{
+    struct stat st;
+    if (watched_ino && fstat(fd, &st) == 0 && st.st_dev == watched_dev &&
+        st.st_ino == watched_ino)
+        atomic_fetch_add(&watched_writes, 1);
+    return syscall(SYS_write, fd, data, bytes);
+}
+
+/* With JITBRIDGE_MANIFEST naming an empty file: the ENTRIES kernels, loaded from the cache
+ * folder, each write their line in one write() call. 0 when so. */
+static int manifest_line_child(void)
+{
+    struct stat st;
+    if (stat(getenv("JITBRIDGE_MANIFEST"), &st) != 0 || st.st_size != 0)
+        return 2;
+    watched_dev = st.st_dev;
+    watched_ino = st.st_ino;
+    device = test_device();
+    for (int salt = 0; salt < ENTRIES; salt++)
+        if (!device || !launch_salt(salt))
+            return 3;
+    FILE *f = fopen(getenv("JITBRIDGE_MANIFEST"), "r");
+    int lines = 0, c;
+    while (f && (c = fgetc(f)) != EOF)
+        lines += c == '\n';
+    if (f)
+        fclose(f);
+    int writes = atomic_load(&watched_writes);
+    printf("manifest: %d lines in %d write() calls\n", lines, writes);
+    fflush(stdout);
+    return lines != ENTRIES ? 4 : writes != lines ? 5 : 0;
+}
+
 /* Runs this test binary again as `mode`, in `dir` (NULL: here), with `env` (NAME, VALUE pairs,
  * NULL-ended) set: its exit status, -1 when it did not exit (or not start). */
 static int run_self(const char *argv0, const char *mode, const char *dir, const char *const *env)
@@ -786,6 +830,20 @@ static void manifest_lock_and_fork(const char *argv0)
           status);
 }
 
+/* Each manifest line is one write() on the O_APPEND handle: processes appending together then
+ * never interleave their lines. */
+static void manifest_line_per_write(const char *argv0)
+{
+    write_file(at("lines.manifest"), "", 0, 0600);
+    const char *env[] = {"JITBRIDGE_MANIFEST", at("lines.manifest"), NULL};
+    int status = run_self(argv0, "manifest-line-child", NULL, env);
+    CHECK(status == 0, "manifest lines: %s (child status %d)",
+          status == 4   ? "not one line per kernel"
+          : status == 5 ? "a line was written in more than one write() call"
+                        : "the child failed",
+          status);
+}
+
 /* Relative paths in the variables mean the folder the process started in, as a relative
  * JITBRIDGE_CACHE_DIR does, not wherever the host has gone by its first launch. */
 static void relative_variables(const char *argv0)
@@ -808,6 +866,8 @@ int main(int argc, char **argv)
         return relative_child();
     if (argc == 2 && strcmp(argv[1], "manifest-lock-child") == 0)
         return manifest_lock_child();
+    if (argc == 2 && strcmp(argv[1], "manifest-line-child") == 0)
+        return manifest_line_child();
     char made[] = "/tmp/jb_bundle_XXXXXX";
     CHECK(mkdtemp(made) != NULL, "mkdtemp: %s", strerror(errno));
     snprintf(base, sizeof base, "%s", made);
@@ -839,6 +899,7 @@ int main(int argc, char **argv)
     forged_entries();
     relative_variables(argv[0]);
     manifest_lock_and_fork(argv[0]);
+    manifest_line_per_write(argv[0]);
     too_many_entries(good);
     transient_loads();
     shell("rm -rf %s%s", base, "");
