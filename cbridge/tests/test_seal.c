@@ -1,9 +1,10 @@
 /*
  * Sealed mode, with the compiler counted: CC is a wrapper script that writes a line per
- * invocation. Sealed to refuse, nothing starts it (custom kernels, the probe, the bench's
- * compile-only), each refusal is JB_ERR_SEALED naming the kernel, is not remembered and is not a
- * build failure, while modules in memory and in the cache folder still load; sealed to warn, a
- * module compiles with one warning and one event per module; JITBRIDGE_SEAL is read at start.
+ * invocation. Sealed to refuse, no path starts it (launches, prepare, source modules, the
+ * probe's paths, the bench's compiles), each refusal is JB_ERR_SEALED with one event naming the
+ * kernel, counted, not remembered and not a build failure, while modules in memory and in the
+ * cache folder still load; sealed to warn, a module compiles with one warning and one event per
+ * module; JITBRIDGE_SEAL is read at start.
  */
 #include "deadline.h"
 #include "helpers.h"
@@ -203,16 +204,9 @@ static void sealed_to_refuse(jb_device *dev, jb_custom_kernel *warm)
               strcmp(violation_name, jb_custom_kernel_module_name(fresh)) == 0,
           "%d violation events, status %d, name %s", violations, violation_status,
           violation_name);
-    jb_array *in = f32_filled(dev, 8, 1.0f), *out = NULL;
-    CHECK(jb_jit_race_probe_array(&out, in, (int)(salt % 100000) + 7) == JB_ERR_SEALED,
-          "the probe compiled while sealed");
-    double ns = 0;
-    jb_custom_kernel *bench = kernel("seal_bench", "out[thread_index()] = %u.125f;");
-    CHECK(jb_bench_compile_only(&ns, bench, dev) == JB_ERR_SEALED,
-          "the bench's compile-only ran while sealed");
     CHECK_OK(jb_counters_get(&after, sizeof after));
-    CHECK(after.sealed_refusals - before.sealed_refusals == 4,
-          "%llu refusals counted, want 4", (unsigned long long)(after.sealed_refusals - before.sealed_refusals));
+    CHECK(after.sealed_refusals - before.sealed_refusals == 2,
+          "%llu refusals counted, want 2", (unsigned long long)(after.sealed_refusals - before.sealed_refusals));
     CHECK(after.build_failures == before.build_failures && after.builds == before.builds,
           "a refusal counted as a build or a failure");
     if (disk_on())
@@ -221,14 +215,154 @@ static void sealed_to_refuse(jb_device *dev, jb_custom_kernel *warm)
           counted_runs(true));
     CHECK(compiler_runs() == (disk_on() ? 1 : 0), "%d runs: the sealed child's version query only",
           compiler_runs());
-    jb_array_free(in);
-    jb_custom_kernel_free(bench);
 
     /* Unsealed, the refused kernel compiles: nothing of the refusal was remembered. */
     CHECK_OK(jb_seal(JB_SEAL_OFF));
     CHECK_OK(launch_on_four_ones(fresh, dev));
     CHECK(compiler_runs() > 0, "unsealed, the compiler did not run");
     jb_custom_kernel_free(fresh);
+}
+
+/* ---- every path that would start a compiler, sealed ---- */
+
+/* Each starts the compiler for `k` (a kernel compiled nowhere yet) or, for the probe's paths,
+ * for a probe variant not built yet; `dev` is the test's device. */
+static jb_status by_launch(jb_device *dev, jb_custom_kernel *k)
+{
+    return launch_on_four_ones(k, dev);
+}
+
+static jb_status by_prepare(jb_device *dev, jb_custom_kernel *k)
+{
+    return jb_custom_kernel_prepare(k, dev);
+}
+
+static jb_status by_source_module(jb_device *dev, jb_custom_kernel *k)
+{
+    (void)k;
+    char body[256];
+    snprintf(body, sizeof body, "void touch(void **args, unsigned long n) { (void)n; "
+                                "**(float **)args[0] = %u.5f; }", salt);
+    jb_source_module *m = touch_module("seal_path_module", body);
+    jb_status status = launch_touch(m, dev);
+    jb_source_module_free(m);
+    return status;
+}
+
+static int probe_variant(int path)
+{
+    return (int)(salt % 100000) + 7 + path;
+}
+
+static jb_status by_probe(jb_device *dev, jb_custom_kernel *k)
+{
+    (void)k;
+    jb_array *in = f32_filled(dev, 8, 1.0f), *out = NULL;
+    jb_status status = jb_jit_race_probe_array(&out, in, probe_variant(0));
+    jb_array_free(out);
+    jb_array_free(in);
+    return status;
+}
+
+static jb_status by_cold_probe_steps(jb_device *dev, jb_custom_kernel *k)
+{
+    (void)k;
+    jb_array *in = f32_filled(dev, 8, 1.0f);
+    jb_bench_cold_steps steps;
+    jb_status status = jb_bench_cold_probe_steps(&steps, in, probe_variant(1));
+    jb_array_free(in);
+    return status;
+}
+
+static jb_status by_raw_probe_launches(jb_device *dev, jb_custom_kernel *k)
+{
+    (void)k;
+    jb_array *in = f32_filled(dev, 8, 1.0f);
+    double ns = 0;
+    jb_status status = jb_bench_raw_probe_launches(&ns, in, probe_variant(2), 2);
+    jb_array_free(in);
+    return status;
+}
+
+static jb_status by_compile_only(jb_device *dev, jb_custom_kernel *k)
+{
+    double ns = 0;
+    return jb_bench_compile_only(&ns, k, dev);
+}
+
+/* The library's own options, no device given (the cpu's is the one sealed). */
+static jb_status by_compile_with(jb_device *dev, jb_custom_kernel *k)
+{
+    (void)dev;
+    jb_bench_compile_cost cost;
+    return jb_bench_compile_with(&cost, k, "cpu", NULL, NULL, 0, NULL);
+}
+
+/* Options of the caller's, the code loaded on the device. */
+static jb_status by_compile_with_options(jb_device *dev, jb_custom_kernel *k)
+{
+    const char *options[] = {"-O1", "-fPIC", "-shared"};
+    jb_bench_compile_cost cost;
+    return jb_bench_compile_with(&cost, k, jb_device_backend_name(dev), NULL, options, 3, dev);
+}
+
+/* Sealed to refuse, each path that would start a compiler: refused with JB_ERR_SEALED, one
+ * seal violation event (naming the kernel where the caller gave one), the refusal counted, and
+ * no compile started, no build counted. */
+static void every_compiler_path_sealed(jb_device *dev)
+{
+    static const struct {
+        const char *what;
+        jb_status (*start)(jb_device *dev, jb_custom_kernel *k);
+        bool names_the_kernel;
+        bool cpu_only; /* the bench's compile for the cpu backend */
+    } paths[] = {
+        {"a custom kernel's launch", by_launch, true, false},
+        {"jb_custom_kernel_prepare", by_prepare, true, false},
+        {"a source module's launch", by_source_module, false, false},
+        {"the race probe", by_probe, false, false},
+        {"jb_bench_cold_probe_steps", by_cold_probe_steps, false, false},
+        {"jb_bench_raw_probe_launches", by_raw_probe_launches, false, false},
+        {"jb_bench_compile_only", by_compile_only, true, false},
+        {"jb_bench_compile_with", by_compile_with, true, true},
+        {"jb_bench_compile_with, options and a device", by_compile_with_options, true, false},
+    };
+    bool cpu = strcmp(jb_device_backend_name(dev), "cpu") == 0;
+    CHECK_OK(jb_seal(JB_SEAL_ERROR));
+    for (size_t i = 0; i < sizeof paths / sizeof *paths; i++) {
+        if (paths[i].cpu_only && !cpu)
+            continue;
+        char name[64];
+        snprintf(name, sizeof name, "seal_path_%zu", i);
+        jb_custom_kernel *k = kernel(name, "out[thread_index()] = %u.0625f;");
+        const char *module = jb_custom_kernel_module_name(k);
+        jb_counters before, after;
+        CHECK_OK(jb_counters_get(&before, sizeof before));
+        reset_compiler_runs();
+        seen_clear();
+        jb_status status = paths[i].start(dev, k);
+        CHECK_OK(jb_counters_get(&after, sizeof after));
+        pthread_mutex_lock(&seen_mutex);
+        int events = violations, event_status = violation_status;
+        bool named = strcmp(violation_name, module) == 0;
+        pthread_mutex_unlock(&seen_mutex);
+        CHECK(status == JB_ERR_SEALED, "sealed, %s: status %s (%s)", paths[i].what,
+              jb_status_name(status), status == JB_OK ? "it ran" : jb_last_error_message());
+        CHECK(events == 1 && event_status == JB_ERR_SEALED &&
+                  (named || !paths[i].names_the_kernel),
+              "sealed, %s: %d violation events, status %d, %s", paths[i].what, events,
+              event_status, named ? "naming the kernel" : "not naming the kernel");
+        CHECK(after.sealed_refusals - before.sealed_refusals == 1,
+              "sealed, %s: %llu refusals counted, want 1", paths[i].what,
+              (unsigned long long)(after.sealed_refusals - before.sealed_refusals));
+        CHECK(counted_runs(true) == 0 && after.builds == before.builds &&
+                  after.build_failures == before.build_failures,
+              "sealed, %s: the compiler ran %d times, %llu builds, %llu failures", paths[i].what,
+              counted_runs(true), (unsigned long long)(after.builds - before.builds),
+              (unsigned long long)(after.build_failures - before.build_failures));
+        jb_custom_kernel_free(k);
+    }
+    CHECK_OK(jb_seal(JB_SEAL_OFF));
 }
 
 static void sealed_to_warn(jb_device *dev)
@@ -304,6 +438,7 @@ int main(int argc, char **argv)
     CHECK_OK(launch_touch(m, dev));
     CHECK(compiler_runs() > 0, "the counting compiler did not run: %s", count_file);
     sealed_to_refuse(dev, warm);
+    every_compiler_path_sealed(dev);
     sealed_to_warn(dev);
     CHECK_OK(jb_set_event_callback(NULL, NULL));
     CHECK_OK(jb_set_log_callback(NULL, NULL));
