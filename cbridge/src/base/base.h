@@ -418,6 +418,8 @@ typedef enum jb_test_point {
                              * arg: its path */
     JB_TEST_BUNDLE_WRITTEN, /* bundle_export.c: a bundle written whole and fsynced, before it
                              * is named; arg: its destination path */
+    JB_TEST_EVENT_MADE,     /* events.c: an event made to be delivered or queued, on the
+                             * raising thread; arg: its kind's name */
     JB_TEST_POINTS
 } jb_test_point;
 typedef void (*jb_test_point_fn)(void *ctx, const char *arg);

@@ -123,9 +123,11 @@ static const char *place(char **at, const char *s)
 void jb__event_raise(jb_cache_event_kind kind, uint64_t duration_ns, int status,
                      const char *message)
 {
-    /* Nothing to build when nobody listens: a build's events cost a load each. */
+    /* Nothing to build when nobody listens, nor inside the callback (callback.c never enters it
+     * again): a build's events cost a load each. */
     if (!jb__callback_installed(JB_CALLBACK_EVENT) || jb__callback_inside(JB_CALLBACK_EVENT))
         return;
+    JB_TEST_POINT(JB_TEST_EVENT_MADE, jb_cache_event_kind_name(kind));
     const build_context *b = &tls_build;
     const char *name = b->name ? b->name : "", *key = b->key ? b->key : "";
     message = message ? message : "";
