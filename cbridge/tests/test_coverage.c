@@ -4,7 +4,8 @@
  * that it is another device's; nothing compiled or loaded. Fresh processes (this program run
  * again) see the cache folder, a bundle, and stored code of another library ABI (a test hook),
  * which must count as a compile; sealed to refuse, the kernels found stored load and the others
- * are refused. Bad manifests are errors that leave the counts at 0.
+ * are refused. Prewarm loads what the check finds stored and compiles nothing, not even what the
+ * loader refuses (a test hook). Bad manifests are errors that leave the counts at 0.
  */
 #include "helpers.h"
 #include "jitbridge_sys.h"
@@ -18,8 +19,11 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Test hook (JB_TEST_HOOKS): keys made from now on name another library ABI. */
+/* Test hooks (JB_TEST_HOOKS): keys made from now on name another library ABI; while non-zero,
+ * the loader refuses every module with this status (JB_ERR_SYSTEM: for now, JB_ERR_LOAD: for
+ * good). */
 void jb__test_set_key_abi(int abi);
+void jb__test_set_load_failure(int status);
 
 #define KERNELS 3
 #define MAX_SEEN 16
@@ -150,6 +154,40 @@ static void prewarm_raises_hits(jb_device *dev, const char *manifest, const char
           hit_names, want);
 }
 
+/* The loader refuses the stored code of every kernel prewarm finds (for now or for good):
+ * prewarm compiles none of them, counts each as failed, and leaves each to the next launch,
+ * which, the loader working again, loads its entry from the cache folder. */
+static void prewarm_refused(jb_device *dev, const char *manifest, jb_status refusal)
+{
+    CHECK_OK(jb_set_event_callback(on_event, NULL));
+    jb_counters_reset();
+    jb__test_set_load_failure(refusal);
+    jb_prewarm_result r;
+    CHECK_OK(jb_prewarm(&r, dev, manifest));
+    jb__test_set_load_failure(JB_OK);
+    CHECK_OK(jb_set_event_callback(NULL, NULL));
+    /* cov_a (twice: its line again under another name) and cov_b are in the folder; cov_c's
+     * entry was removed, cov_missing is stored nowhere, cov_gpu is another device's. */
+    CHECK(r.loaded == 0 && r.present == 0 && r.failed == 3 && r.missing == 2 && r.other == 1,
+          "prewarm of refused code: %llu loaded, %llu present, %llu failed (want 3), %llu "
+          "missing, %llu other",
+          (unsigned long long)r.loaded, (unsigned long long)r.present,
+          (unsigned long long)r.failed, (unsigned long long)r.missing,
+          (unsigned long long)r.other);
+    jb_counters c;
+    jb_counters_get(&c, sizeof c);
+    /* A refusal counts as a failed build (the builder failed); a compile would raise its start. */
+    CHECK(c.builds == 0 && !strstr(hit_names, "build start"),
+          "prewarm compiled code the loader refused: %llu builds, events '%s'",
+          (unsigned long long)c.builds, hit_names);
+    jb_counters_reset();
+    CHECK_OK(launch(dev, 0));
+    jb_counters_get(&c, sizeof c);
+    CHECK(c.disk_hits == 1 && c.builds == 0,
+          "the next launch after prewarm's refusal: %llu disk hits (want 1), %llu builds",
+          (unsigned long long)c.disk_hits, (unsigned long long)c.builds);
+}
+
 static int child(jb_device *dev, const char *mode, const char *manifest, const char *bundle)
 {
     if (strcmp(mode, "disk") == 0) {
@@ -161,6 +199,10 @@ static int child(jb_device *dev, const char *mode, const char *manifest, const c
         CHECK_OK(jb_disk_cache_add_bundle(bundle));
         expect(dev, manifest, "bundle,bundle,bundle,compile,other", "", "");
         sealed_launches(dev, "yyy");
+    } else if (strcmp(mode, "prewarm-refused-now") == 0) {
+        prewarm_refused(dev, manifest, JB_ERR_SYSTEM);
+    } else if (strcmp(mode, "prewarm-refused") == 0) {
+        prewarm_refused(dev, manifest, JB_ERR_LOAD);
     } else if (strcmp(mode, "prewarm-bundle") == 0) {
         CHECK_OK(jb_disk_cache_add_bundle(bundle));
         prewarm_raises_hits(dev, manifest, "bundle hit");
@@ -332,6 +374,10 @@ int main(int argc, char **argv)
     CHECK(run_child("abi", manifest, "-", NULL), "a fresh process: another ABI");
     CHECK(run_child("prewarm", manifest, "-", NULL), "a fresh process: prewarm's events");
     CHECK(run_child("prewarm-bundle", manifest, bundle, empty), "prewarm's bundle events");
+    CHECK(run_child("prewarm-refused-now", manifest, "-", NULL),
+          "prewarm of code the loader refuses for now");
+    CHECK(run_child("prewarm-refused", manifest, "-", NULL),
+          "prewarm of code the loader refuses for good");
     bad_manifests(dev, dir);
     odd_lines(dev, dir, manifest);
     char cmd[600];
