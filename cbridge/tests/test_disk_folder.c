@@ -2,7 +2,8 @@
  * The disk cache's folder and failures that pass:
  * - a folder that is not the cache's own ($HOME, ".") loses nothing: no sweep, no file named
  *   tmp replaced, no prune, clear or fix; a folder the cache makes, or finds holding only its
- *   kinds of files, is marked with CACHEDIR.TAG and managed;
+ *   kinds of files, is marked with CACHEDIR.TAG and managed, and a link named tmp in it is never
+ *   followed;
  * - a transient failure (here: out of descriptors) while loading evicts nothing, nor does one
  *   that makes the loader refuse a good entry, while storing it stops nothing, and while setting
  *   up turns nothing off: the cache is set up at a later build;
@@ -318,6 +319,29 @@ static void own_folder_sweeps_only_temporaries(const char *dir)
     CHECK(strcmp(read_file(dir, "tmp/notes.tmp"), "not a temporary") == 0,
           "a file not named like a temporary was swept");
     CHECK(exists(dir, "tmp/old-folder"), "a folder in tmp/ was removed");
+}
+
+/* Another folder of ours, which the cache folder's tmp links to, and its time before (any name
+ * made or removed in it changes that). */
+static char linked_to[300];
+static struct timespec linked_to_time;
+
+/* A marked folder whose tmp is a link to another folder of ours (made after the path was
+ * resolved, as another process could): never followed. Temporaries go beside the entries; the
+ * other folder is neither swept nor written. */
+static void own_folder_never_follows_a_link_named_tmp(const char *dir)
+{
+    CHECK_OK(build_salted(9)); /* a store: it would sweep tmp/ and write a temporary there */
+    CHECK(count_entries(dir) == 1, "%d entries", count_entries(dir));
+    CHECK(strcmp(read_file(linked_to, stale_temporary), "another folder's") == 0,
+          "a stale temporary in the folder tmp links to was swept");
+    struct stat st;
+    CHECK(stat(linked_to, &st) == 0 && st.st_mtim.tv_sec == linked_to_time.tv_sec &&
+              st.st_mtim.tv_nsec == linked_to_time.tv_nsec,
+          "a name was written in, or removed from, the folder tmp links to");
+    char link[512];
+    path_of(link, sizeof link, dir, "tmp");
+    CHECK(lstat(link, &st) == 0 && S_ISLNK(st.st_mode), "the link named tmp was replaced");
 }
 
 /* ---- 6 and 7. a transient failure is "not now" ---- */
@@ -653,6 +677,20 @@ int main(void)
     write_file(own, "tmp/notes.tmp", "not a temporary", 7200);
     make_dir(own, "tmp/old-folder", 7200);
     run_case("4. a marked folder's sweep", own, own_folder_sweeps_only_temporaries);
+
+    snprintf(linked_to, sizeof linked_to, "%s", new_folder("linked-to", 0700));
+    write_file(linked_to, stale_temporary, "another folder's", 7200);
+    struct timeval then[2] = {{time(NULL) - 7200, 0}, {time(NULL) - 7200, 0}};
+    struct stat linked_to_stat;
+    CHECK(utimes(linked_to, then) == 0 && stat(linked_to, &linked_to_stat) == 0, "%s",
+          linked_to);
+    linked_to_time = linked_to_stat.st_mtim;
+    char *own_link_tmp = new_folder("own-link-tmp", 0700);
+    write_file(own_link_tmp, "CACHEDIR.TAG", TAG_SIGNATURE "\n", 0);
+    path_of(name, sizeof name, own_link_tmp, "tmp");
+    CHECK(symlink(linked_to, name) == 0, "symlink %s", name);
+    run_case("4. a marked folder whose tmp links to another folder of ours", own_link_tmp,
+             own_folder_never_follows_a_link_named_tmp);
 
     char *loads = new_folder("loads", 0700);
     run_case("4. an entry stored", loads, store_one);
