@@ -71,7 +71,7 @@ static bool first_warning(const jb_device *dev, const char *name)
     jb__strbuf_appendf(&key, "%d:%s", dev->index, name);
     if (key.failed)
         return true;
-    uint64_t hash = jb__fnv1a64(key.data, key.len, JB_FNV_SEED);
+    uint64_t hash = jb__table_hash(key.data, key.len); /* names may come from a manifest */
     if (jb__table_find(&warned, hash, key.data, key_equal)) {
         jb__strbuf_free(&key);
         return false;
