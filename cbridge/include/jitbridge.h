@@ -1015,9 +1015,13 @@ JB_API const char *jb_thread_tag(void);
  *                  JB_CACHE_EVENT_SEAL_VIOLATION event; no compiler starts. Nothing is
  *                  remembered: unsealed, the next launch compiles.
  * Modules in memory, in the cache folder or in a bundle load as usual. JB_SEAL_OFF unseals.
- * JITBRIDGE_SEAL=warn|error|off is read once, at the first call of jb_seal, jb_seal_mode or the
- * first compile, for worker processes; jb_seal overrides it. Any thread, any time: the mode is
- * read right before the compiler would start, so a compile already running finishes.
+ * JITBRIDGE_SEAL=warn|error|off is read once, at the first call of jb_seal, jb_seal_mode_get or
+ * the first compile, for worker processes; jb_seal overrides it. A security switch fails
+ * closed: only an unset variable or exactly off, 0, false or no (any case) leaves the process
+ * unsealed; any other value that is not warn or error (empty, as JITBRIDGE_SEAL=$MODE gives
+ * with MODE unset, a stray space or \r, a typo) seals to refuse (JB_SEAL_ERROR), with one
+ * warning that shows it (escaped, at most 64 bytes). Any thread, any time: the mode is read
+ * right before the compiler would start, so a compile already running finishes.
  */
 typedef enum jb_seal_mode {
     JB_SEAL_OFF = 0,

@@ -3,7 +3,8 @@
  * invocation. Sealed to refuse, nothing starts it (custom kernels, the probe, the bench's
  * compile-only), each refusal is JB_ERR_SEALED naming the kernel, is not remembered and is not a
  * build failure, while modules in memory and in the cache folder still load; sealed to warn, a
- * module compiles with one warning and one event per module; JITBRIDGE_SEAL is read at start.
+ * module compiles with one warning and one event per module; JITBRIDGE_SEAL is read at the
+ * first use, and any value but the off words and the modes seals to refuse.
  */
 #include "deadline.h"
 #include "helpers.h"
@@ -162,17 +163,63 @@ static int sealed_child(jb_device *dev)
     return check_failed ? 1 : 0;
 }
 
-/* JITBRIDGE_SEAL=<not a mode>: one warning, not sealed. */
-static int bad_value_child(void)
+/* JITBRIDGE_SEAL=<not a mode>: sealed to refuse (a security switch fails closed), with one
+ * warning showing the value as JB_TEST_SEAL_SHOWN says (escaped, cut short); a new kernel is
+ * refused, not compiled. */
+static int bad_value_child(jb_device *dev)
 {
     CHECK_OK(jb_set_log_callback(on_warning, NULL));
-    CHECK(jb_seal_mode_get() == JB_SEAL_OFF, "a bad JITBRIDGE_SEAL sealed: %d",
+    CHECK(jb_seal_mode_get() == JB_SEAL_ERROR, "a bad JITBRIDGE_SEAL left the mode %d",
           jb_seal_mode_get());
     jb_seal_mode_get();
-    CHECK(occurrences(warnings, "JITBRIDGE_SEAL=sideways is not warn, error or off") == 1,
-          "warnings: %s", warnings);
+    char want[512];
+    snprintf(want, sizeof want, "JITBRIDGE_SEAL='%s' is not warn, error or off",
+             getenv("JB_TEST_SEAL_SHOWN"));
+    CHECK(occurrences(warnings, want) == 1 && strstr(warnings, "sealed to refuse"),
+          "want one '%s' in: %s", want, warnings);
+    jb_custom_kernel *k = kernel("seal_bad_value", "out[thread_index()] = %u.625f;");
+    CHECK(launch_on_four_ones(k, dev) == JB_ERR_SEALED, "a new kernel under a bad value: %s",
+          jb_last_error_message());
+    jb_counters c;
+    CHECK_OK(jb_counters_get(&c, sizeof c));
+    CHECK(c.builds == 0, "%llu builds under a bad value", (unsigned long long)c.builds);
+    jb_custom_kernel_free(k);
     CHECK_OK(jb_set_log_callback(NULL, NULL));
     return check_failed ? 1 : 0;
+}
+
+/* JITBRIDGE_SEAL=off, 0, false or no (any case): not sealed, and nothing to warn about. */
+static int off_child(void)
+{
+    CHECK_OK(jb_set_log_callback(on_warning, NULL));
+    CHECK(jb_seal_mode_get() == JB_SEAL_OFF, "an off value sealed: %d", jb_seal_mode_get());
+    CHECK(!strstr(warnings, "JITBRIDGE_SEAL"), "warnings: %s", warnings);
+    CHECK_OK(jb_set_log_callback(NULL, NULL));
+    return check_failed ? 1 : 0;
+}
+
+/* Every value but the exact off words and the modes seals to refuse: a stray space or \r, a
+ * typo, a number, an empty value (JITBRIDGE_SEAL=$MODE with MODE unset). The warning shows the
+ * value escaped and cut at 64 bytes. */
+static void env_values(void)
+{
+    static const char *const bad[][2] = {
+        {"error ", "error "},   {" error", " error"}, {"errors", "errors"}, {"2", "2"},
+        {"sideways", "sideways"}, {"", ""},         {"off\r", "off\\x0d"},
+        {"1", "1"},             {"o'f\\f\x1b[2J\xc3\xa9", "o\\x27f\\x5cf\\x1b[2J\\xc3\\xa9"},
+        {"0123456789012345678901234567890123456789012345678901234567890123456789",
+         "0123456789012345678901234567890123456789012345678901234567890123..."},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        setenv("JB_TEST_SEAL_SHOWN", bad[i][1], 1);
+        CHECK(run_child("bad-value-child", bad[i][0]) == 0,
+              "JITBRIDGE_SEAL='%s' (shown '%s'): the child failed", bad[i][0], bad[i][1]);
+    }
+    unsetenv("JB_TEST_SEAL_SHOWN");
+    static const char *const off[] = {"off", "OFF", "0", "false", "no"};
+    for (size_t i = 0; i < sizeof off / sizeof *off; i++)
+        CHECK(run_child("off-child", off[i]) == 0, "JITBRIDGE_SEAL=%s did not leave it off",
+              off[i]);
 }
 
 static int warn_child(void)
@@ -281,7 +328,9 @@ int main(int argc, char **argv)
         if (strcmp(argv[1], "sealed-child") == 0)
             return dev ? sealed_child(dev) : 1;
         if (strcmp(argv[1], "bad-value-child") == 0)
-            return bad_value_child();
+            return dev ? bad_value_child(dev) : 1;
+        if (strcmp(argv[1], "off-child") == 0)
+            return off_child();
         if (strcmp(argv[1], "warn-child") == 0)
             return warn_child();
         return 2;
@@ -293,7 +342,7 @@ int main(int argc, char **argv)
         return check_summary("test_seal");
     default_stream_first(dev);
     CHECK(jb_seal_mode_get() == JB_SEAL_OFF, "sealed from the start: %d", jb_seal_mode_get());
-    CHECK(run_child("bad-value-child", "sideways") == 0, "the bad JITBRIDGE_SEAL child failed");
+    env_values();
     CHECK(run_child("warn-child", "WARN") == 0, "the JITBRIDGE_SEAL=WARN child failed");
     CHECK_OK(jb_set_log_callback(on_warning, NULL));
     CHECK_OK(jb_set_event_callback(on_event, NULL));
