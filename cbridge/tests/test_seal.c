@@ -39,8 +39,8 @@ static void install_counting_compiler(void)
 }
 
 /* Lines in the count file: the compiler's runs; with `compiles_only`, not counting its version
- * query (which names it in the cache folder's keys: a new process runs it once to look a module
- * up in the folder, sealed or not). */
+ * query (which names it in the cache folder's keys: an unsealed new process runs it once to look
+ * a module up in the folder; a sealed one reads the folder's record of it instead). */
 static int counted_runs(bool compiles_only)
 {
     FILE *f = fopen(count_file, "r");
@@ -163,6 +163,24 @@ static int sealed_child(jb_device *dev)
     return check_failed ? 1 : 0;
 }
 
+/* JITBRIDGE_SEAL=error with an empty cache folder: no record of the compiler, so the folder's
+ * module is a miss too, refused, with one warning saying why; nothing starts (the parent counts). */
+static int sealed_empty_child(jb_device *dev)
+{
+    CHECK_OK(jb_set_log_callback(on_warning, NULL));
+    jb_source_module *m = source_module();
+    CHECK(launch_touch(m, dev) == JB_ERR_SEALED, "sealed with no record: %s",
+          jb_last_error_message());
+    CHECK(occurrences(warnings, "holds a record of the version") == 1, "warnings: %s", warnings);
+    jb_counters c;
+    CHECK_OK(jb_counters_get(&c, sizeof c));
+    CHECK(c.builds == 0 && c.sealed_refusals == 1, "builds %llu refusals %llu",
+          (unsigned long long)c.builds, (unsigned long long)c.sealed_refusals);
+    jb_source_module_free(m);
+    CHECK_OK(jb_set_log_callback(NULL, NULL));
+    return check_failed ? 1 : 0;
+}
+
 /* JITBRIDGE_SEAL=<not a mode>: sealed to refuse (a security switch fails closed), with one
  * warning showing the value as JB_TEST_SEAL_SHOWN says (escaped, cut short); a new kernel is
  * refused, not compiled. */
@@ -266,8 +284,21 @@ static void sealed_to_refuse(jb_device *dev, jb_custom_kernel *warm)
         CHECK(run_child("sealed-child", "error") == 0, "the JITBRIDGE_SEAL=error child failed");
     CHECK(counted_runs(true) == 0, "the compiler compiled %d times while sealed",
           counted_runs(true));
-    CHECK(compiler_runs() == (disk_on() ? 1 : 0), "%d runs: the sealed child's version query only",
-          compiler_runs());
+    CHECK(compiler_runs() == 0, "a sealed process started the compiler %d times (%s)",
+          compiler_runs(), "its version query included");
+    if (disk_on()) {
+        /* With no record of the compiler in its cache folder, a sealed process still starts
+         * nothing: it finds nothing stored, and its miss is refused. */
+        char *folder = strdup(getenv("JITBRIDGE_CACHE_DIR")), empty[4300];
+        snprintf(empty, sizeof empty, "%s/empty-cache", folder);
+        setenv("JITBRIDGE_CACHE_DIR", empty, 1);
+        CHECK(run_child("sealed-empty-child", "error") == 0,
+              "the sealed child of an empty cache folder failed");
+        setenv("JITBRIDGE_CACHE_DIR", folder, 1);
+        free(folder);
+        CHECK(compiler_runs() == 0, "a sealed process with no record started the compiler %d times",
+              compiler_runs());
+    }
     jb_array_free(in);
     jb_custom_kernel_free(bench);
 
@@ -329,6 +360,8 @@ int main(int argc, char **argv)
             return dev ? sealed_child(dev) : 1;
         if (strcmp(argv[1], "bad-value-child") == 0)
             return dev ? bad_value_child(dev) : 1;
+        if (strcmp(argv[1], "sealed-empty-child") == 0)
+            return dev ? sealed_empty_child(dev) : 1;
         if (strcmp(argv[1], "off-child") == 0)
             return off_child();
         if (strcmp(argv[1], "warn-child") == 0)

@@ -145,3 +145,9 @@ int jb__seal_check(jb_device *dev, const char *name, bool once_per_module)
     jb__event_raise(JB_CACHE_EVENT_SEAL_VIOLATION, 0, JB_ERR_SEALED, jb_last_error_message());
     return JB_ERR_SEALED;
 }
+
+int jb__compiler_identity(jb_device *dev, char *out, size_t len)
+{
+    /* Sealed to refuse, no program starts, the compiler's version query included. */
+    return dev->backend->compiler_identity(dev, jb_seal_mode_get() != JB_SEAL_ERROR, out, len);
+}
