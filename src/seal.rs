@@ -19,7 +19,9 @@ pub enum SealMode {
 
 /// Seals the process (or unseals it with [`SealMode::Off`]). Modules in memory, in the cache
 /// folder or in a bundle still load. `JITBRIDGE_SEAL=warn|error|off`, read once at the first
-/// use, seals worker processes from the start; this overrides it.
+/// use of the seal, seals worker processes from the start; this overrides it. Only an unset
+/// variable or exactly `off`, `0`, `false` or `no` leaves the process unsealed: any other value
+/// (empty, a stray space, a typo) seals it to refuse, with one warning.
 ///
 /// ```
 /// use jitbridge::SealMode;
@@ -42,8 +44,9 @@ pub fn seal(mode: SealMode) -> Result<(), Error> {
 pub fn seal_mode() -> SealMode {
     // SAFETY: no arguments.
     match unsafe { ffi::jb_seal_mode_get() } {
+        ffi::JB_SEAL_OFF => SealMode::Off,
         ffi::JB_SEAL_WARN => SealMode::Warn,
-        ffi::JB_SEAL_ERROR => SealMode::Error,
-        _ => SealMode::Off,
+        // A mode this crate does not know is reported as the strictest: a seal fails closed.
+        _ => SealMode::Error,
     }
 }

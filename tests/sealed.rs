@@ -31,7 +31,7 @@ fn compiles(count: &Path) -> usize {
     std::fs::read_to_string(count).unwrap_or_default().lines().filter(|l| *l != "--version").count()
 }
 
-/// The scenario, in the child: JITBRIDGE_SEAL, if set, was read at start.
+/// The scenario, in the child: JITBRIDGE_SEAL, if set, was read at the first use of the seal.
 fn child(job: &str, count: &Path) {
     let cpu = Device::cpu().unwrap();
     let salt = std::process::id();

@@ -1012,12 +1012,20 @@ JB_API const char *jb_thread_tag(void);
  *   JB_SEAL_WARN   one warning (see jb_set_log_callback) and one JB_CACHE_EVENT_SEAL_VIOLATION
  *                  per module and device, then it compiles as usual;
  *   JB_SEAL_ERROR  the launch fails with JB_ERR_SEALED naming the kernel, after a
- *                  JB_CACHE_EVENT_SEAL_VIOLATION event; no compiler starts. Nothing is
- *                  remembered: unsealed, the next launch compiles.
+ *                  JB_CACHE_EVENT_SEAL_VIOLATION event. No program starts at all, the cpu
+ *                  compiler's version query included: its version comes from the cache
+ *                  folder's record, which an unsealed process writes, or from a bundle's
+ *                  entries built by that compiler (without either, nothing stored is found
+ *                  for the cpu backend, and each cold kernel is refused).
+ *                  Nothing is remembered: unsealed, the next launch compiles.
  * Modules in memory, in the cache folder or in a bundle load as usual. JB_SEAL_OFF unseals.
- * JITBRIDGE_SEAL=warn|error|off is read once, at the first call of jb_seal, jb_seal_mode or the
- * first compile, for worker processes; jb_seal overrides it. Any thread, any time: the mode is
- * read right before the compiler would start, so a compile already running finishes.
+ * JITBRIDGE_SEAL=warn|error|off is read once, at the first call of jb_seal, jb_seal_mode_get or
+ * the first compile, for worker processes; jb_seal overrides it. A security switch fails
+ * closed: only an unset variable or exactly off, 0, false or no (any case) leaves the process
+ * unsealed; any other value that is not warn or error (empty, as JITBRIDGE_SEAL=$MODE gives
+ * with MODE unset, a stray space or \r, a typo) seals to refuse (JB_SEAL_ERROR), with one
+ * warning that shows it (escaped, at most 64 bytes). Any thread, any time: the mode is read
+ * right before the compiler would start, so a compile already running finishes.
  */
 typedef enum jb_seal_mode {
     JB_SEAL_OFF = 0,

@@ -70,8 +70,10 @@ int jb__scalar_check(const char *what, const jb_scalar *scalar);
 struct jb_backend {
     const char *name; /* "cpu", "cuda", "rocm" */
     jb_source_dialect dialect;
-    /* Names the compiler, its version and its options: part of every disk cache key. */
-    int (*compiler_identity)(jb_device *dev, char *out, size_t len);
+    /* Names the compiler, its version and its options: part of every disk cache key. With
+     * `may_run` false (a sealed process), starts no program, and fails where that leaves it
+     * unknown. */
+    int (*compiler_identity)(jb_device *dev, bool may_run, char *out, size_t len);
     /* Compiles `source` for the device with `options` (checked already); on failure returns
      * JB_ERR_COMPILE with the log. */
     int (*compile)(jb_device *dev, const char *module_name, const char *source,

@@ -860,6 +860,47 @@ static void relative_variables(const char *argv0)
           status);
 }
 
+/* An export that finds nothing to write makes a bundle of no entries, which opens; nothing is
+ * sorted or hashed from a null pointer on the way (UBSan stops on that). */
+static void export_nothing(const char *path, const char *manifest, uint64_t want_skipped,
+                           const char *what)
+{
+    uint64_t exported = 9, skipped = 9;
+    CHECK_OK(jb_disk_cache_export(&exported, &skipped, path, manifest));
+    CHECK(exported == 0 && skipped == want_skipped, "%s: exported %llu, skipped %llu (want %llu)",
+          what, (unsigned long long)exported, (unsigned long long)skipped,
+          (unsigned long long)want_skipped);
+    char why[1024];
+    jb_bundle *b = open_bundle(path, why, sizeof why);
+    CHECK(b && jb__bundle_count(b) == 0, "%s: the bundle of no entries: %s", what,
+          b ? "has entries" : why);
+    jb__bundle_free(b);
+}
+
+/* Run with an empty cache folder: its export is a bundle of no entries. 0 when so. */
+static int empty_cache_child(void)
+{
+    export_nothing("empty-cache.jbb", NULL, 0, "an empty cache folder");
+    return check_summary("empty-cache-child");
+}
+
+/* Empty exports: an empty cache folder (a fresh process), a manifest of no lines, one naming
+ * only a kernel that is not stored. */
+static void empty_exports(const char *argv0)
+{
+    shell("mkdir -m 700 %s%s", at("empty-cache"), "");
+    const char *env[] = {"JITBRIDGE_CACHE_DIR", at("empty-cache"), NULL};
+    int status = run_self(argv0, "empty-cache-child", base, env);
+    CHECK(status == 0, "an export of an empty cache folder: child status %d", status);
+    write_file(at("empty.manifest"), "", 0, 0600);
+    export_nothing(at("empty-manifest.jbb"), at("empty.manifest"), 0, "a manifest of no lines");
+    const char line[] = "jbm1\tffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff\tcpu"
+                        "\tx86_64\tnowhere\tnowhere\tcompiled\n";
+    write_file(at("unstored.manifest"), line, sizeof line - 1, 0600);
+    export_nothing(at("unstored.jbb"), at("unstored.manifest"), 1,
+                   "a manifest naming a kernel not stored");
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 2 && strcmp(argv[1], "relative-child") == 0)
@@ -868,6 +909,8 @@ int main(int argc, char **argv)
         return manifest_lock_child();
     if (argc == 2 && strcmp(argv[1], "manifest-line-child") == 0)
         return manifest_line_child();
+    if (argc == 2 && strcmp(argv[1], "empty-cache-child") == 0)
+        return empty_cache_child();
     char made[] = "/tmp/jb_bundle_XXXXXX";
     CHECK(mkdtemp(made) != NULL, "mkdtemp: %s", strerror(errno));
     snprintf(base, sizeof base, "%s", made);
@@ -901,6 +944,7 @@ int main(int argc, char **argv)
     manifest_lock_and_fork(argv[0]);
     manifest_line_per_write(argv[0]);
     too_many_entries(good);
+    empty_exports(argv[0]);
     transient_loads();
     shell("rm -rf %s%s", base, "");
     return check_summary("test_bundle");

@@ -56,7 +56,8 @@ static bool new_entry(char seen[][128], int *num_seen, char *out)
     DIR *dir = opendir(cache);
     bool found = false;
     for (struct dirent *e; dir && !found && (e = readdir(dir));) {
-        if (e->d_type != DT_REG || strcmp(e->d_name, "CACHEDIR.TAG") == 0)
+        size_t len = strlen(e->d_name); /* entries only: not the tag, not a record (.jbr) */
+        if (e->d_type != DT_REG || len < 4 || strcmp(e->d_name + len - 4, ".jbc") != 0)
             continue;
         found = true;
         for (int i = 0; found && i < *num_seen; i++)

@@ -4,7 +4,8 @@
  * probe's paths, the bench's compiles), each refusal is JB_ERR_SEALED with one event naming the
  * kernel, counted, not remembered and not a build failure, while modules in memory and in the
  * cache folder still load; sealed to warn, a module compiles with one warning and one event per
- * module; JITBRIDGE_SEAL is read at start.
+ * module; JITBRIDGE_SEAL is read at the first use, and any value but the off words and the modes
+ * seals to refuse.
  */
 #include "deadline.h"
 #include "helpers.h"
@@ -39,8 +40,8 @@ static void install_counting_compiler(void)
 }
 
 /* Lines in the count file: the compiler's runs; with `compiles_only`, not counting its version
- * query (which names it in the cache folder's keys: a new process runs it once to look a module
- * up in the folder, sealed or not). */
+ * query (which names it in the cache folder's keys: an unsealed new process runs it once to look
+ * a module up in the folder; a sealed one reads the folder's record of it instead). */
 static int counted_runs(bool compiles_only)
 {
     FILE *f = fopen(count_file, "r");
@@ -163,17 +164,81 @@ static int sealed_child(jb_device *dev)
     return check_failed ? 1 : 0;
 }
 
-/* JITBRIDGE_SEAL=<not a mode>: one warning, not sealed. */
-static int bad_value_child(void)
+/* JITBRIDGE_SEAL=error with an empty cache folder: no record of the compiler, so the folder's
+ * module is a miss too, refused, with one warning saying why; nothing starts (the parent counts). */
+static int sealed_empty_child(jb_device *dev)
 {
     CHECK_OK(jb_set_log_callback(on_warning, NULL));
-    CHECK(jb_seal_mode_get() == JB_SEAL_OFF, "a bad JITBRIDGE_SEAL sealed: %d",
-          jb_seal_mode_get());
-    jb_seal_mode_get();
-    CHECK(occurrences(warnings, "JITBRIDGE_SEAL=sideways is not warn, error or off") == 1,
-          "warnings: %s", warnings);
+    jb_source_module *m = source_module();
+    CHECK(launch_touch(m, dev) == JB_ERR_SEALED, "sealed with no record: %s",
+          jb_last_error_message());
+    CHECK(occurrences(warnings, "holds a record of the version") == 1, "warnings: %s", warnings);
+    jb_counters c;
+    CHECK_OK(jb_counters_get(&c, sizeof c));
+    CHECK(c.builds == 0 && c.sealed_refusals == 1, "builds %llu refusals %llu",
+          (unsigned long long)c.builds, (unsigned long long)c.sealed_refusals);
+    jb_source_module_free(m);
     CHECK_OK(jb_set_log_callback(NULL, NULL));
     return check_failed ? 1 : 0;
+}
+
+/* JITBRIDGE_SEAL=<not a mode>: sealed to refuse (a security switch fails closed), with one
+ * warning showing the value as JB_TEST_SEAL_SHOWN says (escaped, cut short); a new kernel is
+ * refused, not compiled. */
+static int bad_value_child(jb_device *dev)
+{
+    CHECK_OK(jb_set_log_callback(on_warning, NULL));
+    CHECK(jb_seal_mode_get() == JB_SEAL_ERROR, "a bad JITBRIDGE_SEAL left the mode %d",
+          jb_seal_mode_get());
+    jb_seal_mode_get();
+    char want[512];
+    snprintf(want, sizeof want, "JITBRIDGE_SEAL='%s' is not warn, error or off",
+             getenv("JB_TEST_SEAL_SHOWN"));
+    CHECK(occurrences(warnings, want) == 1 && strstr(warnings, "sealed to refuse"),
+          "want one '%s' in: %s", want, warnings);
+    jb_custom_kernel *k = kernel("seal_bad_value", "out[thread_index()] = %u.625f;");
+    CHECK(launch_on_four_ones(k, dev) == JB_ERR_SEALED, "a new kernel under a bad value: %s",
+          jb_last_error_message());
+    jb_counters c;
+    CHECK_OK(jb_counters_get(&c, sizeof c));
+    CHECK(c.builds == 0, "%llu builds under a bad value", (unsigned long long)c.builds);
+    jb_custom_kernel_free(k);
+    CHECK_OK(jb_set_log_callback(NULL, NULL));
+    return check_failed ? 1 : 0;
+}
+
+/* JITBRIDGE_SEAL=off, 0, false or no (any case): not sealed, and nothing to warn about. */
+static int off_child(void)
+{
+    CHECK_OK(jb_set_log_callback(on_warning, NULL));
+    CHECK(jb_seal_mode_get() == JB_SEAL_OFF, "an off value sealed: %d", jb_seal_mode_get());
+    CHECK(!strstr(warnings, "JITBRIDGE_SEAL"), "warnings: %s", warnings);
+    CHECK_OK(jb_set_log_callback(NULL, NULL));
+    return check_failed ? 1 : 0;
+}
+
+/* Every value but the exact off words and the modes seals to refuse: a stray space or \r, a
+ * typo, a number, an empty value (JITBRIDGE_SEAL=$MODE with MODE unset). The warning shows the
+ * value escaped and cut at 64 bytes. */
+static void env_values(void)
+{
+    static const char *const bad[][2] = {
+        {"error ", "error "},   {" error", " error"}, {"errors", "errors"}, {"2", "2"},
+        {"sideways", "sideways"}, {"", ""},         {"off\r", "off\\x0d"},
+        {"1", "1"},             {"o'f\\f\x1b[2J\xc3\xa9", "o\\x27f\\x5cf\\x1b[2J\\xc3\\xa9"},
+        {"0123456789012345678901234567890123456789012345678901234567890123456789",
+         "0123456789012345678901234567890123456789012345678901234567890123..."},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        setenv("JB_TEST_SEAL_SHOWN", bad[i][1], 1);
+        CHECK(run_child("bad-value-child", bad[i][0]) == 0,
+              "JITBRIDGE_SEAL='%s' (shown '%s'): the child failed", bad[i][0], bad[i][1]);
+    }
+    unsetenv("JB_TEST_SEAL_SHOWN");
+    static const char *const off[] = {"off", "OFF", "0", "false", "no"};
+    for (size_t i = 0; i < sizeof off / sizeof *off; i++)
+        CHECK(run_child("off-child", off[i]) == 0, "JITBRIDGE_SEAL=%s did not leave it off",
+              off[i]);
 }
 
 static int warn_child(void)
@@ -213,8 +278,21 @@ static void sealed_to_refuse(jb_device *dev, jb_custom_kernel *warm)
         CHECK(run_child("sealed-child", "error") == 0, "the JITBRIDGE_SEAL=error child failed");
     CHECK(counted_runs(true) == 0, "the compiler compiled %d times while sealed",
           counted_runs(true));
-    CHECK(compiler_runs() == (disk_on() ? 1 : 0), "%d runs: the sealed child's version query only",
-          compiler_runs());
+    CHECK(compiler_runs() == 0, "a sealed process started the compiler %d times (%s)",
+          compiler_runs(), "its version query included");
+    if (disk_on()) {
+        /* With no record of the compiler in its cache folder, a sealed process still starts
+         * nothing: it finds nothing stored, and its miss is refused. */
+        char *folder = strdup(getenv("JITBRIDGE_CACHE_DIR")), empty[4300];
+        snprintf(empty, sizeof empty, "%s/empty-cache", folder);
+        setenv("JITBRIDGE_CACHE_DIR", empty, 1);
+        CHECK(run_child("sealed-empty-child", "error") == 0,
+              "the sealed child of an empty cache folder failed");
+        setenv("JITBRIDGE_CACHE_DIR", folder, 1);
+        free(folder);
+        CHECK(compiler_runs() == 0, "a sealed process with no record started the compiler %d times",
+              compiler_runs());
+    }
 
     /* Unsealed, the refused kernel compiles: nothing of the refusal was remembered. */
     CHECK_OK(jb_seal(JB_SEAL_OFF));
@@ -415,7 +493,11 @@ int main(int argc, char **argv)
         if (strcmp(argv[1], "sealed-child") == 0)
             return dev ? sealed_child(dev) : 1;
         if (strcmp(argv[1], "bad-value-child") == 0)
-            return bad_value_child();
+            return dev ? bad_value_child(dev) : 1;
+        if (strcmp(argv[1], "sealed-empty-child") == 0)
+            return dev ? sealed_empty_child(dev) : 1;
+        if (strcmp(argv[1], "off-child") == 0)
+            return off_child();
         if (strcmp(argv[1], "warn-child") == 0)
             return warn_child();
         return 2;
@@ -427,7 +509,7 @@ int main(int argc, char **argv)
         return check_summary("test_seal");
     default_stream_first(dev);
     CHECK(jb_seal_mode_get() == JB_SEAL_OFF, "sealed from the start: %d", jb_seal_mode_get());
-    CHECK(run_child("bad-value-child", "sideways") == 0, "the bad JITBRIDGE_SEAL child failed");
+    env_values();
     CHECK(run_child("warn-child", "WARN") == 0, "the JITBRIDGE_SEAL=WARN child failed");
     CHECK_OK(jb_set_log_callback(on_warning, NULL));
     CHECK_OK(jb_set_event_callback(on_event, NULL));

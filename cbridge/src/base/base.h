@@ -348,6 +348,12 @@ static inline void *jb__table_find(const jb_table *t, uint64_t hash, const void 
 bool jb__table_reserve(jb_table *t);
 /* Adds `value` (not NULL) under a key known to be missing, after a successful reserve. */
 void jb__table_add(jb_table *t, uint64_t hash, const void *key, void *value);
+/* SipHash-1-3 (Aumasson and Bernstein) of `len` bytes under a 128-bit key. */
+uint64_t jb__siphash13(const uint64_t key[2], const void *data, size_t len);
+/* The hash of a table whose keys a file gives (a manifest's digests, the kernels it names): all
+ * of the key under a key drawn once per process (getrandom), so no file can be written whose
+ * keys share one chain and make the table quadratic. */
+uint64_t jb__table_hash(const void *data, size_t len);
 
 /* An insert-only table readers search without a lock (table.c). One writer at a time (the
  * caller's lock) fills empty slots and publishes each with a release store; a grow publishes a

@@ -185,6 +185,8 @@ void jb__sha256_init(jb_sha256 *h)
 
 void jb__sha256_update(jb_sha256 *h, const void *data, size_t len)
 {
+    if (len == 0)
+        return; /* data may be NULL then: no copy from it, not even of 0 bytes */
     const unsigned char *p = data;
     h->bytes += len;
     if (h->used) {

@@ -75,7 +75,7 @@ static bool identity_of(jb_device *dev, char *out, size_t len)
      * caller sees. */
     int saved_status = jb_last_error_status();
     char *saved = jb__strdup(jb_last_error_message());
-    bool ok = dev->backend->compiler_identity(dev, out, len) == JB_OK;
+    bool ok = jb__compiler_identity(dev, out, len) == JB_OK;
     if (saved)
         jb__fail_with_text(saved_status, saved);
     free(saved);

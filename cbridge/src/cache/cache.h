@@ -78,6 +78,9 @@ int jb__kernel_configured_for(jb_kernel_entry *kernel, jb_kernel_state *state,
 /* The same with the module entry's own state, for callers without a kernel object (no hook). */
 int jb__kernel_configured(jb_kernel_entry *kernel, jb_configure_hook hook, void *user_data,
                           jb_kernel_config *out_config, void **out_fn);
+/* The identity of `dev`'s compiler for keys (seal.c): sealed to refuse, found without starting
+ * any program (the cpu backend's version query included), or an error where it cannot be. */
+int jb__compiler_identity(jb_device *dev, char *out, size_t len);
 /* jb__disk_key for module `module_name` built from `source` on `dev` (its compiler's identity). */
 int jb__module_disk_key(jb_device *dev, const char *module_name, const char *const *entry_names,
                         size_t num_entries, const char *source, jb_disk_key *out);

@@ -443,7 +443,7 @@ int jb__module_disk_key(jb_device *dev, const char *module_name, const char *con
 {
     memset(out, 0, sizeof *out);
     char identity[1024];
-    JB_FORWARD_IF_ERROR(dev->backend->compiler_identity(dev, identity, sizeof identity));
+    JB_FORWARD_IF_ERROR(jb__compiler_identity(dev, identity, sizeof identity));
     return jb__disk_key(dev->backend->name, dev->arch, identity, module_name, entry_names,
                         num_entries, source, out);
 }

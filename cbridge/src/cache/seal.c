@@ -1,7 +1,10 @@
 /*
  * Sealed mode: a server that finished warming up forbids the compiler. The check sits right
  * before the compiler would start (module.c), after memory and the cache folder missed, so
- * whatever loads without compiling still loads. JITBRIDGE_SEAL is read once; jb_seal overrides.
+ * whatever loads without compiling still loads. JITBRIDGE_SEAL is read once, at the first use of
+ * the seal; jb_seal overrides it. A security switch fails closed: only an unset variable or
+ * exactly off, 0, false or no (any case) leaves the process unsealed; warn and error seal;
+ * anything else (empty, a stray space, a typo) seals to refuse, with one warning naming it.
  */
 #include "cache.h"
 
@@ -10,22 +13,53 @@
 #include <string.h>
 #include <strings.h>
 
+#define SHOWN_MAX 64 /* bytes of a refused value the warning shows */
+
 static atomic_int seal_mode = JB_SEAL_OFF;
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
-static const char *env_refused; /* a JITBRIDGE_SEAL that is none of the modes */
+/* A JITBRIDGE_SEAL that is none of the words, copied and escaped for the warning: each byte as
+ * \xHH at most, and "..." past SHOWN_MAX. */
+static char env_refused[4 * SHOWN_MAX + 4];
+static bool env_was_refused;
 static atomic_bool env_refusal_warned;
+
+static bool is_one_of(const char *value, const char *const *words)
+{
+    for (; *words; words++)
+        if (strcasecmp(value, *words) == 0)
+            return true;
+    return false;
+}
+
+/* `value` printable: control and non-ASCII bytes, quotes and backslashes as \xHH, cut short. */
+static void escape_shown(const char *value, char *out)
+{
+    size_t used = 0, i = 0;
+    for (; value[i] && i < SHOWN_MAX; i++) {
+        unsigned char c = (unsigned char)value[i];
+        if (c >= 0x20 && c < 0x7f && c != '\'' && c != '\\')
+            out[used++] = (char)c;
+        else
+            used += (size_t)sprintf(out + used, "\\x%02x", c);
+    }
+    strcpy(out + used, value[i] ? "..." : "");
+}
 
 static void read_env(void)
 {
+    static const char *const off[] = {"off", "0", "false", "no", NULL};
     const char *value = getenv("JITBRIDGE_SEAL");
-    if (!value || !*value || strcasecmp(value, "off") == 0)
+    if (!value || is_one_of(value, off))
         return;
-    if (strcasecmp(value, "warn") == 0)
+    if (strcasecmp(value, "warn") == 0) {
         atomic_store(&seal_mode, JB_SEAL_WARN);
-    else if (strcasecmp(value, "error") == 0)
-        atomic_store(&seal_mode, JB_SEAL_ERROR);
-    else
-        env_refused = value;
+        return;
+    }
+    atomic_store(&seal_mode, JB_SEAL_ERROR);
+    if (strcasecmp(value, "error") != 0) {
+        escape_shown(value, env_refused);
+        env_was_refused = true;
+    }
 }
 
 /* Reads the variable on the first call; its warning is given outside the once (a log
@@ -33,8 +67,9 @@ static void read_env(void)
 static void read_env_once(void)
 {
     pthread_once(&env_once, read_env);
-    if (env_refused && !atomic_exchange(&env_refusal_warned, true))
-        jb__warn("JITBRIDGE_SEAL=%s is not warn, error or off: the process is not sealed",
+    if (env_was_refused && !atomic_exchange(&env_refusal_warned, true))
+        jb__warn("JITBRIDGE_SEAL='%s' is not warn, error or off (0, false, no): the process is "
+                 "sealed to refuse compiles (JB_SEAL_ERROR); set off, warn or error, or unset it",
                  env_refused);
 }
 
@@ -71,7 +106,7 @@ static bool first_warning(const jb_device *dev, const char *name)
     jb__strbuf_appendf(&key, "%d:%s", dev->index, name);
     if (key.failed)
         return true;
-    uint64_t hash = jb__fnv1a64(key.data, key.len, JB_FNV_SEED);
+    uint64_t hash = jb__table_hash(key.data, key.len); /* names may come from a manifest */
     if (jb__table_find(&warned, hash, key.data, key_equal)) {
         jb__strbuf_free(&key);
         return false;
@@ -109,4 +144,10 @@ int jb__seal_check(jb_device *dev, const char *name, bool once_per_module)
              name, dev->name);
     jb__event_raise(JB_CACHE_EVENT_SEAL_VIOLATION, 0, JB_ERR_SEALED, jb_last_error_message());
     return JB_ERR_SEALED;
+}
+
+int jb__compiler_identity(jb_device *dev, char *out, size_t len)
+{
+    /* Sealed to refuse, no program starts, the compiler's version query included. */
+    return dev->backend->compiler_identity(dev, jb_seal_mode_get() != JB_SEAL_ERROR, out, len);
 }

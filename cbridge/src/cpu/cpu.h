@@ -16,7 +16,9 @@ int jb__cpu_private_write(char *out, size_t len, const char *stem, const char *e
                           const void *data, size_t size);
 
 /* ---- the compiler (cpu_compiler.c) ---- */
-int jb__cpu_compiler_identity(jb_device *dev, char *out, size_t len);
+/* The compiler's identity for the disk cache's keys. With `may_run` false (a sealed process),
+ * no program starts: the version comes from the cache folder's record of it, or is unknown. */
+int jb__cpu_compiler_identity(jb_device *dev, bool may_run, char *out, size_t len);
 int jb__cpu_compile(jb_device *dev, const char *module_name, const char *source,
                     const jb_compile_options *options, jb_blob *out);
 /* jb__cpu_compile with `flags` in place of the backend's own (the bench's compile options). */

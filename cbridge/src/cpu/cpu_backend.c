@@ -457,7 +457,8 @@ static int cpu_launch(jb_device *dev, void *stream, void *fn, const uint32_t gri
         task->u.launch.count = n;
         task->u.launch.raw = true;
         unsigned char *slots = (unsigned char *)&task->pointers[n];
-        memcpy(slots, args->scalars, n * JB_SCALAR_SLOT);
+        if (n) /* args->scalars may be NULL with no scalars: no copy from it */
+            memcpy(slots, args->scalars, n * JB_SCALAR_SLOT);
         for (size_t i = 0; i < n; i++)
             task->pointers[i] = slots + i * JB_SCALAR_SLOT;
         enqueue(stream, task);
@@ -471,8 +472,10 @@ static int cpu_launch(jb_device *dev, void *stream, void *fn, const uint32_t gri
     memcpy(&task->u.launch.fn, &fn, sizeof fn); /* dlsym gave an object pointer (POSIX) */
     task->u.launch.threads = args->total_threads;
     task->u.launch.count = count;
-    memcpy(task->pointers, args->pointers, count * sizeof(void *));
-    memcpy(&task->pointers[count], args->sizes, count * sizeof(uint64_t));
+    if (count) { /* the arrays' pointers and sizes may be NULL with no arrays */
+        memcpy(task->pointers, args->pointers, count * sizeof(void *));
+        memcpy(&task->pointers[count], args->sizes, count * sizeof(uint64_t));
+    }
     if (scalar_bytes)
         memcpy(&task->pointers[2 * count], args->scalars, scalar_bytes);
     enqueue(stream, task);
@@ -599,7 +602,8 @@ static int cpu_graph_set_launch(jb_device *dev, void *graph, void *node, void *f
     cpu_task *task = node; /* its arrays stay; only scalars change */
     unsigned char *slots = args->raw ? (unsigned char *)&task->pointers[args->num_scalars]
                                      : (unsigned char *)&task->pointers[2 * args->count];
-    memcpy(slots, args->scalars, args->num_scalars * JB_SCALAR_SLOT);
+    if (args->num_scalars) /* args->scalars may be NULL with no scalars */
+        memcpy(slots, args->scalars, args->num_scalars * JB_SCALAR_SLOT);
     return JB_OK;
 }
 

@@ -301,6 +301,8 @@ static atomic_bool version_known;
 static jb_backoff version_backoff;
 static char compiler_version[256];
 static char compiler_identity[1024];
+static char compiler_files[1024]; /* the identity past its version: what a record is filed by */
+static atomic_bool version_recorded, record_missing_warned;
 
 static void cpu_compiler_fork(jb_fork_phase phase)
 {
@@ -361,19 +363,14 @@ static bool is_compiler_name(const char *word, size_t len)
     return false;
 }
 
-/* The compiler as content, never as a path: its version line without the name it was called by
- * (gcc prints "cc (Debian 12.2.0) 12.2.0" when run as cc), each program word of $CC ("ccache
- * gcc": both) as a hash of its file, each option word as it is. So CC=gcc, CC=/usr/bin/gcc and
- * a link to it are one compiler; a cross compiler of the same version is another. */
-static void find_compiler_identity(char *const *envp, bool *passing)
+/* The compiler as content, never as a path, its version aside: each program word of $CC
+ * ("ccache gcc": both) as a hash of its file, each option word as it is, then the flags. False
+ * when that does not fit in `len` (it could name two compilers alike) or a file could not be
+ * read for now (*passing). Starts no program. */
+static bool find_compiler_files(char *const *envp, char *out, size_t len, bool *passing)
 {
-    const char *version = compiler_version;
-    size_t first = strcspn(version, " ");
-    if (version[first] == ' ' && is_compiler_name(version, first))
-        version += first + 1;
-    size_t used = (size_t)snprintf(compiler_identity, sizeof compiler_identity, "%s; run as",
-                                   version);
-    for (size_t i = 0; i < compiler_argc && used < sizeof compiler_identity; i++) {
+    size_t used = (size_t)snprintf(out, len, "run as");
+    for (size_t i = 0; i < compiler_argc && used < len; i++) {
         unsigned char digest[JB_SHA256_BYTES];
         char hex[2 * JB_SHA256_BYTES + 1];
         const char *word = compiler_argv[i];
@@ -381,14 +378,29 @@ static void find_compiler_identity(char *const *envp, bool *passing)
             jb__hex(digest, sizeof digest, hex);
             word = hex;
         }
-        used += (size_t)snprintf(compiler_identity + used, sizeof compiler_identity - used,
-                                 " %s%s", word == hex ? "sha256:" : "", word);
+        used += (size_t)snprintf(out + used, len - used, " %s%s", word == hex ? "sha256:" : "",
+                                 word);
     }
-    for (size_t i = 0; i < NUM_FLAGS && used < sizeof compiler_identity; i++)
-        used += (size_t)snprintf(compiler_identity + used, sizeof compiler_identity - used,
-                                 "%s %s", i ? "" : "; flags", compile_flags[i]);
-    if (used >= sizeof compiler_identity || *passing)
-        compiler_identity[0] = '\0'; /* cut short, it could name two compilers alike: none */
+    for (size_t i = 0; i < NUM_FLAGS && used < len; i++)
+        used += (size_t)snprintf(out + used, len - used, "%s %s", i ? "" : "; flags",
+                                 compile_flags[i]);
+    return used < len && !*passing;
+}
+
+/* The identity: the version line without the name it was called by (gcc prints "cc (Debian
+ * 12.2.0) 12.2.0" when run as cc), then the files. So CC=gcc, CC=/usr/bin/gcc and a link to it
+ * are one compiler; a cross compiler of the same version is another. Empty when cut short. */
+static void find_compiler_identity(const char *files)
+{
+    const char *version = compiler_version;
+    size_t first = strcspn(version, " ");
+    if (version[first] == ' ' && is_compiler_name(version, first))
+        version += first + 1;
+    if ((size_t)snprintf(compiler_identity, sizeof compiler_identity, "%s; %s", version, files) >=
+        sizeof compiler_identity)
+        compiler_identity[0] = '\0';
+    else
+        snprintf(compiler_files, sizeof compiler_files, "%s", files);
 }
 
 /* The first line of `$CC --version`, under the timeout; stays empty when the answer is not a
@@ -429,20 +441,95 @@ static bool find_compiler_version(void)
         jb__fail(JB_ERR_COMPILE, "'%s --version' gave no version (%s %d)", compiler_line,
                  WIFEXITED(c.wait_status) ? "exit status" : "signal",
                  WIFEXITED(c.wait_status) ? WEXITSTATUS(c.wait_status) : WTERMSIG(c.wait_status));
-    if (compiler_version[0]) {
-        find_compiler_identity(envp, &passing);
-        if (!compiler_identity[0] && passing)
-            jb__fail(JB_ERR_SYSTEM, "the compiler's files could not be read for now");
-    }
+    char files[sizeof compiler_files];
+    if (compiler_version[0] && find_compiler_files(envp, files, sizeof files, &passing))
+        find_compiler_identity(files);
+    if (compiler_version[0] && !compiler_identity[0] && passing)
+        jb__fail(JB_ERR_SYSTEM, "the compiler's files could not be read for now");
     free(c.output);
     free(argv);
     free_environment(envp);
     return !passing;
 }
 
-int jb__cpu_compiler_identity(jb_device *dev, char *out, size_t len)
+/* The record of the compiler's version in the cache folder, filed by its files (the identity
+ * past the version), so that a sealed process, which starts no program, learns the identity
+ * without the version query. Written once per process, after the query and outside its lock,
+ * unless the folder already holds the same. */
+static void record_version(void)
 {
-    (void)dev;
+    if (atomic_load(&version_recorded) || atomic_exchange(&version_recorded, true))
+        return;
+    jb_disk_key key;
+    jb_blob stored = {0};
+    if (jb__disk_record_key(compiler_files, &key) != JB_OK)
+        return;
+    size_t len = strlen(compiler_version);
+    if (!jb__disk_record_load(&key, &stored) || stored.size != len ||
+        memcmp(stored.data, compiler_version, len) != 0)
+        jb__disk_store(&key, &(jb_blob){compiler_version, len});
+    free(stored.data);
+    jb__disk_key_free(&key);
+}
+
+/* A sealed process's identity, with no program started: the compiler's files hashed, and the
+ * version line an unsealed process recorded for those files in the cache folder, else the one
+ * a bundle's entries name for them (a new replica starting sealed from a bundle). Without
+ * either, the identity is unknown (a lookup then misses and the sealed miss is refused), and it
+ * is looked for again on the next lookup: an unsealed process may record it meanwhile. */
+static int identity_without_running(jb_device *dev)
+{
+    pthread_once(&setup_once, compiler_setup);
+    char **envp = compiler_environment(NULL); /* for the search along PATH only */
+    JB_RETURN_IF(!envp, JB_ERR_OUT_OF_MEMORY, "no memory for the compiler's environment");
+    char files[sizeof compiler_files];
+    bool passing = false;
+    bool have_files = compiler_argc && find_compiler_files(envp, files, sizeof files, &passing);
+    free_environment(envp);
+    jb_disk_key key = {0};
+    jb_blob version = {0};
+    bool found = have_files && jb__disk_record_key(files, &key) == JB_OK &&
+                 jb__disk_record_load(&key, &version);
+    jb__disk_key_free(&key);
+    /* One line, as the query keeps it: anything else is not a record this library wrote. */
+    bool recorded = found && version.size > 0 && version.size < sizeof compiler_version &&
+                    !memchr(version.data, '\n', version.size) &&
+                    !memchr(version.data, '\0', version.size);
+    char bundled[sizeof compiler_version]; /* as an identity holds it: without the name */
+    bool in_bundle = !recorded && have_files &&
+                     jb__bundle_compiler(dev->backend->name, dev->arch, files, bundled,
+                                         sizeof bundled);
+    if (recorded || in_bundle) {
+        pthread_mutex_lock(&version_mutex);
+        if (!atomic_load(&version_known)) {
+            if (recorded)
+                snprintf(compiler_version, sizeof compiler_version, "%.*s", (int)version.size,
+                         (const char *)version.data);
+            else
+                snprintf(compiler_version, sizeof compiler_version, "%s", bundled);
+            find_compiler_identity(files);
+            atomic_store(&version_recorded, true); /* nothing to record: it came from there */
+            atomic_store(&version_known, compiler_identity[0] != '\0');
+        }
+        pthread_mutex_unlock(&version_mutex);
+    }
+    free(version.data);
+    if ((recorded || in_bundle) && atomic_load(&version_known))
+        return JB_OK;
+    jb__fail(JB_ERR_COMPILE,
+             "the process is sealed (JB_SEAL_ERROR) and starts no program, and neither the cache "
+             "folder nor a bundle holds a record of the version of '%s' (an unsealed process "
+             "writes it when it first asks), so nothing stored under its keys can be found",
+             compiler_line);
+    if (!atomic_exchange(&record_missing_warned, true))
+        jb__warn("%s", jb_last_error_message());
+    return JB_ERR_COMPILE;
+}
+
+int jb__cpu_compiler_identity(jb_device *dev, bool may_run, char *out, size_t len)
+{
+    if (!atomic_load(&version_known) && !may_run)
+        JB_FORWARD_IF_ERROR(identity_without_running(dev));
     if (!atomic_load(&version_known) && jb__backoff_due(&version_backoff)) {
         jb__warn_hold(); /* its warning reaches the callback after the lock */
         pthread_mutex_lock(&version_mutex);
@@ -467,6 +554,7 @@ int jb__cpu_compiler_identity(jb_device *dev, char *out, size_t len)
                  "the version of '%s' is unknown for now", compiler_line);
     JB_RETURN_IF(!compiler_identity[0], JB_ERR_COMPILE, "the version of '%s' is unknown",
                  compiler_line);
+    record_version();
     snprintf(out, len, "%s", compiler_identity);
     return JB_OK;
 }

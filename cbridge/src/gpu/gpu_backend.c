@@ -147,8 +147,9 @@ int JB_GPU_PREFIXED(enumerate)(jb_device *devices, int max, int *out_count, char
     return found ? JB_OK : JB_ERR_NO_DEVICE;
 }
 
-static int gpu_compiler_identity(jb_device *dev, char *out, size_t len)
+static int gpu_compiler_identity(jb_device *dev, bool may_run, char *out, size_t len)
 {
+    (void)may_run; /* the runtime compiler's version is a library call, not a program */
     char version[64];
     jb_gpu_compiler_version(version, sizeof version);
     const char *lean = JB_GPU_LEAN_OPTION;

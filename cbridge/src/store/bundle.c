@@ -449,6 +449,37 @@ jb_status jb_disk_cache_add_bundle(const char *path)
     return add_tier(b);
 }
 
+bool jb__bundle_compiler(const char *backend, const char *target, const char *files, char *out,
+                         size_t len)
+{
+    jb__bundles_present();
+    jb_strbuf head = {0};
+    jb__strbuf_appendf(&head, "built %s %s ", backend, target);
+    size_t files_len = strlen(files);
+    for (size_t t = 0; !head.failed && t < MAX_BUNDLES; t++) {
+        jb_bundle *b = atomic_load(&tiers[t]);
+        if (!b)
+            break;
+        for (const char *line = b->fingerprints; *line;) {
+            size_t line_len = strcspn(line, "\n");
+            const char *compiler = line + head.len;
+            size_t compiler_len = line_len - head.len;
+            /* "<version>; <files>": the version is what is sought. */
+            if (line_len > head.len + files_len + 2 && strncmp(line, head.data, head.len) == 0 &&
+                memcmp(compiler + compiler_len - files_len - 2, "; ", 2) == 0 &&
+                memcmp(compiler + compiler_len - files_len, files, files_len) == 0 &&
+                compiler_len - files_len - 2 < len) {
+                snprintf(out, len, "%.*s", (int)(compiler_len - files_len - 2), compiler);
+                jb__strbuf_free(&head);
+                return true;
+            }
+            line += line_len + (line[line_len] == '\n');
+        }
+    }
+    jb__strbuf_free(&head);
+    return false;
+}
+
 bool jb__bundle_find(const unsigned char *digest, unsigned char **data, size_t *key_bytes,
                      jb_blob *payload, jb_bundle_ref *ref)
 {

@@ -188,7 +188,8 @@ static int add_from_manifest(export_state *x, int dir, const char *manifest)
 /* The fingerprints, the index and the header, after the entries. */
 static void finish(export_state *x)
 {
-    qsort(x->index, x->count, sizeof *x->index, by_digest);
+    if (x->count) /* index is NULL when nothing was exported: qsort's pointer must not be */
+        qsort(x->index, x->count, sizeof *x->index, by_digest);
     jb_strbuf fp = {0};
     jb__strbuf_appendf(&fp, "jitbridge bundle\nlibrary %s\nabi %d\nkey-format %d\n",
                        JB_VERSION_STRING, JB_ABI_VERSION, JB_KEY_FORMAT);

@@ -57,6 +57,20 @@ int jb__disk_key(const char *backend, const char *arch, const char *identity,
     return JB_OK;
 }
 
+int jb__disk_record_key(const char *subject, jb_disk_key *out)
+{
+    memset(out, 0, sizeof *out);
+    jb_strbuf sb = {0};
+    jb__strbuf_appendf(&sb, "jitbridge record %d\n%s\n", JB_KEY_FORMAT, subject);
+    JB_RETURN_IF(sb.failed, JB_ERR_OUT_OF_MEMORY, "no memory for a cache folder record's key");
+    out->text = sb.data;
+    out->bytes = sb.len;
+    jb__disk_key_name(out);
+    snprintf(out->file + JB_DISK_ENTRY_HEX, sizeof out->file - JB_DISK_ENTRY_HEX,
+             JB_DISK_RECORD_SUFFIX);
+    return JB_OK;
+}
+
 void jb__disk_key_free(jb_disk_key *key)
 {
     free(key->text);

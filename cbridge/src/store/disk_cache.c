@@ -196,6 +196,28 @@ bool jb__disk_load(const jb_disk_key *key, jb_blob *out)
     return true;
 }
 
+bool jb__disk_record_load(const jb_disk_key *key, jb_blob *out)
+{
+    int dir = jb__disk_dir_fd();
+    struct stat st;
+    const char *problem;
+    int fd = dir >= 0 ? jb__disk_open_entry(dir, key->file, &st, &problem) : -1;
+    if (fd < 0)
+        return false;
+    size_t size = 0;
+    unsigned char *data = jb__disk_read_entry(fd, &st, &size);
+    close(fd);
+    size_t payload_at = data ? jb__disk_entry_check(data, size, key) : 0;
+    if (!payload_at) {
+        free(data);
+        return false;
+    }
+    memmove(data, data + payload_at, size - payload_at);
+    out->data = data;
+    out->size = size - payload_at;
+    return true;
+}
+
 void jb__disk_accept(void)
 {
     atomic_fetch_add(&counter_disk_hits, 1);

@@ -361,6 +361,13 @@ bool jb__disk_is_entry_name(const char *name)
            strcmp(name + JB_DISK_ENTRY_HEX, JB_DISK_ENTRY_SUFFIX) == 0;
 }
 
+bool jb__disk_is_record_name(const char *name)
+{
+    return strlen(name) == JB_DISK_ENTRY_HEX + strlen(JB_DISK_RECORD_SUFFIX) &&
+           lowercase_hex(name, JB_DISK_ENTRY_HEX) &&
+           strcmp(name + JB_DISK_ENTRY_HEX, JB_DISK_RECORD_SUFFIX) == 0;
+}
+
 bool jb__lease_is_name(const char *name)
 {
     return strlen(name) == JB_DISK_ENTRY_HEX + strlen(JB_LEASE_SUFFIX) &&
@@ -517,9 +524,9 @@ static int marked(int dir)
     return answer;
 }
 
-/* 1 when every name in `dir` is of a kind the cache makes (entry names, and `tmp` and `leases`,
- * folders of temporary and lease names, at the top), 0 when anything else is there, -1 (errno)
- * when it cannot be listed now. */
+/* 1 when every name in `dir` is of a kind the cache makes (entry and record names, and `tmp`
+ * and `leases`, folders of temporary and lease names, at the top), 0 when anything else is
+ * there, -1 (errno) when it cannot be listed now. */
 static int holds_only_ours(int dir, bool top)
 {
     DIR *d = jb__opendir_at(dir);
@@ -530,7 +537,7 @@ static int holds_only_ours(int dir, bool top)
     while (answer == 1 && (errno = 0, e = readdir(d))) {
         const char *name = e->d_name;
         if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0 ||
-            (top ? jb__disk_is_entry_name(name)
+            (top ? jb__disk_is_entry_name(name) || jb__disk_is_record_name(name)
                  : is_temporary_name(name) || jb__lease_is_name(name)))
             continue;
         if (!top || (strcmp(name, "tmp") != 0 && strcmp(name, JB_LEASE_DIR) != 0)) {

@@ -86,13 +86,6 @@ static bool digest_equal(const void *stored, const void *key)
     return memcmp(stored, key, JB_SHA256_BYTES) == 0;
 }
 
-static uint64_t digest_hash(const unsigned char *digest)
-{
-    uint64_t h;
-    memcpy(&h, digest, sizeof h);
-    return h;
-}
-
 /* Stops writing with one warning: a full disk, a file someone truncated under us. */
 static void stop(const char *why)
 {
@@ -165,7 +158,7 @@ void jb__manifest_record(const char *backend, const char *arch, const jb_disk_ke
 {
     if (!jb__manifest_on())
         return;
-    uint64_t hash = digest_hash(key->digest);
+    uint64_t hash = jb__table_hash(key->digest, JB_SHA256_BYTES);
     if (jb__table_find(&written, hash, key->digest, digest_equal))
         return;
     char hex[2 * JB_SHA256_BYTES + 1];

@@ -26,6 +26,7 @@ int jb__disk_tmp_fd(void);
 bool jb__disk_folder_is_ours(void);
 /* Whether `name` is an entry's file name (JB_DISK_ENTRY_HEX lowercase hex digits, the suffix). */
 bool jb__disk_is_entry_name(const char *name);
+bool jb__disk_is_record_name(const char *name);
 /* Creates a new temporary file, 0600, under a random name (written to `name`) in `dir`: its fd,
  * or -1 (errno). */
 int jb__disk_create_temporary(int dir, char *name, size_t len);
@@ -54,6 +55,7 @@ bool jb__trusted_folder_path(const char *path, const char *variable, char *resol
 
 /* ---- content keys (cache_key.c) ---- */
 #define JB_DISK_ENTRY_SUFFIX ".jbc"
+#define JB_DISK_RECORD_SUFFIX ".jbr" /* a record (a fact, not code) kept beside the entries */
 #define JB_DISK_ENTRY_HEX 32 /* hex digits before the suffix: 128 bits of the key's SHA-256 */
 #define JB_KEY_MAGIC "jitbridge cache key"
 #define JB_KEY_FORMAT 2
@@ -70,6 +72,10 @@ int jb__disk_key(const char *backend, const char *arch, const char *identity,
                  const char *source, jb_disk_key *out);
 /* Sets `digest` and `file` from `text`. */
 void jb__disk_key_name(jb_disk_key *key);
+/* The key of a record about `subject` (one line of text: what the record says it of), filed
+ * under 32 hex digits of its SHA-256 and JB_DISK_RECORD_SUFFIX: never an entry's name, so
+ * exports, listings and pruning pass it by. */
+int jb__disk_record_key(const char *subject, jb_disk_key *out);
 void jb__disk_key_free(jb_disk_key *key);
 /* A key text's fields: pointers into `copy` (owned), each NUL-terminated. */
 typedef struct jb_key_fields {
@@ -164,6 +170,11 @@ typedef struct jb_bundle_ref {
  * holds its key text (key_bytes) then its payload. */
 bool jb__bundle_find(const unsigned char *digest, unsigned char **data, size_t *key_bytes,
                      jb_blob *payload, jb_bundle_ref *ref);
+/* The compiler version in a tier's fingerprints: of a line "built <backend> <target>
+ * <version>; <files>" (the entries' compiler identity), where a sealed process, which starts no
+ * program, knows only the files part. False when no tier has one. */
+bool jb__bundle_compiler(const char *backend, const char *target, const char *files, char *out,
+                         size_t len);
 /* True with the payload of the first tier holding `key` (checked); the caller frees out->data. */
 bool jb__bundle_load(const jb_disk_key *key, jb_blob *out, jb_bundle_ref *ref);
 /* The loaded payload was accepted (a bundle hit) or refused by the loader (skipped from now). */
@@ -229,8 +240,12 @@ bool jb__disk_load(const jb_disk_key *key, jb_blob *out);
 void jb__disk_accept(void);
 void jb__disk_reject(const jb_disk_key *key);
 /* Stores compiled code: true once the entry is in place; a failing disk stops storing with one
- * warning. */
+ * warning. Also stores a record (its key from jb__disk_record_key), written as an entry is. */
 bool jb__disk_store(const jb_disk_key *key, const jb_blob *code);
+/* A record's content when one is stored under `key` and passes an entry's checks (regular,
+ * ours, not writable by others, one link; magic, whole key, checksum); false otherwise. Counts
+ * nothing, removes nothing and raises no event: a record missing or bad is only not known. */
+bool jb__disk_record_load(const jb_disk_key *key, jb_blob *out);
 /* The payload offset of a well-formed entry whose key matches (any key if NULL), else 0. */
 size_t jb__disk_entry_check(const unsigned char *data, size_t size, const jb_disk_key *key);
 /* The key text of an entry that jb__disk_entry_check accepted (payload at `payload_at`). */
