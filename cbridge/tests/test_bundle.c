@@ -728,10 +728,26 @@ static int relative_child(void)
     return access(manifest, F_OK) == 0 ? 0 : 5;
 }
 
-/* With a manifest open: while this process holds the manifest's lock, a child it forks (which
- * shares the open file) cannot take it, and can once this process lets go. A lock of the open
- * file's (flock) let parent and child both hold it, and a child's look could then fall in the
- * middle of its parent's line. 0 when so. */
+/* Whether another process, opening the file at `path` itself, can lock it now. */
+static bool another_process_locks(const char *path)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct flock lock = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
+        int fd = open(path, O_RDWR | O_CLOEXEC);
+        _exit(fd >= 0 && fcntl(fd, F_SETLK, &lock) == 0 ? 10 : 11);
+    }
+    int status = 0;
+    return pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+           WEXITSTATUS(status) == 10;
+}
+
+/* With a manifest open: the manifest's lock outlives another descriptor of the file opened and
+ * closed in the process (a process's own lock, F_SETLK, was dropped by that close); while this
+ * process holds it, a child it forks (which shares the open file) cannot take it, and can once
+ * this process lets go (with a lock of the open file's and no handle of its own, parent and
+ * child both held it, and a child's look could fall in the middle of its parent's line). 0 when
+ * so. */
 static int manifest_lock_child(void)
 {
     device = test_device();
@@ -739,19 +755,75 @@ static int manifest_lock_child(void)
         return 2;
     if (!jb__test_manifest_lock(true))
         return 3;
+    int other = open(getenv("JITBRIDGE_MANIFEST"), O_RDONLY | O_CLOEXEC);
+    if (other < 0 || close(other) != 0)
+        return 4;
+    if (another_process_locks(getenv("JITBRIDGE_MANIFEST")))
+        return 8;
     for (int round = 0; round < 2; round++) {
         pid_t pid = fork();
         if (pid == 0)
             _exit(jb__test_manifest_lock(true) ? 10 : 11);
         int status = 0;
         if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status))
-            return 4;
+            return 9;
         if (WEXITSTATUS(status) != (round == 0 ? 11 : 10))
             return round == 0 ? 5 : 6;
         if (round == 0 && !jb__test_manifest_lock(false))
             return 7;
     }
     return 0;
+}
+
+#define APP_TEXT "the application's own file\n"
+
+/* In a child forked after the application closed the manifest's descriptor and opened a file of
+ * its own at that number: the descriptor is the application's as it was (no O_APPEND, no
+ * O_NONBLOCK, not close-on-exec, its position kept, the same file), and a kernel the child
+ * loads writes nothing into it. 0 when so. */
+static int reused_descriptor_grandchild(int fd, const struct stat *app)
+{
+    struct stat now;
+    int flags = fcntl(fd, F_GETFL), fd_flags = fcntl(fd, F_GETFD);
+    if (flags < 0 || fd_flags < 0 || fstat(fd, &now) != 0 || now.st_dev != app->st_dev ||
+        now.st_ino != app->st_ino)
+        return 20;
+    if ((flags & (O_APPEND | O_NONBLOCK)) || (fd_flags & FD_CLOEXEC) ||
+        lseek(fd, 0, SEEK_CUR) != 3)
+        return 21;
+    return launch_salt(1) ? 0 : 22;
+}
+
+/* The application closes the manifest's descriptor and reuses its number for its own file; a
+ * child forked then must not reopen the manifest over it, nor write a line into it. 0 when so. */
+static int manifest_reused_child(void)
+{
+    device = test_device();
+    if (!device || !launch_salt(0)) /* opens the manifest */
+        return 2;
+    int fd = jb__test_manifest_fd();
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s.app", getenv("JITBRIDGE_MANIFEST"));
+    if (fd < 0 || close(fd) != 0)
+        return 3;
+    int app = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    if (app < 0 || (app != fd && (dup2(app, fd) != fd || close(app) != 0)))
+        return 4;
+    struct stat st;
+    if (write(fd, APP_TEXT, strlen(APP_TEXT)) != (ssize_t)strlen(APP_TEXT) ||
+        lseek(fd, 3, SEEK_SET) != 3 || fstat(fd, &st) != 0)
+        return 5;
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(reused_descriptor_grandchild(fd, &st));
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status))
+        return 6;
+    if (WEXITSTATUS(status) != 0)
+        return WEXITSTATUS(status);
+    char text[256];
+    ssize_t n = pread(fd, text, sizeof text, 0);
+    return n == (ssize_t)strlen(APP_TEXT) && memcmp(text, APP_TEXT, (size_t)n) == 0 ? 0 : 7;
 }
 
 /* Runs this test binary again as `mode`, in `dir` (NULL: here), with `env` (NAME, VALUE pairs,
@@ -782,7 +854,17 @@ static void manifest_lock_and_fork(const char *argv0)
     CHECK(status == 0, "the manifest's lock and fork: %s (child status %d)",
           status == 5   ? "a forked child took the lock its parent held"
           : status == 6 ? "a forked child could not take the lock its parent let go"
+          : status == 8 ? "another descriptor's close dropped the lock"
                         : "the child failed",
+          status);
+    const char *reused[] = {"JITBRIDGE_MANIFEST", at("reused.manifest"), NULL};
+    status = run_self(argv0, "manifest-reused-child", NULL, reused);
+    CHECK(status == 0, "a child forked after the manifest's descriptor was reused: %s (child "
+          "status %d)",
+          status == 20   ? "the descriptor leads to another file, or is closed"
+          : status == 21 ? "the descriptor's flags or position changed"
+          : status == 7  ? "a line was written into the application's file"
+                         : "the child failed",
           status);
 }
 
@@ -808,6 +890,8 @@ int main(int argc, char **argv)
         return relative_child();
     if (argc == 2 && strcmp(argv[1], "manifest-lock-child") == 0)
         return manifest_lock_child();
+    if (argc == 2 && strcmp(argv[1], "manifest-reused-child") == 0)
+        return manifest_reused_child();
     char made[] = "/tmp/jb_bundle_XXXXXX";
     CHECK(mkdtemp(made) != NULL, "mkdtemp: %s", strerror(errno));
     snprintf(base, sizeof base, "%s", made);

@@ -102,6 +102,7 @@ typedef enum jb_fork_slot {
     JB_FORK_CALLBACKS,      /* base/callback.c: a leaf */
     JB_FORK_CPU_EVENTS,     /* cpu/cpu_backend.c: its events' mutexes */
     JB_FORK_GRAPHS,         /* kernels/graph.c: each graph's mutex */
+    JB_FORK_MANIFEST,       /* store/manifest.c: no lock; the child opens its own handle */
     JB_FORK_SLOTS
 } jb_fork_slot;
 typedef void (*jb_fork_handler)(jb_fork_phase phase);
@@ -223,6 +224,16 @@ bool jb__errno_is_transient(int err);
 /* Whether the file on `fd` is on a network file system (NFS, SMB, 9P, FUSE), where locks may not
  * work or cost a round trip to a server. */
 bool jb__network_file_system(int fd);
+/* What a lock on an open file falls back to on a kernel without open file description locks
+ * (before 3.15: F_OFD_SETLK fails with EINVAL). */
+typedef enum jb_lock_fallback {
+    JB_LOCK_OR_FLOCK,   /* flock: held by the open file too (a forked child shares it) */
+    JB_LOCK_OR_PROCESS, /* fcntl F_SETLK: the process's (any of its closes drops it) */
+} jb_lock_fallback;
+/* Takes (F_WRLCK) or lets go of (F_UNLCK) a lock on the whole file held by the open file
+ * description of `fd` (F_OFD_SETLK), without waiting: 0, or the errno (EAGAIN: another holds
+ * it; ENOLCK and others: locks do not work here). */
+int jb__lock_open_file(int fd, short type, jb_lock_fallback fallback);
 /* The wait before trying again a set-up that failed for now (the disk cache folder, the
  * compiler's version query): it doubles with each failure in a row, from 50 ms to 30 s. Zeroed
  * is ready; its user serializes the failures (its own lock), any thread may ask if it is due. */

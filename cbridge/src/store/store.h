@@ -179,6 +179,8 @@ void jb__test_set_bundle_max_entries(size_t max);
 /* Takes (true) or lets go of (false) the manifest's lock as a writer does, without waiting:
  * whether that worked (false with no manifest open). */
 bool jb__test_manifest_lock(bool take);
+/* The manifest's descriptor (-1: none open). */
+int jb__test_manifest_fd(void);
 #endif
 
 /* ---- leases (lease.c): one compile per key across the processes of one cache folder ---- */
