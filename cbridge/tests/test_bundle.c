@@ -463,6 +463,127 @@ static void export_killed(const char *good, const char *folder, void (*export)(c
     free(after);
 }
 
+/* Whether `path` is a bundle with every entry good. */
+static bool whole_bundle(const char *path)
+{
+    char why[1024];
+    jb_bundle *b = open_bundle(path, why, sizeof why);
+    bool whole = b && good_entries(b) == ENTRIES;
+    jb__bundle_free(b);
+    return whole;
+}
+
+/* Exports the cache to FOLDER/other.jbb in this process. */
+static void export_beside(const char *folder)
+{
+    char other[PATH_MAX + 64];
+    snprintf(other, sizeof other, "%s/other.jbb", folder);
+    uint64_t exported = 0, skipped = 9;
+    CHECK_OK(jb_disk_cache_export(&exported, &skipped, other, NULL));
+}
+
+/* A child's export over a copy of `good` at FOLDER/old.jbb, killed (SIGKILL) once its bundle is
+ * linked under its temporary name, before the rename (`named`: no unnamed files, a temporary
+ * from the start): the temporary stays, and the next export into the folder removes it; the
+ * old bundle is as it was. */
+static void killed_before_the_rename(const char *good, const char *folder, bool named)
+{
+    const char *what = named ? "an export through a named temporary killed before its rename"
+                             : "an export killed before its rename";
+    char old[PATH_MAX + 64];
+    snprintf(old, sizeof old, "%s/old.jbb", at(folder));
+    shell("mkdir -p %s%s", at(folder), "");
+    shell("cp %s %s", good, old);
+    pid_t pid = fork_with_deadline(what, 120);
+    if (pid == 0) {
+        jb__test_set_unnamed_refused(named);
+        jb__test_set_point(JB_TEST_BUNDLE_LINKED, killed_here, NULL);
+        export_in_child(old);
+        _exit(3); /* the point was never reached */
+    }
+    int status = wait_child_with_deadline(pid, 125, what);
+    CHECK(status != -1 && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
+          "%s: the export was not killed at its test point (wait status %d)", what, status);
+    export_beside(at(folder));
+    folder_holds(at(folder), "old.jbb\nother.jbb\n", what);
+    size_t before_size, after_size;
+    unsigned char *before = read_file(good, &before_size), *after = read_file(old, &after_size);
+    CHECK(before && after && before_size == after_size && !memcmp(before, after, after_size),
+          "%s: the bundle already there was changed", what);
+    free(before);
+    free(after);
+}
+
+/* A child's export to FOLDER/new.jbb, where nothing was, killed (SIGKILL) right after its link:
+ * the bundle is whole at its name and nothing else is in the folder (no temporary name). */
+static void killed_after_linking_a_new_bundle(void)
+{
+    const char *what = "an export to a new name killed after its link";
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/new.jbb", at("linked"));
+    shell("mkdir -p %s%s", at("linked"), "");
+    pid_t pid = fork_with_deadline(what, 120);
+    if (pid == 0) {
+        jb__test_set_point(JB_TEST_BUNDLE_LINKED, killed_here, NULL);
+        export_in_child(path);
+        _exit(3);
+    }
+    int status = wait_child_with_deadline(pid, 125, what);
+    CHECK(status != -1 && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
+          "%s: the export was not killed at its test point (wait status %d)", what, status);
+    folder_holds(at("linked"), "new.jbb\n", what);
+    CHECK(whole_bundle(path), "%s: the bundle at its name is not whole", what);
+}
+
+static int pause_pipes[2][2]; /* [0]: the child says it is at the point; [1]: it may go on */
+
+static void paused_here(void *ctx, const char *arg)
+{
+    (void)ctx;
+    (void)arg;
+    char byte = 1;
+    if (write(pause_pipes[0][1], &byte, 1) != 1 || read(pause_pipes[1][0], &byte, 1) != 1)
+        _exit(5);
+}
+
+/* A child's export over FOLDER/old.jbb, paused with its bundle under its temporary name, while
+ * this process exports into the same folder: the live export's temporary is not swept, and the
+ * paused export then puts its bundle in place. */
+static void live_export_not_swept(const char *good, const char *folder, bool named)
+{
+    const char *what = named ? "a live export through a named temporary, paused before its "
+                               "rename"
+                             : "a live export paused before its rename";
+    char old[PATH_MAX + 64];
+    snprintf(old, sizeof old, "%s/old.jbb", at(folder));
+    shell("mkdir -p %s%s", at(folder), "");
+    shell("cp %s %s", good, old);
+    CHECK(pipe(pause_pipes[0]) == 0 && pipe(pause_pipes[1]) == 0, "pipe: %s", strerror(errno));
+    pid_t pid = fork_with_deadline(what, 120);
+    if (pid == 0) {
+        jb__test_set_unnamed_refused(named);
+        jb__test_set_point(JB_TEST_BUNDLE_LINKED, paused_here, NULL);
+        uint64_t exported = 0, skipped = 9;
+        _exit(jb_disk_cache_export(&exported, &skipped, old, NULL) == JB_OK ? 0 : 4);
+    }
+    char byte = 0;
+    CHECK(read(pause_pipes[0][0], &byte, 1) == 1, "%s: the child never reached its point", what);
+    export_beside(at(folder));
+    char *names = names_in(at(folder));
+    CHECK(names && strstr(names, ".export.tmp\n"), "%s: its temporary was swept (the folder "
+          "holds\n%s)", what, names ? names : "(cannot list it)\n");
+    free(names);
+    CHECK(write(pause_pipes[1][1], &byte, 1) == 1, "%s: cannot resume the child", what);
+    int status = wait_child_with_deadline(pid, 125, what);
+    CHECK(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+          "%s: the paused export failed (wait status %d)", what, status);
+    folder_holds(at(folder), "old.jbb\nother.jbb\n", what);
+    CHECK(whole_bundle(old), "%s: the bundle it put in place is not whole", what);
+    for (int i = 0; i < 2; i++)
+        for (int end = 0; end < 2; end++)
+            close(pause_pipes[i][end]);
+}
+
 /* A destination whose last part is "." or ".." names a folder: refused before anything is
  * written. */
 static void export_to_a_folder_name(void)
@@ -916,6 +1037,11 @@ int main(int argc, char **argv)
     export_killed(good, "killed", export_in_child, "an export killed while it writes");
     export_killed(good, "orphan", export_after_main_exited,
                   "an export killed while it writes, the main thread gone");
+    killed_before_the_rename(good, "renamed", false);
+    killed_before_the_rename(good, "renamed-named", true);
+    killed_after_linking_a_new_bundle();
+    live_export_not_swept(good, "live", false);
+    live_export_not_swept(good, "live-named", true);
     export_to_a_folder_name();
     export_without_unnamed_files(good);
     changed_while_open(good);

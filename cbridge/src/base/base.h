@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 #define JB_MAX_DEVICES 64
 #define JB_PROBE_MAX_THREADS 1024
@@ -221,6 +222,8 @@ void *jb__realloc_array(void *data, size_t count, size_t size);
 /* Whether a failed call's errno means "not now" (out of descriptors or memory, interrupted,
  * would block, a network disk's I/O error): retried later, never a reason to evict or give up. */
 bool jb__errno_is_transient(int err);
+/* Whether two stats describe one file (device and inode). */
+bool jb__same_file(const struct stat *a, const struct stat *b);
 /* Whether the file on `fd` is on a network file system (NFS, SMB, 9P, FUSE), where locks may not
  * work or cost a round trip to a server. */
 bool jb__network_file_system(int fd);
@@ -429,6 +432,8 @@ typedef enum jb_test_point {
                              * arg: its path */
     JB_TEST_BUNDLE_WRITTEN, /* bundle_export.c: a bundle written whole and fsynced, before it
                              * is named; arg: its destination path */
+    JB_TEST_BUNDLE_LINKED,  /* bundle_export.c: a bundle linked at a name in its folder (its
+                             * path, or a temporary one before the rename); arg: that name */
     JB_TEST_POINTS
 } jb_test_point;
 typedef void (*jb_test_point_fn)(void *ctx, const char *arg);

@@ -238,6 +238,11 @@ DIR *jb__opendir_at(int dir)
     return d;
 }
 
+bool jb__same_file(const struct stat *a, const struct stat *b)
+{
+    return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
+}
+
 bool jb__network_file_system(int fd)
 {
     static const long magics[] = {
