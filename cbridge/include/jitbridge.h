@@ -1098,7 +1098,10 @@ JB_API jb_status jb_prewarm(jb_prewarm_result *out, jb_device *device, const cha
  * no manifest), opened once for reading and appending, each line one write on an O_APPEND
  * handle, so that several processes may share it; a line another writer left cut (a full disk)
  * is ended by the next writer before its own line, where that writer can look (a local file it
- * may read, whose lock it gets within about a millisecond). A line is at most 16384 bytes; its
+ * may read, whose lock it gets within about a millisecond; a forked child opens the file anew
+ * through /proc for a lock of its own). The descriptor is the library's: where the application
+ * closes it and reuses its number, no more lines are written there (one warning), in that
+ * process or a child it forks. A line is at most 16384 bytes; its
  * fields, separated by TABs: "jbm1", the key (64 lowercase hex digits: the SHA-256 of the key text; its
  * first 32 name the disk cache entry <those 32>.jbc), the backend, the device's architecture,
  * the module name, the entry names separated by commas, and how the process got it ("compiled",

@@ -4,7 +4,9 @@
  * open, an entry filed under another key, a payload for another machine under the right key.
  * Each must be refused (the bundle) or skipped (the entry), never loaded, never block, never
  * crash; a good bundle next to them must keep working. An export that fails, or is killed while
- * it writes, leaves its folder as it was. A read that fails for now (a network
+ * it writes, leaves its folder as it was; one killed before its rename leaves a temporary that
+ * the next export into the folder removes (never a live export's). The manifest's lock is its
+ * open file's, and a forked child's own. A read that fails for now (a network
  * disk's EIO, no descriptors or memory) is no verdict on an entry. The test makes its bundles
  * with the library's own export, and forges others with the format's encoders (src/bundle.c);
  * read failures are injected (JB_TEST_HOOKS).
@@ -566,6 +568,9 @@ static void live_export_not_swept(const char *good, const char *folder, bool nam
         uint64_t exported = 0, skipped = 9;
         _exit(jb_disk_cache_export(&exported, &skipped, old, NULL) == JB_OK ? 0 : 4);
     }
+    /* Only the child writes the first and reads the second: a child that died reads as EOF. */
+    close(pause_pipes[0][1]);
+    close(pause_pipes[1][0]);
     char byte = 0;
     CHECK(read(pause_pipes[0][0], &byte, 1) == 1, "%s: the child never reached its point", what);
     export_beside(at(folder));
@@ -579,9 +584,8 @@ static void live_export_not_swept(const char *good, const char *folder, bool nam
           "%s: the paused export failed (wait status %d)", what, status);
     folder_holds(at(folder), "old.jbb\nother.jbb\n", what);
     CHECK(whole_bundle(old), "%s: the bundle it put in place is not whole", what);
-    for (int i = 0; i < 2; i++)
-        for (int end = 0; end < 2; end++)
-            close(pause_pipes[i][end]);
+    close(pause_pipes[0][0]);
+    close(pause_pipes[1][1]);
 }
 
 /* A destination whose last part is "." or ".." names a folder: refused before anything is
