@@ -1046,7 +1046,8 @@ JB_API jb_seal_mode jb_seal_mode_get(void);
  * from the start, which a killed export leaves. Each export first removes from the folder of
  * `path` the temporaries killed exports left: of that name, ours, regular, of one link, and
  * not locked (an export holds its file's lock while it has a temporary name, so a live one's
- * is never removed). A `path` whose last part is "." or ".." is refused (JB_ERR_INVALID_ARGUMENT)
+ * is never removed). A `path` whose last part is "." or "..", or of that temporary name, is
+ * refused (JB_ERR_INVALID_ARGUMENT)
  * before anything is written. Entries that fail their checks, are of another key format or that
  * the manifest names but the cache lacks are left out and counted in *skipped. A bundle holds at
  * most 2^20 entries: past that, JB_ERR_UNSUPPORTED and nothing written (export those a manifest

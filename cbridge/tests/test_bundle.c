@@ -613,6 +613,21 @@ static void export_to_a_folder_name(void)
     folder_holds(at("dots/inner"), "", "an export to a folder's name");
 }
 
+/* A destination named as an export's temporary would be swept by the next export beside it:
+ * refused before anything is written. */
+static void export_to_a_temporary_name(void)
+{
+    shell("mkdir -p %s%s", at("tmpname"), "");
+    uint64_t exported = 9, skipped = 9;
+    jb_status status = jb_disk_cache_export(
+        &exported, &skipped, at("tmpname/0123456789abcdef0123456789abcdef.export.tmp"), NULL);
+    CHECK(status == JB_ERR_INVALID_ARGUMENT && strstr(jb_last_error_message(), "temporary") &&
+              exported == 0,
+          "an export to a temporary's name: status %d, '%s'", (int)status,
+          jb_last_error_message());
+    folder_holds(at("tmpname"), "", "an export to a temporary's name");
+}
+
 /* Where the system has no unnamed files (before Linux 3.11, some file systems, no /proc), an
  * export writes a named temporary instead: it still works, and a failed one still leaves no
  * temporary. */
@@ -1047,6 +1062,7 @@ int main(int argc, char **argv)
     live_export_not_swept(good, "live", false);
     live_export_not_swept(good, "live-named", true);
     export_to_a_folder_name();
+    export_to_a_temporary_name();
     export_without_unnamed_files(good);
     changed_while_open(good);
     transient_reads(good);

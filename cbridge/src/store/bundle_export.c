@@ -315,6 +315,12 @@ jb_status jb_disk_cache_export(uint64_t *exported, uint64_t *skipped, const char
                      strlen(path) >= PATH_MAX,
                  JB_ERR_INVALID_ARGUMENT, "jb_disk_cache_export: '%s' does not name a file",
                  path);
+    /* A bundle under an export's temporary name would be swept by the next export beside it. */
+    JB_RETURN_IF(jb__disk_is_temporary_name_as(base, JB_EXPORT_TEMPORARY_SUFFIX),
+                 JB_ERR_INVALID_ARGUMENT,
+                 "jb_disk_cache_export: '%s' is named as an export's temporary file (32 hex "
+                 "digits, %s), which exports into its folder remove",
+                 path, JB_EXPORT_TEMPORARY_SUFFIX);
     int dir;
     bool ours; /* only read here: whether the folder is marked does not matter */
     JB_FORWARD_IF_ERROR(jb__disk_open_for_maintenance(&dir, &ours));
