@@ -934,9 +934,10 @@ static int reused_descriptor_grandchild(int fd, const struct stat *app)
     return launch_salt(1) ? 0 : 22;
 }
 
-/* The application closes the manifest's descriptor and reuses its number for its own file; a
- * child forked then must not reopen the manifest over it, nor write a line into it. 0 when so. */
-static int manifest_reused_child(void)
+/* The application closes the manifest's descriptor and reuses its number for its own file (or,
+ * `same_file`, a descriptor of its own on the manifest, read only); a child forked then must
+ * not reopen the manifest over it or close it, nor write a line into it. 0 when so. */
+static int manifest_reused_child(bool same_file)
 {
     device = test_device();
     if (!device || !launch_salt(0)) /* opens the manifest */
@@ -946,11 +947,12 @@ static int manifest_reused_child(void)
     snprintf(path, sizeof path, "%s.app", getenv("JITBRIDGE_MANIFEST"));
     if (fd < 0 || close(fd) != 0)
         return 3;
-    int app = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    int app = same_file ? open(getenv("JITBRIDGE_MANIFEST"), O_RDONLY)
+                        : open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
     if (app < 0 || (app != fd && (dup2(app, fd) != fd || close(app) != 0)))
         return 4;
     struct stat st;
-    if (write(fd, APP_TEXT, strlen(APP_TEXT)) != (ssize_t)strlen(APP_TEXT) ||
+    if ((!same_file && write(fd, APP_TEXT, strlen(APP_TEXT)) != (ssize_t)strlen(APP_TEXT)) ||
         lseek(fd, 3, SEEK_SET) != 3 || fstat(fd, &st) != 0)
         return 5;
     pid_t pid = fork();
@@ -959,7 +961,7 @@ static int manifest_reused_child(void)
     int status = 0;
     if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status))
         return 6;
-    if (WEXITSTATUS(status) != 0)
+    if (WEXITSTATUS(status) != 0 || same_file)
         return WEXITSTATUS(status);
     char text[256];
     ssize_t n = pread(fd, text, sizeof text, 0);
@@ -997,15 +999,19 @@ static void manifest_lock_and_fork(const char *argv0)
           : status == 8 ? "another descriptor's close dropped the lock"
                         : "the child failed",
           status);
-    const char *reused[] = {"JITBRIDGE_MANIFEST", at("reused.manifest"), NULL};
-    status = run_self(argv0, "manifest-reused-child", NULL, reused);
-    CHECK(status == 0, "a child forked after the manifest's descriptor was reused: %s (child "
-          "status %d)",
-          status == 20   ? "the descriptor leads to another file, or is closed"
-          : status == 21 ? "the descriptor's flags or position changed"
-          : status == 7  ? "a line was written into the application's file"
-                         : "the child failed",
-          status);
+    const char *modes[] = {"manifest-reused-child", "manifest-reused-same-child"};
+    for (int i = 0; i < 2; i++) {
+        const char *reused[] = {"JITBRIDGE_MANIFEST", at("reused.manifest"), NULL};
+        status = run_self(argv0, modes[i], NULL, reused);
+        CHECK(status == 0, "a child forked after the manifest's descriptor was reused (%s): %s "
+              "(child status %d)",
+              i ? "on the manifest itself" : "for another file",
+              status == 20   ? "the descriptor leads to another file, or is closed"
+              : status == 21 ? "the descriptor's flags or position changed"
+              : status == 7  ? "a line was written into the application's file"
+                             : "the child failed",
+              status);
+    }
 }
 
 /* Relative paths in the variables mean the folder the process started in, as a relative
@@ -1031,7 +1037,9 @@ int main(int argc, char **argv)
     if (argc == 2 && strcmp(argv[1], "manifest-lock-child") == 0)
         return manifest_lock_child();
     if (argc == 2 && strcmp(argv[1], "manifest-reused-child") == 0)
-        return manifest_reused_child();
+        return manifest_reused_child(false);
+    if (argc == 2 && strcmp(argv[1], "manifest-reused-same-child") == 0)
+        return manifest_reused_child(true);
     char made[] = "/tmp/jb_bundle_XXXXXX";
     CHECK(mkdtemp(made) != NULL, "mkdtemp: %s", strerror(errno));
     snprintf(base, sizeof base, "%s", made);

@@ -13,8 +13,8 @@
  * network file system, not when the lock stays taken, not on a file it may not read). The file
  * is opened once (no link followed, never blocking: a FIFO is refused) and must be a regular
  * file of ours that no one else may write; its device and inode are kept, and a descriptor that
- * no longer leads to them (the application closed ours and reused its number) is never written
- * or reopened. Writing is best effort: a failure stops it with one warning and never fails a
+ * no longer leads to them, appending and closed on exec (the application closed ours and reused
+ * its number), is never written, reopened or closed. Writing is best effort: a failure stops it with one warning and never fails a
  * build.
  */
 #include "store.h"
@@ -110,11 +110,15 @@ static void stop(const char *why)
     }
 }
 
-/* Whether `fd` leads to the file the manifest was opened on (fstat: safe in a fork child). */
+/* Whether `fd` is still the manifest's descriptor: it leads to the file the manifest was opened
+ * on, appending and closed on exec (an application's own descriptor that took its number, even
+ * one on the same file, most likely lacks these). Safe in a fork child (fstat, fcntl). */
 static bool is_manifest(int fd)
 {
     struct stat st;
-    return fstat(fd, &st) == 0 && st.st_dev == manifest_dev && st.st_ino == manifest_ino;
+    int fd_flags = fcntl(fd, F_GETFD), flags = fcntl(fd, F_GETFL);
+    return fd_flags >= 0 && (fd_flags & FD_CLOEXEC) && flags >= 0 && (flags & O_APPEND) &&
+           fstat(fd, &st) == 0 && st.st_dev == manifest_dev && st.st_ino == manifest_ino;
 }
 
 /* Stops writing with one warning, leaving the descriptor open: it is no longer ours. */
