@@ -135,8 +135,10 @@ pub fn check(fix: bool) -> Result<CheckReport, Error> {
 
 /// Writes the cache folder's entries (or only those `manifest` names) into a new bundle at
 /// `path`, which replaces what was there once it is whole (until then the file is unnamed, so an
-/// export that fails or is killed leaves nothing behind: `jb_disk_cache_export` in jitbridge.h
-/// says where a named temporary is used instead). Returns (entries written, entries skipped:
+/// export that fails or is killed while it writes leaves nothing behind; one killed just before
+/// it replaces a bundle leaves a temporary that the next export into the folder removes:
+/// `jb_disk_cache_export` in jitbridge.h says which, and where a named temporary is used
+/// instead). Returns (entries written, entries skipped:
 /// bad, of another key format, or named by the manifest but not in the cache).
 pub fn export(path: &Path, manifest: Option<&Path>) -> Result<(u64, u64), Error> {
     let path = c_path(path)?;

@@ -1046,10 +1046,16 @@ JB_API jb_seal_mode jb_seal_mode_get(void);
 /* Writes the cache folder's entries, or only those the manifest at `manifest` names (NULL: all),
  * into a new bundle at `path`, replaced whole once written (mode 0600, as entries are: chmod
  * it to share it). It is written as an unnamed file in the folder of `path` (O_TMPFILE) and
- * named only once whole, so a failed export leaves what was at `path`, and one killed while it
- * writes leaves nothing; where the kernel or file system has no unnamed files, or /proc is not
- * mounted, it is written under a temporary name there (32 hex digits, .tmp), which a killed
- * export leaves. A `path` whose last part is "." or ".." is refused (JB_ERR_INVALID_ARGUMENT)
+ * named only once whole: linked at `path` in one step where nothing is there, else linked under
+ * a temporary name there (32 hex digits, .export.tmp) and renamed over what is at `path`. So a
+ * failed export leaves what was at `path`, and one killed while it writes leaves nothing; one
+ * killed between the temporary's link and the rename leaves the temporary. Where the kernel or
+ * file system has no unnamed files, or /proc is not mounted, the file has its temporary name
+ * from the start, which a killed export leaves. Each export first removes from the folder of
+ * `path` the temporaries killed exports left: of that name, ours, regular, of one link, and
+ * not locked (an export holds its file's lock while it has a temporary name, so a live one's
+ * is never removed). A `path` whose last part is "." or "..", or of that temporary name, is
+ * refused (JB_ERR_INVALID_ARGUMENT)
  * before anything is written. Entries that fail their checks, are of another key format or that
  * the manifest names but the cache lacks are left out and counted in *skipped. A bundle holds at
  * most 2^20 entries: past that, JB_ERR_UNSUPPORTED and nothing written (export those a manifest
@@ -1101,7 +1107,10 @@ JB_API jb_status jb_prewarm(jb_prewarm_result *out, jb_device *device, const cha
  * no manifest), opened once for reading and appending, each line one write on an O_APPEND
  * handle, so that several processes may share it; a line another writer left cut (a full disk)
  * is ended by the next writer before its own line, where that writer can look (a local file it
- * may read, whose lock it gets within about a millisecond). A line is at most 16384 bytes; its
+ * may read, whose lock it gets within about a millisecond; a forked child opens the file anew
+ * through /proc for a lock of its own). The descriptor is the library's: where the application
+ * closes it and reuses its number, no more lines are written there (one warning), in that
+ * process or a child it forks. A line is at most 16384 bytes; its
  * fields, separated by TABs: "jbm1", the key (64 lowercase hex digits: the SHA-256 of the key text; its
  * first 32 name the disk cache entry <those 32>.jbc), the backend, the device's architecture,
  * the module name, the entry names separated by commas, and how the process got it ("compiled",

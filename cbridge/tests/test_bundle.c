@@ -4,7 +4,9 @@
  * open, an entry filed under another key, a payload for another machine under the right key.
  * Each must be refused (the bundle) or skipped (the entry), never loaded, never block, never
  * crash; a good bundle next to them must keep working. An export that fails, or is killed while
- * it writes, leaves its folder as it was. A read that fails for now (a network
+ * it writes, leaves its folder as it was; one killed before its rename leaves a temporary that
+ * the next export into the folder removes (never a live export's). The manifest's lock is its
+ * open file's, and a forked child's own. A read that fails for now (a network
  * disk's EIO, no descriptors or memory) is no verdict on an entry. The test makes its bundles
  * with the library's own export, and forges others with the format's encoders (src/bundle.c);
  * read failures are injected (JB_TEST_HOOKS). The manifest beside them: each line one write()
@@ -465,6 +467,129 @@ static void export_killed(const char *good, const char *folder, void (*export)(c
     free(after);
 }
 
+/* Whether `path` is a bundle with every entry good. */
+static bool whole_bundle(const char *path)
+{
+    char why[1024];
+    jb_bundle *b = open_bundle(path, why, sizeof why);
+    bool whole = b && good_entries(b) == ENTRIES;
+    jb__bundle_free(b);
+    return whole;
+}
+
+/* Exports the cache to FOLDER/other.jbb in this process. */
+static void export_beside(const char *folder)
+{
+    char other[PATH_MAX + 64];
+    snprintf(other, sizeof other, "%s/other.jbb", folder);
+    uint64_t exported = 0, skipped = 9;
+    CHECK_OK(jb_disk_cache_export(&exported, &skipped, other, NULL));
+}
+
+/* A child's export over a copy of `good` at FOLDER/old.jbb, killed (SIGKILL) once its bundle is
+ * linked under its temporary name, before the rename (`named`: no unnamed files, a temporary
+ * from the start): the temporary stays, and the next export into the folder removes it; the
+ * old bundle is as it was. */
+static void killed_before_the_rename(const char *good, const char *folder, bool named)
+{
+    const char *what = named ? "an export through a named temporary killed before its rename"
+                             : "an export killed before its rename";
+    char old[PATH_MAX + 64];
+    snprintf(old, sizeof old, "%s/old.jbb", at(folder));
+    shell("mkdir -p %s%s", at(folder), "");
+    shell("cp %s %s", good, old);
+    pid_t pid = fork_with_deadline(what, 120);
+    if (pid == 0) {
+        jb__test_set_unnamed_refused(named);
+        jb__test_set_point(JB_TEST_BUNDLE_LINKED, killed_here, NULL);
+        export_in_child(old);
+        _exit(3); /* the point was never reached */
+    }
+    int status = wait_child_with_deadline(pid, 125, what);
+    CHECK(status != -1 && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
+          "%s: the export was not killed at its test point (wait status %d)", what, status);
+    export_beside(at(folder));
+    folder_holds(at(folder), "old.jbb\nother.jbb\n", what);
+    size_t before_size, after_size;
+    unsigned char *before = read_file(good, &before_size), *after = read_file(old, &after_size);
+    CHECK(before && after && before_size == after_size && !memcmp(before, after, after_size),
+          "%s: the bundle already there was changed", what);
+    free(before);
+    free(after);
+}
+
+/* A child's export to FOLDER/new.jbb, where nothing was, killed (SIGKILL) right after its link:
+ * the bundle is whole at its name and nothing else is in the folder (no temporary name). */
+static void killed_after_linking_a_new_bundle(void)
+{
+    const char *what = "an export to a new name killed after its link";
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/new.jbb", at("linked"));
+    shell("mkdir -p %s%s", at("linked"), "");
+    pid_t pid = fork_with_deadline(what, 120);
+    if (pid == 0) {
+        jb__test_set_point(JB_TEST_BUNDLE_LINKED, killed_here, NULL);
+        export_in_child(path);
+        _exit(3);
+    }
+    int status = wait_child_with_deadline(pid, 125, what);
+    CHECK(status != -1 && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
+          "%s: the export was not killed at its test point (wait status %d)", what, status);
+    folder_holds(at("linked"), "new.jbb\n", what);
+    CHECK(whole_bundle(path), "%s: the bundle at its name is not whole", what);
+}
+
+static int pause_pipes[2][2]; /* [0]: the child says it is at the point; [1]: it may go on */
+
+static void paused_here(void *ctx, const char *arg)
+{
+    (void)ctx;
+    (void)arg;
+    char byte = 1;
+    if (write(pause_pipes[0][1], &byte, 1) != 1 || read(pause_pipes[1][0], &byte, 1) != 1)
+        _exit(5);
+}
+
+/* A child's export over FOLDER/old.jbb, paused with its bundle under its temporary name, while
+ * this process exports into the same folder: the live export's temporary is not swept, and the
+ * paused export then puts its bundle in place. */
+static void live_export_not_swept(const char *good, const char *folder, bool named)
+{
+    const char *what = named ? "a live export through a named temporary, paused before its "
+                               "rename"
+                             : "a live export paused before its rename";
+    char old[PATH_MAX + 64];
+    snprintf(old, sizeof old, "%s/old.jbb", at(folder));
+    shell("mkdir -p %s%s", at(folder), "");
+    shell("cp %s %s", good, old);
+    CHECK(pipe(pause_pipes[0]) == 0 && pipe(pause_pipes[1]) == 0, "pipe: %s", strerror(errno));
+    pid_t pid = fork_with_deadline(what, 120);
+    if (pid == 0) {
+        jb__test_set_unnamed_refused(named);
+        jb__test_set_point(JB_TEST_BUNDLE_LINKED, paused_here, NULL);
+        uint64_t exported = 0, skipped = 9;
+        _exit(jb_disk_cache_export(&exported, &skipped, old, NULL) == JB_OK ? 0 : 4);
+    }
+    /* Only the child writes the first and reads the second: a child that died reads as EOF. */
+    close(pause_pipes[0][1]);
+    close(pause_pipes[1][0]);
+    char byte = 0;
+    CHECK(read(pause_pipes[0][0], &byte, 1) == 1, "%s: the child never reached its point", what);
+    export_beside(at(folder));
+    char *names = names_in(at(folder));
+    CHECK(names && strstr(names, ".export.tmp\n"), "%s: its temporary was swept (the folder "
+          "holds\n%s)", what, names ? names : "(cannot list it)\n");
+    free(names);
+    CHECK(write(pause_pipes[1][1], &byte, 1) == 1, "%s: cannot resume the child", what);
+    int status = wait_child_with_deadline(pid, 125, what);
+    CHECK(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+          "%s: the paused export failed (wait status %d)", what, status);
+    folder_holds(at(folder), "old.jbb\nother.jbb\n", what);
+    CHECK(whole_bundle(old), "%s: the bundle it put in place is not whole", what);
+    close(pause_pipes[0][0]);
+    close(pause_pipes[1][1]);
+}
+
 /* A destination whose last part is "." or ".." names a folder: refused before anything is
  * written. */
 static void export_to_a_folder_name(void)
@@ -488,6 +613,21 @@ static void export_to_a_folder_name(void)
         close(cwd);
     folder_holds(at("dots"), "inner\n", "an export to a folder's name");
     folder_holds(at("dots/inner"), "", "an export to a folder's name");
+}
+
+/* A destination named as an export's temporary would be swept by the next export beside it:
+ * refused before anything is written. */
+static void export_to_a_temporary_name(void)
+{
+    shell("mkdir -p %s%s", at("tmpname"), "");
+    uint64_t exported = 9, skipped = 9;
+    jb_status status = jb_disk_cache_export(
+        &exported, &skipped, at("tmpname/0123456789abcdef0123456789abcdef.export.tmp"), NULL);
+    CHECK(status == JB_ERR_INVALID_ARGUMENT && strstr(jb_last_error_message(), "temporary") &&
+              exported == 0,
+          "an export to a temporary's name: status %d, '%s'", (int)status,
+          jb_last_error_message());
+    folder_holds(at("tmpname"), "", "an export to a temporary's name");
 }
 
 /* Where the system has no unnamed files (before Linux 3.11, some file systems, no /proc), an
@@ -730,10 +870,26 @@ static int relative_child(void)
     return access(manifest, F_OK) == 0 ? 0 : 5;
 }
 
-/* With a manifest open: while this process holds the manifest's lock, a child it forks (which
- * shares the open file) cannot take it, and can once this process lets go. A lock of the open
- * file's (flock) let parent and child both hold it, and a child's look could then fall in the
- * middle of its parent's line. 0 when so. */
+/* Whether another process, opening the file at `path` itself, can lock it now. */
+static bool another_process_locks(const char *path)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct flock lock = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
+        int fd = open(path, O_RDWR | O_CLOEXEC);
+        _exit(fd >= 0 && fcntl(fd, F_SETLK, &lock) == 0 ? 10 : 11);
+    }
+    int status = 0;
+    return pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+           WEXITSTATUS(status) == 10;
+}
+
+/* With a manifest open: the manifest's lock outlives another descriptor of the file opened and
+ * closed in the process (a process's own lock, F_SETLK, was dropped by that close); while this
+ * process holds it, a child it forks (which shares the open file) cannot take it, and can once
+ * this process lets go (with a lock of the open file's and no handle of its own, parent and
+ * child both held it, and a child's look could fall in the middle of its parent's line). 0 when
+ * so. */
 static int manifest_lock_child(void)
 {
     device = test_device();
@@ -741,13 +897,18 @@ static int manifest_lock_child(void)
         return 2;
     if (!jb__test_manifest_lock(true))
         return 3;
+    int other = open(getenv("JITBRIDGE_MANIFEST"), O_RDONLY | O_CLOEXEC);
+    if (other < 0 || close(other) != 0)
+        return 4;
+    if (another_process_locks(getenv("JITBRIDGE_MANIFEST")))
+        return 8;
     for (int round = 0; round < 2; round++) {
         pid_t pid = fork();
         if (pid == 0)
             _exit(jb__test_manifest_lock(true) ? 10 : 11);
         int status = 0;
         if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status))
-            return 4;
+            return 9;
         if (WEXITSTATUS(status) != (round == 0 ? 11 : 10))
             return round == 0 ? 5 : 6;
         if (round == 0 && !jb__test_manifest_lock(false))
@@ -798,6 +959,59 @@ static int manifest_line_child(void)
     return lines != ENTRIES ? 4 : writes != lines ? 5 : 0;
 }
 
+#define APP_TEXT "the application's own file\n"
+
+/* In a child forked after the application closed the manifest's descriptor and opened a file of
+ * its own at that number: the descriptor is the application's as it was (no O_APPEND, no
+ * O_NONBLOCK, not close-on-exec, its position kept, the same file), and a kernel the child
+ * loads writes nothing into it. 0 when so. */
+static int reused_descriptor_grandchild(int fd, const struct stat *app)
+{
+    struct stat now;
+    int flags = fcntl(fd, F_GETFL), fd_flags = fcntl(fd, F_GETFD);
+    if (flags < 0 || fd_flags < 0 || fstat(fd, &now) != 0 || now.st_dev != app->st_dev ||
+        now.st_ino != app->st_ino)
+        return 20;
+    if ((flags & (O_APPEND | O_NONBLOCK)) || (fd_flags & FD_CLOEXEC) ||
+        lseek(fd, 0, SEEK_CUR) != 3)
+        return 21;
+    return launch_salt(1) ? 0 : 22;
+}
+
+/* The application closes the manifest's descriptor and reuses its number for its own file (or,
+ * `same_file`, a descriptor of its own on the manifest, read only); a child forked then must
+ * not reopen the manifest over it or close it, nor write a line into it. 0 when so. */
+static int manifest_reused_child(bool same_file)
+{
+    device = test_device();
+    if (!device || !launch_salt(0)) /* opens the manifest */
+        return 2;
+    int fd = jb__test_manifest_fd();
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s.app", getenv("JITBRIDGE_MANIFEST"));
+    if (fd < 0 || close(fd) != 0)
+        return 3;
+    int app = same_file ? open(getenv("JITBRIDGE_MANIFEST"), O_RDONLY)
+                        : open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    if (app < 0 || (app != fd && (dup2(app, fd) != fd || close(app) != 0)))
+        return 4;
+    struct stat st;
+    if ((!same_file && write(fd, APP_TEXT, strlen(APP_TEXT)) != (ssize_t)strlen(APP_TEXT)) ||
+        lseek(fd, 3, SEEK_SET) != 3 || fstat(fd, &st) != 0)
+        return 5;
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(reused_descriptor_grandchild(fd, &st));
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status))
+        return 6;
+    if (WEXITSTATUS(status) != 0 || same_file)
+        return WEXITSTATUS(status);
+    char text[256];
+    ssize_t n = pread(fd, text, sizeof text, 0);
+    return n == (ssize_t)strlen(APP_TEXT) && memcmp(text, APP_TEXT, (size_t)n) == 0 ? 0 : 7;
+}
+
 /* Runs this test binary again as `mode`, in `dir` (NULL: here), with `env` (NAME, VALUE pairs,
  * NULL-ended) set: its exit status, -1 when it did not exit (or not start). */
 static int run_self(const char *argv0, const char *mode, const char *dir, const char *const *env)
@@ -826,8 +1040,22 @@ static void manifest_lock_and_fork(const char *argv0)
     CHECK(status == 0, "the manifest's lock and fork: %s (child status %d)",
           status == 5   ? "a forked child took the lock its parent held"
           : status == 6 ? "a forked child could not take the lock its parent let go"
+          : status == 8 ? "another descriptor's close dropped the lock"
                         : "the child failed",
           status);
+    const char *modes[] = {"manifest-reused-child", "manifest-reused-same-child"};
+    for (int i = 0; i < 2; i++) {
+        const char *reused[] = {"JITBRIDGE_MANIFEST", at("reused.manifest"), NULL};
+        status = run_self(argv0, modes[i], NULL, reused);
+        CHECK(status == 0, "a child forked after the manifest's descriptor was reused (%s): %s "
+              "(child status %d)",
+              i ? "on the manifest itself" : "for another file",
+              status == 20   ? "the descriptor leads to another file, or is closed"
+              : status == 21 ? "the descriptor's flags or position changed"
+              : status == 7  ? "a line was written into the application's file"
+                             : "the child failed",
+              status);
+    }
 }
 
 /* Each manifest line is one write() on the O_APPEND handle: processes appending together then
@@ -911,6 +1139,10 @@ int main(int argc, char **argv)
         return manifest_line_child();
     if (argc == 2 && strcmp(argv[1], "empty-cache-child") == 0)
         return empty_cache_child();
+    if (argc == 2 && strcmp(argv[1], "manifest-reused-child") == 0)
+        return manifest_reused_child(false);
+    if (argc == 2 && strcmp(argv[1], "manifest-reused-same-child") == 0)
+        return manifest_reused_child(true);
     char made[] = "/tmp/jb_bundle_XXXXXX";
     CHECK(mkdtemp(made) != NULL, "mkdtemp: %s", strerror(errno));
     snprintf(base, sizeof base, "%s", made);
@@ -935,7 +1167,13 @@ int main(int argc, char **argv)
     export_killed(good, "killed", export_in_child, "an export killed while it writes");
     export_killed(good, "orphan", export_after_main_exited,
                   "an export killed while it writes, the main thread gone");
+    killed_before_the_rename(good, "renamed", false);
+    killed_before_the_rename(good, "renamed-named", true);
+    killed_after_linking_a_new_bundle();
+    live_export_not_swept(good, "live", false);
+    live_export_not_swept(good, "live-named", true);
     export_to_a_folder_name();
+    export_to_a_temporary_name();
     export_without_unnamed_files(good);
     changed_while_open(good);
     transient_reads(good);

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 #define JB_MAX_DEVICES 64
 #define JB_PROBE_MAX_THREADS 1024
@@ -102,6 +103,7 @@ typedef enum jb_fork_slot {
     JB_FORK_CALLBACKS,      /* base/callback.c: a leaf */
     JB_FORK_CPU_EVENTS,     /* cpu/cpu_backend.c: its events' mutexes */
     JB_FORK_GRAPHS,         /* kernels/graph.c: each graph's mutex */
+    JB_FORK_MANIFEST,       /* store/manifest.c: no lock; the child opens its own handle */
     JB_FORK_SLOTS
 } jb_fork_slot;
 typedef void (*jb_fork_handler)(jb_fork_phase phase);
@@ -220,9 +222,21 @@ void *jb__realloc_array(void *data, size_t count, size_t size);
 /* Whether a failed call's errno means "not now" (out of descriptors or memory, interrupted,
  * would block, a network disk's I/O error): retried later, never a reason to evict or give up. */
 bool jb__errno_is_transient(int err);
+/* Whether two stats describe one file (device and inode). */
+bool jb__same_file(const struct stat *a, const struct stat *b);
 /* Whether the file on `fd` is on a network file system (NFS, SMB, 9P, FUSE), where locks may not
  * work or cost a round trip to a server. */
 bool jb__network_file_system(int fd);
+/* What a lock on an open file falls back to on a kernel without open file description locks
+ * (before 3.15: F_OFD_SETLK fails with EINVAL). */
+typedef enum jb_lock_fallback {
+    JB_LOCK_OR_FLOCK,   /* flock: held by the open file too (a forked child shares it) */
+    JB_LOCK_OR_PROCESS, /* fcntl F_SETLK: the process's (any of its closes drops it) */
+} jb_lock_fallback;
+/* Takes (F_WRLCK) or lets go of (F_UNLCK) a lock on the whole file held by the open file
+ * description of `fd` (F_OFD_SETLK), without waiting: 0, or the errno (EAGAIN: another holds
+ * it; ENOLCK and others: locks do not work here). */
+int jb__lock_open_file(int fd, short type, jb_lock_fallback fallback);
 /* The wait before trying again a set-up that failed for now (the disk cache folder, the
  * compiler's version query): it doubles with each failure in a row, from 50 ms to 30 s. Zeroed
  * is ready; its user serializes the failures (its own lock), any thread may ask if it is due. */
@@ -426,6 +440,8 @@ typedef enum jb_test_point {
                              * is named; arg: its destination path */
     JB_TEST_EVENT_MADE,     /* events.c: an event made to be delivered or queued, on the
                              * raising thread; arg: its kind's name */
+    JB_TEST_BUNDLE_LINKED,  /* bundle_export.c: a bundle linked at a name in its folder (its
+                             * path, or a temporary one before the rename); arg: that name */
     JB_TEST_POINTS
 } jb_test_point;
 typedef void (*jb_test_point_fn)(void *ctx, const char *arg);

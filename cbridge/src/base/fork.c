@@ -23,6 +23,8 @@
  *      reuses pooled ones that a parent thread may have been waiting on at the fork
  *   8. the list of graphs (graph.c; a leaf, the same way): the child makes each graph's mutex
  *      anew, since it may launch a graph that a parent thread was launching at the fork
+ *   9. the manifest (manifest.c; takes no lock): the child opens the file anew, so that its
+ *      lock on it excludes its parent's (a lock of the open file's is shared across fork)
  *
  * Per-event mutexes and the cpu streams' worker state are not taken: in the child, streams made
  * before the fork are not used (jb__fork_generation). Nor is a bounds record's

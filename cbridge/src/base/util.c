@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/file.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 #include <errno.h>
@@ -237,6 +238,11 @@ DIR *jb__opendir_at(int dir)
     return d;
 }
 
+bool jb__same_file(const struct stat *a, const struct stat *b)
+{
+    return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
+}
+
 bool jb__network_file_system(int fd)
 {
     static const long magics[] = {
@@ -254,4 +260,17 @@ bool jb__network_file_system(int fd)
         if ((long)sf.f_type == magics[i])
             return true;
     return false;
+}
+
+int jb__lock_open_file(int fd, short type, jb_lock_fallback fallback)
+{
+    struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
+    if (fcntl(fd, F_OFD_SETLK, &fl) == 0)
+        return 0;
+    int err = errno;
+    if (err == EINVAL && fallback == JB_LOCK_OR_FLOCK)
+        err = flock(fd, (type == F_UNLCK ? LOCK_UN : LOCK_EX) | LOCK_NB) == 0 ? 0 : errno;
+    else if (err == EINVAL)
+        err = fcntl(fd, F_SETLK, &fl) == 0 ? 0 : errno;
+    return err == EACCES || err == EWOULDBLOCK ? EAGAIN : err;
 }

@@ -1,11 +1,19 @@
 /*
  * Writing a bundle (the format is bundle.c's): the cache folder's entries, or those a manifest
  * names, each read and checked as a load would, streamed into an unnamed file (O_TMPFILE) in
- * the destination's folder. Once whole and fsynced it is linked to a temporary name there and
- * renamed into place: a reader never sees half a bundle, a failed export leaves what was there
- * before, and a process killed while it writes (SIGKILL, the OOM killer) leaves nothing, as
- * the kernel frees the unnamed file. Where there are no unnamed files (before Linux 3.11, some
- * file systems, no /proc to name one through), it is a named temporary file from the start.
+ * the destination's folder. Once whole and fsynced it is linked at the destination in one step
+ * where nothing is there yet (a link never replaces); where a bundle is there, it is linked
+ * under a temporary name (<32 hex>.export.tmp) and renamed over it. A reader never sees half a
+ * bundle, a failed export leaves what was there before, and a process killed while it writes
+ * (SIGKILL, the OOM killer) leaves nothing, as the kernel frees the unnamed file. Where there
+ * are no unnamed files (before Linux 3.11, some file systems, no /proc to name one through), it
+ * is a named temporary file from the start.
+ *
+ * A kill between the temporary's link (or creation) and the rename leaves the temporary: the
+ * next export into that folder removes it. The exporter holds its file's lock (an open file
+ * description's, which dies with it) for as long as the file has a temporary name; a sweep
+ * removes only temporaries of an export's name that are ours, regular, of one link, and whose
+ * lock it takes (never a live export's), checked again at the name just before the unlink.
  */
 #include "store.h"
 
@@ -226,6 +234,61 @@ static void finish(export_state *x)
     jb__strbuf_free(&fp);
 }
 
+/* Whether a file an export's temporary name leads to may be what a killed export left. */
+static bool may_be_abandoned(const struct stat *st)
+{
+    return S_ISREG(st->st_mode) && st->st_uid == geteuid() && st->st_nlink == 1;
+}
+
+/* Removes the temporaries killed exports left in `folder` (the header comment says which). */
+static void sweep_abandoned(int folder)
+{
+    DIR *d = jb__opendir_at(folder);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        struct stat at_name, held;
+        if (!jb__disk_is_temporary_name_as(e->d_name, JB_EXPORT_TEMPORARY_SUFFIX) ||
+            fstatat(folder, e->d_name, &at_name, AT_SYMLINK_NOFOLLOW) != 0 ||
+            !may_be_abandoned(&at_name))
+            continue;
+        int fd = openat(folder, e->d_name, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY |
+                                               O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        if (fstat(fd, &held) == 0 && jb__same_file(&held, &at_name) && may_be_abandoned(&held) &&
+            jb__lock_open_file(fd, F_WRLCK, JB_LOCK_OR_FLOCK) == 0 &&
+            fstatat(folder, e->d_name, &at_name, AT_SYMLINK_NOFOLLOW) == 0 &&
+            jb__same_file(&held, &at_name))
+            unlinkat(folder, e->d_name, 0);
+        close(fd); /* lets go of the lock */
+    }
+    closedir(d);
+}
+
+/* A named temporary in `folder` (its name in `name`), locked before a sweep can take it: one
+ * that took it between its creation and the lock is told by the name no longer leading to it,
+ * and another is made. Where locks do not work, no sweep takes one either. */
+static int create_locked_temporary(int folder, char *name, size_t len)
+{
+    for (int tries = 0; tries < 4; tries++) {
+        int fd = jb__disk_create_temporary_as(folder, name, len, JB_EXPORT_TEMPORARY_SUFFIX);
+        if (fd < 0)
+            return -1;
+        int err = jb__lock_open_file(fd, F_WRLCK, JB_LOCK_OR_FLOCK);
+        struct stat held, at_name;
+        if ((err != 0 && err != EAGAIN) ||
+            (err == 0 && fstat(fd, &held) == 0 &&
+             fstatat(folder, name, &at_name, AT_SYMLINK_NOFOLLOW) == 0 &&
+             jb__same_file(&held, &at_name)))
+            return fd;
+        close(fd); /* a sweep has it, and removes it */
+    }
+    errno = EAGAIN;
+    return -1;
+}
+
 /* The handle of the folder `path` names a file in (-1 with errno when it cannot be opened), and
  * that file's name in it (*base). */
 static int open_folder_of(const char *path, const char **base)
@@ -253,18 +316,29 @@ jb_status jb_disk_cache_export(uint64_t *exported, uint64_t *skipped, const char
                      strlen(path) >= PATH_MAX,
                  JB_ERR_INVALID_ARGUMENT, "jb_disk_cache_export: '%s' does not name a file",
                  path);
+    /* A bundle under an export's temporary name would be swept by the next export beside it. */
+    JB_RETURN_IF(jb__disk_is_temporary_name_as(base, JB_EXPORT_TEMPORARY_SUFFIX),
+                 JB_ERR_INVALID_ARGUMENT,
+                 "jb_disk_cache_export: '%s' is named as an export's temporary file (32 hex "
+                 "digits, %s), which exports into its folder remove",
+                 path, JB_EXPORT_TEMPORARY_SUFFIX);
     int dir;
     bool ours; /* only read here: whether the folder is marked does not matter */
     JB_FORWARD_IF_ERROR(jb__disk_open_for_maintenance(&dir, &ours));
     export_state x = {.at = JB_BUNDLE_HEADER_BYTES};
     char name[64]; /* the file's temporary name in the folder, once `named` */
-    bool named = false;
+    bool named = false, placed = false; /* placed: linked at `path` itself */
     int folder = open_folder_of(path, &base);
+    if (folder >= 0)
+        sweep_abandoned(folder);
     x.out = folder >= 0 ? jb__disk_create_unnamed(folder) : -1;
+    /* Locked before it is ever named: a sweep passes it by. */
+    if (x.out >= 0)
+        jb__lock_open_file(x.out, F_WRLCK, JB_LOCK_OR_FLOCK);
     /* Whatever kept an unnamed file from being made, a named one works wherever it did before
      * (and where neither can be made, its error is the one reported). */
     if (x.out < 0 && folder >= 0) {
-        x.out = jb__disk_create_temporary(folder, name, sizeof name);
+        x.out = create_locked_temporary(folder, name, sizeof name);
         named = x.out >= 0;
     }
     int status = JB_OK;
@@ -287,25 +361,32 @@ jb_status jb_disk_cache_export(uint64_t *exported, uint64_t *skipped, const char
                           strerror(x.error));
     if (status == JB_OK)
         JB_TEST_POINT(JB_TEST_BUNDLE_WRITTEN, path);
+    /* Nothing at `path` yet: linked there in one step, which no kill can leave half done. */
     if (status == JB_OK && !named) {
-        named = jb__disk_name_unnamed(folder, x.out, name, sizeof name) == 0;
-        if (!named)
+        placed = jb__disk_link_unnamed(folder, x.out, base) == 0;
+        if (!placed && errno == EEXIST) /* replaced by a rename, from a temporary name */
+            named = jb__disk_name_unnamed(folder, x.out, name, sizeof name,
+                                          JB_EXPORT_TEMPORARY_SUFFIX) == 0;
+        if (!placed && !named)
             status = jb__fail(JB_ERR_SYSTEM, "cannot put the bundle at %s: %s", path,
                               strerror(errno));
     }
-    if (x.out >= 0 && close(x.out) != 0 && status == JB_OK)
-        status = jb__fail(JB_ERR_SYSTEM, "writing the bundle %s failed: %s", path,
-                          strerror(errno));
-    if (status == JB_OK && renameat(folder, name, folder, base) != 0)
+    if (status == JB_OK)
+        JB_TEST_POINT(JB_TEST_BUNDLE_LINKED, placed ? base : name);
+    if (status == JB_OK && !placed && renameat(folder, name, folder, base) != 0)
         status = jb__fail(JB_ERR_SYSTEM, "cannot put the bundle at %s: %s", path,
                           strerror(errno));
     if (status == JB_OK) {
-        fsync(folder); /* the rename itself survives a crash */
+        fsync(folder); /* the link or rename itself survives a crash */
         *exported = x.count;
         *skipped = x.skipped;
     } else if (named) {
         unlinkat(folder, name, 0);
     }
+    /* Closed (and its lock let go) only once the temporary name is gone; finish's fsync
+     * reported any write error a close could. */
+    if (x.out >= 0)
+        close(x.out);
     if (folder >= 0)
         close(folder);
     if (dir >= 0)

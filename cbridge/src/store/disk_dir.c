@@ -375,12 +375,20 @@ bool jb__lease_is_name(const char *name)
            strcmp(name + JB_DISK_ENTRY_HEX, JB_LEASE_SUFFIX) == 0;
 }
 
+#define TEMPORARY_HEX 32 /* the random part of a temporary name */
+
+bool jb__disk_is_temporary_name_as(const char *name, const char *suffix)
+{
+    return strlen(name) == TEMPORARY_HEX + strlen(suffix) && lowercase_hex(name, TEMPORARY_HEX) &&
+           strcmp(name + TEMPORARY_HEX, suffix) == 0;
+}
+
 /* Today's random names (32 hex digits), and an older version's <entry>.<pid>.<serial>.tmp. */
 static bool is_temporary_name(const char *name)
 {
-    size_t len = strlen(name), hex = 32, entry = JB_DISK_ENTRY_HEX + strlen(JB_DISK_ENTRY_SUFFIX);
-    if (len == hex + strlen(TEMPORARY_SUFFIX) && lowercase_hex(name, hex))
-        return strcmp(name + hex, TEMPORARY_SUFFIX) == 0;
+    size_t len = strlen(name), entry = JB_DISK_ENTRY_HEX + strlen(JB_DISK_ENTRY_SUFFIX);
+    if (jb__disk_is_temporary_name_as(name, TEMPORARY_SUFFIX))
+        return true;
     char head[64];
     if (len <= entry + 1 || entry >= sizeof head)
         return false;
@@ -391,7 +399,7 @@ static bool is_temporary_name(const char *name)
            digits_then(&rest, '.') && strcmp(rest - 1, TEMPORARY_SUFFIX) == 0;
 }
 
-static void temporary_name(char *out, size_t len)
+static void temporary_name(char *out, size_t len, const char *suffix)
 {
     uint64_t r[2];
     if (getrandom(r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) {
@@ -399,14 +407,19 @@ static void temporary_name(char *out, size_t len)
         r[0] = jb__now_ns() ^ ((uint64_t)getpid() << 40);
         r[1] = jb__fnv1a64(r, sizeof r[0], atomic_fetch_add(&serial, 1) + JB_FNV_SEED);
     }
-    snprintf(out, len, "%016" PRIx64 "%016" PRIx64 TEMPORARY_SUFFIX, r[0], r[1]);
+    snprintf(out, len, "%016" PRIx64 "%016" PRIx64 "%s", r[0], r[1], suffix);
 }
 
 int jb__disk_create_temporary(int dir, char *name, size_t len)
 {
+    return jb__disk_create_temporary_as(dir, name, len, TEMPORARY_SUFFIX);
+}
+
+int jb__disk_create_temporary_as(int dir, char *name, size_t len, const char *suffix)
+{
     int fd = -1;
     for (int i = 0; i < TMP_NAME_TRIES && fd < 0; i++) {
-        temporary_name(name, len);
+        temporary_name(name, len, suffix);
         fd = openat(dir, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK,
                     0600);
         if (fd < 0 && errno != EEXIST)
@@ -419,12 +432,6 @@ int jb__disk_create_temporary(int dir, char *name, size_t len)
  * CAP_DAC_READ_SEARCH): the calling thread's first, as /proc/self/fd is gone once the main
  * thread has exited; /proc/self for kernels before 3.17, which have no thread-self. */
 static const char *const proc_fd_formats[2] = {"/proc/thread-self/fd/%d", "/proc/self/fd/%d"};
-
-/* Whether two stats describe one file. */
-static bool same_file(const struct stat *a, const struct stat *b)
-{
-    return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
-}
 
 #ifdef JB_TEST_HOOKS
 static atomic_bool unnamed_refused;
@@ -452,7 +459,7 @@ int jb__disk_create_unnamed(int dir)
     for (int i = 0; reachable && i < 2; i++) {
         char proc[48];
         snprintf(proc, sizeof proc, proc_fd_formats[i], fd);
-        if (stat(proc, &by_path) == 0 && same_file(&by_path, &held))
+        if (stat(proc, &by_path) == 0 && jb__same_file(&by_path, &held))
             return fd;
     }
     close(fd);
@@ -474,27 +481,35 @@ static int link_through_proc(int fd, int dir, const char *name)
     return linked;
 }
 
-int jb__disk_name_unnamed(int dir, int fd, char *name, size_t len)
+int jb__disk_link_unnamed(int dir, int fd, const char *name)
 {
-    int linked = -1;
-    for (int i = 0; i < TMP_NAME_TRIES && linked != 0; i++) {
-        temporary_name(name, len);
-        linked = link_through_proc(fd, dir, name);
-        if (linked != 0 && errno != EEXIST)
-            return -1;
-    }
-    if (linked != 0)
+    if (link_through_proc(fd, dir, name) != 0)
         return -1;
     /* The name must lead to this file: not to another one that took its descriptor number
      * meanwhile (a thread that closed and reopened it). */
     struct stat held, named;
     if (fstat(fd, &held) != 0 || fstatat(dir, name, &named, AT_SYMLINK_NOFOLLOW) != 0 ||
-        !same_file(&held, &named)) {
-        unlinkat(dir, name, 0);
+        !jb__same_file(&held, &named)) {
         errno = ESTALE;
         return -1;
     }
     return 0;
+}
+
+int jb__disk_name_unnamed(int dir, int fd, char *name, size_t len, const char *suffix)
+{
+    int linked = -1;
+    for (int i = 0; i < TMP_NAME_TRIES && linked != 0; i++) {
+        temporary_name(name, len, suffix);
+        linked = jb__disk_link_unnamed(dir, fd, name);
+        if (linked != 0 && errno == ESTALE) { /* a random name: no one else's file */
+            unlinkat(dir, name, 0);
+            errno = ESTALE;
+        }
+        if (linked != 0 && errno != EEXIST)
+            return -1;
+    }
+    return linked;
 }
 
 /* A failure to be told apart from "no": -1 when errno is transient, else `otherwise`. */

@@ -33,7 +33,6 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -122,13 +121,7 @@ static int try_lock(int fd)
     if (injected)
         return injected;
 #endif
-    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
-    if (fcntl(fd, F_OFD_SETLK, &fl) == 0)
-        return 0;
-    int err = errno;
-    if (err == EINVAL) /* a kernel without OFD locks (before 3.15): flock is per handle too */
-        err = flock(fd, LOCK_EX | LOCK_NB) == 0 ? 0 : errno;
-    return err == EACCES || err == EWOULDBLOCK ? EAGAIN : err;
+    return jb__lock_open_file(fd, F_WRLCK, JB_LOCK_OR_FLOCK);
 }
 
 /* Whether an entry stands at its name now (the holder stored it), other than `stale` (the one

@@ -7,12 +7,15 @@
  * lines never interleave, and a line is at most JB_MANIFEST_LINE_MAX bytes (a longer one is not
  * written). A line that another writer left cut (its disk full) is ended before the next one, so
  * that the next is not glued to it and lost with it: the writer looks at the file's last byte
- * under a write lock on the file (a process's own, so a forked child's excludes its parent's;
- * a reader's read lock delays it, three lines at most), where it can (not on a network file
- * system, not when the lock stays taken, not on a file it may not read). The file is opened
- * once (no link followed, never blocking: a FIFO is refused) and must be a regular file of ours
- * that no one else may write. Writing is best effort: a failure stops it with one warning and
- * never fails a build.
+ * under a write lock on the file (its open file description's, F_OFD_SETLK, which no other
+ * descriptor's close drops; a forked child opens the file anew, so that its lock excludes its
+ * parent's; a reader's read lock delays it, three lines at most), where it can (not on a
+ * network file system, not when the lock stays taken, not on a file it may not read). The file
+ * is opened once (no link followed, never blocking: a FIFO is refused) and must be a regular
+ * file of ours that no one else may write; its device and inode are kept, and a descriptor that
+ * no longer leads to them, appending and closed on exec (the application closed ours and reused
+ * its number), is never written, reopened or closed. Writing is best effort: a failure stops it with one warning and never fails a
+ * build.
  */
 #include "store.h"
 
@@ -27,6 +30,8 @@
 
 static pthread_once_t open_once = PTHREAD_ONCE_INIT;
 static atomic_int manifest_fd = -1;
+static dev_t manifest_dev; /* the file manifest_fd was opened on: set before it is published */
+static ino_t manifest_ino;
 /* Whether a writer looks for a line left cut: a local file we may read, and the lock not found
  * taken for LOCK_GIVE_UP lines in a row. Under the module cache's write lock, like builds. */
 static bool look_for_cut;
@@ -72,6 +77,8 @@ static void open_manifest(void)
         return;
     }
     look_for_cut = readable && !jb__network_file_system(fd);
+    manifest_dev = st.st_dev;
+    manifest_ino = st.st_ino;
     atomic_store(&manifest_fd, fd);
 }
 
@@ -96,18 +103,84 @@ static void stop(const char *why)
     }
 }
 
-/* Sets (F_WRLCK) or clears (F_UNLCK) the process's lock on the whole file, without waiting. */
-static bool file_lock(int fd, short type)
+/* Whether `fd` is still the manifest's descriptor: it leads to the file the manifest was opened
+ * on, appending and closed on exec (an application's own descriptor that took its number, even
+ * one on the same file, most likely lacks these). Safe in a fork child (fstat, fcntl). */
+static bool is_manifest(int fd)
 {
-    struct flock lock = {.l_type = type, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
-    return fcntl(fd, F_SETLK, &lock) == 0;
+    struct stat st;
+    int fd_flags = fcntl(fd, F_GETFD), flags = fcntl(fd, F_GETFL);
+    return fd_flags >= 0 && (fd_flags & FD_CLOEXEC) && flags >= 0 && (flags & O_APPEND) &&
+           fstat(fd, &st) == 0 && st.st_dev == manifest_dev && st.st_ino == manifest_ino;
 }
+
+/* Stops writing with one warning, leaving the descriptor open: it is no longer ours. */
+static void forget(void)
+{
+    if (atomic_exchange(&manifest_fd, -1) >= 0)
+        jb__warn("JITBRIDGE_MANIFEST: its descriptor now leads to another file (closed by the "
+                 "application?); no more lines are written");
+}
+
+/* Sets (F_WRLCK) or clears (F_UNLCK) the open file's lock on the whole file, without waiting:
+ * 0, or the errno (EAGAIN: another holds it). */
+static int file_lock(int fd, short type)
+{
+    return jb__lock_open_file(fd, type, JB_LOCK_OR_PROCESS);
+}
+
+/* "/proc/self/fd/<fd>" in `out`, without snprintf, which a fork child's handler may not call. */
+static void proc_fd_path(char out[32], int fd)
+{
+    static const char prefix[] = "/proc/self/fd/";
+    char digits[12];
+    int n = 0;
+    for (unsigned v = (unsigned)fd; n == 0 || v; v /= 10)
+        digits[n++] = (char)('0' + v % 10);
+    memcpy(out, prefix, sizeof prefix - 1);
+    char *at = out + sizeof prefix - 1;
+    while (n)
+        *at++ = digits[--n];
+    *at = '\0';
+}
+
+/* A forked child shares the open file, and with it the lock: it opens the file anew, so that
+ * its lock excludes its parent's. Where it cannot (no /proc), it writes without the look. */
+static void manifest_fork(jb_fork_phase phase)
+{
+    int fd = atomic_load(&manifest_fd);
+    if (phase != JB_FORK_CHILD || fd < 0)
+        return;
+    if (!is_manifest(fd)) { /* the application's file now: never written, never reopened */
+        atomic_store(&manifest_fd, -1);
+        return;
+    }
+    if (!look_for_cut)
+        return; /* no look, no lock: the shared handle writes lines as well (no open wasted) */
+    char proc[32];
+    proc_fd_path(proc, fd);
+    int own = open(proc, O_RDWR | O_APPEND | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (own >= 0 && is_manifest(own)) {
+        atomic_store(&manifest_fd, own);
+        close(fd);
+        return;
+    }
+    if (own >= 0)
+        close(own);
+    look_for_cut = false;
+}
+JB_FORK_HANDLER(JB_FORK_MANIFEST, manifest_fork)
 
 #ifdef JB_TEST_HOOKS
 bool jb__test_manifest_lock(bool take)
 {
     int fd = atomic_load(&manifest_fd);
-    return fd >= 0 && file_lock(fd, take ? F_WRLCK : F_UNLCK);
+    return fd >= 0 && file_lock(fd, take ? F_WRLCK : F_UNLCK) == 0;
+}
+
+int jb__test_manifest_fd(void)
+{
+    return atomic_load(&manifest_fd);
 }
 #endif
 
@@ -120,11 +193,12 @@ static bool lock_briefly(int fd)
     for (int tries = 0; tries < 10; tries++) {
         if (tries)
             usleep(100);
-        if (file_lock(fd, F_WRLCK)) {
+        int err = file_lock(fd, F_WRLCK);
+        if (err == 0) {
             lock_misses = 0;
             return true;
         }
-        if (errno != EACCES && errno != EAGAIN && errno != EINTR) {
+        if (err != EAGAIN && err != EINTR) {
             look_for_cut = false; /* no locks here (ENOLCK): never waited for again */
             return false;
         }
@@ -184,6 +258,10 @@ void jb__manifest_record(const char *backend, const char *arch, const jb_disk_ke
         return;
     }
     int fd = atomic_load(&manifest_fd);
+    if (fd >= 0 && !is_manifest(fd)) {
+        forget();
+        fd = -1;
+    }
     bool locked = fd >= 0 && look_for_cut && lock_briefly(fd);
     size_t from = locked && ends_cut(fd) ? 0 : line_start, len = sb.len - from;
     ssize_t n = fd >= 0 ? write(fd, sb.data + from, len) : -1;

@@ -28,15 +28,23 @@ bool jb__disk_folder_is_ours(void);
 bool jb__disk_is_entry_name(const char *name);
 bool jb__disk_is_record_name(const char *name);
 /* Creates a new temporary file, 0600, under a random name (written to `name`) in `dir`: its fd,
- * or -1 (errno). */
+ * or -1 (errno). The name is 32 hex digits and ".tmp", or `suffix` (_as). */
 int jb__disk_create_temporary(int dir, char *name, size_t len);
+int jb__disk_create_temporary_as(int dir, char *name, size_t len, const char *suffix);
+/* Whether `name` is a random temporary name with `suffix`, as jb__disk_create_temporary_as
+ * makes them. */
+bool jb__disk_is_temporary_name_as(const char *name, const char *suffix);
 /* Creates an unnamed file (O_TMPFILE), 0600, in `dir`, which the kernel frees if the process
  * dies before jb__disk_name_unnamed names it: its fd, or -1 (errno) where the system has none
  * (an old kernel, some file systems) or no /proc to name it through. */
 int jb__disk_create_unnamed(int dir);
-/* Names the unnamed file `fd` (made in `dir`) there, under a random temporary name (written to
- * `name`), as jb__disk_create_temporary would have: 0, or -1 (errno). */
-int jb__disk_name_unnamed(int dir, int fd, char *name, size_t len);
+/* Links the unnamed file `fd` (made in `dir`) at `name` there, which must not exist (EEXIST):
+ * 0, or -1 (errno; ESTALE: the name was made but leads to another file, which took the
+ * descriptor's number meanwhile). */
+int jb__disk_link_unnamed(int dir, int fd, const char *name);
+/* Names the unnamed file `fd` (made in `dir`) there, under a random temporary name with `suffix`
+ * (written to `name`), as jb__disk_create_temporary_as would have: 0, or -1 (errno). */
+int jb__disk_name_unnamed(int dir, int fd, char *name, size_t len, const char *suffix);
 /* Turns the cache off for this process with one warning (fmt has one %s for detail). */
 void jb__disk_turn_off(const char *fmt, const char *detail);
 /* Sets up again after the folder or its tmp/ was removed; whether storing can go on now. */
@@ -133,6 +141,9 @@ bool jb__hex_digest(const char *hex, unsigned char digest[JB_SHA256_BYTES]);
 #define JB_BUNDLE_HEADER_BYTES 128
 #define JB_BUNDLE_INDEX_BYTES 96
 #define JB_BUNDLE_MAX_ENTRIES (1u << 20) /* a reader refuses a bundle of more */
+/* An export's temporary names in the bundle's folder (32 hex digits before it): apart from the
+ * cache writers' ".tmp", which hold no lock, as an export sweeps only its own kind. */
+#define JB_EXPORT_TEMPORARY_SUFFIX ".export.tmp"
 /* The entries a bundle may hold: JB_BUNDLE_MAX_ENTRIES (fewer under a test hook). */
 size_t jb__bundle_max_entries(void);
 typedef struct jb_bundle jb_bundle;
@@ -190,6 +201,8 @@ void jb__test_set_bundle_max_entries(size_t max);
 /* Takes (true) or lets go of (false) the manifest's lock as a writer does, without waiting:
  * whether that worked (false with no manifest open). */
 bool jb__test_manifest_lock(bool take);
+/* The manifest's descriptor (-1: none open). */
+int jb__test_manifest_fd(void);
 #endif
 
 /* ---- leases (lease.c): one compile per key across the processes of one cache folder ---- */
