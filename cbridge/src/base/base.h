@@ -418,6 +418,8 @@ typedef enum jb_test_point {
                              * arg: its path */
     JB_TEST_BUNDLE_WRITTEN, /* bundle_export.c: a bundle written whole and fsynced, before it
                              * is named; arg: its destination path */
+    JB_TEST_LEASE_WAITING,  /* lease.c: a build's wait for another process's lease begins;
+                             * arg: the lease's file name */
     JB_TEST_POINTS
 } jb_test_point;
 typedef void (*jb_test_point_fn)(void *ctx, const char *arg);
