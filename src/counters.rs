@@ -63,12 +63,15 @@ pub struct Counters {
     pub lease_timeouts: u64,
     /// Compiles without a lease: locks do not work in the cache folder.
     pub lease_fallbacks: u64,
+    /// Leases taken over from a holder whose lease stopped moving (a stopped process), then
+    /// compiled.
+    pub lease_stale_takeovers: u64,
 }
 
 impl Counters {
     /// Every counter with its field name, in the struct's order: for a dashboard or an export
     /// (`jitbridge info --json` prints these).
-    pub fn fields(&self) -> [(&'static str, u64); 26] {
+    pub fn fields(&self) -> [(&'static str, u64); 27] {
         [
             ("builds", self.builds),
             ("build_failures", self.build_failures),
@@ -96,6 +99,7 @@ impl Counters {
             ("lease_waits", self.lease_waits),
             ("lease_timeouts", self.lease_timeouts),
             ("lease_fallbacks", self.lease_fallbacks),
+            ("lease_stale_takeovers", self.lease_stale_takeovers),
         ]
     }
 
@@ -129,6 +133,7 @@ impl Counters {
             lease_waits: self.lease_waits - earlier.lease_waits,
             lease_timeouts: self.lease_timeouts - earlier.lease_timeouts,
             lease_fallbacks: self.lease_fallbacks - earlier.lease_fallbacks,
+            lease_stale_takeovers: self.lease_stale_takeovers - earlier.lease_stale_takeovers,
         }
     }
 }

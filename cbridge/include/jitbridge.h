@@ -855,6 +855,8 @@ typedef struct jb_counters {
                                * kernel, then loaded its entry */
     uint64_t lease_timeouts;  /* waits that reached the compile timeout, then compiled alone */
     uint64_t lease_fallbacks; /* compiles without a lease: locks do not work in the folder */
+    uint64_t lease_stale_takeovers; /* leases taken over from a holder whose lease stopped
+                                     * moving (a stopped process), then compiled */
 } jb_counters;
 
 /*

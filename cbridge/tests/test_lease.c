@@ -8,13 +8,17 @@
 #include "../src/kernels/kernels.h"
 #include "helpers.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -48,6 +52,13 @@ static bool launch(jb_device *device, const char *name, float value)
     return exact;
 }
 
+/* Takes a lease as a build does (the deadline: the compile timeout from the first try). */
+static jb_lease_outcome take(const jb_disk_key *key, uint64_t deadline_ns, jb_lease *out)
+{
+    (void)deadline_ns;
+    return jb__lease_acquire(key, NULL, out);
+}
+
 /* A failed compile's mark: within the compile timeout (2 s here) the next taker compiles
  * without the lease; past it, or ahead of the clock (left before a reboot of a machine that had
  * been up longer), it is a lease as any other, taken, and removed by its holder's success. So is
@@ -73,12 +84,12 @@ static void failure_marks(const char *cache)
     };
     for (size_t i = 0; i < sizeof marks / sizeof *marks; i++) {
         jb_lease lease;
-        CHECK(jb__lease_acquire(&key, NULL, jb__now_ns() + 5 * second, &lease) == JB_LEASE_HELD,
+        CHECK(take(&key, jb__now_ns() + 5 * second, &lease) == JB_LEASE_HELD,
               "%s: the first taker", marks[i].what);
         jb__lease_release(&lease, true);
         CHECK(access(path, F_OK) == 0, "%s: a failed compile's lease file was removed",
               marks[i].what);
-        CHECK(jb__lease_acquire(&key, NULL, jb__now_ns() + second, &lease) == JB_LEASE_NONE,
+        CHECK(take(&key, jb__now_ns() + second, &lease) == JB_LEASE_NONE,
               "%s: a fresh failure mark was not honoured", marks[i].what);
         if (!marks[i].mark)
             continue; /* a machine up for under 3 s: no mark is past the timeout yet */
@@ -89,7 +100,7 @@ static void failure_marks(const char *cache)
                       (ssize_t)sizeof marks[i].mark &&
                   (!marks[i].old_file || futimens(fd, hour_ago) == 0) && close(fd) == 0,
               "%s: ageing the mark: %s", marks[i].what, strerror(errno));
-        CHECK(jb__lease_acquire(&key, NULL, jb__now_ns() + second, &lease) == JB_LEASE_HELD,
+        CHECK(take(&key, jb__now_ns() + second, &lease) == JB_LEASE_HELD,
               "%s kept the lease from being taken", marks[i].what);
         jb__lease_release(&lease, false);
         CHECK(access(path, F_OK) != 0, "%s: the holder's success left the old mark",
@@ -141,8 +152,8 @@ static void marks_swept(const char *cache)
     jb__disk_key_name(&key);
     jb_lease held, failing;
     uint64_t deadline = jb__now_ns() + 5000000000ULL;
-    CHECK(jb__lease_acquire(&held_key, NULL, deadline, &held) == JB_LEASE_HELD &&
-              jb__lease_acquire(&key, NULL, deadline, &failing) == JB_LEASE_HELD,
+    CHECK(take(&held_key, deadline, &held) == JB_LEASE_HELD &&
+              take(&key, deadline, &failing) == JB_LEASE_HELD,
           "two leases");
     struct timespec hour_ago[2] = {{time(NULL) - 3600, 0}, {time(NULL) - 3600, 0}};
     CHECK(futimens(held.fd, hour_ago) == 0, "ageing the held lease: %s", strerror(errno));
@@ -159,7 +170,7 @@ static void marks_swept(const char *cache)
 
 /* In a process of its own (as nobody when the test runs as root), a lease file made under a
  * umask that takes the owner's write bit (processes of other umasks share the folder): a
- * taker of a held lease waits for it and times out; it must never remove the holder's file
+ * taker of a held lease finds it busy; it must never remove the holder's file
  * (which it could not open for writing) and take the lease as well. 0 when it waited, 5 when
  * it took the lease too. */
 static int umask_child(void)
@@ -173,16 +184,16 @@ static int umask_child(void)
     jb__disk_key_name(&key);
     jb_lease first, second;
     /* leases/ made by a process of the usual umask, the lease file by one of 0277 */
-    if (jb__lease_acquire(&key, NULL, jb__now_ns() + 5000000000ULL, &first) != JB_LEASE_HELD)
+    if (take(&key, jb__now_ns() + 5000000000ULL, &first) != JB_LEASE_HELD)
         return 4;
     jb__lease_release(&first, false);
     umask(0277);
-    if (jb__lease_acquire(&key, NULL, jb__now_ns() + 5000000000ULL, &first) != JB_LEASE_HELD)
+    if (take(&key, jb__now_ns() + 5000000000ULL, &first) != JB_LEASE_HELD)
         return 4;
-    jb_lease_outcome outcome = jb__lease_acquire(&key, NULL, jb__now_ns() + 200000000ULL, &second);
+    jb_lease_outcome outcome = take(&key, jb__now_ns() + 200000000ULL, &second);
     jb__lease_release(&second, false);
     jb__lease_release(&first, false);
-    return outcome == JB_LEASE_HELD ? 5 : outcome == JB_LEASE_NONE ? 0 : 6;
+    return outcome == JB_LEASE_HELD ? 5 : outcome == JB_LEASE_BUSY ? 0 : 6;
 }
 
 static void umask_without_write(const char *self, const char *base)
@@ -211,10 +222,460 @@ static void umask_without_write(const char *self, const char *base)
           WEXITSTATUS(status));
 }
 
+/* ---- stopped and slow holders (issue 35): each case in processes of its own, all with one
+ * compiler, a wrapper whose first compile of a kernel named lease_stall_* stalls (until `go`
+ * is made, or for `seconds`) and whose other compiles each add a line to `compiles` ---- */
+
+typedef struct lease_case {
+    char dir[PATH_MAX], cache[PATH_MAX + 16], cc[PATH_MAX + 16];
+} lease_case;
+
+static void case_make(lease_case *c, const char *base, const char *name, const char *stall)
+{
+    snprintf(c->dir, sizeof c->dir, "%s/%s", base, name);
+    snprintf(c->cache, sizeof c->cache, "%s/cache", c->dir);
+    snprintf(c->cc, sizeof c->cc, "%s/cc", c->dir);
+    CHECK(mkdir(c->dir, 0700) == 0, "mkdir %s: %s", c->dir, strerror(errno));
+    FILE *f = fopen(c->cc, "w");
+    CHECK(f != NULL, "making %s: %s", c->cc, strerror(errno));
+    if (!f)
+        return;
+    fprintf(f,
+            "#!/bin/sh\n"
+            "[ \"$1\" = --version ] && exec /usr/bin/cc \"$@\"\n"
+            "for a in \"$@\"; do [ -f \"$a\" ] && grep -q lease_stall \"$a\" && stall=1; done\n"
+            "if [ -n \"$stall\" ] && mkdir %s/stalled 2>/dev/null; then\n"
+            "  echo $$ > %s/started.new && mv %s/started.new %s/started\n"
+            "  %s\n"
+            "else\n"
+            "  echo $$ >> %s/compiles\n"
+            "fi\n"
+            "exec /usr/bin/cc \"$@\"\n",
+            c->dir, c->dir, c->dir, c->dir, stall, c->dir);
+    fclose(f);
+    chmod(c->cc, 0700);
+}
+
+/* Starts this test as `mode` with the case's compiler and folder, a 60 s compile timeout (only
+ * a takeover ends a wait for a stopped holder early) and the lease's stale time `stale_ms`. */
+static pid_t case_start(const lease_case *c, const char *self, const char *mode,
+                        const char *stale_ms, const char *kernels)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        setenv("CC", c->cc, 1);
+        setenv("JITBRIDGE_CACHE_DIR", c->cache, 1);
+        setenv("JITBRIDGE_COMPILE_TIMEOUT_MS", "60000", 1);
+        execl(self, self, mode, stale_ms, kernels, c->dir, (char *)NULL);
+        _exit(127);
+    }
+    CHECK(pid > 0, "fork: %s", strerror(errno));
+    return pid;
+}
+
+static bool case_exists(const lease_case *c, const char *name)
+{
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/%s", c->dir, name);
+    return access(path, F_OK) == 0;
+}
+
+/* Polls for `name` in the case's folder (made by another process), 120 s at most. */
+static bool case_await(const lease_case *c, const char *name)
+{
+    for (int i = 0; i < 120 * 200 && !case_exists(c, name); i++)
+        usleep(5000);
+    return case_exists(c, name);
+}
+
+static int case_lines(const lease_case *c, const char *name)
+{
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/%s", c->dir, name);
+    FILE *f = fopen(path, "r");
+    int lines = 0;
+    for (int ch; f && (ch = fgetc(f)) != EOF;)
+        lines += ch == '\n';
+    if (f)
+        fclose(f);
+    return lines;
+}
+
+/* A child's exit status, 120 s at most (then it is killed: a wait that never ended). */
+static int case_wait(pid_t pid)
+{
+    int status = 0;
+    for (int i = 0; i < 120 * 200; i++) {
+        if (waitpid(pid, &status, WNOHANG) == pid)
+            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        usleep(5000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    return -1;
+}
+
+/* A task's state letter (R, S, D, T, Z...) from /proc/<pid>/task/<task>/stat; 0 when gone. */
+static char task_state(int pid, const char *task)
+{
+    char path[128], stat_text[512];
+    snprintf(path, sizeof path, "/proc/%d/task/%s/stat", pid, task);
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(stat_text, 1, sizeof stat_text - 1, f) : 0;
+    if (f)
+        fclose(f);
+    stat_text[n] = '\0';
+    const char *end = strrchr(stat_text, ')');
+    return end && end[1] == ' ' ? end[2] : 0;
+}
+
+/* Whether `pid` runs (a zombie no one reaps, as under an init that reaps nothing, has ended). */
+static bool running(int pid)
+{
+    char task[16];
+    snprintf(task, sizeof task, "%d", pid);
+    char state = task_state(pid, task);
+    return state && state != 'Z' && state != 'X';
+}
+
+/* Lets the stalled compile go and ends the stopped holder, then waits for its compiler. */
+static void case_end_holder(const lease_case *c, pid_t holder)
+{
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/go", c->dir);
+    close(open(path, O_WRONLY | O_CREAT, 0600));
+    kill(holder, SIGKILL);
+    waitpid(holder, NULL, 0);
+    snprintf(path, sizeof path, "%s/started", c->dir);
+    FILE *f = fopen(path, "r");
+    int wrapper = 0;
+    if (f && fscanf(f, "%d", &wrapper) != 1)
+        wrapper = 0;
+    if (f)
+        fclose(f);
+    for (int i = 0; wrapper > 0 && i < 60 * 200 && running(wrapper); i++)
+        usleep(5000);
+}
+
+typedef struct case_result {
+    unsigned long long builds, disk_hits, waits, timeouts, takeovers;
+    int exact, k1_before_takeover;
+} case_result;
+
+static void case_write(const char *dir, const char *name, const case_result *r)
+{
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/%s.%d", dir, name, (int)getpid());
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fprintf(f, "%llu %llu %llu %llu %llu %d %d\n", r->builds, r->disk_hits, r->waits,
+                r->timeouts, r->takeovers, r->exact, r->k1_before_takeover);
+        fclose(f);
+    }
+}
+
+static bool case_read(const lease_case *c, const char *name, pid_t pid, case_result *r)
+{
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/%s.%d", c->dir, name, (int)pid);
+    FILE *f = fopen(path, "r");
+    bool read = f && fscanf(f, "%llu %llu %llu %llu %llu %d %d", &r->builds, &r->disk_hits,
+                            &r->waits, &r->timeouts, &r->takeovers, &r->exact,
+                            &r->k1_before_takeover) == 7;
+    if (f)
+        fclose(f);
+    return read;
+}
+
+static void counters_into(case_result *r)
+{
+    jb_counters c;
+    jb_counters_get(&c, sizeof c);
+    r->builds = c.builds;
+    r->disk_hits = c.disk_hits;
+    r->waits = c.lease_waits;
+    r->timeouts = c.lease_timeouts;
+    r->takeovers = c.lease_stale_takeovers;
+}
+
+static float value_of(const char *kernel)
+{
+    return (float)(strlen(kernel) % 7) + (kernel[strlen(kernel) - 1] == '0' ? 10.0f : 20.0f);
+}
+
+/* Child "launch": launches each kernel of a comma-separated list, in order; writes its
+ * counters to result.<pid>. */
+static int launch_child(const char *kernels, const char *dir)
+{
+    jb_device *device = test_device();
+    if (!device)
+        return 3;
+    char list[256];
+    snprintf(list, sizeof list, "%s", kernels);
+    case_result r = {0};
+    r.exact = 1;
+    for (char *save = NULL, *k = strtok_r(list, ",", &save); k; k = strtok_r(NULL, ",", &save))
+        r.exact &= launch(device, k, value_of(k));
+    counters_into(&r);
+    case_write(dir, "result", &r);
+    return 0;
+}
+
+/* Child "stopped-a": a thread launches lease_stall_k0, whose lease a stopped process holds;
+ * once it waits, a second thread launches lease_k1, whose entry is in the folder: it must end
+ * before the first thread's wait does (no takeover counted yet). */
+typedef struct second_thread {
+    jb_device *device;
+    pthread_t thread;
+    atomic_bool started;
+    bool exact;
+    unsigned long long takeovers_then;
+} second_thread;
+
+static void *launch_k1(void *arg)
+{
+    second_thread *t = arg;
+    t->exact = launch(t->device, "lease_k1", value_of("lease_k1"));
+    jb_counters c;
+    jb_counters_get(&c, sizeof c);
+    t->takeovers_then = c.lease_stale_takeovers;
+    return NULL;
+}
+
+static void start_k1(void *ctx, const char *arg)
+{
+    (void)arg;
+    second_thread *t = ctx;
+    if (!atomic_exchange(&t->started, true) && pthread_create(&t->thread, NULL, launch_k1, t))
+        atomic_store(&t->started, false);
+}
+
+static int stopped_a_child(const char *dir)
+{
+    second_thread t = {.device = test_device()};
+    if (!t.device)
+        return 3;
+    jb__test_set_point(JB_TEST_LEASE_WAITING, start_k1, &t);
+    case_result r = {0};
+    r.exact = launch(t.device, "lease_stall_k0", value_of("lease_stall_k0"));
+    jb__test_set_point(JB_TEST_LEASE_WAITING, NULL, NULL);
+    bool joined = atomic_load(&t.started) && pthread_join(t.thread, NULL) == 0;
+    counters_into(&r);
+    r.exact = r.exact && joined && t.exact;
+    r.k1_before_takeover = joined && t.takeovers_then == 0;
+    case_write(dir, "result", &r);
+    return 0;
+}
+
+/* A holder that compiled lease_k1 and then stalls in lease_stall_k0's compile, stopped there
+ * (SIGSTOP) once its compile started; 0 when it could not be set up. */
+static pid_t stopped_holder(const lease_case *c, const char *self, const char *stale_ms)
+{
+    pid_t holder = case_start(c, self, "launch", stale_ms, "lease_k1,lease_stall_k0");
+    CHECK(case_await(c, "started"), "%s: the holder's compile never started", c->dir);
+    /* Its compiling thread sleeps in the compiler's vfork (state D) until the compile ends,
+     * and a stop sent to the process waits for it there: sent to each thread, the stop takes
+     * the others (the one that keeps the lease fresh among them) at once. */
+    bool stopped = false;
+    for (int i = 0; i < 60 * 200 && !stopped; i++) {
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d/task", (int)holder);
+        DIR *d = opendir(path);
+        stopped = d != NULL;
+        for (struct dirent *e; d && (e = readdir(d));) {
+            char state = task_state((int)holder, e->d_name);
+            if (state == 'R' || state == 'S')
+                syscall(SYS_tgkill, (long)holder, atol(e->d_name), (long)SIGSTOP);
+            stopped &= e->d_name[0] == '.' || (state != 'R' && state != 'S');
+        }
+        if (d)
+            closedir(d);
+        if (!stopped)
+            usleep(5000);
+    }
+    CHECK(stopped, "%s: the holder was not stopped", c->dir);
+    return holder;
+}
+
+/* (a) A holder stopped with k0's lease: another thread's k1, whose entry is in the folder, is
+ * loaded while k0's launch waits (the wait holds no lock of the module cache), and k0's waiter
+ * takes the lease over once its time stood still, long before the 60 s compile timeout. */
+static void stopped_holder_holds_up_nothing(const char *self, const char *base)
+{
+    lease_case c;
+    case_make(&c, base, "stopped", "while [ ! -e $(dirname $0)/go ]; do sleep 0.05; done");
+    pid_t holder = stopped_holder(&c, self, "2000");
+    pid_t waiter = case_start(&c, self, "stopped-a", "2000", "-");
+    int status = case_wait(waiter);
+    case_end_holder(&c, holder);
+    case_result r;
+    CHECK(status == 0 && case_read(&c, "result", waiter, &r), "the waiter ended with %d",
+          status);
+    if (status != 0)
+        return;
+    CHECK(r.exact, "a stopped holder: a wrong output");
+    CHECK(r.k1_before_takeover, "a stopped holder: lease_k1, stored, waited for k0's lease");
+    CHECK(r.takeovers == 1 && r.builds == 1 && r.timeouts == 0 && r.disk_hits == 1,
+          "a stopped holder: takeovers %llu (1), builds %llu (1), timeouts %llu (0), disk hits "
+          "%llu (1)",
+          r.takeovers, r.builds, r.timeouts, r.disk_hits);
+}
+
+/* (b) A holder whose compile takes three stale times, alive: never robbed; its waiter loads
+ * its entry and compiles nothing. */
+static void slow_holder_is_not_robbed(const char *self, const char *base)
+{
+    lease_case c;
+    case_make(&c, base, "slow", "sleep 3");
+    pid_t holder = case_start(&c, self, "launch", "1000", "lease_stall_k0");
+    CHECK(case_await(&c, "started"), "the slow holder's compile never started");
+    pid_t waiter = case_start(&c, self, "launch", "1000", "lease_stall_k0");
+    int waited = case_wait(waiter), held = case_wait(holder);
+    case_result r, h;
+    CHECK(waited == 0 && held == 0 && case_read(&c, "result", waiter, &r) &&
+              case_read(&c, "result", holder, &h),
+          "the slow holder's case ended with %d and %d", held, waited);
+    if (waited != 0 || held != 0)
+        return;
+    CHECK(r.exact && h.exact, "a slow holder: a wrong output");
+    CHECK(h.builds == 1 && r.builds == 0 && r.takeovers == 0 && r.waits == 1 &&
+              case_lines(&c, "compiles") == 0,
+          "a slow holder was robbed: waiter builds %llu (0), takeovers %llu (0), waits %llu "
+          "(1), other compiles %d (0)",
+          r.builds, r.takeovers, r.waits, case_lines(&c, "compiles"));
+}
+
+/* (c) Two processes wait for one stopped holder: one takes the lease over and compiles, the
+ * other waits for it and loads its entry. */
+static void two_waiters_one_compile(const char *self, const char *base)
+{
+    lease_case c;
+    case_make(&c, base, "two", "while [ ! -e $(dirname $0)/go ]; do sleep 0.05; done");
+    pid_t holder = stopped_holder(&c, self, "1000");
+    pid_t first = case_start(&c, self, "launch", "1000", "lease_stall_k0");
+    pid_t second = case_start(&c, self, "launch", "1000", "lease_stall_k0");
+    int s1 = case_wait(first), s2 = case_wait(second);
+    case_end_holder(&c, holder);
+    case_result a, b;
+    CHECK(s1 == 0 && s2 == 0 && case_read(&c, "result", first, &a) &&
+              case_read(&c, "result", second, &b),
+          "the two waiters ended with %d and %d", s1, s2);
+    if (s1 != 0 || s2 != 0)
+        return;
+    CHECK(a.exact && b.exact, "two waiters: a wrong output");
+    /* The compiles: the holder's lease_k1 and the takeover's. */
+    CHECK(a.builds + b.builds == 1 && a.takeovers + b.takeovers == 1 &&
+              case_lines(&c, "compiles") == 2 && a.timeouts + b.timeouts == 0,
+          "two waiters of a stopped holder: builds %llu + %llu (1), takeovers %llu + %llu (1), "
+          "compiles %d (2)",
+          a.builds, b.builds, a.takeovers, b.takeovers, case_lines(&c, "compiles"));
+}
+
+/* (d) A kernel this process knows fails does not wait behind another's lease of it: the
+ * remembered error comes at once. */
+static void known_failure_does_not_wait(jb_device *device, const char *cache)
+{
+    char leases[PATH_MAX + 16], name[256] = "", cmd[PATH_MAX + 64];
+    snprintf(leases, sizeof leases, "%s/leases", cache);
+    snprintf(cmd, sizeof cmd, "rm -f %s/*", leases);
+    CHECK(system(cmd) == 0, "emptying %s", leases); /* the failed compile's mark is then alone */
+    jb_custom_kernel *k = f32_kernel("lease_fails", "out[thread_index()] = no_such_name;");
+    jb_array *x = f32_filled(device, N, 0.0f), *y = NULL;
+    CHECK(f32_launch(&y, k, &x, 1, N) == JB_ERR_COMPILE, "the failing kernel compiled");
+    DIR *d = opendir(leases);
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (jb__lease_is_name(e->d_name))
+            snprintf(name, sizeof name, "%s", e->d_name);
+    if (d)
+        closedir(d);
+    CHECK(name[0], "the failed compile left no mark in %s", leases);
+    /* Held as another process would: a handle of its own (1 ms timeout: the mark is old). */
+    jb_disk_key key = {0};
+    snprintf(key.file, sizeof key.file, "%.*s" JB_DISK_ENTRY_SUFFIX,
+             (int)(strlen(name) - strlen(JB_LEASE_SUFFIX)), name);
+    setenv("JITBRIDGE_COMPILE_TIMEOUT_MS", "1", 1);
+    usleep(2000);
+    jb_lease held;
+    CHECK(take(&key, jb__now_ns() + 1000000000ULL, &held) == JB_LEASE_HELD,
+          "the failing kernel's lease could not be taken");
+    setenv("JITBRIDGE_COMPILE_TIMEOUT_MS", "3000", 1);
+    jb_counters_reset();
+    CHECK(f32_launch(&y, k, &x, 1, N) == JB_ERR_COMPILE, "the failure was not recalled");
+    jb_counters c;
+    jb_counters_get(&c, sizeof c);
+    CHECK(c.lease_timeouts == 0 && c.lease_waits == 0,
+          "a known failure waited behind another's lease (timeouts %llu, waits %llu)",
+          (unsigned long long)c.lease_timeouts, (unsigned long long)c.lease_waits);
+    jb__lease_release(&held, false);
+    unsetenv("JITBRIDGE_COMPILE_TIMEOUT_MS");
+    jb_array_free(x);
+    jb_custom_kernel_free(k);
+}
+
+/* (e) A folder at a lease's name: an empty one of ours is removed and the lease taken; one
+ * with something in it (or, as root, someone else's) is left, said once with its path, and the
+ * kernel compiles without its lease. */
+static void folder_at_a_lease_name(const char *cache)
+{
+    char text[] = "a key whose lease name a folder takes";
+    jb_disk_key key = {.text = text, .bytes = sizeof text - 1};
+    jb__disk_key_name(&key);
+    char path[PATH_MAX + 64], inner[PATH_MAX + 80];
+    snprintf(path, sizeof path, "%s/leases/%.*s.lease", cache, JB_DISK_ENTRY_HEX, key.file);
+    snprintf(inner, sizeof inner, "%s/kept", path);
+    jb_lease lease;
+    CHECK(mkdir(path, 0700) == 0, "mkdir %s: %s", path, strerror(errno));
+    CHECK(take(&key, jb__now_ns() + 1000000000ULL, &lease) == JB_LEASE_HELD,
+          "an empty folder at the lease's name kept the lease from being taken");
+    jb__lease_release(&lease, false);
+    CHECK(access(path, F_OK) != 0, "the lease's file was left");
+    struct {
+        const char *what;
+        bool theirs, full;
+    } folders[] = {{"a folder with a file in it", false, true},
+                   {"someone else's empty folder", true, false}};
+    for (size_t i = 0; i < 2; i++) {
+        if (folders[i].theirs && geteuid() != 0)
+            continue;
+        CHECK(mkdir(path, 0700) == 0, "mkdir %s: %s", path, strerror(errno));
+        if (folders[i].full)
+            close(open(inner, O_WRONLY | O_CREAT, 0600));
+        if (folders[i].theirs)
+            CHECK(chown(path, 65534, 65534) == 0, "chown: %s", strerror(errno));
+        warnings = 0;
+        last_warning[0] = '\0';
+        jb_counters_reset();
+        for (int round = 0; round < 2; round++)
+            CHECK(take(&key, jb__now_ns() + 1000000000ULL, &lease) == JB_LEASE_NONE,
+                  "%s: the lease was taken", folders[i].what);
+        jb_counters c;
+        jb_counters_get(&c, sizeof c);
+        CHECK(warnings == 1 && strstr(last_warning, path) && !strstr(last_warning, " off"),
+              "%s: want one warning naming %s, got %d: '%s'", folders[i].what, path,
+              (int)warnings, last_warning);
+        CHECK(c.lease_fallbacks == 2, "%s: fallbacks %llu (2)", folders[i].what,
+              (unsigned long long)c.lease_fallbacks);
+        struct stat st;
+        CHECK(lstat(path, &st) == 0 && S_ISDIR(st.st_mode) &&
+                  (!folders[i].full || access(inner, F_OK) == 0),
+              "%s was removed", folders[i].what);
+        unlink(inner);
+        rmdir(path);
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 2 && strcmp(argv[1], "umask-child") == 0)
         return umask_child();
+    if (argc == 5) {
+        jb__test_set_lease_stale_ms(strtoull(argv[2], NULL, 10));
+        if (strcmp(argv[1], "launch") == 0)
+            return launch_child(argv[3], argv[4]);
+        if (strcmp(argv[1], "stopped-a") == 0)
+            return stopped_a_child(argv[4]);
+        return 2;
+    }
     char base[] = "/tmp/jb_lease_XXXXXX", cache[PATH_MAX];
     CHECK(mkdtemp(base) != NULL, "mkdtemp: %s", strerror(errno));
     snprintf(cache, sizeof cache, "%s/cache", base);
@@ -253,8 +714,13 @@ int main(int argc, char **argv)
     CHECK(system(cmd) == 0, "the lease's file was left in %s", leases);
     failure_marks(cache);
     marks_swept(cache);
+    known_failure_does_not_wait(device, cache);
+    folder_at_a_lease_name(cache);
     jb_set_log_callback(NULL, NULL);
     umask_without_write(argv[0], base);
+    stopped_holder_holds_up_nothing(argv[0], base);
+    slow_holder_is_not_robbed(argv[0], base);
+    two_waiters_one_compile(argv[0], base);
     snprintf(cmd, sizeof cmd, "rm -rf %s", base);
     CHECK(system(cmd) == 0, "cannot remove %s", base);
     return check_summary("test_lease");

@@ -442,6 +442,8 @@ typedef enum jb_test_point {
                              * raising thread; arg: its kind's name */
     JB_TEST_BUNDLE_LINKED,  /* bundle_export.c: a bundle linked at a name in its folder (its
                              * path, or a temporary one before the rename); arg: that name */
+    JB_TEST_LEASE_WAITING,  /* lease.c: a build's wait for another process's lease begins;
+                             * arg: the lease's file name */
     JB_TEST_POINTS
 } jb_test_point;
 typedef void (*jb_test_point_fn)(void *ctx, const char *arg);

@@ -222,6 +222,27 @@ static int cache_insert(module_cache *cache, const char *key, uint64_t hash, jb_
 #define CACHE_UNLOCK(c) pthread_rwlock_unlock(&(c)->lock)
 #endif
 
+/* After a build under the write lock: its counters, and the insert of what it built. */
+static void count_build(module_cache *cache, jb_device *dev, const char *name, const char *key,
+                        uint64_t hash, uint64_t index_hash, jb_module *module, bool from_disk,
+                        uint64_t start, int *status)
+{
+    uint64_t took = jb__now_ns() - start;
+    atomic_fetch_add_explicit(&counter_build_ns, took, memory_order_relaxed);
+    raise_to(&counter_build_max_ns, took);
+    if (*status == JB_OK) {
+        if (!from_disk) /* a disk hit is counted by the disk cache */
+            atomic_fetch_add_explicit(&counter_builds, 1, memory_order_relaxed);
+        /* On an insert failure the built module is kept alive but unreachable: modules are
+         * never unloaded. The next caller builds again. */
+        *status = cache_insert(cache, key, hash, module);
+        if (*status == JB_OK)
+            index_publish(dev->index, name, index_hash, module);
+    } else if (*status != JB_ERR_SEALED) { /* a refusal is counted as one, not as a failure */
+        atomic_fetch_add_explicit(&counter_build_failures, 1, memory_order_relaxed);
+    }
+}
+
 /* The locked protocol: read lock and lookup; on a miss, write lock, lookup again, build. */
 static int cache_lookup_or_build(thread_state *ts, jb_device *dev, const char *name,
                                  uint64_t index_hash, jb_module_builder builder, void *ctx,
@@ -254,30 +275,28 @@ static int cache_lookup_or_build(thread_state *ts, jb_device *dev, const char *n
     int status = JB_OK;
     jb__warn_hold(); /* a build's warnings and events reach the callbacks once the lock is let go */
     jb__events_hold();
-    CACHE_WRITE_LOCK(cache);
-    module = cache_find(cache, key, hash);
-    if (!module) {
-        uint64_t start = jb__now_ns();
+    uint64_t start = jb__now_ns();
+    for (;;) {
+        CACHE_WRITE_LOCK(cache);
+        module = cache_find(cache, key, hash);
+        if (module) {
+            status = JB_OK; /* built by another thread while this one waited */
+            break;
+        }
         build_started();
         bool from_disk = false;
         jb__event_build_begin(dev, name, key);
         status = builder(ctx, dev, name, &module, &from_disk);
         jb__event_build_end();
         atomic_fetch_sub(&builds_in_flight, 1);
-        uint64_t took = jb__now_ns() - start;
-        atomic_fetch_add_explicit(&counter_build_ns, took, memory_order_relaxed);
-        raise_to(&counter_build_max_ns, took);
-        if (status == JB_OK) {
-            if (!from_disk) /* a disk hit is counted by the disk cache */
-                atomic_fetch_add_explicit(&counter_builds, 1, memory_order_relaxed);
-            /* On an insert failure the built module is kept alive but unreachable: modules are
-             * never unloaded. The next caller builds again. */
-            status = cache_insert(cache, key, hash, module);
-            if (status == JB_OK)
-                index_publish(dev->index, name, index_hash, module);
-        } else if (status != JB_ERR_SEALED) { /* a refusal is counted as one, not as a failure */
-            atomic_fetch_add_explicit(&counter_build_failures, 1, memory_order_relaxed);
+        if (status != JB_BUILD_LEASE_BUSY) {
+            count_build(cache, dev, name, key, hash, index_hash, module, from_disk, start, &status);
+            break;
         }
+        /* Another process compiles it: waited for with the lock let go, so that other
+         * threads' hits and loads go on meanwhile. */
+        CACHE_UNLOCK(cache);
+        jb__lease_wait();
     }
     CACHE_UNLOCK(cache);
     jb__warn_release();
@@ -399,7 +418,8 @@ jb_status jb_counters_get(jb_counters *caller_out, size_t caller_size)
     out->build_max_ns = atomic_load(&counter_build_max_ns);
     jb__slow_path_counters(out);
     jb__bundle_counters(&out->bundle_hits, &out->bundle_rejected);
-    jb__lease_counters(&out->lease_waits, &out->lease_timeouts, &out->lease_fallbacks);
+    jb__lease_counters(&out->lease_waits, &out->lease_timeouts, &out->lease_fallbacks,
+                       &out->lease_stale_takeovers);
     memcpy(caller_out, &all, caller_size);
     return JB_OK;
 }

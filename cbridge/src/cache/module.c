@@ -366,37 +366,37 @@ static int compile_and_store(jb_device *dev, const char *module_name, const char
 }
 
 /* Compiles with the key's lease held, so that the processes sharing the cache folder compile
- * it once: one that finds the lease taken waits for the holder's entry and loads it, or takes
- * the lease over when its holder died; the wait ends at the compile timeout at the latest. */
+ * it once. One that finds the lease taken returns JB_BUILD_LEASE_BUSY: its caller lets go of
+ * the module cache's lock, waits (jb__lease_wait) and looks again from the top, where
+ * the holder's entry loads; a holder that stopped is taken over, and the wait ends at the
+ * compile timeout at the latest. A kernel this process knows fails fails at once. */
 static int compile_under_lease(jb_device *dev, const char *module_name, const char *source,
                                const jb_compile_options *options,
                                const char *const *kernel_names, size_t num_kernels,
                                const jb_disk_key *key, jb_module **out,
                                const char **how)
 {
-    uint64_t deadline = jb__now_ns() + jb__child_timeout_ms() * 1000000ULL;
+    int status;
+    if (jb__build_failure_recall(dev, module_name, source, &status))
+        return status;
     /* An entry still at the name after the load failed is a bad one: only another ends a wait. */
     jb_lease_stale stale;
     jb__lease_note_stale(key, &stale);
-    for (;;) {
-        jb_lease lease;
-        jb_lease_outcome outcome = jb__lease_acquire(key, &stale, deadline, &lease);
-        /* Stored by the holder we waited for, or by one that let go just before we looked. */
-        if (outcome != JB_LEASE_NONE && jb__lease_entry_stored(key, &stale) &&
-            load_from_disk(dev, key, module_name, source, kernel_names, num_kernels, out)) {
-            jb__lease_release(&lease, false);
-            *how = "disk";
-            return JB_OK;
-        }
-        if (outcome == JB_LEASE_STORED) {
-            jb__lease_note_stale(key, &stale); /* its entry failed the checks: wait past it */
-            continue;
-        }
-        int status = compile_and_store(dev, module_name, source, options, kernel_names,
-                                       num_kernels, key, out);
-        jb__lease_release(&lease, status == JB_ERR_COMPILE);
-        return status;
+    jb_lease lease;
+    jb_lease_outcome outcome = jb__lease_acquire(key, &stale, &lease);
+    if (outcome == JB_LEASE_BUSY)
+        return JB_BUILD_LEASE_BUSY;
+    /* Stored by a holder that let go just before we looked. */
+    if (outcome == JB_LEASE_HELD && jb__lease_entry_stored(key, &stale) &&
+        load_from_disk(dev, key, module_name, source, kernel_names, num_kernels, out)) {
+        jb__lease_release(&lease, false);
+        *how = "disk";
+        return JB_OK;
     }
+    status = compile_and_store(dev, module_name, source, options, kernel_names, num_kernels, key,
+                               out);
+    jb__lease_release(&lease, status == JB_ERR_COMPILE);
+    return status;
 }
 
 /* Builds a module from `source`: from the disk cache when a valid entry loads, else from a

@@ -10,9 +10,20 @@
  *   apart) for the entry and for the lock, and gives up at its deadline, the compile timeout,
  *   which also bounds any holder's compile. Past it, or where locks do not work (ENOLCK, a
  *   network file system), a process compiles alone, as without leases.
+ * - A holder keeps its lease fresh: a thread of its own touches the file's time every STALE/5
+ *   while it is held, whatever the compile does (a compiler child, or a GPU compiler in the
+ *   process), so a compile of minutes is never taken for a stopped one. A stopped holder (a
+ *   debugger, a frozen cgroup) is found out by its waiters: a lease whose file and time they
+ *   watched stand still for STALE is taken over. The breaker removes the file under the leases
+ *   folder's own lock (flock), only if the very file with the very time it watched is still at
+ *   the name, then takes the lease afresh; a second breaker finds the new file there and waits
+ *   on it. A stopped holder that goes on removes only its own file (same device and inode):
+ *   the worst it does is one more compile, stored by rename as every entry is.
  * - The holder removes the lease file (while still holding it) once the entry is stored, so
  *   the folder keeps no litter; a process that locks a file no longer at the lease's name
  *   opens the name again. A holder killed before that leaves an empty file, reused next time.
+ *   Every removal of a lease name checks, under the folder's lock, that what stands there is
+ *   still what it found (never a racing process's fresh lease).
  * - A holder whose compile fails leaves the file with the time of the failure in it (the
  *   monotonic clock, shared by the processes of one machine): the processes that find it so
  *   within the compile timeout compile side by side, each seeing the compiler's error itself,
@@ -22,16 +33,23 @@
  * - Lease files are opened as entries are: no link followed, never blocking, checked on the
  *   handle (a regular file of ours that no one else may read or write: another user who could
  *   open it could hold it). Anything else at the name (a FIFO, a link, another user's file) is
- *   removed (the folder is ours) and the lease taken afresh, never waited on.
+ *   removed (the folder is ours) and the lease taken afresh, never waited on; a file found
+ *   already unlinked (its holder just removed it) is left, and the name opened again. A folder
+ *   at the name is removed when empty and ours or root's; else it stays, is said once with
+ *   its path, and that kernel compiles without its lease.
  * - In one process builds are one at a time under the module cache's write lock, so a process
- *   holds at most one lease, and only while it compiles: no process holds one while it waits.
+ *   holds at most one lease, and only while it compiles. A build that finds the lease held
+ *   returns to the module cache, which waits (jb__lease_wait) with its lock let go: other
+ *   threads' hits and loads go on meanwhile.
  */
 #include "store.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -83,7 +101,84 @@ static int open_lease_dir(int dir)
     return fd;
 }
 
-/* Opens the lease file, removing whatever else sits at its name; -1 with errno. */
+static void nap(uint64_t ns)
+{
+    struct timespec ts = {(time_t)(ns / 1000000000ULL), (long)(ns % 1000000000ULL)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+/* Whether `st` is what a lease file of ours looks like (a regular file, ours, closed to others):
+ * a racing process's fresh lease may be one not yet made 0600 (its creator's umask), and is
+ * never removed. */
+static bool lease_like(const struct stat *st)
+{
+    return S_ISREG(st->st_mode) && st->st_uid == geteuid() && !(st->st_mode & 077);
+}
+
+/* Runs `fn` with the leases folder's own lock (flock on its handle) held, so that a check of
+ * what stands at a name and its removal are one step against every other remover of lease
+ * names; never waits blindly: a few tries, then false (the name is left as it is). */
+#define NAME_LOCK_TRIES 50
+static bool lock_names(int leases)
+{
+    for (int tries = 0; tries < NAME_LOCK_TRIES; tries++) {
+        if (flock(leases, LOCK_EX | LOCK_NB) == 0)
+            return true;
+        if (errno != EWOULDBLOCK && errno != EINTR)
+            return false;
+        nap(POLL_FIRST_NS);
+    }
+    return false;
+}
+
+/* Removes `name` only if what stands there is still the file `seen` (its device and inode),
+ * under the folder's lock: never another process's lease made there meanwhile. */
+static bool remove_if_same(int leases, const char *name, const struct stat *seen)
+{
+    if (!lock_names(leases))
+        return false;
+    struct stat now;
+    bool same = fstatat(leases, name, &now, AT_SYMLINK_NOFOLLOW) == 0 &&
+                now.st_dev == seen->st_dev && now.st_ino == seen->st_ino;
+    bool removed = same && unlinkat(leases, name, 0) == 0;
+    flock(leases, LOCK_UN);
+    return removed;
+}
+
+/* A folder at a lease's name: removed when it is empty and ours or root's (rmdir follows no
+ * link and removes nothing in it); else left, said once per path, and the kernel compiles
+ * without its lease. True when it was removed. */
+static bool remove_folder(int leases, const char *name)
+{
+    struct stat st;
+    if (fstatat(leases, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode))
+        return true; /* gone, or something else now: open the name again */
+    if ((st.st_uid == geteuid() || st.st_uid == 0) && jb__disk_folder_is_ours() &&
+        unlinkat(leases, name, AT_REMOVEDIR) == 0)
+        return true;
+    int err = st.st_uid == geteuid() || st.st_uid == 0 ? errno : EPERM;
+    const char *why = err == ENOTEMPTY || err == EEXIST ? "it is not empty"
+                      : err == EPERM ? "it is not ours" : strerror(err);
+    const char *folder = jb__disk_folder(&(const char *){NULL});
+    static pthread_mutex_t warned_mutex = PTHREAD_MUTEX_INITIALIZER;
+    static struct stat warned; /* the last folder said, once */
+    pthread_mutex_lock(&warned_mutex);
+    bool said = warned.st_ino == st.st_ino && warned.st_dev == st.st_dev &&
+                warned.st_ctim.tv_sec == st.st_ctim.tv_sec &&
+                warned.st_ctim.tv_nsec == st.st_ctim.tv_nsec;
+    warned = st;
+    pthread_mutex_unlock(&warned_mutex);
+    if (!said)
+        jb__warn("a folder stands at the lease file's name %s/" JB_LEASE_DIR "/%s and is left "
+                 "(%s): its kernel compiles without its lease between processes until it is "
+                 "removed",
+                 folder, name, why);
+    return false;
+}
+
+/* Opens the lease file, removing what else sits at its name (only from a folder marked as the
+ * cache's own); -1 with errno (EISDIR: a folder stays there). */
 static int open_lease_file(int leases, const char *name, struct stat *st)
 {
     for (int tries = 0; tries < OPEN_TRIES; tries++) {
@@ -92,22 +187,33 @@ static int open_lease_file(int leases, const char *name, struct stat *st)
                         0600);
         /* Made 0600 whatever the umask: a lease file we could not open for writing would be
          * taken for someone else's, and removed from under its holder. */
-        if (fd >= 0 && fstat(fd, st) == 0 && S_ISREG(st->st_mode) && st->st_uid == geteuid() &&
-            !(st->st_mode & 077) && st->st_nlink == 1 &&
+        bool opened = fd >= 0 && fstat(fd, st) == 0;
+        if (opened && lease_like(st) && st->st_nlink == 1 &&
             ((st->st_mode & 0600) == 0600 || fchmod(fd, 0600) == 0))
             return fd;
         int err = fd >= 0 ? EPERM : errno;
         if (fd >= 0)
             close(fd);
-        /* A link (ELOOP), FIFO, folder or someone else's file: not ours to use, and removed
+        if (opened && st->st_nlink == 0)
+            continue; /* removed by its holder just now: what stands there now is not this */
+        if (err == EISDIR) {
+            if (remove_folder(leases, name))
+                continue;
+            errno = EISDIR;
+            return -1;
+        }
+        /* A link (ELOOP), FIFO, hard link or someone else's file: not ours to use, and removed
          * only from a folder marked as the cache's own. */
-        if ((err != ELOOP && err != EPERM && err != EISDIR && err != ENXIO && err != EACCES) ||
+        if ((err != ELOOP && err != EPERM && err != ENXIO && err != EACCES) ||
             !jb__disk_folder_is_ours()) {
             errno = err;
             return -1;
         }
-        if (jb__disk_remove(leases, name) != 0)
-            return -1;
+        /* Not opened: what stands there is looked at now, and left if it is a lease file. */
+        if (!opened && (fstatat(leases, name, st, AT_SYMLINK_NOFOLLOW) != 0 ||
+                        (lease_like(st) && st->st_nlink == 1)))
+            continue;
+        remove_if_same(leases, name, st);
     }
     errno = EAGAIN;
     return -1;
@@ -161,17 +267,162 @@ static bool failed_lately(int fd)
            st.st_mtime >= time(NULL) - (time_t)(timeout_ms / 1000) - 1;
 }
 
-static void nap(uint64_t ns)
+/* ---- a holder keeps its lease fresh; a waiter finds a stopped one out ---- */
+
+/* A holder's thread touches the lease file's time every STALE/5; a waiter takes the lease over
+ * once the time has not moved for STALE: five missed touches are a stopped process, not a slow
+ * one (a compile of minutes keeps touching). */
+#define STALE_NS 5000000000ULL
+static atomic_uint_fast64_t stale_ns = STALE_NS;
+static atomic_uint_fast64_t counter_stale_takeovers;
+#ifdef JB_TEST_HOOKS
+void jb__test_set_lease_stale_ms(uint64_t ms)
 {
-    struct timespec ts = {(time_t)(ns / 1000000000ULL), (long)(ns % 1000000000ULL)};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
+    atomic_store(&stale_ns, ms ? ms * 1000000ULL : STALE_NS);
+}
+#endif
+
+struct jb_lease_keeper {
+    pthread_mutex_t mutex;
+    pthread_cond_t wake; /* on CLOCK_MONOTONIC */
+    bool stop;
+    int fd;
+    pthread_t thread;
+};
+
+static void *keeper_main(void *arg)
+{
+    struct jb_lease_keeper *k = arg;
+    uint64_t every = atomic_load(&stale_ns) / 5;
+    pthread_mutex_lock(&k->mutex);
+    while (!k->stop) {
+        struct timespec at;
+        clock_gettime(CLOCK_MONOTONIC, &at);
+        uint64_t ns = (uint64_t)at.tv_nsec + every;
+        at.tv_sec += (time_t)(ns / 1000000000ULL);
+        at.tv_nsec = (long)(ns % 1000000000ULL);
+        if (pthread_cond_timedwait(&k->wake, &k->mutex, &at) == ETIMEDOUT && !k->stop)
+            futimens(k->fd, NULL);
+    }
+    pthread_mutex_unlock(&k->mutex);
+    return NULL;
 }
 
+/* Touches the held lease now and starts the thread that keeps touching it while it is held,
+ * whatever the compile does (a child compiler, or a GPU compiler in this process). Without the
+ * thread (no memory, no threads left), a compile past STALE may be done twice: never worse. */
+static void keep_fresh(jb_lease *lease)
+{
+    futimens(lease->fd, NULL);
+    struct jb_lease_keeper *k = calloc(1, sizeof *k);
+    pthread_condattr_t attr;
+    if (!k || pthread_condattr_init(&attr) != 0) {
+        free(k);
+        return;
+    }
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    bool made = pthread_cond_init(&k->wake, &attr) == 0;
+    pthread_condattr_destroy(&attr);
+    if (!made || pthread_mutex_init(&k->mutex, NULL) != 0) {
+        if (made)
+            pthread_cond_destroy(&k->wake);
+        free(k);
+        return;
+    }
+    k->fd = lease->fd;
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old); /* no handler of the host runs on it */
+    int err = pthread_create(&k->thread, NULL, keeper_main, k);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (err != 0) {
+        pthread_mutex_destroy(&k->mutex);
+        pthread_cond_destroy(&k->wake);
+        free(k);
+        return;
+    }
+    lease->keeper = k;
+}
+
+static void stop_keeping(jb_lease *lease)
+{
+    struct jb_lease_keeper *k = lease->keeper;
+    if (!k)
+        return;
+    pthread_mutex_lock(&k->mutex);
+    k->stop = true;
+    pthread_cond_signal(&k->wake);
+    pthread_mutex_unlock(&k->mutex);
+    pthread_join(k->thread, NULL);
+    pthread_mutex_destroy(&k->mutex);
+    pthread_cond_destroy(&k->wake);
+    free(k);
+    lease->keeper = NULL;
+}
+
+static bool same_time(const struct timespec *a, const struct timespec *b)
+{
+    return a->tv_sec == b->tv_sec && a->tv_nsec == b->tv_nsec;
+}
+
+/* Notes a held lease file seen now; true when the watch has seen this very file with this very
+ * time for STALE or longer. */
+static bool watch_saw(jb_lease_watch *w, const struct stat *st, uint64_t now)
+{
+    if (w->seen && w->dev == st->st_dev && w->ino == st->st_ino &&
+        same_time(&w->mtime, &st->st_mtim))
+        return now - w->since_ns >= atomic_load(&stale_ns);
+    *w = (jb_lease_watch){true, st->st_dev, st->st_ino, st->st_mtim, now};
+    return false;
+}
+
+/* Takes a stale lease over: under the folder's lock, the file at the name is removed if it is
+ * still the one watched, with its time unmoved (one breaker removes it; the next finds the new
+ * lease and waits on it). Its stopped holder, should it go on, removes only its own file. */
+static bool break_stale(int leases, const char *name, const jb_lease_watch *w)
+{
+    if (!lock_names(leases))
+        return false;
+    struct stat st;
+    bool same = fstatat(leases, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_dev == w->dev &&
+                st.st_ino == w->ino && same_time(&st.st_mtim, &w->mtime);
+    bool removed = same && unlinkat(leases, name, 0) == 0;
+    flock(leases, LOCK_UN);
+    return removed;
+}
+
+/* The lease's name of the entry named `file`. */
+static void lease_name(const char *file, char *name, size_t len)
+{
+    snprintf(name, len, "%.*s" JB_LEASE_SUFFIX,
+             (int)(strlen(file) - strlen(JB_DISK_ENTRY_SUFFIX)), file);
+}
+
+/* The calling thread's build that found its key's lease held by another process, between the
+ * rounds of its wait (made with the module cache's lock let go): the key's entry name, the bad
+ * entry to wait past, the holder's watched lease and the deadline, kept across the rounds. */
+static _Thread_local struct {
+    bool waiting;
+    char file[64];
+    jb_lease_stale stale;
+    jb_lease_watch watch;
+    uint64_t deadline_ns;
+} pending;
+
 jb_lease_outcome jb__lease_acquire(const jb_disk_key *key, const jb_lease_stale *stale,
-                                   uint64_t deadline_ns, jb_lease *out)
+                                   jb_lease *out)
 {
     out->fd = out->dir = -1;
+    out->keeper = NULL;
+    if (!pending.waiting || strcmp(pending.file, key->file) != 0) {
+        memset(&pending, 0, sizeof pending);
+        snprintf(pending.file, sizeof pending.file, "%s", key->file);
+        pending.deadline_ns = jb__now_ns() + jb__child_timeout_ms() * 1000000ULL;
+    }
+    pending.waiting = false;
+    pending.stale = stale ? *stale : (jb_lease_stale){0};
+    uint64_t deadline_ns = pending.deadline_ns;
+    jb_lease_watch *watch = &pending.watch;
     int dir = jb__disk_dir_fd();
     if (dir < 0 || jb__disk_tmp_fd() < 0)
         return JB_LEASE_NONE; /* no folder to share, or nothing could be stored in it */
@@ -188,21 +439,17 @@ jb_lease_outcome jb__lease_acquire(const jb_disk_key *key, const jb_lease_stale 
         close(leases);
         return fall_back("the cache folder is on a network file system", NULL);
     }
-    snprintf(out->name, sizeof out->name, "%.*s" JB_LEASE_SUFFIX,
-             (int)(strlen(key->file) - strlen(JB_DISK_ENTRY_SUFFIX)), key->file);
-    uint64_t pause = POLL_FIRST_NS;
-    for (bool waited = false;; waited = true) {
-        /* After a wait: the holder may have stored the entry (and gone). */
-        if (waited && entry_stored(dir, key->file, stale)) {
-            close(leases);
-            atomic_fetch_add(&counter_waits, 1);
-            return JB_LEASE_STORED;
-        }
+    lease_name(key->file, out->name, sizeof out->name);
+    for (bool broke = false;;) {
         struct stat st, named;
         int fd = open_lease_file(leases, out->name, &st);
         if (fd < 0) {
             int err = errno;
             close(leases);
+            if (err == EISDIR) { /* said by remove_folder, for this kernel only */
+                atomic_fetch_add(&counter_fallbacks, 1);
+                return JB_LEASE_NONE;
+            }
             return fall_back("a lease file cannot be made", strerror(err));
         }
         int err = try_lock(fd);
@@ -217,6 +464,9 @@ jb_lease_outcome jb__lease_acquire(const jb_disk_key *key, const jb_lease_stale 
                 }
                 out->fd = fd;
                 out->dir = leases;
+                keep_fresh(out);
+                if (broke)
+                    atomic_fetch_add(&counter_stale_takeovers, 1);
                 return JB_LEASE_HELD;
             }
             close(fd);
@@ -224,20 +474,61 @@ jb_lease_outcome jb__lease_acquire(const jb_disk_key *key, const jb_lease_stale 
         }
         close(fd);
         if (err != EAGAIN) {
-            unlinkat(leases, out->name, 0); /* no litter where locks never work */
+            remove_if_same(leases, out->name, &st); /* no litter where locks never work */
             close(leases);
             return fall_back("the lock failed", strerror(err));
         }
-        /* Held by another process: wait for its entry, or for the lock, until the deadline. */
+        /* Held by another process: past the deadline compile alone; a holder whose lease has
+         * not moved for STALE is taken over; else the caller waits (jb__lease_wait). */
         uint64_t now = jb__now_ns();
         if (now >= deadline_ns) {
             close(leases);
             atomic_fetch_add(&counter_timeouts, 1);
             return JB_LEASE_NONE;
         }
-        nap(pause < deadline_ns - now ? pause : deadline_ns - now);
-        pause = pause * 2 < POLL_MAX_NS ? pause * 2 : POLL_MAX_NS;
+        if (!broke && watch_saw(watch, &st, now) && break_stale(leases, out->name, watch)) {
+            broke = true;
+            continue;
+        }
+        close(leases);
+        pending.waiting = true;
+        return JB_LEASE_BUSY;
     }
+}
+
+void jb__lease_wait(void)
+{
+    if (!pending.waiting)
+        return;
+    const char *file = pending.file;
+    const jb_lease_stale *stale = &pending.stale;
+    uint64_t deadline_ns = pending.deadline_ns;
+    jb_lease_watch *watch = &pending.watch;
+    int dir = jb__disk_dir_fd(), leases = dir >= 0 ? open_lease_dir(dir) : -1;
+    if (leases < 0)
+        return;
+    char name[64];
+    lease_name(file, name, sizeof name);
+    JB_TEST_POINT(JB_TEST_LEASE_WAITING, name);
+    for (uint64_t pause = POLL_FIRST_NS;; pause = pause * 2 < POLL_MAX_NS ? pause * 2 : POLL_MAX_NS) {
+        if (entry_stored(dir, file, stale)) {
+            atomic_fetch_add(&counter_waits, 1);
+            break;
+        }
+        uint64_t now = jb__now_ns();
+        if (now >= deadline_ns)
+            break;
+        /* Gone, something else, or free now: the caller looks again, from the top. */
+        int fd = openat(leases, name, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+        struct stat st;
+        bool held = fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && try_lock(fd) == EAGAIN;
+        if (fd >= 0)
+            close(fd);
+        if (!held || watch_saw(watch, &st, now))
+            break;
+        nap(pause < deadline_ns - now ? pause : deadline_ns - now);
+    }
+    close(leases);
 }
 
 /* Removes the lease files other than `keep` that no one holds, last changed over a compile
@@ -269,19 +560,27 @@ void jb__lease_release(jb_lease *lease, bool compile_failed)
 {
     if (lease->fd < 0)
         return;
-    /* Still held: no one else can be using this name. A failed compile's mark stays. */
+    stop_keeping(lease);
+    /* Still held: no one else can be using this file; but a holder stopped long enough to be
+     * taken over finds another's lease at the name, and leaves it. A failed compile's mark
+     * stays. */
     uint64_t now = jb__now_ns();
-    if (!compile_failed || pwrite(lease->fd, &now, sizeof now, 0) != (ssize_t)sizeof now)
-        unlinkat(lease->dir, lease->name, 0);
-    else
+    struct stat st;
+    if (!compile_failed || pwrite(lease->fd, &now, sizeof now, 0) != (ssize_t)sizeof now) {
+        if (fstat(lease->fd, &st) == 0)
+            remove_if_same(lease->dir, lease->name, &st);
+    } else {
         sweep(lease->dir, lease->name);
+    }
     close(lease->fd);
     close(lease->dir);
     lease->fd = lease->dir = -1;
 }
 
-void jb__lease_counters(uint64_t *waits, uint64_t *timeouts, uint64_t *fallbacks)
+void jb__lease_counters(uint64_t *waits, uint64_t *timeouts, uint64_t *fallbacks,
+                        uint64_t *stale_takeovers)
 {
+    *stale_takeovers = atomic_load(&counter_stale_takeovers);
     *waits = atomic_load(&counter_waits);
     *timeouts = atomic_load(&counter_timeouts);
     *fallbacks = atomic_load(&counter_fallbacks);
@@ -292,4 +591,5 @@ void jb__lease_counters_reset(void)
     atomic_store(&counter_waits, 0);
     atomic_store(&counter_timeouts, 0);
     atomic_store(&counter_fallbacks, 0);
+    atomic_store(&counter_stale_takeovers, 0);
 }

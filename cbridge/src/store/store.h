@@ -213,11 +213,12 @@ bool jb__lease_is_name(const char *name);
 typedef struct jb_lease {
     int fd, dir; /* the locked lease file and leases/; -1 when none is held */
     char name[64];
+    struct jb_lease_keeper *keeper; /* the thread that keeps it fresh while held, or NULL */
 } jb_lease;
 typedef enum jb_lease_outcome {
-    JB_LEASE_HELD,   /* ours: compile, store, then release */
-    JB_LEASE_STORED, /* another process stored the entry while we waited: load it */
-    JB_LEASE_NONE,   /* compile alone: locks do not work here, or the deadline passed */
+    JB_LEASE_HELD, /* ours: compile, store, then release */
+    JB_LEASE_BUSY, /* another process holds it: wait (jb__lease_wait), then look again */
+    JB_LEASE_NONE, /* compile alone: locks do not work here, or the deadline passed */
 } jb_lease_outcome;
 /* The entry file that was at a key's name before a load found it bad (present false: none), so
  * that only another one counts as stored. */
@@ -227,19 +228,37 @@ typedef struct jb_lease_stale {
     uint64_t ino;
 } jb_lease_stale;
 void jb__lease_note_stale(const jb_disk_key *key, jb_lease_stale *out);
-/* Takes the lease of `key` in the cache folder, waiting while another process holds it, until
- * `deadline_ns` (jb__now_ns's clock) at most; an entry that is `stale` (may be NULL) does not
- * end the wait. Under the module cache's write lock. */
+/* What a waiter saw of a held lease file (which file, its time) and since when (jb__now_ns's
+ * clock) it has not moved. */
+typedef struct jb_lease_watch {
+    bool seen;
+    uint64_t dev, ino;
+    struct timespec mtime;
+    uint64_t since_ns;
+} jb_lease_watch;
+/* Takes the lease of `key` in the cache folder without waiting: BUSY while another process
+ * holds it, unless its holder stopped (its time stood still for seconds while this thread
+ * waited: it is then taken over) or the wait's deadline, the compile timeout from the key's
+ * first try, passed. Under the module cache's write lock; a HELD lease is kept fresh until
+ * released. An entry that is `stale` (may be NULL) does not end the wait. */
 jb_lease_outcome jb__lease_acquire(const jb_disk_key *key, const jb_lease_stale *stale,
-                                   uint64_t deadline_ns, jb_lease *out);
+                                   jb_lease *out);
+/* After BUSY, with no lock of the module cache held: waits until another entry is stored, the
+ * lease is free, its holder stopped or the deadline passed; nothing after any other outcome. */
+void jb__lease_wait(void);
 /* Whether an entry other than `stale` (may be NULL) stands at its name in the folder. */
 bool jb__lease_entry_stored(const jb_disk_key *key, const jb_lease_stale *stale);
 /* Lets go of a held lease (removing its file, or marking it when the compile failed: those who
  * find it marked within the compile timeout compile without the lease); nothing when none is
  * held. */
 void jb__lease_release(jb_lease *lease, bool compile_failed);
-void jb__lease_counters(uint64_t *waits, uint64_t *timeouts, uint64_t *fallbacks);
+void jb__lease_counters(uint64_t *waits, uint64_t *timeouts, uint64_t *fallbacks,
+                        uint64_t *stale_takeovers);
 void jb__lease_counters_reset(void);
+#ifdef JB_TEST_HOOKS
+/* A lease whose time has not moved for `ms` is taken over (0: the default, 5 s). */
+void jb__test_set_lease_stale_ms(uint64_t ms);
+#endif
 #ifdef JB_TEST_HOOKS
 /* While non-zero, taking a lock fails with this errno (ENOLCK: locks do not work here). */
 void jb__test_set_lease_error(int err);
