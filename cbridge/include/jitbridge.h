@@ -557,7 +557,10 @@ JB_API jb_status jb_custom_kernel_prepare(jb_custom_kernel *kernel, jb_device *d
 
 /* A launch's threads: grid x block, or total_threads in blocks of the configured size. A shape
  * whose thread or block count does not fit (past 2^32 - 1 blocks, or a product past 2^64) is
- * JB_ERR_INVALID_ARGUMENT, as is an output with more than 2^40 elements. */
+ * JB_ERR_INVALID_ARGUMENT, as is a block dimension of 0 or an output with more than 2^40
+ * elements. No threads (total_threads 0 with the grid all zero, or a grid dimension of 0) is an
+ * empty batch: the launch checks every argument and makes its outputs as any launch does, and
+ * runs nothing (in a graph too: each replay runs nothing for it). */
 typedef struct jb_launch_shape {
     uint32_t grid[3];  /* blocks; all zero means: derive from total_threads */
     uint32_t block[3]; /* threads per block */

@@ -348,7 +348,8 @@ jb_status jb_source_module_launch(jb_source_module *m, jb_stream *stream, const 
         }
     jb_launch_args launch = {0, NULL, NULL, total, num_slots, slots, true};
     jb_event *done = NULL;
-    int status = dev->backend->launch(dev, stream->native, fn, grid, block, 0, &launch);
+    int status = total ? dev->backend->launch(dev, stream->native, fn, grid, block, 0, &launch)
+                       : JB_OK; /* an empty batch: no backend launches a grid of no blocks */
     /* Written arrays are ready when the entry has run; all stay held until then. */
     if (status == JB_OK)
         status = jb__stream_record_hold(stream, &done, buffers, num_buffers);
