@@ -94,7 +94,8 @@ pub struct CacheEvent {
     pub duration: Option<Duration>,
     /// The failure's code, for a failed build, an evicted entry or a refused compile.
     pub status: Option<ErrorCode>,
-    /// Why: a failure's message (a compiler log too), a rejection's reason, a seal violation.
+    /// Why: a failure's message (a compiler log too), a rejection's reason, a seal violation;
+    /// for [`CacheEventKind::BuildEnd`], the compiler's warnings (at most 4 KiB), empty when none.
     pub message: String,
 }
 

@@ -474,6 +474,8 @@ unsafe extern "C" {
     ) -> c_int;
     pub fn jb_source_module_free(module: *mut jb_source_module);
     pub fn jb_source_module_name(module: *const jb_source_module) -> *const c_char;
+    pub fn jb_source_module_prepare(module: *mut jb_source_module, device: *mut jb_device)
+    -> c_int;
     pub fn jb_source_module_launch(
         module: *mut jb_source_module,
         stream: *mut jb_stream,

@@ -181,12 +181,14 @@ impl std::fmt::Debug for KernelSpec<'_> {
     }
 }
 
-/// How many threads a launch runs.
+/// How many threads a launch runs. No threads (`Threads(0)`, or a grid with a 0 dimension) is
+/// an empty batch: the launch checks its arguments and returns its outputs (empty, or in place
+/// and unchanged) without running the body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LaunchShape {
     /// This many threads in blocks of the configured size (256 unless a hook says otherwise).
     Threads(usize),
-    /// An explicit grid of blocks and block of threads.
+    /// An explicit grid of blocks and block of threads (each block dimension at least 1).
     Grid {
         /// Blocks in x, y, z.
         grid: [u32; 3],
@@ -195,8 +197,8 @@ pub enum LaunchShape {
     },
 }
 
-/// No threads: a launch must say how many (the default only lets [`crate::Launch`] start from
-/// `Default`).
+/// No threads, an empty batch: a launch says how many (the default only lets
+/// [`crate::Launch`] start from `Default`).
 impl Default for LaunchShape {
     fn default() -> Self {
         LaunchShape::Threads(0)

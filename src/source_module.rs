@@ -4,6 +4,7 @@
 //! `_unchecked` launches.
 
 use crate::array::Array;
+use crate::device::Device;
 use crate::dtype::DType;
 use crate::dtype::Scalar;
 use crate::error::{Error, ErrorCode, c_str, check};
@@ -256,6 +257,36 @@ impl SourceModule {
     ) -> Result<(), Error> {
         // SAFETY: the caller's promise.
         unsafe { self.launch_raw(stream.raw(), entry, args, shape) }
+    }
+
+    /// Builds (or finds) the module on `device` and finds every entry, without launching: a
+    /// compile error or a missing entry is reported here rather than at the first launch.
+    /// Safe for a module made with [`SourceModule::new_declared`] (its promise covers the code
+    /// that loading runs); an `InvalidArgument` error for any other (see
+    /// [`SourceModule::prepare_unchecked`]).
+    pub fn prepare(&self, device: Device) -> Result<(), Error> {
+        if self.declared.is_empty() {
+            return Err(Error::new(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "module '{}' declares no entry, so nothing vouches for the code that loading                      it runs: make it with SourceModule::new_declared, or use the unsafe                      prepare_unchecked",
+                    self.module_name()
+                ),
+            ));
+        }
+        // SAFETY: new_declared's promise covers the code that loading the module runs.
+        unsafe { self.prepare_unchecked(device) }
+    }
+
+    /// [`SourceModule::prepare`] for any module.
+    ///
+    /// # Safety
+    ///
+    /// The code of the sources that loading the compiled module runs (a cpu module's
+    /// constructors) does nothing undefined, as for a first [`SourceModule::launch_unchecked`].
+    pub unsafe fn prepare_unchecked(&self, device: Device) -> Result<(), Error> {
+        // SAFETY: live module and library device; the caller vouches for the load-time code.
+        check(unsafe { ffi::jb_source_module_prepare(self.raw, device.raw()) })
     }
 
     fn refuse_undeclared(&self, entry: &str) -> Result<(), Error> {

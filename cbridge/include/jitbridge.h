@@ -557,7 +557,10 @@ JB_API jb_status jb_custom_kernel_prepare(jb_custom_kernel *kernel, jb_device *d
 
 /* A launch's threads: grid x block, or total_threads in blocks of the configured size. A shape
  * whose thread or block count does not fit (past 2^32 - 1 blocks, or a product past 2^64) is
- * JB_ERR_INVALID_ARGUMENT, as is an output with more than 2^40 elements. */
+ * JB_ERR_INVALID_ARGUMENT, as is a block dimension of 0 or an output with more than 2^40
+ * elements. No threads (total_threads 0 with the grid all zero, or a grid dimension of 0) is an
+ * empty batch: the launch checks every argument and makes its outputs as any launch does, and
+ * runs nothing (in a graph too: each replay runs nothing for it). */
 typedef struct jb_launch_shape {
     uint32_t grid[3];  /* blocks; all zero means: derive from total_threads */
     uint32_t block[3]; /* threads per block */
@@ -789,6 +792,11 @@ JB_API jb_status jb_source_module_new(jb_source_module **out, const jb_source_mo
 JB_API void jb_source_module_free(jb_source_module *module);
 /* "<name>_<16 hex digits of the hash>"; owned by the module. */
 JB_API const char *jb_source_module_name(const jb_source_module *module);
+/* Builds (or finds) the module on `device` and finds every entry point, without launching: a
+ * warm-up, and where a compile error or a missing entry shows up before the first launch
+ * (JB_ERR_COMPILE with the compiler's log, JB_ERR_LOAD). Loading runs the module's load-time
+ * code (a cpu module's constructors), as a first launch would. May be called from any thread. */
+JB_API jb_status jb_source_module_prepare(jb_source_module *module, jb_device *device);
 
 /*
  * Launches entry point `entry` with `args` on `stream` (NULL: the calling thread's default
@@ -974,7 +982,8 @@ typedef struct jb_cache_event {
     uint64_t time_ns;            /* when it happened (CLOCK_MONOTONIC): delivery may be later */
     uint64_t duration_ns;        /* for the kinds that say so above; else 0 */
     int status;                  /* JB_OK, or the failure's status */
-    const char *message;         /* for a failure, a rejection or a seal violation; else "" */
+    const char *message;         /* for a failure, a rejection or a seal violation; for a
+                                  * build end, the compiler's warnings (at most 4 KiB); else "" */
 } jb_cache_event;
 
 typedef void (*jb_cache_event_fn)(void *user_data, const jb_cache_event *event);

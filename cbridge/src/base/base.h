@@ -25,6 +25,13 @@ int jb__fail(int status, const char *fmt, ...) __attribute__((format(printf, 2, 
 int jb__fail_with_log(int status, const char *log, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* The calling thread's last successful compile's diagnostics (its warnings), at most
+ * JB_BUILD_LOG_MAX bytes with a note where cut; NULL or "" clears it. Read by the build that
+ * ran the compile, to give them to its event. */
+#define JB_BUILD_LOG_MAX 4096
+void jb__build_log_set(const char *text);
+const char *jb__build_log(void);
+
 /* Every warning the library gives goes through here: to the log callback, else stderr. */
 void jb__warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Between hold and release (nested), this thread's warnings wait and are delivered at the

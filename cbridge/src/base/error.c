@@ -13,6 +13,7 @@
 static _Thread_local char tls_short[JB_SHORT_MESSAGE];
 static _Thread_local char *tls_long;
 static _Thread_local int tls_status;
+static _Thread_local char tls_build_log[JB_BUILD_LOG_MAX];
 
 /* _Thread_local has no destructor: a key whose value is tls_long frees it when the thread ends. */
 static pthread_key_t long_key;
@@ -126,6 +127,27 @@ int jb__fail_with_text(int status, const char *text)
     tls_status = status;
     set_long(text[first_line] || first_line >= sizeof tls_short ? jb__strdup(text) : NULL);
     return status;
+}
+
+void jb__build_log_set(const char *text)
+{
+    static const char cut[] = "\n(cut: the compiler said more)";
+    size_t len = text ? strlen(text) : 0;
+    while (len && (text[len - 1] == '\n' || text[len - 1] == ' '))
+        len--;
+    if (len < sizeof tls_build_log) {
+        memcpy(tls_build_log, text ? text : "", len);
+        tls_build_log[len] = '\0';
+        return;
+    }
+    size_t kept = sizeof tls_build_log - sizeof cut;
+    memcpy(tls_build_log, text, kept);
+    memcpy(tls_build_log + kept, cut, sizeof cut);
+}
+
+const char *jb__build_log(void)
+{
+    return tls_build_log;
 }
 
 void jb__error_append(const char *fmt, ...)

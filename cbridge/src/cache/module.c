@@ -344,6 +344,7 @@ static int compile_and_store(jb_device *dev, const char *module_name, const char
     jb__event_raise(JB_CACHE_EVENT_BUILD_START, 0, JB_OK, NULL);
     uint64_t build_start = jb__now_ns(), start = build_start;
     jb__build_failure_start();
+    jb__build_log_set(NULL);
     status = dev->backend->compile(dev, module_name, source, options, &code);
     jb__build_steps.compile_ns = jb__now_ns() - start;
     if (status == JB_ERR_COMPILE) {
@@ -357,7 +358,8 @@ static int compile_and_store(jb_device *dev, const char *module_name, const char
         status = jb__module_create(dev, &code, source, kernel_names, num_kernels, out);
     start = jb__now_ns();
     jb__event_raise(status == JB_OK ? JB_CACHE_EVENT_BUILD_END : JB_CACHE_EVENT_BUILD_FAIL,
-                    start - build_start, status, status == JB_OK ? NULL : jb_last_error_message());
+                    start - build_start, status,
+                    status == JB_OK ? jb__build_log() : jb_last_error_message());
     if (status == JB_OK && key && jb__disk_store(key, &code))
         jb__event_raise(JB_CACHE_EVENT_DISK_STORE, jb__now_ns() - start, JB_OK, NULL);
     jb__build_steps.disk_store_ns = jb__now_ns() - start;

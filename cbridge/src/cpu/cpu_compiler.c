@@ -177,7 +177,10 @@ static int read_file(const char *path, jb_blob *out)
 /* The options of every compile; also part of the disk cache key. -pipe: the compiler's stages
  * pass their output through pipes, not temporary files; the same .so, 3-4% less time per
  * compile (bench section 11, 2026-12-01). */
-static char *const compile_flags[] = {"-O2", "-fPIC", "-shared", "-w", "-pipe"};
+static char *const compile_flags[] = {"-O2", "-fPIC", "-shared", "-pipe",
+                                      /* A misspelt or GPU-only function (expff, atomicAdd) is an
+                                       * error at the body's line, not a symbol missing at load. */
+                                      "-Werror=implicit-function-declaration", "-Wl,-z,defs"};
 #define NUM_FLAGS (sizeof compile_flags / sizeof *compile_flags)
 
 static int compile_failed(const jb_child *c, const char *module_name)
@@ -275,8 +278,10 @@ int jb__cpu_compile_flags(char *const *flags, size_t num_flags, const char *modu
                       .timeout_ms = jb__child_timeout_ms(),
                       .fail_status = JB_ERR_COMPILE};
         status = jb__child_run(&c);
-        if (status == JB_OK && WIFEXITED(c.wait_status) && WEXITSTATUS(c.wait_status) == 0)
+        if (status == JB_OK && WIFEXITED(c.wait_status) && WEXITSTATUS(c.wait_status) == 0) {
+            jb__build_log_set(c.output); /* its warnings, if it gave any */
             status = read_file(obj, out);
+        }
         else if (status == JB_OK)
             status = compile_failed(&c, module_name);
         free(c.output);

@@ -161,6 +161,21 @@ static int gpu_compiler_identity(jb_device *dev, bool may_run, char *out, size_t
 /* What a source the compiler refused the first time returns when it may be tried again. */
 #define REFUSED_ONCE (-1)
 
+/* The program's log (the compiler's errors or warnings), NUL-ended, to be freed; NULL when it
+ * has none or there is no memory for it. */
+static char *program_log(nvrtcProgram program)
+{
+    size_t log_size = 0, log_bytes;
+    char *log = NULL;
+    if (JB_GPU(nvrtcGetProgramLogSize)(program, &log_size) == NVRTC_SUCCESS && log_size > 0 &&
+        jb__add_size(log_size, 1, &log_bytes) && (log = malloc(log_bytes)) != NULL) {
+        if (JB_GPU(nvrtcGetProgramLog)(program, log) != NVRTC_SUCCESS)
+            log[0] = '\0';
+        log[log_size] = '\0';
+    }
+    return log;
+}
+
 /* Runs the compiler on `source` with exactly `options` and takes its code (for a virtual
  * architecture, PTX with its NUL). JB_OK; on a refusal of the source, REFUSED_ONCE quietly
  * when `may_retry`, else JB_ERR_COMPILE with the log; other failures as they come. */
@@ -177,15 +192,7 @@ static int run_compiler(const char *module_name, const char *source, const char 
     if (r == NVRTC_ERROR_COMPILATION && may_retry) {
         status = REFUSED_ONCE;
     } else if (r != NVRTC_SUCCESS) {
-        size_t log_size = 0;
-        char *log = NULL;
-        size_t log_bytes;
-        if (JB_GPU(nvrtcGetProgramLogSize)(program, &log_size) == NVRTC_SUCCESS && log_size > 0 &&
-            jb__add_size(log_size, 1, &log_bytes) && (log = malloc(log_bytes)) != NULL) {
-            if (JB_GPU(nvrtcGetProgramLog)(program, log) != NVRTC_SUCCESS)
-                log[0] = '\0';
-            log[log_size] = '\0';
-        }
+        char *log = program_log(program);
         if (r == NVRTC_ERROR_COMPILATION) /* the source, not a resource: it fails again */
             jb__compile_rejected();
         status = jb__fail_with_log(JB_ERR_COMPILE, log, "compiling '%s' for %s: %s", module_name,
@@ -213,6 +220,9 @@ static int run_compiler(const char *module_name, const char *source, const char 
         if (code && r == NVRTC_SUCCESS) {
             out->data = code;
             out->size = size;
+            char *log = program_log(program); /* its warnings, if it gave any */
+            jb__build_log_set(log);
+            free(log);
         } else {
             free(code);
             status = jb__fail(JB_ERR_COMPILE, "reading the code of '%s' failed", module_name);

@@ -206,7 +206,8 @@ int jb__capture_launch(jb_capture *c, const jb_staged_launch *st)
     jb_device *dev = st->dev;
     const jb_custom_kernel *k = st->kernel;
     graph_parts *p = &c->parts;
-    c->ops++; /* issued: the graph holds it now, whatever happens below */
+    bool empty = !st->args.total_threads; /* an empty batch issued nothing: no node to replay */
+    c->ops += !empty; /* issued: the graph holds it now, whatever happens below */
     graph_launch *g = calloc(1, sizeof *g);
     if (!g || !(g->kernel_name = jb__strdup(k->name)) ||
         !grow((void **)&p->launches, p->num_launches, &p->launches_capacity,
@@ -217,7 +218,7 @@ int jb__capture_launch(jb_capture *c, const jb_staged_launch *st)
         return capture_failed(c, jb__fail(JB_ERR_OUT_OF_MEMORY, "no memory to capture a launch"),
                               "out of memory");
     }
-    int status = dev->backend->capture_node(dev, st->stream->native, &g->node);
+    int status = empty ? JB_OK : dev->backend->capture_node(dev, st->stream->native, &g->node);
     for (size_t i = 0; status == JB_OK && i < st->args.count; i++)
         status = parts_add_buffer(p, st->buffers[i]);
     if (status != JB_OK) {
@@ -520,7 +521,7 @@ jb_status jb_graph_launch(jb_graph *graph, jb_stream *stream)
     int status = JB_OK;
     for (size_t i = 0; status == JB_OK && i < p->num_launches; i++) {
         graph_launch *g = p->launches[i];
-        if (!g->dirty)
+        if (!g->dirty || !g->node) /* an empty launch has no node: nothing to update */
             continue;
         status = dev->backend->graph_set_launch(dev, graph->native, g->node, g->fn, g->grid,
                                                 g->block, g->shared_bytes, &g->args);

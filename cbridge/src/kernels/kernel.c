@@ -220,8 +220,12 @@ int jb__resolve_launch_shape(const jb_launch_shape *shape, const jb_kernel_confi
 {
     JB_RETURN_IF(!shape, JB_ERR_INVALID_ARGUMENT, "the launch shape is NULL");
     if (shape->grid[0] == 0 && shape->grid[1] == 0 && shape->grid[2] == 0) {
-        JB_RETURN_IF(shape->total_threads == 0, JB_ERR_INVALID_ARGUMENT,
-                     "the launch has no threads (grid all zero and total_threads 0)");
+        if (shape->total_threads == 0) { /* an empty batch: checked like any launch, runs nothing */
+            grid[0] = 0, grid[1] = grid[2] = 1;
+            block[0] = block[1] = block[2] = 1;
+            *total = 0;
+            return JB_OK;
+        }
         uint64_t per_block = config->threads_per_block ? config->threads_per_block
                                                        : DEFAULT_THREADS_PER_BLOCK;
         if (per_block > shape->total_threads)
@@ -238,8 +242,9 @@ int jb__resolve_launch_shape(const jb_launch_shape *shape, const jb_kernel_confi
     uint64_t blocks = 1, per_block = 1;
     bool wrapped = false; /* three 32-bit factors can pass 2^64 */
     for (int i = 0; i < 3; i++) {
-        JB_RETURN_IF(shape->grid[i] == 0 || shape->block[i] == 0, JB_ERR_INVALID_ARGUMENT,
-                     "grid and block dimensions must be at least 1");
+        /* A grid with no blocks in some dimension is an empty launch; a block must have threads. */
+        JB_RETURN_IF(shape->block[i] == 0, JB_ERR_INVALID_ARGUMENT,
+                     "block dimensions must be at least 1");
         grid[i] = shape->grid[i];
         block[i] = shape->block[i];
         wrapped |= !jb__mul_u64(blocks, grid[i], &blocks);
@@ -532,6 +537,8 @@ done:
 
 int jb__launch_issue(const jb_staged_launch *l)
 {
+    if (!l->args.total_threads) /* an empty batch: no backend launches a grid of no blocks */
+        return JB_OK;
     return l->dev->backend->launch(l->dev, l->stream->native, l->fn, l->grid, l->block,
                                    l->shared_bytes, &l->args);
 }

@@ -219,6 +219,37 @@ static int build_source_module(void *ctx, jb_device *dev, const char *module_nam
                             from_disk);
 }
 
+/* The module on `dev`, built (or found) and, on its first use there, checked to be this
+ * module's own code. */
+static int module_on(jb_source_module *m, jb_device *dev, jb_module **out)
+{
+    JB_FORWARD_IF_ERROR(jb__get_jit_module(dev, m->module_name, m->module_name_hash,
+                                           build_source_module, m, out));
+    if (!atomic_load_explicit(&m->checked[dev->index], memory_order_acquire)) {
+        JB_FORWARD_IF_ERROR(jb__module_check_source(*out, m->module_name,
+                                                    m->sources[dev->backend->dialect]));
+        atomic_store_explicit(&m->checked[dev->index], true, memory_order_release);
+    }
+    return JB_OK;
+}
+
+jb_status jb_source_module_prepare(jb_source_module *m, jb_device *device)
+{
+    JB_RETURN_IF(!m, JB_ERR_INVALID_ARGUMENT, "jb_source_module_prepare: module is NULL");
+    JB_RETURN_IF(!device, JB_ERR_INVALID_ARGUMENT, "jb_source_module_prepare: device is NULL");
+    jb_module *module;
+    JB_FORWARD_IF_ERROR(module_on(m, device, &module));
+    for (size_t i = 0; i < m->num_entries; i++) {
+        jb_kernel_entry *kernel = jb__module_kernel(module, m->entry_names[i]);
+        JB_RETURN_IF(!kernel, JB_ERR_LOAD, "module '%s' has no kernel '%s'", m->module_name,
+                     m->entry_names[i]);
+        jb_kernel_config config;
+        void *fn;
+        JB_FORWARD_IF_ERROR(jb__kernel_configured(kernel, NULL, NULL, &config, &fn));
+    }
+    return JB_OK;
+}
+
 /* Checks a declared entry's arguments against its declaration. */
 static int check_declared(const jb_source_module *m, const char *entry,
                           const jb_entry_signature *sig, const jb_arg *args, size_t num_args)
@@ -304,14 +335,7 @@ jb_status jb_source_module_launch(jb_source_module *m, jb_stream *stream, const 
                  "custom kernels' launches only (launch the module outside the capture)");
 
     jb_module *module;
-    JB_FORWARD_IF_ERROR(
-        jb__get_jit_module(dev, m->module_name, m->module_name_hash, build_source_module, m,
-                           &module));
-    if (!atomic_load_explicit(&m->checked[dev->index], memory_order_acquire)) {
-        JB_FORWARD_IF_ERROR(jb__module_check_source(module, m->module_name,
-                                                    m->sources[dev->backend->dialect]));
-        atomic_store_explicit(&m->checked[dev->index], true, memory_order_release);
-    }
+    JB_FORWARD_IF_ERROR(module_on(m, dev, &module));
     jb_kernel_entry *kernel = jb__module_kernel(module, entry);
     JB_RETURN_IF(!kernel, JB_ERR_LOAD, "module '%s' has no kernel '%s'", m->module_name, entry);
     jb_kernel_config config;
@@ -348,7 +372,8 @@ jb_status jb_source_module_launch(jb_source_module *m, jb_stream *stream, const 
         }
     jb_launch_args launch = {0, NULL, NULL, total, num_slots, slots, true};
     jb_event *done = NULL;
-    int status = dev->backend->launch(dev, stream->native, fn, grid, block, 0, &launch);
+    int status = total ? dev->backend->launch(dev, stream->native, fn, grid, block, 0, &launch)
+                       : JB_OK; /* an empty batch: no backend launches a grid of no blocks */
     /* Written arrays are ready when the entry has run; all stay held until then. */
     if (status == JB_OK)
         status = jb__stream_record_hold(stream, &done, buffers, num_buffers);
