@@ -102,6 +102,7 @@ typedef enum jb_fork_slot {
     JB_FORK_CALLBACKS,      /* base/callback.c: a leaf */
     JB_FORK_CPU_EVENTS,     /* cpu/cpu_backend.c: its events' mutexes */
     JB_FORK_GRAPHS,         /* kernels/graph.c: each graph's mutex */
+    JB_FORK_REMOTE,         /* store/remote.c: the remote tier's configuration (a leaf) */
     JB_FORK_SLOTS
 } jb_fork_slot;
 typedef void (*jb_fork_handler)(jb_fork_phase phase);

@@ -400,6 +400,8 @@ jb_status jb_counters_get(jb_counters *caller_out, size_t caller_size)
     jb__slow_path_counters(out);
     jb__bundle_counters(&out->bundle_hits, &out->bundle_rejected);
     jb__lease_counters(&out->lease_waits, &out->lease_timeouts, &out->lease_fallbacks);
+    jb__remote_counters(&out->remote_hits, &out->remote_misses, &out->remote_rejected,
+                        &out->remote_stores, &out->remote_breaker_trips);
     memcpy(caller_out, &all, caller_size);
     return JB_OK;
 }
@@ -420,6 +422,7 @@ void jb_counters_reset(void)
     jb__disk_counters_reset();
     jb__bundle_counters_reset();
     jb__lease_counters_reset();
+    jb__remote_counters_reset();
     jb__memory_counters_reset();
     jb__slow_path_counters_reset();
 }
