@@ -391,6 +391,7 @@ static outcome run_child(const char *cache, const char *url, const char *key_fil
         dup2(pipe_fds[1], 1);
         close(pipe_fds[0]);
         setenv("JITBRIDGE_CACHE_DIR", cache, 1);
+        unsetenv("JITBRIDGE_DISK_CACHE"); /* each case reads its folder (valgrind's run sets 0) */
         if (url)
             setenv("JITBRIDGE_REMOTE_CACHE", url, 1);
         else
@@ -571,6 +572,7 @@ int main(int argc, char **argv)
         {"a cut value", good_len - 100, SIZE_MAX, key1, "cut short"},
         {"a changed payload", good_len, good_len - 1, key1, "checksum"},
         {"a value signed by another fleet's key", good_len, SIZE_MAX, key2, "signed"},
+        {"a value whose payload length says 1 TiB", good_len, 21, key1, "larger than"},
     };
     /* The MAC sits 32 bytes before the payload, which ends the value; the payload's length is
      * at bytes 16-23 (little-endian). */
@@ -583,7 +585,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof forged / sizeof *forged; i++) {
         memcpy(bad, good, good_len);
         if (forged[i].flip != SIZE_MAX)
-            bad[forged[i].flip] ^= 0x01;
+            bad[forged[i].flip] ^= 0x01; /* byte 21: bit 40 of the payload's length */
         CHECK(set_value(name_one, bad, forged[i].len), "%s: SET failed", forged[i].what);
         new_cache(cache, sizeof cache);
         o = run_child(cache, url, forged[i].key_file, "1", NULL, NULL);

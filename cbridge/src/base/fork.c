@@ -23,6 +23,8 @@
  *      reuses pooled ones that a parent thread may have been waiting on at the fork
  *   8. the list of graphs (graph.c; a leaf, the same way): the child makes each graph's mutex
  *      anew, since it may launch a graph that a parent thread was launching at the fork
+ *   9. the remote tier's configuration (store/remote.c; a leaf: held to copy it, never across
+ *      a call to the store); its idle connection needs no lock, and a child never uses it
  *
  * Per-event mutexes and the cpu streams' worker state are not taken: in the child, streams made
  * before the fork are not used (jb__fork_generation). Nor is a bounds record's

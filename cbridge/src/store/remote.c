@@ -305,7 +305,6 @@ jb_status jb_remote_cache_set(const char *url, const char *key_file)
     if (url && *url) {
         char why[768];
         int status = configure(url, key_file, &c, why, sizeof why);
-        memset(&c.key, 0, status == JB_OK ? 0 : sizeof c.key);
         JB_RETURN_IF(status != JB_OK, status, "jb_remote_cache_set: %s (the tier is unchanged)",
                      why);
     }
@@ -411,6 +410,13 @@ static void connection_give_back(idle_connection *conn)
         connection_drop(conn); /* another build's connection is idle already */
 }
 
+/* hiredis says a timeout in errno's words: a reader of the warning is told what happened. */
+static void name_timeout(char *why, size_t why_len)
+{
+    if (strcmp(why, "Resource temporarily unavailable") == 0)
+        snprintf(why, why_len, "no answer within %d ms", atomic_load(&operation_ms));
+}
+
 /* Runs one command on a connection of `c`: JB_OK with the reply, or a failure (the breaker has
  * tripped, the connection is gone). */
 static int remote_command(const remote_config *c, const char *what, int argc, const char **argv,
@@ -423,6 +429,7 @@ static int remote_command(const remote_config *c, const char *what, int argc, co
         return JB_ERR_SYSTEM;
     }
     if (jb__redis_command(conn->redis, argc, argv, lens, reply, why, sizeof why) != JB_OK) {
+        name_timeout(why, sizeof why);
         connection_drop(conn);
         breaker_trip(c, what, why);
         return JB_ERR_SYSTEM;

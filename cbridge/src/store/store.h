@@ -1,5 +1,5 @@
 /* store/: compiled code below memory: content keys, the cache folder and its entries, admin,
- * leases, manifests, bundles. It calls base/ only. */
+ * leases, manifests, bundles, the remote tier. It calls base/ only. */
 #ifndef JB_STORE_STORE_H
 #define JB_STORE_STORE_H
 
