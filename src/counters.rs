@@ -66,12 +66,22 @@ pub struct Counters {
     /// Leases taken over from a holder whose lease stopped moving (a stopped process), then
     /// compiled.
     pub lease_stale_takeovers: u64,
+    /// Builds served from the remote tier, compiler skipped.
+    pub remote_hits: u64,
+    /// Remote lookups that found no entry.
+    pub remote_misses: u64,
+    /// Remote entries that failed their checks or that the loader refused: never loaded.
+    pub remote_rejected: u64,
+    /// Compiled modules written to the remote tier.
+    pub remote_stores: u64,
+    /// Failures of the remote store that paused the tier (its breaker).
+    pub remote_breaker_trips: u64,
 }
 
 impl Counters {
     /// Every counter with its field name, in the struct's order: for a dashboard or an export
     /// (`jitbridge info --json` prints these).
-    pub fn fields(&self) -> [(&'static str, u64); 27] {
+    pub fn fields(&self) -> [(&'static str, u64); 32] {
         [
             ("builds", self.builds),
             ("build_failures", self.build_failures),
@@ -100,6 +110,11 @@ impl Counters {
             ("lease_timeouts", self.lease_timeouts),
             ("lease_fallbacks", self.lease_fallbacks),
             ("lease_stale_takeovers", self.lease_stale_takeovers),
+            ("remote_hits", self.remote_hits),
+            ("remote_misses", self.remote_misses),
+            ("remote_rejected", self.remote_rejected),
+            ("remote_stores", self.remote_stores),
+            ("remote_breaker_trips", self.remote_breaker_trips),
         ]
     }
 
@@ -134,6 +149,11 @@ impl Counters {
             lease_timeouts: self.lease_timeouts - earlier.lease_timeouts,
             lease_fallbacks: self.lease_fallbacks - earlier.lease_fallbacks,
             lease_stale_takeovers: self.lease_stale_takeovers - earlier.lease_stale_takeovers,
+            remote_hits: self.remote_hits - earlier.remote_hits,
+            remote_misses: self.remote_misses - earlier.remote_misses,
+            remote_rejected: self.remote_rejected - earlier.remote_rejected,
+            remote_stores: self.remote_stores - earlier.remote_stores,
+            remote_breaker_trips: self.remote_breaker_trips - earlier.remote_breaker_trips,
         }
     }
 }

@@ -36,12 +36,19 @@ pub enum CacheEventKind {
     EntryEvicted,
     /// A sealed process met a module that would compile (see [`crate::seal`]).
     SealViolation,
+    /// Loaded from the remote tier: no compiler ran.
+    RemoteHit,
+    /// A remote entry failed its checks (MAC, checksum, lengths, key, size) or was refused by
+    /// the loader: not loaded.
+    RemoteRejected,
+    /// Compiled code was written to the remote tier.
+    RemoteStore,
     /// A kind this version of the crate does not know.
     Other(i32),
 }
 
 /// The C numbers of the kinds, in one place on this side.
-const KINDS: [(i32, CacheEventKind); 9] = [
+const KINDS: [(i32, CacheEventKind); 12] = [
     (1, CacheEventKind::DiskHit),
     (2, CacheEventKind::BundleHit),
     (3, CacheEventKind::BuildStart),
@@ -51,6 +58,9 @@ const KINDS: [(i32, CacheEventKind); 9] = [
     (7, CacheEventKind::EntryRejected),
     (8, CacheEventKind::EntryEvicted),
     (9, CacheEventKind::SealViolation),
+    (10, CacheEventKind::RemoteHit),
+    (11, CacheEventKind::RemoteRejected),
+    (12, CacheEventKind::RemoteStore),
 ];
 
 impl CacheEventKind {

@@ -865,6 +865,13 @@ typedef struct jb_counters {
     uint64_t lease_fallbacks; /* compiles without a lease: locks do not work in the folder */
     uint64_t lease_stale_takeovers; /* leases taken over from a holder whose lease stopped
                                      * moving (a stopped process), then compiled */
+    /* The remote tier (see jb_remote_cache_set): */
+    uint64_t remote_hits;     /* builds served from the remote tier, compiler skipped */
+    uint64_t remote_misses;   /* remote lookups that found no entry */
+    uint64_t remote_rejected; /* remote entries that failed their checks or that the loader
+                               * refused: never loaded */
+    uint64_t remote_stores;   /* compiled modules written to the remote tier */
+    uint64_t remote_breaker_trips; /* failures of the store that paused the tier */
 } jb_counters;
 
 /*
@@ -937,6 +944,37 @@ JB_API jb_status jb_disk_cache_check(uint64_t *valid, uint64_t *invalid, int fix
 /* jb_disk_cache_check without a report or fix: counts good and bad entries. */
 JB_API jb_status jb_disk_cache_verify(uint64_t *valid, uint64_t *invalid);
 
+/*
+ * The remote tier: compiled code on a Redis server a fleet of hosts shares, so that a kernel one
+ * host compiled loads on the others. On a miss the tiers are tried in order: memory, the cache
+ * folder, bundles, the remote tier, the compiler. A remote hit is written to the cache folder
+ * (the next process on the host reads the disk) and loaded as a disk entry is; a compile's code
+ * is written to the remote tier unless the tier is read-only. Each value is signed with the
+ * fleet's key (HMAC-SHA256 over its header, key and code, besides a SHA-256 of the code): one
+ * whose MAC, checksum or lengths fail, that names another key (another kernel, target or
+ * compiler), or that is larger than a disk entry may be (64 MiB) is a miss, counted
+ * (jb_counters.remote_rejected) and raised (JB_CACHE_EVENT_REMOTE_REJECTED), never loaded: a
+ * store others can write must not be a way to run code in this process. Without a key nothing
+ * could be verified, so there is no tier without one.
+ * The client, hiredis (0.13, 0.14 or 1.x), is loaded at run time, never linked. A connect waits
+ * 100 ms at most and each read or write 2 s; after a failure (a timeout, a closed connection,
+ * an error reply such as a full server's) the tier is skipped for 15 s with one warning and
+ * counted (remote_breaker_trips), then tried again. No SIGPIPE reaches the process; a forked
+ * child never uses its parent's connection.
+ * Set by $JITBRIDGE_REMOTE_CACHE and $JITBRIDGE_REMOTE_KEY_FILE, read at the first build (a
+ * bad value is one warning and no tier), or by jb_remote_cache_set.
+ */
+/* Sets the remote tier: `url` is redis://HOST:PORT[/DB] or unix:///PATH (an absolute socket
+ * path), either followed by ?mode=read-only (entries are loaded, none written) or
+ * ?mode=read-write (the default); NULL or "" turns the tier off. `key_file` names the fleet's
+ * key: a regular file of 32 to 4096 bytes owned by this user and neither readable nor writable
+ * by group or others, read now. Errors, with the tier left as it was: JB_ERR_INVALID_ARGUMENT
+ * (a malformed URL, credentials in it, no key file, or a key file refused: the message says
+ * why), JB_ERR_SYSTEM (the key file cannot be opened), JB_ERR_UNSUPPORTED (hiredis cannot be
+ * loaded). Nothing connects until a build needs the tier. May be called from any thread;
+ * builds already under way use the tier they started with. */
+JB_API jb_status jb_remote_cache_set(const char *url, const char *key_file);
+
 /* ---------------------------------------------------------------------------------------------
  * Seeing compiles. A module found in memory (the hit path, every launch) is never an event and
  * costs nothing more with a callback installed. What happens on a miss is: each event below is
@@ -963,6 +1001,14 @@ typedef enum jb_cache_event_kind {
     JB_CACHE_EVENT_SEAL_VIOLATION = 9, /* a sealed process met a module that would compile:
                                         * status JB_ERR_SEALED when refused (no compiler runs),
                                         * JB_OK when it warns and compiles (once per module) */
+    JB_CACHE_EVENT_REMOTE_HIT = 10,    /* loaded from the remote tier (see jb_remote_cache_set),
+                                        * no compiler; duration: fetching, storing in the cache
+                                        * folder and loading */
+    JB_CACHE_EVENT_REMOTE_REJECTED = 11, /* a remote entry failed its checks (MAC, checksum,
+                                          * lengths, key, size) or was refused by the loader:
+                                          * not loaded; message says why */
+    JB_CACHE_EVENT_REMOTE_STORE = 12,  /* compiled code written to the remote tier; duration:
+                                        * the write */
 } jb_cache_event_kind;
 
 /* One event. Every string is valid during the callback only, never NULL ("" when absent). Fields
@@ -1006,7 +1052,8 @@ JB_API jb_status jb_set_event_callback(jb_cache_event_fn fn, void *user_data);
 JB_API jb_status jb_exchange_event_callback(jb_cache_event_fn *old_fn, void **old_user_data,
                                             jb_cache_event_fn fn, void *user_data);
 /* "disk hit", "bundle hit", "build start", "build end", "build fail", "disk store",
- * "entry rejected", "entry evicted", "seal violation"; NULL for other values. */
+ * "entry rejected", "entry evicted", "seal violation", "remote hit", "remote rejected",
+ * "remote store"; NULL for other values. */
 JB_API const char *jb_cache_event_kind_name(int kind);
 
 /* The calling thread's tag, carried by the events it causes ("request 1234"): copied, at most
@@ -1125,8 +1172,8 @@ JB_API jb_status jb_prewarm(jb_prewarm_result *out, jb_device *device, const cha
  * fields, separated by TABs: "jbm1", the key (64 lowercase hex digits: the SHA-256 of the key text; its
  * first 32 name the disk cache entry <those 32>.jbc), the backend, the device's architecture,
  * the module name, the entry names separated by commas, and how the process got it ("compiled",
- * "disk", "bundle" or "prewarm"). Readers skip lines of another first field and lines starting
- * with '#', empty lines and lines of fewer than seven fields, ignore fields past the seventh,
+ * "disk", "bundle", "remote" or "prewarm"). Readers skip lines of another first field and lines
+ * starting with '#', empty lines and lines of fewer than seven fields, ignore fields past the seventh,
  * and deduplicate by key.
  */
 

@@ -581,8 +581,9 @@ static void thread_tags(void)
     CHECK(strlen(jb_thread_tag()) == JB_THREAD_TAG_MAX, "the longest tag");
     CHECK_OK(jb_set_thread_tag(""));
     CHECK(strcmp(jb_thread_tag(), "") == 0, "cleared");
-    CHECK(jb_cache_event_kind_name(0) == NULL && jb_cache_event_kind_name(10) == NULL &&
-              strcmp(jb_cache_event_kind_name(JB_CACHE_EVENT_SEAL_VIOLATION), "seal violation") == 0,
+    CHECK(jb_cache_event_kind_name(0) == NULL && jb_cache_event_kind_name(13) == NULL &&
+              strcmp(jb_cache_event_kind_name(JB_CACHE_EVENT_SEAL_VIOLATION), "seal violation") == 0 &&
+              strcmp(jb_cache_event_kind_name(JB_CACHE_EVENT_REMOTE_STORE), "remote store") == 0,
           "kind names");
 }
 

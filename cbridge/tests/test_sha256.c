@@ -3,7 +3,8 @@
  * "SHA256.pdf" example computations and the long messages of FIPS 180-2 appendix B), then fed in
  * pieces of every size: the digest must not depend on how the message is split. All of it runs
  * twice: on the processor's SHA extensions where it has them, and in portable C (a test hook),
- * and the two must agree on 2,000 messages of every length up to 4 KiB.
+ * and the two must agree on 2,000 messages of every length up to 4 KiB. HMAC-SHA256 (the remote
+ * tier's signatures) against RFC 4231.
  */
 #include "../src/kernels/kernels.h"
 #include "check.h"
@@ -159,6 +160,49 @@ static void standard_examples(void)
     no_bytes_from_nowhere();
 }
 
+/* HMAC-SHA256 against RFC 4231's test cases 1, 2 and 6 (a key longer than a block is hashed
+ * first), the message fed in two pieces; then the constant-time comparison. */
+static void hmac_examples(void)
+{
+    unsigned char key1[20], key6[131];
+    memset(key1, 0x0b, sizeof key1);
+    memset(key6, 0xaa, sizeof key6);
+    const struct {
+        const void *key;
+        size_t key_len;
+        const char *message;
+        const char *mac;
+    } cases[] = {
+        {key1, sizeof key1, "Hi There",
+         "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"},
+        {"Jefe", 4, "what do ya want for nothing?",
+         "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"},
+        {key6, sizeof key6, "Test Using Larger Than Block-Size Key - Hash Key First",
+         "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        jb_hmac_sha256 h;
+        size_t len = strlen(cases[i].message), half = len / 2;
+        jb__hmac_sha256_init(&h, cases[i].key, cases[i].key_len);
+        jb__hmac_sha256_update(&h, cases[i].message, half);
+        jb__hmac_sha256_update(&h, cases[i].message + half, len - half);
+        unsigned char mac[JB_SHA256_BYTES];
+        char hex[2 * JB_SHA256_BYTES + 1];
+        jb__hmac_sha256_final(&h, mac);
+        jb__hex(mac, sizeof mac, hex);
+        CHECK(strcmp(hex, cases[i].mac) == 0, "HMAC case %zu: %s, want %s", i, hex,
+              cases[i].mac);
+    }
+    unsigned char a[32] = {0}, b[32] = {0};
+    CHECK(jb__equal_in_constant_time(a, b, sizeof a), "equal bytes compared unequal");
+    for (size_t i = 0; i < sizeof b; i += 31) {
+        b[i] = 0x80;
+        CHECK(!jb__equal_in_constant_time(a, b, sizeof a), "a difference at byte %zu was missed",
+              i);
+        b[i] = 0;
+    }
+}
+
 int main(void)
 {
     jb__test_sha256_portable(false);
@@ -170,5 +214,6 @@ int main(void)
     standard_examples();
     jb__test_sha256_portable(false);
     both_ways_agree();
+    hmac_examples();
     return check_summary("test_sha256");
 }

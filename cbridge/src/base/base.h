@@ -111,6 +111,7 @@ typedef enum jb_fork_slot {
     JB_FORK_CPU_EVENTS,     /* cpu/cpu_backend.c: its events' mutexes */
     JB_FORK_GRAPHS,         /* kernels/graph.c: each graph's mutex */
     JB_FORK_MANIFEST,       /* store/manifest.c: no lock; the child opens its own handle */
+    JB_FORK_REMOTE,         /* store/remote.c: the remote tier's configuration (a leaf) */
     JB_FORK_SLOTS
 } jb_fork_slot;
 typedef void (*jb_fork_handler)(jb_fork_phase phase);
@@ -302,6 +303,17 @@ bool jb__sha256_accelerated(void);
 /* true: portable C from now on, whatever the processor has; false: back to what it has. */
 void jb__test_sha256_portable(bool portable);
 #endif
+/* HMAC-SHA256 (RFC 2104): remote cache entries are signed with the fleet's key. */
+typedef struct jb_hmac_sha256 {
+    jb_sha256 inner;
+    unsigned char outer_pad[64]; /* the key (hashed when longer than a block) XOR 0x5c */
+} jb_hmac_sha256;
+void jb__hmac_sha256_init(jb_hmac_sha256 *h, const void *key, size_t key_len);
+void jb__hmac_sha256_update(jb_hmac_sha256 *h, const void *data, size_t len);
+/* Writes the MAC and wipes `h`. */
+void jb__hmac_sha256_final(jb_hmac_sha256 *h, unsigned char out[JB_SHA256_BYTES]);
+/* Whether a and b hold the same n bytes, in a time that does not depend on where they differ. */
+bool jb__equal_in_constant_time(const void *a, const void *b, size_t n);
 /* `n` bytes as 2n lowercase hex digits and a NUL into `out`. */
 void jb__hex(const unsigned char *bytes, size_t n, char *out);
 

@@ -40,6 +40,9 @@ const char *jb_cache_event_kind_name(int kind)
         [JB_CACHE_EVENT_ENTRY_REJECTED] = "entry rejected",
         [JB_CACHE_EVENT_ENTRY_EVICTED] = "entry evicted",
         [JB_CACHE_EVENT_SEAL_VIOLATION] = "seal violation",
+        [JB_CACHE_EVENT_REMOTE_HIT] = "remote hit",
+        [JB_CACHE_EVENT_REMOTE_REJECTED] = "remote rejected",
+        [JB_CACHE_EVENT_REMOTE_STORE] = "remote store",
     };
     return kind > 0 && (size_t)kind < sizeof names / sizeof *names ? names[kind] : NULL;
 }

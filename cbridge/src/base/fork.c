@@ -25,6 +25,8 @@
  *      anew, since it may launch a graph that a parent thread was launching at the fork
  *   9. the manifest (manifest.c; takes no lock): the child opens the file anew, so that its
  *      lock on it excludes its parent's (a lock of the open file's is shared across fork)
+ *  10. the remote tier's configuration (store/remote.c; a leaf: held to copy it, never across
+ *      a call to the store); its idle connection needs no lock, and a child never uses it
  *
  * Per-event mutexes and the cpu streams' worker state are not taken: in the child, streams made
  * before the fork are not used (jb__fork_generation). Nor is a bounds record's

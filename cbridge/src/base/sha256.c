@@ -234,6 +234,51 @@ void jb__sha256(const void *data, size_t len, unsigned char out[JB_SHA256_BYTES]
     jb__sha256_final(&h, out);
 }
 
+void jb__hmac_sha256_init(jb_hmac_sha256 *h, const void *key, size_t key_len)
+{
+    unsigned char block[64] = {0};
+    if (key_len > sizeof block)
+        jb__sha256(key, key_len, block); /* RFC 2104: a key longer than a block is hashed */
+    else
+        memcpy(block, key, key_len);
+    unsigned char inner_pad[64];
+    for (size_t i = 0; i < sizeof block; i++) {
+        inner_pad[i] = block[i] ^ 0x36;
+        h->outer_pad[i] = block[i] ^ 0x5c;
+    }
+    jb__sha256_init(&h->inner);
+    jb__sha256_update(&h->inner, inner_pad, sizeof inner_pad);
+    memset(block, 0, sizeof block);
+    memset(inner_pad, 0, sizeof inner_pad);
+}
+
+void jb__hmac_sha256_update(jb_hmac_sha256 *h, const void *data, size_t len)
+{
+    jb__sha256_update(&h->inner, data, len);
+}
+
+void jb__hmac_sha256_final(jb_hmac_sha256 *h, unsigned char out[JB_SHA256_BYTES])
+{
+    unsigned char inner_digest[JB_SHA256_BYTES];
+    jb__sha256_final(&h->inner, inner_digest);
+    jb_sha256 outer;
+    jb__sha256_init(&outer);
+    jb__sha256_update(&outer, h->outer_pad, sizeof h->outer_pad);
+    jb__sha256_update(&outer, inner_digest, sizeof inner_digest);
+    jb__sha256_final(&outer, out);
+    memset(h, 0, sizeof *h);
+    memset(inner_digest, 0, sizeof inner_digest);
+}
+
+bool jb__equal_in_constant_time(const void *a, const void *b, size_t n)
+{
+    const volatile unsigned char *x = a, *y = b; /* volatile: no early exit compiled in */
+    unsigned char differ = 0;
+    for (size_t i = 0; i < n; i++)
+        differ |= x[i] ^ y[i];
+    return differ == 0;
+}
+
 void jb__hex(const unsigned char *bytes, size_t n, char *out)
 {
     static const char digits[] = "0123456789abcdef";

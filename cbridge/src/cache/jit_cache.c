@@ -420,6 +420,8 @@ jb_status jb_counters_get(jb_counters *caller_out, size_t caller_size)
     jb__bundle_counters(&out->bundle_hits, &out->bundle_rejected);
     jb__lease_counters(&out->lease_waits, &out->lease_timeouts, &out->lease_fallbacks,
                        &out->lease_stale_takeovers);
+    jb__remote_counters(&out->remote_hits, &out->remote_misses, &out->remote_rejected,
+                        &out->remote_stores, &out->remote_breaker_trips);
     memcpy(caller_out, &all, caller_size);
     return JB_OK;
 }
@@ -440,6 +442,7 @@ void jb_counters_reset(void)
     jb__disk_counters_reset();
     jb__bundle_counters_reset();
     jb__lease_counters_reset();
+    jb__remote_counters_reset();
     jb__memory_counters_reset();
     jb__slow_path_counters_reset();
 }

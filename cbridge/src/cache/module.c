@@ -328,8 +328,42 @@ static bool load_from_bundles(jb_device *dev, const jb_disk_key *key, const char
     return false;
 }
 
+/* A module from the remote tier: true when one loaded. The verified code is first stored in the
+ * cache folder (the next process on the host reads the disk) and read back from it as a disk
+ * entry is, with the same checks; where it cannot be stored it is loaded as fetched. Code the
+ * loader refuses is counted and raised as rejected; the compile that follows replaces it. */
+static bool load_from_remote(jb_device *dev, const jb_disk_key *key, const char *module_name,
+                             const char *source, const char *const *kernel_names,
+                             size_t num_kernels, jb_module **out)
+{
+    jb_blob code = {0};
+    uint64_t start = jb__now_ns();
+    if (!jb__remote_load(key, &code))
+        return false;
+    if (jb__disk_store(key, &code)) {
+        free(code.data);
+        code = (jb_blob){0};
+        if (!jb__disk_load(key, &code))
+            return false;
+    }
+    int status = jb__module_create(dev, &code, source, kernel_names, num_kernels, out);
+    free(code.data);
+    if (status == JB_OK) {
+        jb__remote_accept();
+        jb__event_raise(JB_CACHE_EVENT_REMOTE_HIT, jb__now_ns() - start, JB_OK, NULL);
+        return true;
+    }
+    if (status == JB_ERR_LOAD) {
+        jb__remote_reject();
+        jb__event_raise(JB_CACHE_EVENT_REMOTE_REJECTED, 0, status, jb_last_error_message());
+    }
+    jb__warn("the remote entry %s of module '%s' could not be loaded (%s); compiling it",
+             key->file, module_name, jb_last_error_message());
+    return false;
+}
+
 /* Compiles and loads `source` (unless it failed before, or the process is sealed); stores the
- * code under `key` unless it is NULL. */
+ * code under `key` (in the cache folder and the remote tier) unless it is NULL. */
 static int compile_and_store(jb_device *dev, const char *module_name, const char *source,
                              const jb_compile_options *options, const char *const *kernel_names,
                              size_t num_kernels, const jb_disk_key *key, jb_module **out)
@@ -363,6 +397,8 @@ static int compile_and_store(jb_device *dev, const char *module_name, const char
     if (status == JB_OK && key && jb__disk_store(key, &code))
         jb__event_raise(JB_CACHE_EVENT_DISK_STORE, jb__now_ns() - start, JB_OK, NULL);
     jb__build_steps.disk_store_ns = jb__now_ns() - start;
+    if (status == JB_OK && key)
+        jb__remote_store(key, &code);
     free(code.data);
     return status;
 }
@@ -395,6 +431,12 @@ static int compile_under_lease(jb_device *dev, const char *module_name, const ch
         *how = "disk";
         return JB_OK;
     }
+    /* Under the host's lease: one process per host asks the remote tier. */
+    if (load_from_remote(dev, key, module_name, source, kernel_names, num_kernels, out)) {
+        jb__lease_release(&lease, false);
+        *how = "remote";
+        return JB_OK;
+    }
     status = compile_and_store(dev, module_name, source, options, kernel_names, num_kernels, key,
                                out);
     jb__lease_release(&lease, status == JB_ERR_COMPILE);
@@ -402,9 +444,9 @@ static int compile_under_lease(jb_device *dev, const char *module_name, const ch
 }
 
 /* Builds a module from `source`: from the disk cache when a valid entry loads, else from a
- * bundle, else with the compiler, whose code is then stored for the next process; a manifest,
- * when one is written, gets its line. Runs under the module cache's write lock; any producer of
- * kernels may use it. */
+ * bundle, else from the remote tier, else with the compiler, whose code is then stored for the
+ * next process (and the fleet); a manifest, when one is written, gets its line. Runs under the
+ * module cache's write lock; any producer of kernels may use it. */
 int jb__module_build(jb_device *dev, const char *module_name, const char *source,
                      const jb_compile_options *options, const char *const *kernel_names,
                      size_t num_kernels, bool use_disk_cache, jb_module **out, bool *from_disk)
@@ -414,7 +456,8 @@ int jb__module_build(jb_device *dev, const char *module_name, const char *source
     use_disk_cache = use_disk_cache && !options->num_include_dirs;
     bool use_disk = use_disk_cache && jb__disk_cache_usable();
     bool use_bundles = use_disk_cache && jb__bundles_present();
-    bool keyed = use_disk_cache && (use_disk || use_bundles || jb__manifest_on()) &&
+    bool use_remote = use_disk_cache && jb__remote_on();
+    bool keyed = use_disk_cache && (use_disk || use_bundles || use_remote || jb__manifest_on()) &&
                  jb__module_disk_key(dev, module_name, kernel_names, num_kernels, source, &key) == JB_OK;
     use_disk = use_disk && keyed;
     if (keyed)
@@ -430,9 +473,12 @@ int jb__module_build(jb_device *dev, const char *module_name, const char *source
     else if (use_disk)
         status = compile_under_lease(dev, module_name, source, options, kernel_names, num_kernels,
                                      &key, out, &how);
+    else if (use_remote && keyed &&
+             load_from_remote(dev, &key, module_name, source, kernel_names, num_kernels, out))
+        how = "remote";
     else
         status = compile_and_store(dev, module_name, source, options, kernel_names, num_kernels,
-                                   NULL, out);
+                                   use_remote && keyed ? &key : NULL, out);
     *from_disk = strcmp(how, "compiled") != 0;
     if (status == JB_OK && keyed)
         jb__manifest_record(dev->backend->name, dev->arch, &key, module_name, kernel_names, num_kernels, how);

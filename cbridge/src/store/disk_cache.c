@@ -11,7 +11,8 @@
  *   (a killed process would leave one behind and hang every later run).
  * - The folder and the trust in it are disk_dir.c's; every operation here goes through its
  *   handles (openat/renameat/unlinkat). Each entry is checked on its own open handle before a
- *   byte is read (regular, ours, not writable by others, one link, at most MAX_ENTRY_BYTES).
+ *   byte is read (regular, ours, not writable by others, one link, at most
+ *   JB_DISK_ENTRY_MAX_BYTES).
  *   Opens never block: a FIFO where an entry belongs is removed, not waited on.
  * - Temporary names are random (getrandom), retried on a clash: PIDs repeat across containers.
  * - Only in a folder marked as the cache's own (disk_dir.c) is anything removed: junk at an
@@ -32,9 +33,6 @@
 #include <unistd.h>
 
 #define FORMAT_VERSION 1u
-/* Real code objects are far smaller (a cpu shared object ~20 KiB, a large cubin a few MiB); the
- * cap bounds what is read whole under the module cache's write lock. */
-#define MAX_ENTRY_BYTES (64u << 20)
 
 static const char magic[8] = {'J', 'B', 'C', 'A', 'C', 'H', 'E', '\0'};
 
@@ -72,7 +70,7 @@ const char *jb__disk_entry_problem(const struct stat *st)
         return "has more than one link";
     if (st->st_size <= 0)
         return "is empty";
-    if ((uint64_t)st->st_size > MAX_ENTRY_BYTES)
+    if ((uint64_t)st->st_size > JB_DISK_ENTRY_MAX_BYTES)
         return "is larger than the 64 MiB entry cap";
     return NULL;
 }
@@ -329,7 +327,7 @@ bool jb__disk_store(const jb_disk_key *key, const jb_blob *code)
     int dir = jb__disk_dir_fd(), tmp = jb__disk_tmp_fd();
     size_t bytes;
     if (dir < 0 || tmp < 0 || !jb__add_size(code->size, key->bytes, &bytes) ||
-        !jb__add_size(bytes, sizeof(entry_header), &bytes) || bytes > MAX_ENTRY_BYTES)
+        !jb__add_size(bytes, sizeof(entry_header), &bytes) || bytes > JB_DISK_ENTRY_MAX_BYTES)
         return false; /* the cap also keeps the key's length within its 32-bit field */
     const char *what;
     int err = write_entry(dir, tmp, key, code, &what);

@@ -1,5 +1,5 @@
 /* store/: compiled code below memory: content keys, the cache folder and its entries, admin,
- * leases, manifests, bundles. It calls base/ only. */
+ * leases, manifests, bundles, the remote tier. It calls base/ only. */
 #ifndef JB_STORE_STORE_H
 #define JB_STORE_STORE_H
 
@@ -265,6 +265,9 @@ void jb__test_set_lease_error(int err);
 #endif
 
 /* ---- the disk cache's entries (disk_cache.c) ---- */
+/* Real code objects are far smaller (a cpu shared object ~20 KiB, a large cubin a few MiB); the
+ * cap bounds what is read whole under the module cache's write lock (a remote value too). */
+#define JB_DISK_ENTRY_MAX_BYTES (64u << 20)
 /* True with the stored code when a valid entry exists; a missing or invalid one is a miss. */
 bool jb__disk_load(const jb_disk_key *key, jb_blob *out);
 /* The loaded code was accepted by the loader (a disk hit) or refused (counted; the compile that
@@ -295,6 +298,53 @@ int jb__disk_remove(int dir, const char *name);
 void jb__disk_counters(uint64_t *hits, uint64_t *misses, uint64_t *rejected);
 void jb__disk_counters_reset(void);
 
+/* ---- the Redis client (remote_client.c): hiredis, loaded at run time ---- */
+typedef struct jb_redis jb_redis;
+/* Reply types, the same numbers in every hiredis version. */
+enum { JB_REDIS_STRING = 1, JB_REDIS_ARRAY = 2, JB_REDIS_INTEGER = 3, JB_REDIS_NIL = 4,
+       JB_REDIS_STATUS = 5, JB_REDIS_ERROR = 6 };
+typedef struct jb_redis_reply {
+    int type;
+    long long integer;
+    const char *str; /* len bytes (strings, statuses, errors), owned by the reply */
+    size_t len;
+    void *raw;
+} jb_redis_reply;
+/* Loads hiredis once: false with *why saying what is missing. */
+bool jb__redis_client_load(const char **why);
+/* Connects to host:port, or to unix_path when not NULL, within connect_ms; every later read or
+ * write waits operation_ms at most. JB_ERR_UNSUPPORTED when hiredis cannot be loaded. */
+int jb__redis_connect(const char *host, int port, const char *unix_path, int connect_ms,
+                      int operation_ms, jb_redis **out, char *why, size_t why_len);
+/* Whether this process made the connection (a fork child must not use its parent's). */
+bool jb__redis_owned_here(const jb_redis *r);
+/* Closes and frees; sends nothing. NULL is fine. */
+void jb__redis_free(jb_redis *r);
+/* One command; JB_ERR_SYSTEM (a timeout, a closed or failed connection, which must then be
+ * freed) with *why, or JB_OK with the reply (free it with jb__redis_reply_free). No SIGPIPE
+ * reaches the process. */
+int jb__redis_command(jb_redis *r, int argc, const char **argv, const size_t *lens,
+                      jb_redis_reply *out, char *why, size_t why_len);
+void jb__redis_reply_free(jb_redis_reply *reply);
+
+/* ---- the remote tier (remote.c): verified entries on a Redis server shared by a fleet ---- */
+/* Whether a remote tier is configured (JITBRIDGE_REMOTE_CACHE is read at the first call). */
+bool jb__remote_on(void);
+/* True with the verified payload stored under `key` (the caller frees out->data); a missing,
+ * unreachable or rejected entry is a miss (a rejection is counted and raises an event). */
+bool jb__remote_load(const jb_disk_key *key, jb_blob *out);
+/* The loaded payload was accepted by the loader (a remote hit) or refused for good. */
+void jb__remote_accept(void);
+void jb__remote_reject(void);
+/* Signs and writes compiled code under `key`, unless the tier is read-only or off. */
+void jb__remote_store(const jb_disk_key *key, const jb_blob *code);
+void jb__remote_counters(uint64_t *hits, uint64_t *misses, uint64_t *rejected, uint64_t *stores,
+                         uint64_t *breaker_trips);
+void jb__remote_counters_reset(void);
+#ifdef JB_TEST_HOOKS
+/* Shorter waits for the tests: connect, each operation, and the breaker's pause (0: default). */
+void jb__test_set_remote_timing(int connect_ms, int operation_ms, int breaker_ms);
+#endif
 
 #ifdef JB_TEST_HOOKS
 /* While set, jb__disk_create_unnamed fails as on a file system without O_TMPFILE. */

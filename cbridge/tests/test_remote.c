@@ -1,0 +1,666 @@
+/*
+ * The remote tier against a real redis-server, started by the test on a Unix socket in its own
+ * temporary folder and killed when it ends (atexit, and PR_SET_PDEATHSIG if the test dies).
+ * Each case runs a new process (this program, "child" mode) with its own cache folder, as a new
+ * host would: a compile stores to the remote; a new process with an empty folder loads it with
+ * no compile and then has it on disk; forged, cut, foreign-keyed and misfiled values are
+ * rejected (counter and event) and compiled instead; a read-only tier stores nothing; a stopped
+ * server (SIGSTOP) and a killed one cost a compile and one breaker trip, no SIGPIPE reaches a
+ * process with default handling, and nothing in the cache folder is lost; bad URLs and key
+ * files are refused. Built with JB_TEST_HOOKS (shorter timeouts for the stopped server).
+ * Without redis-server the test fails: CI installs it.
+ */
+#include "../src/kernels/kernels.h"
+#include "helpers.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef JB_TEST_HOOKS
+#error "test_remote needs a JB_TEST_HOOKS build of the library (shorter remote timeouts)"
+#endif
+
+#define N 8
+
+/* ---- child mode: launches, then one line of what happened ---- */
+
+static long long connections_received(void);
+
+static atomic_int events[JB_CACHE_EVENT_REMOTE_STORE + 1];
+static char content_key[80];
+static char rejection[512];
+static atomic_int warnings;
+static char warning[1024];
+
+static void count_event(void *user_data, const jb_cache_event *e)
+{
+    (void)user_data;
+    if (e->kind > 0 && e->kind <= JB_CACHE_EVENT_REMOTE_STORE)
+        atomic_fetch_add(&events[e->kind], 1);
+    if (e->content_key[0])
+        snprintf(content_key, sizeof content_key, "%s", e->content_key);
+    if (e->kind == JB_CACHE_EVENT_REMOTE_REJECTED)
+        snprintf(rejection, sizeof rejection, "%s", e->message);
+}
+
+static void keep_warning(void *user_data, jb_log_level level, const char *message)
+{
+    (void)user_data, (void)level;
+    atomic_fetch_add(&warnings, 1);
+    snprintf(warning, sizeof warning, "%s", message);
+}
+
+static bool launch(jb_device *device, int salt)
+{
+    char name[32], body[96];
+    snprintf(name, sizeof name, "remote_%d", salt);
+    snprintf(body, sizeof body, "out[thread_index()] = %d.0f;", salt);
+    jb_custom_kernel *k = f32_kernel(name, body);
+    jb_array *x = f32_filled(device, N, 0.0f), *y = NULL;
+    bool exact = f32_launch(&y, k, &x, 1, N) == JB_OK && f32_all_equal(y, N, (float)salt);
+    jb_array_free(y);
+    jb_array_free(x);
+    jb_custom_kernel_free(k);
+    return exact;
+}
+
+/* A socket connected to the Unix socket at `path`, or -1. */
+static int connect_to(const char *path)
+{
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    if (!path || strlen(path) >= sizeof addr.sun_path)
+        return -1;
+    memcpy(addr.sun_path, path, strlen(path) + 1);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+/* Whether a connection to the Unix socket at `path` is accepted. */
+static bool socket_answers(const char *path)
+{
+    int fd = connect_to(path);
+    if (fd >= 0)
+        close(fd);
+    return fd >= 0;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&t, &t) != 0 && errno == EINTR)
+        ;
+}
+
+/* argv: child SALTS ACTION. SALTS: launched in order ("1,2"); ACTION "kill-after-first": the
+ * server (JB_TEST_REDIS_PID, socket JB_TEST_REDIS_SOCKET) is killed after the first launch;
+ * "fork-after-first": a forked child launches kernel 100 (its exit status says whether it ran
+ * right), and the connections the server received meanwhile are counted; "pause-after-each":
+ * 20 ms pass after each launch (more than a 1 ms breaker pause). */
+static int child_main(char **argv)
+{
+    signal(SIGPIPE, SIG_DFL); /* a host with default handling: a SIGPIPE would kill it */
+    const char *timing = getenv("JB_TEST_REMOTE_TIMING");
+    int connect_ms = 0, operation_ms = 0, breaker_ms = 0;
+    if (timing)
+        sscanf(timing, "%d,%d,%d", &connect_ms, &operation_ms, &breaker_ms);
+    jb__test_set_remote_timing(connect_ms, operation_ms, breaker_ms);
+    jb_set_log_callback(keep_warning, NULL);
+    jb_set_event_callback(count_event, NULL);
+    jb_device *device = test_device();
+    bool exact = device != NULL;
+    char *salts = argv[2];
+    bool first = true;
+    long long fork_connections = -1;
+    for (char *s = strtok(salts, ","); s; s = strtok(NULL, ",")) {
+        exact = launch(device, atoi(s)) && exact;
+        if (first && strcmp(argv[3], "kill-after-first") == 0) {
+            pid_t server = (pid_t)atol(getenv("JB_TEST_REDIS_PID"));
+            kill(server, SIGKILL);
+            for (int i = 0; i < 1000 && socket_answers(getenv("JB_TEST_REDIS_SOCKET")); i++)
+                sleep_ms(10);
+        }
+        if (first && strcmp(argv[3], "fork-after-first") == 0) {
+            long long before = connections_received();
+            pid_t pid = fork();
+            if (pid == 0)
+                _exit(launch(device, 100) ? 0 : 1);
+            int status = 0;
+            waitpid(pid, &status, 0);
+            exact = WIFEXITED(status) && WEXITSTATUS(status) == 0 && exact;
+            /* Less this count's own connection. */
+            fork_connections = connections_received() - before - 1;
+        }
+        if (strcmp(argv[3], "pause-after-each") == 0)
+            sleep_ms(20);
+        first = false;
+    }
+    jb_counters c;
+    jb_counters_get(&c, sizeof c);
+    printf("builds=%llu disk_hits=%llu remote_hits=%llu remote_misses=%llu remote_rejected=%llu "
+           "remote_stores=%llu trips=%llu ev_hit=%d ev_rejected=%d ev_store=%d warnings=%d "
+           "exact=%d key=%s fork_connections=%lld\n",
+           (unsigned long long)c.builds, (unsigned long long)c.disk_hits,
+           (unsigned long long)c.remote_hits, (unsigned long long)c.remote_misses,
+           (unsigned long long)c.remote_rejected, (unsigned long long)c.remote_stores,
+           (unsigned long long)c.remote_breaker_trips, events[JB_CACHE_EVENT_REMOTE_HIT],
+           events[JB_CACHE_EVENT_REMOTE_REJECTED], events[JB_CACHE_EVENT_REMOTE_STORE],
+           warnings, exact, content_key[0] ? content_key : "-", fork_connections);
+    printf("rejection: %s\nwarning: %s\n", rejection, warning);
+    jb_set_event_callback(NULL, NULL);
+    jb_set_log_callback(NULL, NULL);
+    return 0;
+}
+
+/* ---- the server ---- */
+
+static char folder[128], socket_path[160], self[PATH_MAX];
+static const char *child_socket; /* in child mode: the server's socket */
+static pid_t server_pid;
+
+static void stop_server(void)
+{
+    if (server_pid > 0) {
+        kill(server_pid, SIGKILL);
+        waitpid(server_pid, NULL, 0);
+        server_pid = 0;
+    }
+}
+
+static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+static void clean_up(void)
+{
+    stop_server();
+    if (folder[0])
+        nftw(folder, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static bool start_server(void)
+{
+    unlink(socket_path);
+    char log[PATH_MAX + 16];
+    snprintf(log, sizeof log, "%s/redis.log", folder);
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlives a test that crashed */
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        execlp("redis-server", "redis-server", "--port", "0", "--unixsocket", socket_path,
+               "--unixsocketperm", "700", "--save", "", "--appendonly", "no", "--dir", folder,
+               (char *)NULL);
+        _exit(127);
+    }
+    server_pid = pid;
+    for (int i = 0; i < 1000; i++) { /* 10 s at most for it to listen */
+        if (socket_answers(socket_path))
+            return true;
+        int status;
+        if (waitpid(pid, &status, WNOHANG) == pid) {
+            server_pid = 0;
+            return false;
+        }
+        sleep_ms(10);
+    }
+    return false;
+}
+
+static bool redis_server_found(void)
+{
+    const char *path = getenv("PATH");
+    char *copy = strdup(path ? path : "/usr/bin:/bin");
+    bool found = false;
+    for (char *dir = strtok(copy, ":"); dir && !found; dir = strtok(NULL, ":")) {
+        char candidate[PATH_MAX];
+        snprintf(candidate, sizeof candidate, "%s/redis-server", dir);
+        found = access(candidate, X_OK) == 0;
+    }
+    free(copy);
+    return found;
+}
+
+/* ---- a small RESP client, to read and forge values ---- */
+
+typedef struct resp {
+    char type; /* '+', '-', ':', '$' ('$' with len -1: nil); 0 when the exchange failed */
+    long long number;
+    char *data;
+    size_t len;
+} resp;
+
+static bool read_exact(int fd, void *buf, size_t n)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = read(fd, (char *)buf + got, n - got);
+        if (r <= 0)
+            return false;
+        got += (size_t)r;
+    }
+    return true;
+}
+
+static bool read_line(int fd, char *line, size_t len)
+{
+    size_t n = 0;
+    while (n + 1 < len && read_exact(fd, line + n, 1)) {
+        if (n > 0 && line[n - 1] == '\r' && line[n] == '\n') {
+            line[n - 1] = '\0';
+            return true;
+        }
+        n++;
+    }
+    return false;
+}
+
+static resp command(int argc, const char **argv, const size_t *lens)
+{
+    resp out = {0};
+    int fd = connect_to(child_socket ? child_socket : socket_path);
+    if (fd < 0)
+        return out;
+    jb_strbuf sb = {0};
+    jb__strbuf_appendf(&sb, "*%d\r\n", argc);
+    for (int i = 0; i < argc; i++) {
+        jb__strbuf_appendf(&sb, "$%zu\r\n", lens[i]);
+        bool sent = jb__write_all(fd, sb.data, sb.len) && jb__write_all(fd, argv[i], lens[i]) &&
+                    jb__write_all(fd, "\r\n", 2);
+        sb.len = 0;
+        if (sb.data)
+            sb.data[0] = '\0';
+        if (!sent)
+            goto done;
+    }
+    char line[128];
+    if (!read_line(fd, line, sizeof line))
+        goto done;
+    out.type = line[0];
+    out.number = atoll(line + 1);
+    if (out.type == '$' && out.number >= 0) {
+        out.len = (size_t)out.number;
+        out.data = malloc(out.len + 2);
+        if (!read_exact(fd, out.data, out.len + 2))
+            out.type = 0;
+    } else if (out.type == '+' || out.type == '-') {
+        out.data = strdup(line + 1);
+        out.len = strlen(line + 1);
+    }
+done:
+    jb__strbuf_free(&sb);
+    close(fd);
+    return out;
+}
+
+static resp command2(const char *a, const char *b)
+{
+    const char *argv[] = {a, b};
+    size_t lens[] = {strlen(a), b ? strlen(b) : 0};
+    return command(b ? 2 : 1, argv, lens);
+}
+
+static bool set_value(const char *name, const char *value, size_t len)
+{
+    const char *argv[] = {"SET", name, value};
+    size_t lens[] = {3, strlen(name), len};
+    resp r = command(3, argv, lens);
+    free(r.data);
+    return r.type == '+';
+}
+
+/* The value under the remote name of content key `key` (NULL when none). */
+static char *get_value(const char *key, size_t *len)
+{
+    char name[128];
+    snprintf(name, sizeof name, "jitbridge:v1:%s", key);
+    resp r = command2("GET", name);
+    if (r.type != '$' || r.number < 0) {
+        free(r.data);
+        return NULL;
+    }
+    *len = r.len;
+    return r.data;
+}
+
+/* The connections the server accepted since it started (INFO stats), or -1. */
+static long long connections_received(void)
+{
+    resp r = command2("INFO", "stats");
+    const char *field = r.type == '$' ? strstr(r.data, "total_connections_received:") : NULL;
+    long long n = field ? atoll(field + strlen("total_connections_received:")) : -1;
+    free(r.data);
+    return n;
+}
+
+static long long db_size(void)
+{
+    resp r = command2("DBSIZE", NULL);
+    free(r.data);
+    return r.type == ':' ? r.number : -1;
+}
+
+/* ---- the parent ---- */
+
+typedef struct outcome {
+    bool exited; /* normally, status 0 */
+    int signal;  /* what killed it, or 0 */
+    unsigned long long builds, disk_hits, remote_hits, remote_misses, remote_rejected,
+        remote_stores, trips;
+    int ev_hit, ev_rejected, ev_store, warnings, exact;
+    char key[80];
+    long long fork_connections;
+    char text[4096];
+} outcome;
+
+/* Runs this program in child mode with cache folder `cache`, the variables as given (NULL:
+ * unset), launching `salts`. */
+static outcome run_child(const char *cache, const char *url, const char *key_file,
+                         const char *salts, const char *action, const char *timing)
+{
+    outcome o = {0};
+    int pipe_fds[2];
+    if (pipe(pipe_fds) != 0)
+        return o;
+    char pid_text[32];
+    snprintf(pid_text, sizeof pid_text, "%d", (int)server_pid);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(pipe_fds[1], 1);
+        close(pipe_fds[0]);
+        setenv("JITBRIDGE_CACHE_DIR", cache, 1);
+        unsetenv("JITBRIDGE_DISK_CACHE"); /* each case reads its folder (valgrind's run sets 0) */
+        if (url)
+            setenv("JITBRIDGE_REMOTE_CACHE", url, 1);
+        else
+            unsetenv("JITBRIDGE_REMOTE_CACHE");
+        if (key_file)
+            setenv("JITBRIDGE_REMOTE_KEY_FILE", key_file, 1);
+        else
+            unsetenv("JITBRIDGE_REMOTE_KEY_FILE");
+        if (timing)
+            setenv("JB_TEST_REMOTE_TIMING", timing, 1);
+        setenv("JB_TEST_REDIS_PID", pid_text, 1);
+        setenv("JB_TEST_REDIS_SOCKET", socket_path, 1);
+        execl(self, self, "child", salts, action ? action : "-", (char *)NULL);
+        _exit(127);
+    }
+    close(pipe_fds[1]);
+    size_t got = 0;
+    ssize_t r;
+    while (got + 1 < sizeof o.text &&
+           (r = read(pipe_fds[0], o.text + got, sizeof o.text - 1 - got)) > 0)
+        got += (size_t)r;
+    o.text[got] = '\0';
+    close(pipe_fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    o.exited = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    o.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+    sscanf(o.text,
+           "builds=%llu disk_hits=%llu remote_hits=%llu remote_misses=%llu remote_rejected=%llu "
+           "remote_stores=%llu trips=%llu ev_hit=%d ev_rejected=%d ev_store=%d warnings=%d "
+           "exact=%d key=%79s fork_connections=%lld",
+           &o.builds, &o.disk_hits, &o.remote_hits, &o.remote_misses, &o.remote_rejected,
+           &o.remote_stores, &o.trips, &o.ev_hit, &o.ev_rejected, &o.ev_store, &o.warnings,
+           &o.exact, o.key, &o.fork_connections);
+    return o;
+}
+
+/* A new, empty cache folder under the test's folder. */
+static const char *new_cache(char *path, size_t len)
+{
+    static int count;
+    snprintf(path, len, "%s/cache%d", folder, ++count);
+    return path;
+}
+
+static int entries_in(const char *cache)
+{
+    DIR *d = opendir(cache);
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        n += strstr(e->d_name, ".jbc") != NULL;
+    if (d)
+        closedir(d);
+    return n;
+}
+
+static bool write_key(const char *path, const char *text, mode_t mode)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    bool ok = fd >= 0 && jb__write_all(fd, text, strlen(text)) && fchmod(fd, mode) == 0;
+    if (fd >= 0)
+        close(fd);
+    return ok;
+}
+
+static void api_refusals(const char *key1, const char *group_key, const char *short_key)
+{
+    const char *bad_urls[] = {
+        "http://localhost:6379",       "redis://localhost",          "redis://localhost:0",
+        "redis://localhost:65536",     "redis://localhost:6379/x",   "redis://:pw@localhost:6379",
+        "redis://localhost:6379?mode=rw", "unix://relative/socket", "redis://[::1:6379",
+        "redis://localhost:6379/1?mode=read-only&x=1", "",
+    };
+    for (size_t i = 0; i + 1 < sizeof bad_urls / sizeof *bad_urls; i++) {
+        jb_status s = jb_remote_cache_set(bad_urls[i], key1);
+        CHECK(s == JB_ERR_INVALID_ARGUMENT && strstr(jb_last_error_message(), "jb_remote_cache_set"),
+              "the URL '%s' was not refused: %s %s", bad_urls[i], jb_status_name(s),
+              jb_last_error_message());
+    }
+    char url[PATH_MAX + 16];
+    snprintf(url, sizeof url, "unix://%s", socket_path);
+    jb_status s = jb_remote_cache_set(url, group_key);
+    CHECK(s == JB_ERR_INVALID_ARGUMENT && strstr(jb_last_error_message(), "group or others"),
+          "a group-readable key file: %s %s", jb_status_name(s), jb_last_error_message());
+    s = jb_remote_cache_set(url, short_key);
+    CHECK(s == JB_ERR_INVALID_ARGUMENT && strstr(jb_last_error_message(), "fewer than 32"),
+          "a 16-byte key file: %s %s", jb_status_name(s), jb_last_error_message());
+    s = jb_remote_cache_set(url, NULL);
+    CHECK(s == JB_ERR_INVALID_ARGUMENT && strstr(jb_last_error_message(), "key file"),
+          "no key file: %s %s", jb_status_name(s), jb_last_error_message());
+    char missing[PATH_MAX + 16];
+    snprintf(missing, sizeof missing, "%s/no-such-key", folder);
+    s = jb_remote_cache_set(url, missing);
+    CHECK(s == JB_ERR_SYSTEM, "a missing key file: %s %s", jb_status_name(s),
+          jb_last_error_message());
+    CHECK_OK(jb_remote_cache_set(url, key1));
+    snprintf(url, sizeof url, "redis://127.0.0.1:6379/3?mode=read-only");
+    CHECK_OK(jb_remote_cache_set(url, key1));
+    CHECK_OK(jb_remote_cache_set(NULL, NULL));
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 4 && strcmp(argv[1], "child") == 0) {
+        child_socket = getenv("JB_TEST_REDIS_SOCKET");
+        return child_main(argv);
+    }
+    setvbuf(stdout, NULL, _IONBF, 0);
+    if (!redis_server_found()) {
+        fprintf(stderr, "test_remote: redis-server is not installed (apt-get install "
+                        "redis-server): the remote tier cannot be tested\n");
+        printf("test_remote: 0 passed, 1 failed\n");
+        return 1;
+    }
+    if (!realpath("/proc/self/exe", self))
+        return 1;
+    const char *tmp = getenv("TMPDIR");
+    tmp = tmp && *tmp && strlen(tmp) < 60 ? tmp : "/tmp"; /* the socket's path fits sun_path */
+    snprintf(folder, sizeof folder, "%s/jb-remote-XXXXXX", tmp);
+    if (!mkdtemp(folder))
+        return 1;
+    atexit(clean_up);
+    snprintf(socket_path, sizeof socket_path, "%s/redis.sock", folder);
+    if (!start_server()) {
+        fprintf(stderr, "test_remote: redis-server did not start (see %s/redis.log)\n", folder);
+        printf("test_remote: 0 passed, 1 failed\n");
+        return 1;
+    }
+    char key1[PATH_MAX], key2[PATH_MAX], group_key[PATH_MAX], short_key[PATH_MAX];
+    snprintf(key1, sizeof key1, "%s/fleet.key", folder);
+    snprintf(key2, sizeof key2, "%s/other-fleet.key", folder);
+    snprintf(group_key, sizeof group_key, "%s/group.key", folder);
+    snprintf(short_key, sizeof short_key, "%s/short.key", folder);
+    CHECK(write_key(key1, "the fleet's key: 0123456789abcdef0123456789abcdef", 0600) &&
+              write_key(key2, "another fleet's: 0123456789abcdef0123456789abcdef", 0600) &&
+              write_key(group_key, "a group-readable key 0123456789abcdef0123456789", 0640) &&
+              write_key(short_key, "sixteen bytes...", 0600),
+          "writing the key files: %s", strerror(errno));
+    char url[PATH_MAX + 32], read_only[PATH_MAX + 32], cache[PATH_MAX];
+    snprintf(url, sizeof url, "unix://%s", socket_path);
+    snprintf(read_only, sizeof read_only, "unix://%s?mode=read-only", socket_path);
+
+    /* A compile stores to the remote. */
+    outcome o = run_child(new_cache(cache, sizeof cache), url, key1, "1", NULL, NULL);
+    CHECK(o.exited && o.exact && o.builds == 1 && o.remote_misses == 1 && o.remote_stores == 1 &&
+              o.ev_store == 1,
+          "the first compile did not store to the remote:\n%s", o.text);
+    char key_one[80];
+    snprintf(key_one, sizeof key_one, "%s", o.key);
+    size_t good_len = 0;
+    char *good = get_value(key_one, &good_len);
+    CHECK(good && good_len > 100, "no value under jitbridge:v1:%s", key_one);
+    if (!good)
+        return check_summary("test_remote");
+
+    /* A new process on an empty folder loads it with no compile, and then has it on disk. */
+    new_cache(cache, sizeof cache);
+    o = run_child(cache, url, key1, "1", NULL, NULL);
+    CHECK(o.exited && o.exact && o.builds == 0 && o.remote_hits == 1 && o.ev_hit == 1 &&
+              o.remote_stores == 0,
+          "a new host did not load the remote entry:\n%s", o.text);
+    CHECK(entries_in(cache) == 1, "the remote hit left %d entries in the cache folder",
+          entries_in(cache));
+    o = run_child(cache, url, key1, "1", NULL, NULL);
+    CHECK(o.exited && o.exact && o.builds == 0 && o.disk_hits == 1 && o.remote_hits == 0,
+          "the next process on that host did not read the disk:\n%s", o.text);
+
+    /* Values that must never load: each is rejected (counter, event) and the launch compiles. */
+    char *bad = malloc(good_len);
+    struct {
+        const char *what;
+        size_t len;
+        size_t flip; /* a byte flipped, or SIZE_MAX */
+        const char *key_file;
+        const char *why; /* in the event's message */
+    } forged[] = {
+        {"a forged MAC", good_len, 0 /* set below */, key1, "signed"},
+        {"a cut value", good_len - 100, SIZE_MAX, key1, "cut short"},
+        {"a changed payload", good_len, good_len - 1, key1, "checksum"},
+        {"a value signed by another fleet's key", good_len, SIZE_MAX, key2, "signed"},
+        {"a value whose payload length says 1 TiB", good_len, 21, key1, "larger than"},
+    };
+    /* The MAC sits 32 bytes before the payload, which ends the value; the payload's length is
+     * at bytes 16-23 (little-endian). */
+    uint64_t payload_len = 0;
+    for (int i = 7; i >= 0; i--)
+        payload_len = payload_len << 8 | (unsigned char)good[16 + i];
+    forged[0].flip = good_len - payload_len - 1;
+    char name_one[128];
+    snprintf(name_one, sizeof name_one, "jitbridge:v1:%s", key_one);
+    for (size_t i = 0; i < sizeof forged / sizeof *forged; i++) {
+        memcpy(bad, good, good_len);
+        if (forged[i].flip != SIZE_MAX)
+            bad[forged[i].flip] ^= 0x01; /* byte 21: bit 40 of the payload's length */
+        CHECK(set_value(name_one, bad, forged[i].len), "%s: SET failed", forged[i].what);
+        new_cache(cache, sizeof cache);
+        o = run_child(cache, url, forged[i].key_file, "1", NULL, NULL);
+        CHECK(o.exited && o.exact && o.builds == 1 && o.remote_hits == 0 &&
+                  o.remote_rejected == 1 && o.ev_rejected == 1 &&
+                  strstr(o.text, forged[i].why) != NULL,
+              "%s was not rejected:\n%s", forged[i].what, o.text);
+    }
+    /* Another kernel's value filed under this kernel's name. */
+    o = run_child(new_cache(cache, sizeof cache), url, key1, "2", NULL, NULL);
+    CHECK(o.exited && o.exact && o.remote_stores == 1, "storing kernel 2:\n%s", o.text);
+    char name_two[128];
+    snprintf(name_two, sizeof name_two, "jitbridge:v1:%s", o.key);
+    CHECK(set_value(name_two, good, good_len), "SET of kernel 1's value as kernel 2's failed");
+    o = run_child(new_cache(cache, sizeof cache), url, key1, "2", NULL, NULL);
+    CHECK(o.exited && o.exact && o.builds == 1 && o.remote_hits == 0 && o.remote_rejected == 1 &&
+              o.ev_rejected == 1 && strstr(o.text, "another key"),
+          "another kernel's value under this one's name was not rejected:\n%s", o.text);
+    free(bad);
+    free(good);
+
+    /* A read-only tier stores nothing. */
+    long long before = db_size();
+    o = run_child(new_cache(cache, sizeof cache), read_only, key1, "3", NULL, NULL);
+    CHECK(o.exited && o.exact && o.builds == 1 && o.remote_stores == 0 && o.ev_store == 0 &&
+              db_size() == before && before >= 0,
+          "a read-only tier stored (keys %lld, then %lld):\n%s", before, db_size(), o.text);
+
+    /* A bad URL or a refused key file in the variables: one warning, no tier, a compile. */
+    o = run_child(new_cache(cache, sizeof cache), "redis://nowhere", key1, "4", NULL, NULL);
+    CHECK(o.exited && o.exact && o.builds == 1 && o.warnings == 1 && o.remote_misses == 0 &&
+              strstr(o.text, "JITBRIDGE_REMOTE_CACHE"),
+          "a bad URL in the variable:\n%s", o.text);
+    o = run_child(new_cache(cache, sizeof cache), url, group_key, "4", NULL, NULL);
+    CHECK(o.exited && o.exact && o.builds == 1 && o.warnings == 1 && o.remote_misses == 0 &&
+              strstr(o.text, "group or others"),
+          "a group-readable key file in the variable:\n%s", o.text);
+    o = run_child(new_cache(cache, sizeof cache), url, NULL, "4", NULL, NULL);
+    CHECK(o.exited && o.exact && o.builds == 1 && o.warnings == 1 && o.remote_misses == 0 &&
+              strstr(o.text, "key file"),
+          "no key file:\n%s", o.text);
+    api_refusals(key1, group_key, short_key);
+
+    /* A fork child never uses its parent's connection: it connects anew (one connection more
+     * while it ran), and the parent's stays usable. */
+    o = run_child(new_cache(cache, sizeof cache), url, key1, "10,11", "fork-after-first", NULL);
+    CHECK(o.exited && o.exact && o.builds == 2 && o.remote_stores == 2 && o.trips == 0 &&
+              o.fork_connections == 1,
+          "a fork child and its parent's connection (%lld new connections):\n%s",
+          o.fork_connections, o.text);
+
+    /* A stopped server with a breaker pause of 1 ms, which has passed when the second build
+     * starts: the tier is tried again (never off for good), and its read trips it again. */
+    kill(server_pid, SIGSTOP);
+    o = run_child(new_cache(cache, sizeof cache), url, key1, "12,13", "pause-after-each",
+                  "100,300,1");
+    kill(server_pid, SIGCONT);
+    CHECK(o.exited && o.exact && o.builds == 2 && o.trips >= 2,
+          "the breaker did not close again after its pause:\n%s", o.text);
+
+    /* A stopped server: the read times out (300 ms here), the breaker trips once, both
+     * launches compile. */
+    kill(server_pid, SIGSTOP);
+    o = run_child(new_cache(cache, sizeof cache), url, key1, "5,6", NULL, "100,300,60000");
+    kill(server_pid, SIGCONT);
+    CHECK(o.exited && o.exact && o.builds == 2 && o.trips == 1 && o.remote_hits == 0 &&
+              entries_in(cache) == 2,
+          "with the server stopped:\n%s", o.text);
+
+    /* The server killed between two builds: no SIGPIPE reaches the process, the breaker trips
+     * once, every launch compiles, and every entry is in the cache folder. */
+    o = run_child(new_cache(cache, sizeof cache), url, key1, "7,8,9", "kill-after-first", NULL);
+    CHECK(o.exited && o.signal == 0 && o.exact && o.builds == 3 && o.trips == 1 &&
+              o.remote_stores == 1 && entries_in(cache) == 3,
+          "with the server killed (signal %d, %d entries):\n%s", o.signal, entries_in(cache),
+          o.text);
+    return check_summary("test_remote");
+}
