@@ -4,6 +4,9 @@
 //! everything else.
 #![allow(non_camel_case_types, missing_docs)]
 
+mod cache_files;
+pub use cache_files::*;
+
 use std::os::raw::{c_char, c_int, c_void};
 
 #[repr(C)]
@@ -239,41 +242,6 @@ pub struct jb_bench_cold_steps {
     /// The compiler alone, right after, on the very same source and options: NVRTC answers it
     /// from its compute cache, so it is no baseline for a first compile.
     pub compile_again_ns: f64,
-}
-
-pub const JB_COVERAGE_MEMORY: c_int = 1;
-pub const JB_COVERAGE_DISK: c_int = 2;
-pub const JB_COVERAGE_BUNDLE: c_int = 3;
-pub const JB_COVERAGE_COMPILE: c_int = 4;
-pub const JB_COVERAGE_OTHER: c_int = 5;
-
-/// `jb_coverage_kernel`: one kernel of a manifest, its strings valid during the callback only.
-#[repr(C)]
-pub struct jb_coverage_kernel {
-    pub struct_size: usize,
-    pub source: c_int,
-    pub key: *const c_char,
-    pub backend: *const c_char,
-    pub target: *const c_char,
-    pub module: *const c_char,
-    pub entries: *const c_char,
-    pub why: *const c_char,
-    pub device: *const c_char,
-}
-
-/// `jb_coverage_fn`: called with the user data and the kernel.
-pub type jb_coverage_fn =
-    Option<unsafe extern "C" fn(user_data: *mut c_void, kernel: *const jb_coverage_kernel)>;
-
-/// `jb_coverage_result`: kernels by where a launch would get them.
-#[repr(C)]
-#[derive(Debug, Default, Clone, Copy)]
-pub struct jb_coverage_result {
-    pub memory: u64,
-    pub disk: u64,
-    pub bundle: u64,
-    pub compile: u64,
-    pub other: u64,
 }
 
 /// `jb_cache_event`: one slow-path event, its strings valid during the callback only.
@@ -556,31 +524,6 @@ unsafe extern "C" {
     ) -> c_int;
     pub fn jb_bench_raw_launcher_free(launcher: *mut jb_bench_raw_launcher);
 
-    pub fn jb_disk_cache_dir(out: *mut *const c_char) -> c_int;
-    pub fn jb_disk_cache_state() -> *const c_char;
-    pub fn jb_disk_cache_stats(entries: *mut u64, bytes: *mut u64) -> c_int;
-    pub fn jb_disk_cache_prune(max_bytes: u64, removed: *mut u64) -> c_int;
-    pub fn jb_disk_cache_verify(valid: *mut u64, invalid: *mut u64) -> c_int;
-    pub fn jb_disk_cache_check(
-        valid: *mut u64,
-        invalid: *mut u64,
-        fix: c_int,
-        report: Option<unsafe extern "C" fn(*mut c_void, *const c_char, *const c_char)>,
-        user_data: *mut c_void,
-    ) -> c_int;
-
-    pub fn jb_disk_cache_export(
-        exported: *mut u64,
-        skipped: *mut u64,
-        path: *const c_char,
-        manifest: *const c_char,
-    ) -> c_int;
-    pub fn jb_disk_cache_import(
-        imported: *mut u64,
-        skipped: *mut u64,
-        path: *const c_char,
-    ) -> c_int;
-    pub fn jb_disk_cache_add_bundle(path: *const c_char) -> c_int;
     pub fn jb_cache_coverage(
         out: *mut jb_coverage_result,
         device: *mut jb_device,
@@ -588,7 +531,6 @@ unsafe extern "C" {
         callback: jb_coverage_fn,
         user_data: *mut c_void,
     ) -> c_int;
-    pub fn jb_coverage_source_name(source: c_int) -> *const c_char;
     pub fn jb_prewarm(
         out: *mut jb_prewarm_result,
         device: *mut jb_device,
