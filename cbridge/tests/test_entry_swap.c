@@ -102,6 +102,9 @@ static int build_in_child(int factor)
 
 enum { GROUP_WRITABLE, LINKED_ELSEWHERE };
 
+/* How this program was started: the child that stores an entry runs it again from there. */
+static const char *program_path;
+
 static void swapped_after_open(int bad_kind, char seen[][128], int *num_seen)
 {
     const char *what = bad_kind == GROUP_WRITABLE ? "group-writable" : "linked-elsewhere";
@@ -114,7 +117,8 @@ static void swapped_after_open(int bad_kind, char seen[][128], int *num_seen)
     if (pid == 0) {
         char arg[16];
         snprintf(arg, sizeof arg, "%d", factor);
-        execl("/proc/self/exe", "test_entry_swap", "build-child", arg, (char *)NULL);
+        /* argv[0], not /proc/self/exe: under valgrind that is valgrind's own launcher. */
+        execl(program_path, "test_entry_swap", "build-child", arg, (char *)NULL);
         _exit(127);
     }
     int ws = wait_child_with_deadline(pid, 65, "a child that stores an entry");
@@ -166,6 +170,7 @@ static void swapped_after_open(int bad_kind, char seen[][128], int *num_seen)
 
 int main(int argc, char **argv)
 {
+    program_path = argv[0];
     if (argc == 3 && strcmp(argv[1], "build-child") == 0)
         return build_in_child(atoi(argv[2]));
     CHECK(mkdtemp(root) != NULL, "mkdtemp");
