@@ -664,6 +664,83 @@ static void folder_at_a_lease_name(const char *cache)
     }
 }
 
+/* (f) A taker stopped between its lock and its first touch of the lease (here: a pause at
+ * the point, three stale times, on a file a killed holder left an hour old) looks stopped, and a
+ * waiter takes the lease over; the taker then finds its file gone from the name and waits on the
+ * new lease: one holder, never two compiling. */
+typedef struct paused_taker {
+    jb_disk_key *key;
+    pthread_t thread;
+    jb_lease lease;
+    jb_lease_outcome outcome;
+    atomic_bool locked;
+} paused_taker;
+
+static _Thread_local bool is_paused_taker;
+
+static void pause_after_lock(void *ctx, const char *arg)
+{
+    (void)arg;
+    paused_taker *t = ctx;
+    if (!is_paused_taker)
+        return;
+    atomic_store(&t->locked, true);
+    usleep(600 * 1000);
+}
+
+static void *paused_taker_main(void *arg)
+{
+    paused_taker *t = arg;
+    is_paused_taker = true;
+    t->outcome = jb__lease_acquire(t->key, NULL, &t->lease);
+    return NULL;
+}
+
+static void taker_stopped_before_its_touch(const char *cache)
+{
+    char text[] = "a key whose taker stops before touching its lease", leases[PATH_MAX + 16];
+    jb_disk_key key = {.text = text, .bytes = sizeof text - 1};
+    jb__disk_key_name(&key);
+    snprintf(leases, sizeof leases, "%s/leases", cache);
+    char name[64];
+    snprintf(name, sizeof name, "%.*s" JB_LEASE_SUFFIX, JB_DISK_ENTRY_HEX, key.file);
+    lease_file(leases, name, 0, true);
+    jb__test_set_lease_stale_ms(200);
+    jb_counters_reset();
+    paused_taker t = {.key = &key, .outcome = JB_LEASE_NONE};
+    jb__test_set_point(JB_TEST_LEASE_LOCKED, pause_after_lock, &t);
+    CHECK(pthread_create(&t.thread, NULL, paused_taker_main, &t) == 0, "a taker thread");
+    for (int i = 0; i < 5000 && !atomic_load(&t.locked); i++)
+        usleep(1000);
+    CHECK(atomic_load(&t.locked), "the taker never locked the lease");
+    /* The waiter, as a build's rounds are (its thread's own wait). */
+    jb_lease mine = {.fd = -1};
+    jb_lease_outcome outcome = JB_LEASE_BUSY;
+    uint64_t until = jb__now_ns() + 3000000000ULL;
+    while (outcome == JB_LEASE_BUSY && jb__now_ns() < until) {
+        outcome = jb__lease_acquire(&key, NULL, &mine);
+        if (outcome == JB_LEASE_BUSY)
+            jb__lease_wait();
+    }
+    pthread_join(t.thread, NULL);
+    jb__test_set_point(JB_TEST_LEASE_LOCKED, NULL, NULL);
+    jb_counters c;
+    jb_counters_get(&c, sizeof c);
+    CHECK(outcome == JB_LEASE_HELD && c.lease_stale_takeovers == 1,
+          "a taker stopped before its touch: the waiter's outcome %d (held %d), takeovers %llu "
+          "(1)",
+          (int)outcome, (int)JB_LEASE_HELD, (unsigned long long)c.lease_stale_takeovers);
+    CHECK(t.outcome == JB_LEASE_BUSY,
+          "a taker whose lease was taken over before its touch held it too (outcome %d, busy "
+          "%d): two holders compile",
+          (int)t.outcome, (int)JB_LEASE_BUSY);
+    if (t.outcome == JB_LEASE_HELD)
+        jb__lease_release(&t.lease, false);
+    jb__lease_release(&mine, false);
+    jb__test_set_lease_stale_ms(0);
+    CHECK(!lease_file_there(leases, name), "the lease file was left");
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 2 && strcmp(argv[1], "umask-child") == 0)
@@ -716,6 +793,7 @@ int main(int argc, char **argv)
     marks_swept(cache);
     known_failure_does_not_wait(device, cache);
     folder_at_a_lease_name(cache);
+    taker_stopped_before_its_touch(cache);
     jb_set_log_callback(NULL, NULL);
     umask_without_write(argv[0], base);
     stopped_holder_holds_up_nothing(argv[0], base);

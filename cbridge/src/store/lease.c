@@ -455,10 +455,19 @@ jb_lease_outcome jb__lease_acquire(const jb_disk_key *key, const jb_lease_stale 
         }
         int err = try_lock(fd);
         if (err == 0) {
-            /* Locked: but the name may have been removed (and made anew) by its last holder. */
+            JB_TEST_POINT(JB_TEST_LEASE_LOCKED, out->name);
+            /* Locked, and touched before the name is looked at: a waiter that watched the
+             * file's old time (a killed holder's, or ours while we were slow) and breaks it
+             * later finds the time moved and leaves it; one that broke it before the touch
+             * took the name away, which the look below sees. A failure's mark is read first
+             * and not touched: its file's time tells a mark from before a reboot. */
+            bool marked = failed_lately(fd);
+            if (!marked)
+                futimens(fd, NULL);
+            /* The name may also have been removed (and made anew) by its last holder. */
             if (fstatat(leases, out->name, &named, AT_SYMLINK_NOFOLLOW) == 0 &&
                 named.st_ino == st.st_ino && named.st_dev == st.st_dev) {
-                if (named.st_size > 0 && failed_lately(fd)) { /* compile alone, as it did */
+                if (marked) { /* compile alone, as it did */
                     close(fd);
                     close(leases);
                     return JB_LEASE_NONE;
