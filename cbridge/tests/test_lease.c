@@ -741,6 +741,53 @@ static void taker_stopped_before_its_touch(const char *cache)
     CHECK(!lease_file_there(leases, name), "the lease file was left");
 }
 
+/* (g) A takeover that fails (its removal refused, here injected) is tried again a nap later,
+ * never in a spin of rounds: a second of waiting on a stale lease is a handful of rounds. Once
+ * the removal works again, the next try takes the lease over. */
+static void failed_takeover_naps(const char *cache)
+{
+    char text[] = "a key whose stale lease cannot be removed", path[PATH_MAX + 128];
+    jb_disk_key key = {.text = text, .bytes = sizeof text - 1};
+    jb__disk_key_name(&key);
+    snprintf(path, sizeof path, "%s/leases/%.*s" JB_LEASE_SUFFIX, cache, JB_DISK_ENTRY_HEX,
+             key.file);
+    /* Held as a stopped process holds it: locked, never touched. */
+    int held = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    CHECK(held >= 0 && jb__lock_open_file(held, F_WRLCK, JB_LOCK_OR_FLOCK) == 0,
+          "holding %s: %s", path, strerror(errno));
+    jb__test_set_lease_stale_ms(100);
+    jb__test_set_lease_break_error(EROFS);
+    jb_counters_reset();
+    jb_lease lease = {.fd = -1};
+    jb_lease_outcome outcome = JB_LEASE_BUSY;
+    int rounds = 0;
+    for (uint64_t until = jb__now_ns() + 1000000000ULL;
+         outcome == JB_LEASE_BUSY && jb__now_ns() < until; rounds++) {
+        outcome = jb__lease_acquire(&key, NULL, &lease);
+        if (outcome == JB_LEASE_BUSY)
+            jb__lease_wait();
+    }
+    CHECK(outcome == JB_LEASE_BUSY && rounds <= 12,
+          "a failing takeover: %d rounds in a second (want 12 at most), outcome %d (busy %d)",
+          rounds, (int)outcome, (int)JB_LEASE_BUSY);
+    jb__test_set_lease_break_error(0);
+    for (uint64_t until = jb__now_ns() + 2000000000ULL;
+         outcome == JB_LEASE_BUSY && jb__now_ns() < until;) {
+        outcome = jb__lease_acquire(&key, NULL, &lease);
+        if (outcome == JB_LEASE_BUSY)
+            jb__lease_wait();
+    }
+    jb_counters c;
+    jb_counters_get(&c, sizeof c);
+    CHECK(outcome == JB_LEASE_HELD && c.lease_stale_takeovers == 1,
+          "once removals work: outcome %d (held %d), takeovers %llu (1)", (int)outcome,
+          (int)JB_LEASE_HELD, (unsigned long long)c.lease_stale_takeovers);
+    jb__lease_release(&lease, false);
+    if (held >= 0)
+        close(held);
+    jb__test_set_lease_stale_ms(0);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 2 && strcmp(argv[1], "umask-child") == 0)
@@ -794,6 +841,7 @@ int main(int argc, char **argv)
     known_failure_does_not_wait(device, cache);
     folder_at_a_lease_name(cache);
     taker_stopped_before_its_touch(cache);
+    failed_takeover_naps(cache);
     jb_set_log_callback(NULL, NULL);
     umask_without_write(argv[0], base);
     stopped_holder_holds_up_nothing(argv[0], base);

@@ -64,10 +64,14 @@ static atomic_uint_fast64_t counter_waits, counter_timeouts, counter_fallbacks;
 static atomic_bool warned;
 
 #ifdef JB_TEST_HOOKS
-static atomic_int test_lock_error;
+static atomic_int test_lock_error, test_break_error;
 void jb__test_set_lease_error(int err)
 {
     atomic_store(&test_lock_error, err);
+}
+void jb__test_set_lease_break_error(int err)
+{
+    atomic_store(&test_break_error, err);
 }
 #endif
 
@@ -274,6 +278,9 @@ static bool failed_lately(int fd)
  * once the time has not moved for STALE: five missed touches are a stopped process, not a slow
  * one (a compile of minutes keeps touching). */
 #define STALE_NS 5000000000ULL
+/* A takeover that failed (the folder's lock busy, the removal refused) is tried again this much
+ * later, the wait for the entry or the lock going on meanwhile: never a spin of rounds. */
+#define BREAK_RETRY_NS 250000000ULL
 static atomic_uint_fast64_t stale_ns = STALE_NS;
 static atomic_uint_fast64_t counter_stale_takeovers;
 #ifdef JB_TEST_HOOKS
@@ -387,6 +394,14 @@ static bool break_stale(int leases, const char *name, const jb_lease_watch *w)
     struct stat st;
     bool same = fstatat(leases, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_dev == w->dev &&
                 st.st_ino == w->ino && same_time(&st.st_mtim, &w->mtime);
+#ifdef JB_TEST_HOOKS
+    int injected = atomic_load(&test_break_error);
+    if (same && injected) {
+        flock(leases, LOCK_UN);
+        errno = injected;
+        return false;
+    }
+#endif
     bool removed = same && unlinkat(leases, name, 0) == 0;
     flock(leases, LOCK_UN);
     return removed;
@@ -408,6 +423,7 @@ static _Thread_local struct {
     jb_lease_stale stale;
     jb_lease_watch watch;
     uint64_t deadline_ns;
+    uint64_t break_retry_ns; /* a failed takeover is not tried again before */
 } pending;
 
 jb_lease_outcome jb__lease_acquire(const jb_disk_key *key, const jb_lease_stale *stale,
@@ -496,9 +512,12 @@ jb_lease_outcome jb__lease_acquire(const jb_disk_key *key, const jb_lease_stale 
             atomic_fetch_add(&counter_timeouts, 1);
             return JB_LEASE_NONE;
         }
-        if (!broke && watch_saw(watch, &st, now) && break_stale(leases, out->name, watch)) {
-            broke = true;
-            continue;
+        if (!broke && now >= pending.break_retry_ns && watch_saw(watch, &st, now)) {
+            if (break_stale(leases, out->name, watch)) {
+                broke = true;
+                continue;
+            }
+            pending.break_retry_ns = now + BREAK_RETRY_NS;
         }
         close(leases);
         pending.waiting = true;
@@ -534,7 +553,7 @@ void jb__lease_wait(void)
         bool held = fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && try_lock(fd) == EAGAIN;
         if (fd >= 0)
             close(fd);
-        if (!held || watch_saw(watch, &st, now))
+        if (!held || (watch_saw(watch, &st, now) && now >= pending.break_retry_ns))
             break;
         nap(pause < deadline_ns - now ? pause : deadline_ns - now);
     }

@@ -262,6 +262,8 @@ void jb__test_set_lease_stale_ms(uint64_t ms);
 #ifdef JB_TEST_HOOKS
 /* While non-zero, taking a lock fails with this errno (ENOLCK: locks do not work here). */
 void jb__test_set_lease_error(int err);
+/* While non-zero, taking over a stale lease fails with this errno, as a refused removal does. */
+void jb__test_set_lease_break_error(int err);
 #endif
 
 /* ---- the disk cache's entries (disk_cache.c) ---- */
