@@ -571,6 +571,40 @@ static void two_waiters_one_compile(const char *self, const char *base)
           a.builds, b.builds, a.takeovers, b.takeovers, case_lines(&c, "compiles"));
 }
 
+/* (c2) A holder stopped as a shell stops it (kill -STOP to the process) while its compiling
+ * thread sleeps in the compiler's vfork: that thread takes the stop only when the compile ends
+ * (here: never, it stalls), and the process's other threads run on. Its lease must go stale in
+ * seconds all the same: of two waiters one takes it over and compiles, the other loads, both
+ * long before the 60 s compile timeout. */
+static void stopped_by_kill_goes_stale(const char *self, const char *base)
+{
+    lease_case c;
+    case_make(&c, base, "kill-stop", "while [ ! -e $(dirname $0)/go ]; do sleep 0.05; done");
+    pid_t holder = case_start(&c, self, "launch", "1000", "lease_stall_k0");
+    CHECK(case_await(&c, "started"), "the holder's compile never started");
+    usleep(200 * 1000); /* its keeper has touched the lease by now, as a running one does */
+    CHECK(kill(holder, SIGSTOP) == 0, "kill -STOP: %s", strerror(errno));
+    uint64_t start = jb__now_ns();
+    pid_t first = case_start(&c, self, "launch", "1000", "lease_stall_k0");
+    pid_t second = case_start(&c, self, "launch", "1000", "lease_stall_k0");
+    int s1 = case_wait(first), s2 = case_wait(second);
+    double seconds = (double)(jb__now_ns() - start) / 1e9;
+    case_end_holder(&c, holder);
+    case_result a, b;
+    CHECK(s1 == 0 && s2 == 0 && case_read(&c, "result", first, &a) &&
+              case_read(&c, "result", second, &b),
+          "the waiters of a holder stopped by kill ended with %d and %d", s1, s2);
+    if (s1 != 0 || s2 != 0)
+        return;
+    CHECK(a.exact && b.exact, "a holder stopped by kill: a wrong output");
+    CHECK(a.builds + b.builds == 1 && a.takeovers + b.takeovers == 1 &&
+              a.timeouts + b.timeouts == 0 && case_lines(&c, "compiles") == 1 && seconds < 20.0,
+          "a holder stopped by kill while compiling: builds %llu + %llu (1), takeovers %llu + "
+          "%llu (1), timeouts %llu + %llu (0), compiles %d (1), %.1f s (under 20)",
+          a.builds, b.builds, a.takeovers, b.takeovers, a.timeouts, b.timeouts,
+          case_lines(&c, "compiles"), seconds);
+}
+
 /* (d) A kernel this process knows fails does not wait behind another's lease of it: the
  * remembered error comes at once. */
 static void known_failure_does_not_wait(jb_device *device, const char *cache)
@@ -847,6 +881,7 @@ int main(int argc, char **argv)
     stopped_holder_holds_up_nothing(argv[0], base);
     slow_holder_is_not_robbed(argv[0], base);
     two_waiters_one_compile(argv[0], base);
+    stopped_by_kill_goes_stale(argv[0], base);
     snprintf(cmd, sizeof cmd, "rm -rf %s", base);
     CHECK(system(cmd) == 0, "cannot remove %s", base);
     return check_summary("test_lease");

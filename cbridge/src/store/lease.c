@@ -12,8 +12,10 @@
  *   network file system), a process compiles alone, as without leases.
  * - A holder keeps its lease fresh: a thread of its own touches the file's time every STALE/5
  *   while it is held, whatever the compile does (a compiler child, or a GPU compiler in the
- *   process), so a compile of minutes is never taken for a stopped one. A stopped holder (a
- *   debugger, a frozen cgroup) is found out by its waiters: a lease whose file and time they
+ *   process), so a compile of minutes is never taken for a stopped one; but not while the
+ *   holding thread is stopped or has a stop pending (a SIGSTOP sent while it sleeps in the
+ *   compiler's vfork stops it only once the compile ends, and the keeper would run on). A
+ *   stopped holder (a debugger, a frozen cgroup, kill -STOP) is found out by its waiters: a lease whose file and time they
  *   watched stand still for STALE is taken over. The breaker removes the file under the leases
  *   folder's own lock (flock), only if the very file with the very time it watched is still at
  *   the name, then takes the lease afresh; a second breaker finds the new file there and waits
@@ -295,8 +297,52 @@ struct jb_lease_keeper {
     pthread_cond_t wake; /* on CLOCK_MONOTONIC */
     bool stop;
     int fd;
+    pid_t holder; /* the thread that took the lease and compiles */
     pthread_t thread;
 };
+
+/* A signal mask's line of a /proc status text ("SigPnd:\t<hex>"); 0 when it has none. */
+static uint64_t status_mask(const char *text, const char *line)
+{
+    const char *at = strstr(text, line);
+    return at ? strtoull(at + strlen(line), NULL, 16) : 0;
+}
+
+static uint64_t signal_bit(int sig)
+{
+    return 1ULL << (sig - 1);
+}
+
+/* Whether the holding thread is stopped (a job stop, a debugger's) or a stop is pending for it:
+ * a thread that sleeps in the compiler's vfork takes a SIGSTOP only once the compile ends, and
+ * the process's other threads (this keeper among them) run on meanwhile. A stopped holder
+ * stores nothing: its lease is left to go stale. Without /proc, it counts as running. */
+static bool holder_stopping(pid_t holder)
+{
+    char path[64], text[4096];
+    snprintf(path, sizeof path, "/proc/self/task/%d/status", (int)holder);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    ssize_t n = fd >= 0 ? read(fd, text, sizeof text - 1) : -1;
+    if (fd >= 0)
+        close(fd);
+    if (n <= 0)
+        return false;
+    text[n] = '\0';
+    const char *state = strstr(text, "\nState:\t");
+    if (state && (state[8] == 'T' || state[8] == 't'))
+        return true;
+    uint64_t pending = status_mask(text, "\nSigPnd:\t") | status_mask(text, "\nShdPnd:\t"),
+             blocked = status_mask(text, "\nSigBlk:\t"), stops = signal_bit(SIGSTOP);
+    /* The terminal's stops stop only where their action is the default and they are let in. */
+    static const int job_stops[] = {SIGTSTP, SIGTTIN, SIGTTOU};
+    for (size_t i = 0; i < sizeof job_stops / sizeof *job_stops; i++) {
+        struct sigaction action;
+        if (!(blocked & signal_bit(job_stops[i])) && sigaction(job_stops[i], NULL, &action) == 0 &&
+            !(action.sa_flags & SA_SIGINFO) && action.sa_handler == SIG_DFL)
+            stops |= signal_bit(job_stops[i]);
+    }
+    return (pending & stops) != 0;
+}
 
 static void *keeper_main(void *arg)
 {
@@ -309,7 +355,8 @@ static void *keeper_main(void *arg)
         uint64_t ns = (uint64_t)at.tv_nsec + every;
         at.tv_sec += (time_t)(ns / 1000000000ULL);
         at.tv_nsec = (long)(ns % 1000000000ULL);
-        if (pthread_cond_timedwait(&k->wake, &k->mutex, &at) == ETIMEDOUT && !k->stop)
+        if (pthread_cond_timedwait(&k->wake, &k->mutex, &at) == ETIMEDOUT && !k->stop &&
+            !holder_stopping(k->holder))
             futimens(k->fd, NULL);
     }
     pthread_mutex_unlock(&k->mutex);
@@ -338,6 +385,7 @@ static void keep_fresh(jb_lease *lease)
         return;
     }
     k->fd = lease->fd;
+    k->holder = gettid();
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old); /* no handler of the host runs on it */
