@@ -19,20 +19,48 @@
 #include <time.h>
 #include <unistd.h>
 
-static char count_file[4200];
+static char count_file[4200], other_cc[4200];
 static unsigned salt;
 
-/* Points CC at a script that counts its runs into count_file, then runs the real compiler. */
+/* The real compiler `name` as an absolute path (searched along PATH when it has no slash). */
+static bool real_compiler(const char *name, char *out, size_t len)
+{
+    if (strchr(name, '/'))
+        return realpath(name, out) != NULL;
+    const char *path = getenv("PATH");
+    for (const char *dir = path ? path : "/usr/bin:/bin"; *dir;) {
+        size_t dir_len = strcspn(dir, ":");
+        snprintf(out, len, "%.*s/%s", (int)dir_len, dir, name);
+        if (dir_len && access(out, X_OK) == 0)
+            return true;
+        dir += dir_len + (dir[dir_len] == ':');
+    }
+    return false;
+}
+
+/* Points CC at a script that counts its runs into count_file, then runs the real compiler by
+ * the name it was run by itself (bin/<its name>, a link to the real one), so that gcc's version
+ * line names the compiler as CC does. other_cc: a link to the same script by another name. */
 static void install_counting_compiler(void)
 {
     char dir[] = "/tmp/jb-seal-XXXXXX";
     CHECK(mkdtemp(dir) != NULL, "mkdtemp");
     const char *real = getenv("CC");
-    char script[4200], text[8600];
+    char script[4200], text[8600], bin[4300], link[4400], real_path[4096];
     snprintf(script, sizeof script, "%s/cc", dir);
+    snprintf(other_cc, sizeof other_cc, "%s/othercc", dir);
+    snprintf(bin, sizeof bin, "%s/bin", dir);
     snprintf(count_file, sizeof count_file, "%s/count", dir);
-    snprintf(text, sizeof text, "#!/bin/sh\necho \"$*\" >> %s\nexec %s \"$@\"\n", count_file,
-             real && *real ? real : "cc");
+    CHECK(real_compiler(real && *real ? real : "cc", real_path, sizeof real_path),
+          "the compiler %s is not found", real && *real ? real : "cc");
+    CHECK(mkdir(bin, 0700) == 0 && symlink("cc", other_cc) == 0, "mkdir %s: %s", bin,
+          strerror(errno));
+    for (int i = 0; i < 2; i++) {
+        snprintf(link, sizeof link, "%s/%s", bin, i ? "othercc" : "cc");
+        CHECK(symlink(real_path, link) == 0, "symlink %s: %s", link, strerror(errno));
+    }
+    snprintf(text, sizeof text, "#!/bin/sh\necho \"$*\" >> %s\nexec \"${0%%/*}/bin/${0##*/}\" \"$@\"\n",
+             count_file);
     int fd = open(script, O_WRONLY | O_CREAT | O_EXCL, 0700);
     CHECK(fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text), "write %s", script);
     close(fd);
@@ -127,8 +155,9 @@ static bool disk_on(void)
     return strncmp(jb_disk_cache_state(), "on", 2) == 0;
 }
 
-/* Runs this program again as `mode` with JITBRIDGE_SEAL=`seal`; its exit status. */
-static int run_child(const char *mode, const char *seal)
+/* Runs this program again as `mode` with JITBRIDGE_SEAL=`seal` and CC=`cc` (NULL: as ours);
+ * its exit status. */
+static int run_child_with(const char *mode, const char *seal, const char *cc)
 {
     char self[4096], salt_text[32];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -137,11 +166,18 @@ static int run_child(const char *mode, const char *seal)
     pid_t pid = fork_with_deadline(mode, 120);
     if (pid == 0) {
         setenv("JITBRIDGE_SEAL", seal, 1);
+        if (cc)
+            setenv("CC", cc, 1);
         execl(self, self, mode, salt_text, (char *)NULL);
         _exit(127);
     }
     int ws = wait_child_with_deadline(pid, 125, mode);
     return ws != -1 && WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
+}
+
+static int run_child(const char *mode, const char *seal)
+{
+    return run_child_with(mode, seal, NULL);
 }
 
 /* JITBRIDGE_SEAL=error in a new process: the folder's module loads, a new kernel is refused. */
@@ -276,6 +312,11 @@ static void sealed_to_refuse(jb_device *dev, jb_custom_kernel *warm)
           "a refusal counted as a build or a failure");
     if (disk_on())
         CHECK(run_child("sealed-child", "error") == 0, "the JITBRIDGE_SEAL=error child failed");
+    /* Sealed with CC a link of another name to the same compiler (whose version line then
+     * names it otherwise): the folder's record still gives the identity, and its module loads. */
+    if (disk_on())
+        CHECK(run_child_with("sealed-child", "error", other_cc) == 0,
+              "the sealed child whose CC is the compiler by another name failed");
     CHECK(counted_runs(true) == 0, "the compiler compiled %d times while sealed",
           counted_runs(true));
     CHECK(compiler_runs() == 0, "a sealed process started the compiler %d times (%s)",
@@ -530,9 +571,13 @@ int main(int argc, char **argv)
     snprintf(dir, sizeof dir, "%s", count_file);
     unlink(count_file);
     *strrchr(dir, '/') = '\0';
-    char script[4300];
-    snprintf(script, sizeof script, "%s/cc", dir);
-    unlink(script);
+    const char *names[] = {"cc", "othercc", "bin/cc", "bin/othercc", "bin"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        char path[4300];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        if (unlink(path) != 0)
+            rmdir(path);
+    }
     rmdir(dir);
     return check_summary("test_seal");
 }

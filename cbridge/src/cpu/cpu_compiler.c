@@ -392,15 +392,21 @@ static bool find_compiler_files(char *const *envp, char *out, size_t len, bool *
     return used < len && !*passing;
 }
 
-/* The identity: the version line without the name it was called by (gcc prints "cc (Debian
- * 12.2.0) 12.2.0" when run as cc), then the files. So CC=gcc, CC=/usr/bin/gcc and a link to it
- * are one compiler; a cross compiler of the same version is another. Empty when cut short. */
+/* The version line without the name the compiler was called by (gcc prints "cc (Debian
+ * 12.2.0) 12.2.0" when run as cc): what identities and the folder's record hold. */
+static const char *version_without_name(const char *version)
+{
+    size_t first = strcspn(version, " ");
+    return version[first] == ' ' && is_compiler_name(version, first) ? version + first + 1
+                                                                      : version;
+}
+
+/* The identity: the version line without the name it was called by, then the files. So CC=gcc,
+ * CC=/usr/bin/gcc and a link to it are one compiler; a cross compiler of the same version is
+ * another. Empty when cut short. */
 static void find_compiler_identity(const char *files)
 {
-    const char *version = compiler_version;
-    size_t first = strcspn(version, " ");
-    if (version[first] == ' ' && is_compiler_name(version, first))
-        version += first + 1;
+    const char *version = version_without_name(compiler_version);
     if ((size_t)snprintf(compiler_identity, sizeof compiler_identity, "%s; %s", version, files) >=
         sizeof compiler_identity)
         compiler_identity[0] = '\0';
@@ -459,8 +465,10 @@ static bool find_compiler_version(void)
 
 /* The record of the compiler's version in the cache folder, filed by its files (the identity
  * past the version), so that a sealed process, which starts no program, learns the identity
- * without the version query. Written once per process, after the query and outside its lock,
- * unless the folder already holds the same. */
+ * without the version query. It holds the version as the identity does, without the name the
+ * compiler was called by: a process sealed with CC naming the same files otherwise (a link
+ * of another name) finds the identity its unsealed neighbours use. Written once per process,
+ * after the query and outside its lock, unless the folder already holds the same. */
 static void record_version(void)
 {
     if (atomic_load(&version_recorded) || atomic_exchange(&version_recorded, true))
@@ -469,10 +477,11 @@ static void record_version(void)
     jb_blob stored = {0};
     if (jb__disk_record_key(compiler_files, &key) != JB_OK)
         return;
-    size_t len = strlen(compiler_version);
+    const char *version = version_without_name(compiler_version);
+    size_t len = strlen(version);
     if (!jb__disk_record_load(&key, &stored) || stored.size != len ||
-        memcmp(stored.data, compiler_version, len) != 0)
-        jb__disk_store(&key, &(jb_blob){compiler_version, len});
+        memcmp(stored.data, version, len) != 0)
+        jb__disk_store(&key, &(jb_blob){(void *)version, len});
     free(stored.data);
     jb__disk_key_free(&key);
 }
