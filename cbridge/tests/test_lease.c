@@ -1,9 +1,11 @@
 /*
  * Leases where locks do not work (ENOLCK, as on a network file system without a lock daemon):
  * the process compiles alone, as without leases, with one warning for the process; nothing
- * waits, nothing fails. Built with JB_TEST_HOOKS (the lock's failure is injected). The many-
- * process cases (one compile among eight, killed and stopped holders, junk at a lease's name)
- * are in tests/lease.rs.
+ * waits, nothing fails. Built with JB_TEST_HOOKS (the lock's failure is injected). Then failure
+ * marks, stopped holders (each thread stopped, or the process by kill -STOP while it compiles),
+ * a slow holder never robbed, two waiters one compile, a taker stopped between its lock and its
+ * touch, a failed takeover that naps, folders at a lease's name. More many-process cases (one
+ * compile among eight, killed holders, junk at a lease's name) are in tests/lease.rs.
  */
 #include "../src/kernels/kernels.h"
 #include "helpers.h"

@@ -20,7 +20,10 @@
  *   folder's own lock (flock), only if the very file with the very time it watched is still at
  *   the name, then takes the lease afresh; a second breaker finds the new file there and waits
  *   on it. A stopped holder that goes on removes only its own file (same device and inode):
- *   the worst it does is one more compile, stored by rename as every entry is.
+ *   the worst it does is one more compile, stored by rename as every entry is. A taker
+ *   touches its file as soon as it has locked it, before it looks that the name still leads
+ *   there, so a taker is never robbed unseen. A takeover that fails is tried again
+ *   BREAK_RETRY_NS later, the wait going on meanwhile.
  * - The holder removes the lease file (while still holding it) once the entry is stored, so
  *   the folder keeps no litter; a process that locks a file no longer at the lease's name
  *   opens the name again. A holder killed before that leaves an empty file, reused next time.
