@@ -170,6 +170,54 @@ static void marks_swept(const char *cache)
     jb__lease_release(&held, false);
 }
 
+/* (a2) A sweep that has locked an old lease file no one held removes it only if the name
+ * still leads to it: between its look and its removal (the point), a waiter may have taken the
+ * file for a stopped holder's and removed it, and another process made the name anew and
+ * locked it; that new lease stays. */
+typedef struct swept_name {
+    const char *leases, *name;
+    int fd; /* the new lease, held */
+} swept_name;
+
+static void made_anew(void *ctx, const char *arg)
+{
+    swept_name *n = ctx;
+    if (strcmp(arg, n->name) != 0 || n->fd >= 0)
+        return;
+    char path[PATH_MAX + 128];
+    snprintf(path, sizeof path, "%s/%s", n->leases, n->name);
+    unlink(path);
+    n->fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    CHECK(n->fd >= 0 && jb__lock_open_file(n->fd, F_WRLCK, JB_LOCK_OR_FLOCK) == 0,
+          "making %s anew: %s", path, strerror(errno));
+}
+
+static void sweep_leaves_a_name_made_anew(const char *cache)
+{
+    char leases[PATH_MAX + 16];
+    snprintf(leases, sizeof leases, "%s/leases", cache);
+    swept_name n = {leases, "dddddddddddddddddddddddddddddddd.lease", -1};
+    lease_file(leases, n.name, 0, true); /* a killed holder's, an hour old */
+    char text[] = "a key whose failure sweeps";
+    jb_disk_key key = {.text = text, .bytes = sizeof text - 1};
+    jb__disk_key_name(&key);
+    jb_lease failing;
+    CHECK(take(&key, jb__now_ns() + 5000000000ULL, &failing) == JB_LEASE_HELD, "a lease");
+    jb__test_set_point(JB_TEST_LEASE_SWEEPING, made_anew, &n);
+    jb__lease_release(&failing, true);
+    jb__test_set_point(JB_TEST_LEASE_SWEEPING, NULL, NULL);
+    CHECK(n.fd >= 0, "the sweep never came to the old file");
+    struct stat held, named;
+    char path[PATH_MAX + 128];
+    snprintf(path, sizeof path, "%s/%s", leases, n.name);
+    CHECK(n.fd >= 0 && fstat(n.fd, &held) == 0 && stat(path, &named) == 0 &&
+              held.st_ino == named.st_ino,
+          "a sweep removed a lease made anew at the name it had looked at");
+    if (n.fd >= 0)
+        close(n.fd);
+    unlink(path);
+}
+
 /* In a process of its own (as nobody when the test runs as root), a lease file made under a
  * umask that takes the owner's write bit (processes of other umasks share the folder): a
  * taker of a held lease finds it busy; it must never remove the holder's file
@@ -874,6 +922,7 @@ int main(int argc, char **argv)
     CHECK(system(cmd) == 0, "the lease's file was left in %s", leases);
     failure_marks(cache);
     marks_swept(cache);
+    sweep_leaves_a_name_made_anew(cache);
     known_failure_does_not_wait(device, cache);
     folder_at_a_lease_name(cache);
     taker_stopped_before_its_touch(cache);

@@ -465,6 +465,8 @@ typedef enum jb_test_point {
                              * arg: the lease's file name */
     JB_TEST_LEASE_LOCKED,   /* lease.c: a taker locked a lease file, just before its first
                              * touch of it; arg: the lease's file name */
+    JB_TEST_LEASE_SWEEPING, /* lease.c: a sweep locked an old lease file no one held, before
+                             * it removes it; arg: the lease's file name */
     JB_TEST_POINTS
 } jb_test_point;
 typedef void (*jb_test_point_fn)(void *ctx, const char *arg);

@@ -624,12 +624,15 @@ static void sweep(int leases, const char *keep)
         if (!jb__lease_is_name(e->d_name) || strcmp(e->d_name, keep) == 0)
             continue;
         int fd = openat(leases, e->d_name, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-        struct stat st, named;
+        struct stat st;
         if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
-            st.st_mtime < before && try_lock(fd) == 0 && !failed_lately(fd) &&
-            fstatat(leases, e->d_name, &named, AT_SYMLINK_NOFOLLOW) == 0 &&
-            named.st_ino == st.st_ino && named.st_dev == st.st_dev)
-            unlinkat(leases, e->d_name, 0); /* locked: as a holder removes its own */
+            st.st_mtime < before && try_lock(fd) == 0 && !failed_lately(fd)) {
+            JB_TEST_POINT(JB_TEST_LEASE_SWEEPING, e->d_name);
+            /* Locked, and removed as a holder removes its own: only if the name still leads
+             * to it (a waiter may take an old file so locked for a stopped holder's, remove
+             * it, and another process make the name anew), under the folder's lock. */
+            remove_if_same(leases, e->d_name, &st);
+        }
         if (fd >= 0)
             close(fd);
     }
