@@ -872,6 +872,52 @@ static void failed_takeover_naps(const char *cache)
     jb__test_set_lease_stale_ms(0);
 }
 
+/* (h) A waiter's poll looks whether the lease is held without taking it: taken for a moment,
+ * a process forked then would keep it held (its child shares the handle) and the lease would
+ * wait to be taken over as stale. At the point, after a poll of a free lease, no one may hold
+ * it. */
+typedef struct poll_seen {
+    const char *path;
+    int polls, locked;
+} poll_seen;
+
+static void lock_seen(void *ctx, const char *arg)
+{
+    (void)arg;
+    poll_seen *p = ctx;
+    int fd = open(p->path, O_RDWR | O_CLOEXEC);
+    int err = fd >= 0 ? jb__lock_open_file(fd, F_WRLCK, JB_LOCK_OR_FLOCK) : errno;
+    p->polls++;
+    p->locked += err == EAGAIN;
+    if (fd >= 0)
+        close(fd);
+}
+
+static void poll_takes_no_lock(const char *cache)
+{
+    char text[] = "a key whose waiter polls a lease let go", path[PATH_MAX + 128];
+    jb_disk_key key = {.text = text, .bytes = sizeof text - 1};
+    jb__disk_key_name(&key);
+    snprintf(path, sizeof path, "%s/leases/%.*s" JB_LEASE_SUFFIX, cache, JB_DISK_ENTRY_HEX,
+             key.file);
+    int held = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    CHECK(held >= 0 && jb__lock_open_file(held, F_WRLCK, JB_LOCK_OR_FLOCK) == 0,
+          "holding %s: %s", path, strerror(errno));
+    jb_lease lease = {.fd = -1};
+    CHECK(jb__lease_acquire(&key, NULL, &lease) == JB_LEASE_BUSY, "a held lease was not busy");
+    if (held >= 0)
+        close(held); /* let go: the wait's first poll finds it free */
+    poll_seen seen = {path, 0, 0};
+    jb__test_set_point(JB_TEST_LEASE_POLLED, lock_seen, &seen);
+    jb__lease_wait();
+    jb__test_set_point(JB_TEST_LEASE_POLLED, NULL, NULL);
+    CHECK(seen.polls == 1 && seen.locked == 0,
+          "a waiter's poll of a free lease held its lock (%d of %d polls)", seen.locked,
+          seen.polls);
+    CHECK(jb__lease_acquire(&key, NULL, &lease) == JB_LEASE_HELD, "the free lease was not taken");
+    jb__lease_release(&lease, false);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 2 && strcmp(argv[1], "umask-child") == 0)
@@ -927,6 +973,7 @@ int main(int argc, char **argv)
     folder_at_a_lease_name(cache);
     taker_stopped_before_its_touch(cache);
     failed_takeover_naps(cache);
+    poll_takes_no_lock(cache);
     jb_set_log_callback(NULL, NULL);
     umask_without_write(argv[0], base);
     stopped_holder_holds_up_nothing(argv[0], base);

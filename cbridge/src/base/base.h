@@ -467,6 +467,8 @@ typedef enum jb_test_point {
                              * touch of it; arg: the lease's file name */
     JB_TEST_LEASE_SWEEPING, /* lease.c: a sweep locked an old lease file no one held, before
                              * it removes it; arg: the lease's file name */
+    JB_TEST_LEASE_POLLED,   /* lease.c: a waiter looked whether the lease is held, its
+                             * handle on the file still open; arg: the lease's file name */
     JB_TEST_POINTS
 } jb_test_point;
 typedef void (*jb_test_point_fn)(void *ctx, const char *arg);

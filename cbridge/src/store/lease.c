@@ -240,6 +240,22 @@ static int try_lock(int fd)
     return jb__lock_open_file(fd, F_WRLCK, JB_LOCK_OR_FLOCK);
 }
 
+/* Whether another holds the lock of the lease file on `fd`, asked without taking it (F_OFD_GETLK):
+ * a waiter's poll that took a free lock for a moment would, were the process forked then, leave
+ * the lease held by a child that never compiles (it shares the open file description) until
+ * it is taken over as stale. Where open file description locks are missing, tried and let go. */
+static bool held_by_another(int fd)
+{
+#ifdef JB_TEST_HOOKS
+    if (atomic_load(&test_lock_error))
+        return try_lock(fd) == EAGAIN;
+#endif
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
+    if (fcntl(fd, F_OFD_GETLK, &fl) == 0)
+        return fl.l_type != F_UNLCK;
+    return try_lock(fd) == EAGAIN;
+}
+
 /* Whether an entry stands at its name now (the holder stored it), other than `stale` (the one
  * found bad before, if any). */
 static bool entry_stored(int dir, const char *file, const jb_lease_stale *stale)
@@ -601,7 +617,8 @@ void jb__lease_wait(void)
         /* Gone, something else, or free now: the caller looks again, from the top. */
         int fd = openat(leases, name, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
         struct stat st;
-        bool held = fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && try_lock(fd) == EAGAIN;
+        bool held = fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && held_by_another(fd);
+        JB_TEST_POINT(JB_TEST_LEASE_POLLED, name);
         if (fd >= 0)
             close(fd);
         if (!held || (watch_saw(watch, &st, now) && now >= pending.break_retry_ns))
