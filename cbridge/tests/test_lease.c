@@ -748,16 +748,16 @@ static void folder_at_a_lease_name(const char *cache)
     }
 }
 
-/* (f) A taker stopped between its lock and its first touch of the lease (here: a pause at
- * the point, three stale times, on a file a killed holder left an hour old) looks stopped, and a
- * waiter takes the lease over; the taker then finds its file gone from the name and waits on the
- * new lease: one holder, never two compiling. */
+/* (f) A taker stopped between its lock and its first touch of the lease (here: paused at the
+ * point until the waiter is done, on a file a killed holder left an hour old) looks stopped,
+ * and a waiter takes the lease over; the taker then finds its file gone from the name and waits
+ * on the new lease: one holder, never two compiling. */
 typedef struct paused_taker {
     jb_disk_key *key;
     pthread_t thread;
     jb_lease lease;
     jb_lease_outcome outcome;
-    atomic_bool locked;
+    atomic_bool locked, go_on;
 } paused_taker;
 
 static _Thread_local bool is_paused_taker;
@@ -769,7 +769,8 @@ static void pause_after_lock(void *ctx, const char *arg)
     if (!is_paused_taker)
         return;
     atomic_store(&t->locked, true);
-    usleep(600 * 1000);
+    for (int i = 0; i < 20000 && !atomic_load(&t->go_on); i++) /* 20 s at most */
+        usleep(1000);
 }
 
 static void *paused_taker_main(void *arg)
@@ -800,12 +801,13 @@ static void taker_stopped_before_its_touch(const char *cache)
     /* The waiter, as a build's rounds are (its thread's own wait). */
     jb_lease mine = {.fd = -1};
     jb_lease_outcome outcome = JB_LEASE_BUSY;
-    uint64_t until = jb__now_ns() + 3000000000ULL;
+    uint64_t until = jb__now_ns() + 15000000000ULL;
     while (outcome == JB_LEASE_BUSY && jb__now_ns() < until) {
         outcome = jb__lease_acquire(&key, NULL, &mine);
         if (outcome == JB_LEASE_BUSY)
             jb__lease_wait();
     }
+    atomic_store(&t.go_on, true);
     pthread_join(t.thread, NULL);
     jb__test_set_point(JB_TEST_LEASE_LOCKED, NULL, NULL);
     jb_counters c;
@@ -855,7 +857,7 @@ static void failed_takeover_naps(const char *cache)
           "a failing takeover: %d rounds in a second (want 12 at most), outcome %d (busy %d)",
           rounds, (int)outcome, (int)JB_LEASE_BUSY);
     jb__test_set_lease_break_error(0);
-    for (uint64_t until = jb__now_ns() + 2000000000ULL;
+    for (uint64_t until = jb__now_ns() + 5000000000ULL;
          outcome == JB_LEASE_BUSY && jb__now_ns() < until;) {
         outcome = jb__lease_acquire(&key, NULL, &lease);
         if (outcome == JB_LEASE_BUSY)
