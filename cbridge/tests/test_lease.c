@@ -920,6 +920,48 @@ static void poll_takes_no_lock(const char *cache)
     jb__lease_release(&lease, false);
 }
 
+/* (i) A wait that ended with the entry stored ends its round: the same thread's next build of
+ * that key (the entry's load refused, say) waits with a deadline of its own, not the old
+ * round's, long past. */
+static void stored_entry_ends_the_round(const char *cache)
+{
+    char text[] = "a key whose wait ends with its entry stored", path[PATH_MAX + 128],
+         entry[PATH_MAX + 128];
+    jb_disk_key key = {.text = text, .bytes = sizeof text - 1};
+    jb__disk_key_name(&key);
+    snprintf(path, sizeof path, "%s/leases/%.*s" JB_LEASE_SUFFIX, cache, JB_DISK_ENTRY_HEX,
+             key.file);
+    snprintf(entry, sizeof entry, "%s/%s", cache, key.file);
+    int held = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    CHECK(held >= 0 && jb__lock_open_file(held, F_WRLCK, JB_LOCK_OR_FLOCK) == 0,
+          "holding %s: %s", path, strerror(errno));
+    setenv("JITBRIDGE_COMPILE_TIMEOUT_MS", "300", 1);
+    jb_counters_reset();
+    jb_lease lease = {.fd = -1};
+    CHECK(jb__lease_acquire(&key, NULL, &lease) == JB_LEASE_BUSY, "a held lease was not busy");
+    int fd = open(entry, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    CHECK(fd >= 0 && write(fd, "x", 1) == 1, "an entry at %s: %s", entry, strerror(errno));
+    if (fd >= 0)
+        close(fd);
+    jb__lease_wait(); /* ends at once: the entry is there */
+    usleep(400 * 1000); /* past the first round's deadline */
+    unlink(entry); /* its load was refused, and it is gone */
+    jb_lease_outcome outcome = jb__lease_acquire(&key, NULL, &lease);
+    jb_counters c;
+    jb_counters_get(&c, sizeof c);
+    CHECK(outcome == JB_LEASE_BUSY && c.lease_timeouts == 0 && c.lease_waits == 1,
+          "a new round of a key whose wait ended with its entry stored: outcome %d (busy %d), "
+          "timeouts %llu (0), waits %llu (1)",
+          (int)outcome, (int)JB_LEASE_BUSY, (unsigned long long)c.lease_timeouts,
+          (unsigned long long)c.lease_waits);
+    if (outcome == JB_LEASE_HELD)
+        jb__lease_release(&lease, false);
+    if (held >= 0)
+        close(held);
+    unlink(path);
+    unsetenv("JITBRIDGE_COMPILE_TIMEOUT_MS");
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 2 && strcmp(argv[1], "umask-child") == 0)
@@ -976,6 +1018,7 @@ int main(int argc, char **argv)
     taker_stopped_before_its_touch(cache);
     failed_takeover_naps(cache);
     poll_takes_no_lock(cache);
+    stored_entry_ends_the_round(cache);
     jb_set_log_callback(NULL, NULL);
     umask_without_write(argv[0], base);
     stopped_holder_holds_up_nothing(argv[0], base);

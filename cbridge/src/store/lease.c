@@ -608,7 +608,10 @@ void jb__lease_wait(void)
     JB_TEST_POINT(JB_TEST_LEASE_WAITING, name);
     for (uint64_t pause = POLL_FIRST_NS;; pause = pause * 2 < POLL_MAX_NS ? pause * 2 : POLL_MAX_NS) {
         if (entry_stored(dir, file, stale)) {
+            /* The round is over: the caller loads it, and a build of this key later (that
+             * load refused, say) is a new round with a deadline of its own, not this one's. */
             atomic_fetch_add(&counter_waits, 1);
+            pending.waiting = false;
             break;
         }
         uint64_t now = jb__now_ns();
