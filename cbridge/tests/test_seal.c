@@ -59,8 +59,8 @@ static void install_counting_compiler(void)
         snprintf(link, sizeof link, "%s/%s", bin, i ? "othercc" : "cc");
         CHECK(symlink(real_path, link) == 0, "symlink %s: %s", link, strerror(errno));
     }
-    snprintf(text, sizeof text, "#!/bin/sh\necho \"$*\" >> %s\nexec \"${0%%/*}/bin/${0##*/}\" \"$@\"\n",
-             count_file);
+    snprintf(text, sizeof text,
+             "#!/bin/sh\necho \"$*\" >> %s\nexec \"${0%%/*}/bin/${0##*/}\" \"$@\"\n", count_file);
     int fd = open(script, O_WRONLY | O_CREAT | O_EXCL, 0700);
     CHECK(fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text), "write %s", script);
     close(fd);

@@ -15,15 +15,15 @@
  *   process), so a compile of minutes is never taken for a stopped one; but not while the
  *   holding thread is stopped or has a stop pending (a SIGSTOP sent while it sleeps in the
  *   compiler's vfork stops it only once the compile ends, and the keeper would run on). A
- *   stopped holder (a debugger, a frozen cgroup, kill -STOP) is found out by its waiters: a lease whose file and time they
- *   watched stand still for STALE is taken over. The breaker removes the file under the leases
- *   folder's own lock (flock), only if the very file with the very time it watched is still at
- *   the name, then takes the lease afresh; a second breaker finds the new file there and waits
- *   on it. A stopped holder that goes on removes only its own file (same device and inode):
- *   the worst it does is one more compile, stored by rename as every entry is. A taker
- *   touches its file as soon as it has locked it, before it looks that the name still leads
- *   there, so a taker is never robbed unseen. A takeover that fails is tried again
- *   BREAK_RETRY_NS later, the wait going on meanwhile.
+ *   stopped holder (a debugger, a frozen cgroup, kill -STOP) is found out by its waiters: a
+ *   lease whose file and time they watched stand still for STALE is taken over. The breaker
+ *   removes the file under the leases folder's own lock (flock), only if the very file with
+ *   the very time it watched is still at the name, then takes the lease afresh; a second
+ *   breaker finds the new file there and waits on it. A stopped holder that goes on removes
+ *   only its own file (same device and inode): the worst it does is one more compile, stored
+ *   by rename as every entry is. A taker touches its file as soon as it has locked it, before
+ *   it looks that the name still leads there, so a taker is never robbed unseen. A takeover
+ *   that fails is tried again BREAK_RETRY_NS later, the wait going on meanwhile.
  * - The holder removes the lease file (while still holding it) once the entry is stored, so
  *   the folder keeps no litter; a process that locks a file no longer at the lease's name
  *   opens the name again. A holder killed before that leaves an empty file, reused next time.
@@ -240,10 +240,11 @@ static int try_lock(int fd)
     return jb__lock_open_file(fd, F_WRLCK, JB_LOCK_OR_FLOCK);
 }
 
-/* Whether another holds the lock of the lease file on `fd`, asked without taking it (F_OFD_GETLK):
- * a waiter's poll that took a free lock for a moment would, were the process forked then, leave
- * the lease held by a child that never compiles (it shares the open file description) until
- * it is taken over as stale. Where open file description locks are missing, tried and let go. */
+/* Whether another holds the lock of the lease file on `fd`, asked without taking it
+ * (F_OFD_GETLK): a waiter's poll that took a free lock for a moment would, were the process
+ * forked then, leave the lease held by a child that never compiles (it shares the open file
+ * description) until it is taken over as stale. Without open file description locks, the lock
+ * is tried and let go. */
 static bool held_by_another(int fd)
 {
 #ifdef JB_TEST_HOOKS
