@@ -59,6 +59,15 @@ fn array_of(device: Device, dtype: DType, values: &[f32], shape: &[usize]) -> Ar
         DType::Bool => {
             Array::from_slice(device, &values.iter().map(|&v| v != 0.0).collect::<Vec<_>>(), shape)
         }
+        DType::I16 => {
+            Array::from_slice(device, &values.iter().map(|&v| v as i16).collect::<Vec<_>>(), shape)
+        }
+        DType::U16 => {
+            Array::from_slice(device, &values.iter().map(|&v| v as u16).collect::<Vec<_>>(), shape)
+        }
+        DType::U64 => {
+            Array::from_slice(device, &values.iter().map(|&v| v as u64).collect::<Vec<_>>(), shape)
+        }
     };
     a.unwrap()
 }
@@ -76,6 +85,9 @@ fn bytes_of(a: &Array) -> Result<Vec<u8>, jitbridge::Error> {
         DType::U32 => a.to_vec::<u32>()?.iter().flat_map(|v| v.to_le_bytes()).collect(),
         DType::I64 => a.to_vec::<i64>()?.iter().flat_map(|v| v.to_le_bytes()).collect(),
         DType::Bool => a.to_vec::<bool>()?.iter().map(|&v| v as u8).collect(),
+        DType::I16 => a.to_vec::<i16>()?.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        DType::U16 => a.to_vec::<u16>()?.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        DType::U64 => a.to_vec::<u64>()?.iter().flat_map(|v| v.to_le_bytes()).collect(),
     })
 }
 
@@ -183,7 +195,9 @@ fn cases() -> Vec<Case> {
             _ => "const uint64_t i = thread_index(); y[i] = (x[i] + 1) * 2;",
         };
         let values: Vec<f32> = match dtype {
-            DType::U8 | DType::U32 => small.iter().map(|v| v.abs()).collect(),
+            DType::U8 | DType::U16 | DType::U32 | DType::U64 => {
+                small.iter().map(|v| v.abs()).collect()
+            }
             DType::Bool => small.iter().map(|&v| (v as i32 % 2) as f32).collect(),
             _ => small.clone(),
         };

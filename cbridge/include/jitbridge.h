@@ -328,11 +328,15 @@ typedef enum jb_dtype {
     JB_U32 = 7,
     JB_I64 = 8,
     JB_BOOL = 9,
+    JB_I16 = 10,
+    JB_U16 = 11,
+    JB_U64 = 12,
 } jb_dtype;
 
 #define JB_MAX_NDIM 8
 
-/* "f32", "i32", "f16", "bf16", "f64", "i8", "u8", "u32", "i64", "bool"; NULL for other values.
+/* "f32", "i32", "f16", "bf16", "f64", "i8", "u8", "u32", "i64", "bool", "i16", "u16", "u64";
+ * NULL for other values.
  * The name is also the type's spelling inside kernel source. */
 JB_API const char *jb_dtype_name(int dtype);
 /* Bytes per element; 0 for other values. */
@@ -526,6 +530,9 @@ typedef struct jb_scalar {
         uint16_t f16_bits;
         uint16_t bf16_bits;
         uint8_t boolean;
+        int16_t i16;
+        uint16_t u16;
+        uint64_t u64;
     } value;
 } jb_scalar;
 

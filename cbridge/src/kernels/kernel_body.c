@@ -28,7 +28,8 @@ static const char *const reserved_words[] = {
     "virtual", "void", "volatile", "while", "xor", "_Bool", "_Atomic", "_Generic", "_Noreturn",
     "_Thread_local", "thread_index", "blockIdx", "blockDim", "threadIdx", "gridDim", "warpSize",
     "__global__", "__device__", "__shared__", "__restrict__", "f16", "bf16", "f32", "f64", "i8",
-    "u8", "i32", "u32", "i64", "f16_to_f32", "f32_to_f16", "bf16_to_f32", "f32_to_bf16", "main",
+    "u8", "i32", "u32", "i64", "i16", "u16", "u64", "f16_to_f32", "f32_to_f16", "bf16_to_f32",
+    "f32_to_bf16", "main",
 };
 
 /* Returns a static reason when `s` cannot be pasted into source as a name, else NULL. */
