@@ -213,6 +213,53 @@ fn cases() -> Vec<Case> {
             Box::leak(format!("every_dtype_{}", dtype.name()).into_boxed_str());
         cases.push(Case { input: dtype, output: dtype, ..plain(name, body, values, want) });
     }
+    // Atomics: 64 threads add into 4 cells and take the maximum into 4 more, in each dtype with
+    // atomics; small integers, so that every order of the adds gives the same sum.
+    let counts: Vec<f32> = (0..64).map(|i| ((i * 37) % 61) as f32).collect();
+    for dtype in [DType::F32, DType::I32, DType::U32, DType::I64, DType::U64] {
+        let mut out = [0.0f32; 8];
+        for (i, &v) in counts.iter().enumerate() {
+            out[i % 4] += v;
+            out[4 + i % 4] = out[4 + i % 4].max(v);
+        }
+        let want = bytes_of(&array_of(Device::cpu().unwrap(), dtype, &out, &[8])).unwrap();
+        let name: &'static str = Box::leak(format!("atomics_{}", dtype.name()).into_boxed_str());
+        cases.push(Case {
+            input: dtype,
+            output: dtype,
+            output_shape: vec![8],
+            init: Some(match dtype {
+                DType::F32 => Scalar::F32(0.0),
+                DType::I32 => Scalar::I32(0),
+                DType::U32 => Scalar::U32(0),
+                DType::I64 => Scalar::I64(0),
+                _ => Scalar::U64(0),
+            }),
+            ..plain(
+                name,
+                "const uint64_t i = thread_index();
+                 atomic_add(y, i % 4, x[i]);
+atomic_max(y, 4 + i % 4, x[i]);",
+                counts.clone(),
+                want,
+            )
+        });
+    }
+    // f32 minimum, from an initial value above every input.
+    let mut lows = [100.0f32; 4];
+    for (i, &v) in xs.iter().enumerate() {
+        lows[i % 4] = lows[i % 4].min(v);
+    }
+    cases.push(Case {
+        output_shape: vec![4],
+        init: Some(Scalar::F32(100.0)),
+        ..plain(
+            "atomic_min_f32",
+            "atomic_min(y, thread_index() % 4, x[thread_index()]);",
+            xs.clone(),
+            f32_bytes(lows),
+        )
+    });
     cases
 }
 
