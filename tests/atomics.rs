@@ -220,11 +220,25 @@ fn out_of_range_is_caught(device: Device) {
 /// error names the array and why.
 fn unsupported_atomics_do_not_compile(device: Device) {
     let _turn = common::serial();
-    let cases: [(&str, DType, DType, &str, &str); 4] = [
+    let cases: [(&str, DType, DType, &str, &str); 6] = [
         ("atomic_on_f16", DType::F16, DType::F16, "atomic_add(y, 0, x[0]);", "y_is_f16"),
         ("atomic_on_bf16", DType::Bf16, DType::Bf16, "atomic_max(y, 0, x[0]);", "y_is_bf16"),
         ("atomic_on_f64", DType::F64, DType::F64, "atomic_min(y, 0, 1.0);", "y_is_f64"),
         ("atomic_on_input", DType::I32, DType::I32, "y[0] = atomic_add(x, 0, 1);", "x_is_an_input"),
+        (
+            "atomic_on_scalar",
+            DType::I32,
+            DType::I32,
+            "y[0] = atomic_add(s, 0, 1);",
+            "s_is_a_scalar",
+        ),
+        (
+            "atomic_on_shape",
+            DType::I32,
+            DType::I32,
+            "y[0] = atomic_max(x_shape, 0, 1);",
+            "x_shape_is_a_shape",
+        ),
     ];
     for (name, input, output, body, why) in cases {
         for checked in [false, true] {
@@ -232,6 +246,7 @@ fn unsupported_atomics_do_not_compile(device: Device) {
                 name,
                 inputs: &[("x", input)],
                 outputs: &[("y", output)],
+                scalars: &[("s", DType::I32)],
                 body,
                 options: CompileOptions { bounds_checks: checked, ..Default::default() },
                 ..Default::default()

@@ -183,6 +183,21 @@ void jb__append_atomic_macros(jb_strbuf *sb, const jb_custom_kernel *k)
             jb__strbuf_appendf(sb, "#define jb_atomic_ptr_%s(...) (&(%s)[(__VA_ARGS__)])\n", name,
                                name);
     }
+    /* Scalars and shapes are no arrays of the kernel's either: say so too. */
+    for (size_t i = 0; i < k->num_scalars; i++)
+        jb__strbuf_appendf(sb,
+                           "#define jb_atomic_ptr_%s(...) "
+                           "atomics_change_outputs_only__%s_is_a_scalar\n",
+                           k->scalar_names[i], k->scalar_names[i]);
+    for (size_t slot = 0; slot < num_arrays; slot++)
+        if (k->shaped[slot]) {
+            const char *name =
+                slot < k->num_inputs ? k->input_names[slot] : k->output_names[slot - k->num_inputs];
+            jb__strbuf_appendf(sb,
+                               "#define jb_atomic_ptr_%s_shape(...) "
+                               "atomics_change_outputs_only__%s_shape_is_a_shape\n",
+                               name, name);
+        }
     for (size_t w = 0; w < NUM_ATOMIC_WORDS; w++)
         jb__strbuf_appendf(sb, "#define %s(array, index, value) jb_atomic_%s_op("
                                "jb_atomic_ptr_##array(index), (value))\n",
@@ -196,6 +211,13 @@ void jb__append_atomic_undefs(jb_strbuf *sb, const jb_custom_kernel *k)
         jb__strbuf_appendf(sb, "#undef jb_atomic_ptr_%s\n",
                            slot < k->num_inputs ? k->input_names[slot]
                                                 : k->output_names[slot - k->num_inputs]);
+    for (size_t i = 0; i < k->num_scalars; i++)
+        jb__strbuf_appendf(sb, "#undef jb_atomic_ptr_%s\n", k->scalar_names[i]);
+    for (size_t slot = 0; slot < num_arrays; slot++)
+        if (k->shaped[slot])
+            jb__strbuf_appendf(sb, "#undef jb_atomic_ptr_%s_shape\n",
+                               slot < k->num_inputs ? k->input_names[slot]
+                                                    : k->output_names[slot - k->num_inputs]);
     for (size_t w = 0; w < NUM_ATOMIC_WORDS; w++)
         jb__strbuf_appendf(sb, "#undef %s\n", atomic_words[w].word);
 }
