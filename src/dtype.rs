@@ -26,9 +26,15 @@ pub enum DType {
     I64,
     /// One byte, 0 or 1.
     Bool,
+    /// 16-bit signed integer.
+    I16,
+    /// 16-bit unsigned integer.
+    U16,
+    /// 64-bit unsigned integer.
+    U64,
 }
 
-const DTYPES: [(DType, i32, &str, usize); 10] = [
+const DTYPES: [(DType, i32, &str, usize); 13] = [
     (DType::F32, ffi::JB_F32, "f32", 4),
     (DType::I32, ffi::JB_I32, "i32", 4),
     (DType::F16, ffi::JB_F16, "f16", 2),
@@ -39,11 +45,14 @@ const DTYPES: [(DType, i32, &str, usize); 10] = [
     (DType::U32, ffi::JB_U32, "u32", 4),
     (DType::I64, ffi::JB_I64, "i64", 8),
     (DType::Bool, ffi::JB_BOOL, "bool", 1),
+    (DType::I16, ffi::JB_I16, "i16", 2),
+    (DType::U16, ffi::JB_U16, "u16", 2),
+    (DType::U64, ffi::JB_U64, "u64", 8),
 ];
 
 impl DType {
     /// Every dtype, in the C library's numbering.
-    pub const ALL: [DType; 10] = [
+    pub const ALL: [DType; 13] = [
         DType::F32,
         DType::I32,
         DType::F16,
@@ -54,6 +63,9 @@ impl DType {
         DType::U32,
         DType::I64,
         DType::Bool,
+        DType::I16,
+        DType::U16,
+        DType::U64,
     ];
 
     fn entry(self) -> &'static (DType, i32, &'static str, usize) {
@@ -233,7 +245,7 @@ macro_rules! elements {
     )*};
 }
 elements!(f32 => F32, i32 => I32, F16 => F16, Bf16 => Bf16, f64 => F64, i8 => I8, u8 => U8,
-          u32 => U32, i64 => I64, bool => Bool);
+          u32 => U32, i64 => I64, bool => Bool, i16 => I16, u16 => U16, u64 => U64);
 
 /// A scalar argument of a launch, passed by value; its dtype must match the spec's (checked
 /// before anything is built). `From` converts each element type; a float literal converts to
@@ -261,6 +273,12 @@ pub enum Scalar {
     I64(i64),
     /// bool.
     Bool(bool),
+    /// i16.
+    I16(i16),
+    /// u16.
+    U16(u16),
+    /// u64.
+    U64(u64),
 }
 
 macro_rules! scalar_from {
@@ -274,7 +292,7 @@ macro_rules! scalar_from {
 }
 // No f64: a float literal would default to it, where kernels take f32 far more often.
 scalar_from!(f32 => F32, i32 => I32, F16 => F16, Bf16 => Bf16, i8 => I8, u8 => U8, u32 => U32,
-             i64 => I64, bool => Bool);
+             i64 => I64, bool => Bool, i16 => I16, u16 => U16, u64 => U64);
 
 impl Scalar {
     /// The scalar's dtype.
@@ -290,6 +308,9 @@ impl Scalar {
             Scalar::U32(_) => DType::U32,
             Scalar::I64(_) => DType::I64,
             Scalar::Bool(_) => DType::Bool,
+            Scalar::I16(_) => DType::I16,
+            Scalar::U16(_) => DType::U16,
+            Scalar::U64(_) => DType::U64,
         }
     }
 
@@ -306,6 +327,9 @@ impl Scalar {
             Scalar::U32(v) => V { u32: v },
             Scalar::I64(v) => V { i64: v },
             Scalar::Bool(v) => V { u8: v as u8 },
+            Scalar::I16(v) => V { i16: v },
+            Scalar::U16(v) => V { bits16: v },
+            Scalar::U64(v) => V { u64: v },
         };
         ffi::jb_scalar { dtype: self.dtype().raw(), value }
     }

@@ -98,6 +98,9 @@ pub const JB_U8: c_int = 6;
 pub const JB_U32: c_int = 7;
 pub const JB_I64: c_int = 8;
 pub const JB_BOOL: c_int = 9;
+pub const JB_I16: c_int = 10;
+pub const JB_U16: c_int = 11;
+pub const JB_U64: c_int = 12;
 pub const JB_PARAM_INT: c_int = 0;
 pub const JB_PARAM_BOOL: c_int = 1;
 pub const JB_PARAM_DTYPE: c_int = 2;
@@ -175,6 +178,8 @@ pub union jb_scalar_value {
     pub u32: u32,
     pub i64: i64,
     pub bits16: u16,
+    pub i16: i16,
+    pub u64: u64,
 }
 
 #[repr(C)]

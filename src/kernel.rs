@@ -135,7 +135,9 @@ impl LaunchShape {
 /// scalar a value; a body that names `x_shape` or `x_ndim` also sees that array's dimensions.
 /// `return` ends one thread. The dtype names (`f32`, `bf16`, ...) are types in the body; `f16`
 /// and `bf16` are 16-bit storage types converted with `f16_to_f32`, `f32_to_f16`,
-/// `bf16_to_f32`, `f32_to_bf16` (round to nearest even). The crate documentation's "The kernel
+/// `bf16_to_f32`, `f32_to_bf16` (round to nearest even). Threads that meet in one element use
+/// `atomic_add(y, i, v)`, `atomic_exchange`, `atomic_min` and `atomic_max` (f32, i32, u32, i64
+/// and u64 outputs; each returns the old value). The crate documentation's "The kernel
 /// language" says the rest.
 #[derive(Clone, Default)]
 pub struct KernelSpec<'a> {

@@ -146,6 +146,9 @@ fn every_dtype_round_trips(device: Device) {
     round_trip(device, &[0u32, 1, u32::MAX, 0x8000_0000]);
     round_trip(device, &[i64::MIN, -1, 0, i64::MAX]);
     round_trip(device, &[true, false, false, true]);
+    round_trip(device, &(i16::MIN..=i16::MAX).step_by(7).collect::<Vec<_>>());
+    round_trip(device, &(0..=u16::MAX).step_by(5).collect::<Vec<_>>());
+    round_trip(device, &[0u64, 1, u64::MAX, 1 << 63, 0x0123_4567_89ab_cdef]);
     // arange in every dtype: the value i, rounded, wrapped or compared with zero.
     for dtype in DType::ALL {
         let a = Array::arange(device, 300, dtype).unwrap();
@@ -156,6 +159,13 @@ fn every_dtype_round_trips(device: Device) {
     assert!(h.iter().enumerate().all(|(i, v)| v.to_bits() == F16::from_f32(i as f32).to_bits()));
     let u = Array::arange(device, 300, DType::U8).unwrap().to_vec::<u8>().unwrap();
     assert_eq!(u[299], (299 % 256) as u8);
+    let n = 70_000;
+    let s = Array::arange(device, n, DType::I16).unwrap().to_vec::<i16>().unwrap();
+    assert!(s.iter().enumerate().all(|(i, &v)| v == i as i16), "i16 arange wraps modulo 2^16");
+    let u = Array::arange(device, n, DType::U16).unwrap().to_vec::<u16>().unwrap();
+    assert!(u.iter().enumerate().all(|(i, &v)| v == i as u16), "u16 arange wraps modulo 2^16");
+    let u = Array::arange(device, n, DType::U64).unwrap().to_vec::<u64>().unwrap();
+    assert!(u.iter().enumerate().all(|(i, &v)| v == i as u64));
     // Reading as the wrong type is refused.
     let err = Array::arange(device, 3, DType::Bf16).unwrap().to_vec::<F16>().unwrap_err();
     assert_eq!(err.code(), ErrorCode::Shape);
@@ -219,6 +229,23 @@ fn a_kernel_per_dtype_is_exact(device: Device) {
     let k = unary("dt_i8", DType::I8, DType::I8, &format!("{I} y[i] = (i8)(x[i] * 3 - 1);"));
     let got: Vec<i8> = run(&k, device, &i8s);
     assert_eq!(got, i8s.iter().map(|v| v * 3 - 1).collect::<Vec<_>>());
+
+    let i16s: Vec<i16> = (i16::MIN..=i16::MAX).step_by(3).collect();
+    let k = unary("dt_i16", DType::I16, DType::I16, &format!("{I} y[i] = (i16)(x[i] * 3 - 1);"));
+    let got: Vec<i16> = run(&k, device, &i16s);
+    assert_eq!(got, i16s.iter().map(|v| v.wrapping_mul(3).wrapping_sub(1)).collect::<Vec<_>>());
+
+    let u16s: Vec<u16> = (0..=u16::MAX).step_by(3).collect();
+    let k = unary("dt_u16", DType::U16, DType::U16, &format!("{I} y[i] = (u16)(x[i] * 5 + 9);"));
+    let got: Vec<u16> = run(&k, device, &u16s);
+    assert_eq!(got, u16s.iter().map(|v| v.wrapping_mul(5).wrapping_add(9)).collect::<Vec<_>>());
+
+    // u64 above i64's range: a kernel that took it for i64 would divide a negative number.
+    let u64s: Vec<u64> = (0..1000).map(|i| u64::MAX - i * 1_000_000_000_007).collect();
+    let k =
+        unary("dt_u64", DType::U64, DType::U64, &format!("{I} y[i] = x[i] / 3u + (x[i] >> 63);"));
+    let got: Vec<u64> = run(&k, device, &u64s);
+    assert_eq!(got, u64s.iter().map(|v| v / 3 + (v >> 63)).collect::<Vec<_>>());
 
     let bools: Vec<bool> = (0..100).map(|i| i % 3 == 0).collect();
     let k = unary("dt_bool", DType::Bool, DType::Bool, &format!("{I} y[i] = !x[i];"));
@@ -309,6 +336,9 @@ fn zeros_and_full(device: Device) {
             DType::U32 => all_zero::<u32>(&zeros),
             DType::I64 => all_zero::<i64>(&zeros),
             DType::Bool => all_zero::<bool>(&zeros),
+            DType::I16 => all_zero::<i16>(&zeros),
+            DType::U16 => all_zero::<u16>(&zeros),
+            DType::U64 => all_zero::<u64>(&zeros),
         }
     }
     let third = 1.0f64 / 3.0;
@@ -320,6 +350,10 @@ fn zeros_and_full(device: Device) {
     assert_eq!(Array::full(device, &[3], -7i64).unwrap().to_vec::<i64>().unwrap(), [-7; 3]);
     assert_eq!(Array::full(device, &[4], 9u8).unwrap().to_vec::<u8>().unwrap(), [9; 4]);
     assert_eq!(Array::full(device, &[2], true).unwrap().to_vec::<bool>().unwrap(), [true; 2]);
+    assert_eq!(Array::full(device, &[3], -9i16).unwrap().to_vec::<i16>().unwrap(), [-9; 3]);
+    assert_eq!(Array::full(device, &[5], 0xa55au16).unwrap().to_vec::<u16>().unwrap(), [0xa55a; 5]);
+    let big = u64::MAX - 0x1234;
+    assert_eq!(Array::full(device, &[7], big).unwrap().to_vec::<u64>().unwrap(), [big; 7]);
     let h = Bf16::from(1.5f32);
     assert_eq!(Array::full(device, &[6], h).unwrap().to_vec::<Bf16>().unwrap(), [h; 6]);
     let h = F16::from(-0.25f32);

@@ -55,6 +55,9 @@ fn scalars_pass_by_value(device: Device) {
         Scalar::U32(0xdead_beef),
         Scalar::I64(i64::MIN + 7),
         Scalar::Bool(true),
+        Scalar::I16(i16::MIN + 5),
+        Scalar::U16(0xbeef),
+        Scalar::U64(0xfedc_ba98_7654_3210),
     ];
     for scalar in cases {
         let dtype = scalar.dtype();
@@ -79,6 +82,9 @@ fn scalars_pass_by_value(device: Device) {
             Scalar::U32(_) => Scalar::U32(y.to_vec::<u32>().unwrap()[3]),
             Scalar::I64(_) => Scalar::I64(y.to_vec::<i64>().unwrap()[3]),
             Scalar::Bool(_) => Scalar::Bool(y.to_vec::<bool>().unwrap()[3]),
+            Scalar::I16(_) => Scalar::I16(y.to_vec::<i16>().unwrap()[3]),
+            Scalar::U16(_) => Scalar::U16(y.to_vec::<u16>().unwrap()[3]),
+            Scalar::U64(_) => Scalar::U64(y.to_vec::<u64>().unwrap()[3]),
         };
         assert_eq!(read, scalar, "a {dtype:?} scalar did not arrive intact");
     }
@@ -113,6 +119,28 @@ fn scalars_pass_by_value(device: Device) {
     let y = launch1(&mixed, &x, &scalars, 100).to_vec::<f64>().unwrap();
     for (i, v) in y.iter().enumerate() {
         assert_eq!(*v, i as f64 - 3.0 + 0.5 + 2.0 + (1u64 << 40) as f64 + 1000.0 + 0.25);
+    }
+
+    // The 16- and 64-bit integer scalars are their C types in a body: i16 sign-extends, u16
+    // does not, and u64 arithmetic wraps modulo 2^64 above i64's range.
+    let widths = common::vouched_kernel(&KernelSpec {
+        name: "scalar_widths",
+        inputs: &[("x", DType::U64)],
+        outputs: &[("y", DType::U64)],
+        scalars: &[("a", DType::I16), ("b", DType::U16), ("c", DType::U64)],
+        body: "const uint64_t i = thread_index();\n\
+               y[i] = x[i] * c + (u64)(i64)a + (u64)b + (u64)sizeof(a) * 100 + sizeof(c);",
+        ..Default::default()
+    })
+    .unwrap();
+    let xs: Vec<u64> = (0..64).map(|i| i * 0x0123_4567_89ab_cdef).collect();
+    let wide_x = Array::from_slice(device, &xs, &[64]).unwrap();
+    let (a, b, c) = (-2i16, 0xfff0u16, u64::MAX - 2);
+    let widths_scalars = [Scalar::I16(a), Scalar::U16(b), Scalar::U64(c)];
+    let y = launch1(&widths, &wide_x, &widths_scalars, 64).to_vec::<u64>().unwrap();
+    for (x, y) in xs.iter().zip(&y) {
+        let want = x.wrapping_mul(c).wrapping_add(a as i64 as u64).wrapping_add(b as u64) + 208;
+        assert_eq!(*y, want, "x = {x:#x}");
     }
 
     // Bad scalars are refused before anything is built.

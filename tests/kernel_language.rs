@@ -59,6 +59,15 @@ fn array_of(device: Device, dtype: DType, values: &[f32], shape: &[usize]) -> Ar
         DType::Bool => {
             Array::from_slice(device, &values.iter().map(|&v| v != 0.0).collect::<Vec<_>>(), shape)
         }
+        DType::I16 => {
+            Array::from_slice(device, &values.iter().map(|&v| v as i16).collect::<Vec<_>>(), shape)
+        }
+        DType::U16 => {
+            Array::from_slice(device, &values.iter().map(|&v| v as u16).collect::<Vec<_>>(), shape)
+        }
+        DType::U64 => {
+            Array::from_slice(device, &values.iter().map(|&v| v as u64).collect::<Vec<_>>(), shape)
+        }
     };
     a.unwrap()
 }
@@ -76,6 +85,9 @@ fn bytes_of(a: &Array) -> Result<Vec<u8>, jitbridge::Error> {
         DType::U32 => a.to_vec::<u32>()?.iter().flat_map(|v| v.to_le_bytes()).collect(),
         DType::I64 => a.to_vec::<i64>()?.iter().flat_map(|v| v.to_le_bytes()).collect(),
         DType::Bool => a.to_vec::<bool>()?.iter().map(|&v| v as u8).collect(),
+        DType::I16 => a.to_vec::<i16>()?.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        DType::U16 => a.to_vec::<u16>()?.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        DType::U64 => a.to_vec::<u64>()?.iter().flat_map(|v| v.to_le_bytes()).collect(),
     })
 }
 
@@ -183,7 +195,9 @@ fn cases() -> Vec<Case> {
             _ => "const uint64_t i = thread_index(); y[i] = (x[i] + 1) * 2;",
         };
         let values: Vec<f32> = match dtype {
-            DType::U8 | DType::U32 => small.iter().map(|v| v.abs()).collect(),
+            DType::U8 | DType::U16 | DType::U32 | DType::U64 => {
+                small.iter().map(|v| v.abs()).collect()
+            }
             DType::Bool => small.iter().map(|&v| (v as i32 % 2) as f32).collect(),
             _ => small.clone(),
         };
@@ -199,6 +213,53 @@ fn cases() -> Vec<Case> {
             Box::leak(format!("every_dtype_{}", dtype.name()).into_boxed_str());
         cases.push(Case { input: dtype, output: dtype, ..plain(name, body, values, want) });
     }
+    // Atomics: 64 threads add into 4 cells and take the maximum into 4 more, in each dtype with
+    // atomics; small integers, so that every order of the adds gives the same sum.
+    let counts: Vec<f32> = (0..64).map(|i| ((i * 37) % 61) as f32).collect();
+    for dtype in [DType::F32, DType::I32, DType::U32, DType::I64, DType::U64] {
+        let mut out = [0.0f32; 8];
+        for (i, &v) in counts.iter().enumerate() {
+            out[i % 4] += v;
+            out[4 + i % 4] = out[4 + i % 4].max(v);
+        }
+        let want = bytes_of(&array_of(Device::cpu().unwrap(), dtype, &out, &[8])).unwrap();
+        let name: &'static str = Box::leak(format!("atomics_{}", dtype.name()).into_boxed_str());
+        cases.push(Case {
+            input: dtype,
+            output: dtype,
+            output_shape: vec![8],
+            init: Some(match dtype {
+                DType::F32 => Scalar::F32(0.0),
+                DType::I32 => Scalar::I32(0),
+                DType::U32 => Scalar::U32(0),
+                DType::I64 => Scalar::I64(0),
+                _ => Scalar::U64(0),
+            }),
+            ..plain(
+                name,
+                "const uint64_t i = thread_index();
+                 atomic_add(y, i % 4, x[i]);
+atomic_max(y, 4 + i % 4, x[i]);",
+                counts.clone(),
+                want,
+            )
+        });
+    }
+    // f32 minimum, from an initial value above every input.
+    let mut lows = [100.0f32; 4];
+    for (i, &v) in xs.iter().enumerate() {
+        lows[i % 4] = lows[i % 4].min(v);
+    }
+    cases.push(Case {
+        output_shape: vec![4],
+        init: Some(Scalar::F32(100.0)),
+        ..plain(
+            "atomic_min_f32",
+            "atomic_min(y, thread_index() % 4, x[thread_index()]);",
+            xs.clone(),
+            f32_bytes(lows),
+        )
+    });
     cases
 }
 

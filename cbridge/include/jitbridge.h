@@ -328,11 +328,15 @@ typedef enum jb_dtype {
     JB_U32 = 7,
     JB_I64 = 8,
     JB_BOOL = 9,
+    JB_I16 = 10,
+    JB_U16 = 11,
+    JB_U64 = 12,
 } jb_dtype;
 
 #define JB_MAX_NDIM 8
 
-/* "f32", "i32", "f16", "bf16", "f64", "i8", "u8", "u32", "i64", "bool"; NULL for other values.
+/* "f32", "i32", "f16", "bf16", "f64", "i8", "u8", "u32", "i64", "bool", "i16", "u16", "u64";
+ * NULL for other values.
  * The name is also the type's spelling inside kernel source. */
 JB_API const char *jb_dtype_name(int dtype);
 /* Bytes per element; 0 for other values. */
@@ -395,10 +399,12 @@ JB_API int64_t jb_array_size(const jb_array *array);
  * runs them one after another, a GPU at once). New outputs are not initialised unless the spec
  * gives them an initial value (output_inits), but for bool outputs, which start false. The dtype names (f32, bf16, ...) are types in the
  * body; f16 and bf16 are 16-bit storage types on every backend (field `bits`), converted with
- * f16_to_f32, f32_to_f16, bf16_to_f32, f32_to_bf16 (round to nearest even). The module is named
- * after the kernel plus a hash of the generated source, which holds everything that changes
- * the code: body, dtypes, compile-time parameters and compile options. So two kernels under one
- * name differing in any of them are two modules.
+ * f16_to_f32, f32_to_f16, bf16_to_f32, f32_to_bf16 (round to nearest even). Threads that meet
+ * in one element use atomic_add(y, i, v), atomic_exchange, atomic_min or atomic_max (f32, i32,
+ * u32, i64, u64 outputs; each returns the old value; bounds-checked like a subscript). The
+ * module is named after the kernel plus a hash of the generated source, which holds
+ * everything that changes the code: body, dtypes, compile-time parameters and compile options.
+ * So two kernels under one name differing in any of them are two modules.
  */
 typedef struct jb_custom_kernel jb_custom_kernel;
 
@@ -526,6 +532,9 @@ typedef struct jb_scalar {
         uint16_t f16_bits;
         uint16_t bf16_bits;
         uint8_t boolean;
+        int16_t i16;
+        uint16_t u16;
+        uint64_t u64;
     } value;
 } jb_scalar;
 

@@ -2,7 +2,8 @@
  * The kernel language, on the device JITBRIDGE_TEST_DEVICE names (cpu by default): `return` ends
  * one thread; outputs' initial values; shapes in a body; in-place outputs; kernels without
  * inputs; zeros and full; bounds-checked launches (an index out of range is an error at the
- * wait, naming kernel, array, index and thread, and is never an access outside the array).
+ * wait, naming kernel, array, index and thread, and is never an access outside the array);
+ * atomics from the C API, checked and not.
  */
 #include "helpers.h"
 
@@ -373,6 +374,47 @@ static void test_checked_texts(void)
     jb_custom_kernel_free(k);
 }
 
+/* 4096 threads add halves into 4 cells (exact in f32), unchecked and checked; a checked atomic
+ * past the end is reported as a subscript is, and changes nothing. */
+static void test_atomics(void)
+{
+    jb_scalar one = {.dtype = JB_F32, .value.f32 = 1.0f};
+    int64_t cells = 4, threads = 4096;
+    const int64_t *shapes[] = {&cells};
+    int ndims[] = {1};
+    jb_launch_shape shape = {{0, 0, 0}, {0, 0, 0}, (uint64_t)threads};
+    jb_array *x = f32_filled(device, threads, 0.5f);
+    const char *body = "atomic_add(out, thread_index() % 4, inp[thread_index()]);";
+    for (int checked = 0; checked <= 1; checked++) {
+        jb_custom_kernel *k =
+            kernel_with("c_atomic_sum", body, checked ? JB_COMPILE_BOUNDS_CHECKS : 0, &one);
+        jb_array *y = NULL;
+        float host[4] = {0};
+        CHECK_OK(jb_custom_kernel_launch(&y, k, &x, 1, shapes, ndims, &shape));
+        CHECK(read_f32(y, host, 4), "%s", jb_last_error_message());
+        for (int i = 0; i < 4; i++)
+            CHECK(host[i] == 513.0f, "checked %d: cell %d holds %g, not 1 + 1024 * 0.5", checked,
+                  i, (double)host[i]);
+        jb_array_free(y);
+        jb_custom_kernel_free(k);
+    }
+    jb_custom_kernel *past = kernel_with(
+        "c_atomic_past", "atomic_max(out, thread_index() == 3000 ? 4 : 0, 2.0f);",
+        JB_COMPILE_BOUNDS_CHECKS, &one);
+    jb_array *y = NULL;
+    float host[4];
+    CHECK_OK(jb_custom_kernel_launch(&y, past, &x, 1, shapes, ndims, &shape));
+    CHECK(y && jb_array_read(y, host, sizeof host) == JB_ERR_BOUNDS,
+          "an atomic past the end was not reported");
+    const char *message = jb_last_error_message();
+    CHECK(strstr(message, "c_atomic_past") && strstr(message, "'out'") &&
+              strstr(message, "at 4,") && strstr(message, "thread 3000"),
+          "the message names kernel, array, index and thread: %s", message);
+    jb_array_free(y);
+    jb_custom_kernel_free(past);
+    jb_array_free(x);
+}
+
 int main(void)
 {
     device = test_device();
@@ -384,5 +426,6 @@ int main(void)
     test_zeros_and_full();
     test_bounds_checks();
     test_checked_texts();
+    test_atomics();
     return check_summary("test_kernel_language");
 }

@@ -76,13 +76,14 @@ static void spec_growth(void)
 
 static void dtypes(void)
 {
-    const char *names[] = {"f32", "i32", "f16", "bf16", "f64", "i8", "u8", "u32", "i64", "bool"};
-    const size_t sizes[] = {4, 4, 2, 2, 8, 1, 1, 4, 8, 1};
-    for (int d = 0; d < 10; d++) {
+    const char *names[] = {"f32", "i32", "f16",  "bf16", "f64", "i8", "u8",
+                           "u32", "i64", "bool", "i16",  "u16", "u64"};
+    const size_t sizes[] = {4, 4, 2, 2, 8, 1, 1, 4, 8, 1, 2, 2, 8};
+    for (int d = 0; d < 13; d++) {
         CHECK(jb_dtype_name(d) && strcmp(jb_dtype_name(d), names[d]) == 0, "name of %d", d);
         CHECK(jb_dtype_size(d) == sizes[d], "size of %s", names[d]);
     }
-    CHECK(jb_dtype_name(10) == NULL && jb_dtype_size(-1) == 0, "out of range dtypes");
+    CHECK(jb_dtype_name(13) == NULL && jb_dtype_size(-1) == 0, "out of range dtypes");
     CHECK(jb_f32_to_bf16_bits(1.0f) == 0x3f80 && jb_f32_to_f16_bits(1.0f) == 0x3c00, "one");
     /* 1 + 2^-8 is halfway between two bf16 values: ties go to the even one, 1.0. */
     CHECK(jb_f32_to_bf16_bits(1.00390625f) == 0x3f80, "bf16 tie to even");
@@ -127,6 +128,60 @@ static void scalars_params_stream(void)
     params[0] = (jb_kernel_param){"shift", JB_PARAM_INT, 1};
     CHECK(jb_custom_kernel_new(&k, &spec) == JB_ERR_INVALID_ARGUMENT, "a parameter named as a "
                                                                       "scalar");
+}
+
+/* i16, u16 and u64 arrays and scalars: each its C type in the body (i16 sign-extends, u64
+ * wraps modulo 2^64), and each an arange that wraps modulo its width. */
+static void wide_and_narrow_integers(void)
+{
+    const char *in[] = {"x", "h"}, *outn[] = {"y"}, *scalar_names[] = {"a", "b", "c"};
+    jb_dtype in_dtypes[] = {JB_U64, JB_I16}, u64[] = {JB_U64};
+    jb_dtype scalar_dtypes[] = {JB_I16, JB_U16, JB_U64};
+    jb_kernel_spec spec = JB_KERNEL_SPEC_INIT;
+    spec.name = "c_integer_widths";
+    spec.input_names = in, spec.input_dtypes = in_dtypes, spec.num_inputs = 2;
+    spec.output_names = outn, spec.output_dtypes = u64, spec.num_outputs = 1;
+    spec.scalar_names = scalar_names, spec.scalar_dtypes = scalar_dtypes, spec.num_scalars = 3;
+    spec.body = "const uint64_t i = thread_index();\n"
+                "y[i] = x[i] * c + (u64)(i64)a + b + (u64)(i64)h[i];";
+    jb_custom_kernel *k = NULL;
+    CHECK_OK(jb_custom_kernel_new(&k, &spec));
+    enum { N = 70000 };
+    jb_array *args[2] = {NULL, NULL}, *out[1] = {NULL};
+    CHECK_OK(jb_array_arange(&args[0], cpu, N, JB_U64));
+    CHECK_OK(jb_array_arange(&args[1], cpu, N, JB_I16));
+    jb_scalar scalars[3] = {{.dtype = JB_I16}, {.dtype = JB_U16}, {.dtype = JB_U64}};
+    scalars[0].value.i16 = -3;
+    scalars[1].value.u16 = 0xfff0;
+    scalars[2].value.u64 = UINT64_MAX - 1; /* x * c wraps to -2x modulo 2^64 */
+    int64_t n = N;
+    const int64_t *shapes[] = {&n};
+    int ndims[] = {1};
+    jb_launch_shape shape = {{0, 0, 0}, {0, 0, 0}, N};
+    static uint64_t got[N];
+    if (k && args[0] && args[1] &&
+        jb_custom_kernel_launch_on(out, k, NULL, args, 2, scalars, 3, shapes, ndims, &shape) ==
+            JB_OK &&
+        jb_array_read(out[0], got, sizeof got) == JB_OK) {
+        int wrong = 0;
+        for (uint64_t i = 0; i < N; i++)
+            wrong += got[i] != 0 - 2 * i - 3 + 0xfff0u + (uint64_t)(int64_t)(int16_t)i;
+        CHECK(wrong == 0, "%d of %d u64 results wrong (y[40000] = %llu)", wrong, N,
+              (unsigned long long)got[40000]);
+    } else
+        CHECK(0, "the integer-width kernel did not run: %s", jb_last_error_message());
+    static uint16_t narrow[65538];
+    jb_array *u16s = NULL;
+    CHECK_OK(jb_array_arange(&u16s, cpu, 65538, JB_U16));
+    if (u16s && jb_array_read(u16s, narrow, sizeof narrow) == JB_OK)
+        CHECK(narrow[65535] == 65535 && narrow[65536] == 0 && narrow[65537] == 1,
+              "u16 arange wraps modulo 2^16: %u %u %u", narrow[65535], narrow[65536],
+              narrow[65537]);
+    jb_array_free(u16s);
+    jb_array_free(args[0]);
+    jb_array_free(args[1]);
+    jb_array_free(out[0]);
+    jb_custom_kernel_free(k);
 }
 
 static const char raw_source[] =
@@ -307,6 +362,7 @@ int main(void)
     spec_growth();
     dtypes();
     scalars_params_stream();
+    wide_and_narrow_integers();
     source_modules();
     foreign_entries();
     hostile_inputs();

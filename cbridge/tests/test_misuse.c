@@ -142,7 +142,13 @@ static void null_pointers(void)
     EXPECT(jb_array_from_host(&array, NULL, JB_F32, shape, 1, data), JB_ERR_INVALID_ARGUMENT);
     EXPECT(jb_array_from_host(&array, cpu, JB_F32, NULL, 1, data), JB_ERR_INVALID_ARGUMENT);
     EXPECT(jb_array_from_host(&array, cpu, JB_F32, shape, 1, NULL), JB_ERR_INVALID_ARGUMENT);
-    EXPECT(jb_array_from_host(&array, cpu, (jb_dtype)10, shape, 1, data), JB_ERR_INVALID_ARGUMENT);
+    /* The first value past the last dtype (u64, 12), and the ones past bool that came later. */
+    EXPECT(jb_array_from_host(&array, cpu, (jb_dtype)13, shape, 1, data), JB_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(jb_last_error_message(), "13") != NULL, "the bad dtype is named: %s",
+          jb_last_error_message());
+    EXPECT(jb_array_from_host(&array, cpu, JB_U16, shape, 1, data), JB_OK);
+    jb_array_free(array);
+    array = NULL;
     EXPECT(jb_array_from_host(&array, cpu, JB_F32, shape, -1, data), JB_ERR_INVALID_ARGUMENT);
     EXPECT(jb_array_from_host(&array, cpu, JB_F32, shape, JB_MAX_NDIM + 1, data),
            JB_ERR_INVALID_ARGUMENT);
@@ -327,6 +333,12 @@ static void bad_names(void)
                                 .num_outputs = 1,
                                 .body = ""};
     EXPECT(jb_custom_kernel_new(&k, &bad_dtype), JB_ERR_INVALID_ARGUMENT);
+    wrong[0] = (jb_dtype)13; /* one past u64, the last dtype */
+    EXPECT(jb_custom_kernel_new(&k, &bad_dtype), JB_ERR_INVALID_ARGUMENT);
+    wrong[0] = JB_I16; /* the dtypes added last are dtypes, not one of the above */
+    EXPECT(jb_custom_kernel_new(&k, &bad_dtype), JB_OK);
+    jb_custom_kernel_free(k);
+    k = NULL;
     jb_kernel_spec no_outputs = {.struct_size = sizeof(jb_kernel_spec),
                                  .name = "k",
                                  .input_names = good_in,

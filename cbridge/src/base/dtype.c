@@ -61,7 +61,8 @@ static const struct {
 } dtypes[] = {
     [JB_F32] = {"f32", 4}, [JB_I32] = {"i32", 4}, [JB_F16] = {"f16", 2}, [JB_BF16] = {"bf16", 2},
     [JB_F64] = {"f64", 8}, [JB_I8] = {"i8", 1},   [JB_U8] = {"u8", 1},   [JB_U32] = {"u32", 4},
-    [JB_I64] = {"i64", 8}, [JB_BOOL] = {"bool", 1},
+    [JB_I64] = {"i64", 8}, [JB_BOOL] = {"bool", 1}, [JB_I16] = {"i16", 2}, [JB_U16] = {"u16", 2},
+    [JB_U64] = {"u64", 8},
 };
 
 const char *jb_dtype_name(int dtype)
@@ -116,6 +117,7 @@ static const char c_prelude[] =
     "#include <string.h>\n"
     "typedef float f32;\ntypedef double f64;\ntypedef int8_t i8;\ntypedef uint8_t u8;\n"
     "typedef int32_t i32;\ntypedef uint32_t u32;\ntypedef int64_t i64;\n"
+    "typedef int16_t i16;\ntypedef uint16_t u16;\ntypedef uint64_t u64;\n"
     "typedef struct f16 { uint16_t bits; } f16;\ntypedef struct bf16 { uint16_t bits; } bf16;\n"
     JB_EXPAND_STRINGIFY(JB_SOFT_HALF_CODE(static inline)) "\n"
     "static inline uint32_t jb_bits_of(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }\n"
@@ -155,6 +157,8 @@ static const char cuda_prelude[] =
     "#endif\n"
     "typedef float f32;\ntypedef double f64;\ntypedef int8_t i8;\ntypedef uint8_t u8;\n"
     "typedef int32_t i32;\ntypedef uint32_t u32;\ntypedef int64_t i64;\n"
+    /* The types CUDA's and HIP's atomic functions take, so that one overload fits each. */
+    "typedef short i16;\ntypedef unsigned short u16;\ntypedef unsigned long long u64;\n"
     "struct f16 { unsigned short bits; };\nstruct bf16 { unsigned short bits; };\n"
     JB_EXPAND_STRINGIFY(JB_SOFT_HALF_CODE(JB_CUDA_HELPER)) "\n"
     "#if defined(__CUDA_ARCH__) && !defined(__HIP__) && !defined(__HIPCC_RTC__)\n"

@@ -267,7 +267,7 @@ done:
 }
 
 /* Element i of an arange: the value i in `dtype`, rounded to nearest even for f16 and bf16,
- * wrapped modulo 2^8 for i8 and u8, i != 0 for bool. */
+ * wrapped modulo 2^8 for i8 and u8 (2^16 for i16 and u16), i != 0 for bool. */
 static void arange_store(void *host, jb_dtype dtype, int64_t i)
 {
     switch (dtype) {
@@ -298,6 +298,13 @@ static void arange_store(void *host, jb_dtype dtype, int64_t i)
         break;
     case JB_BOOL:
         ((uint8_t *)host)[i] = i != 0;
+        break;
+    case JB_I16:
+    case JB_U16:
+        ((uint16_t *)host)[i] = (uint16_t)i;
+        break;
+    case JB_U64:
+        ((uint64_t *)host)[i] = (uint64_t)i;
         break;
     case JB_DTYPE_INVALID:
         break;

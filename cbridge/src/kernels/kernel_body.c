@@ -28,7 +28,8 @@ static const char *const reserved_words[] = {
     "virtual", "void", "volatile", "while", "xor", "_Bool", "_Atomic", "_Generic", "_Noreturn",
     "_Thread_local", "thread_index", "blockIdx", "blockDim", "threadIdx", "gridDim", "warpSize",
     "__global__", "__device__", "__shared__", "__restrict__", "f16", "bf16", "f32", "f64", "i8",
-    "u8", "i32", "u32", "i64", "f16_to_f32", "f32_to_f16", "bf16_to_f32", "f32_to_bf16", "main",
+    "u8", "i32", "u32", "i64", "i16", "u16", "u64", "f16_to_f32", "f32_to_f16", "bf16_to_f32",
+    "f32_to_bf16", "main", "atomic_add", "atomic_exchange", "atomic_min", "atomic_max",
 };
 
 /* Returns a static reason when `s` cannot be pasted into source as a name, else NULL. */
@@ -256,6 +257,14 @@ static int line_of(const char *text, const char *at)
     return line;
 }
 
+/* Past spaces and tabs. */
+static const char *skip_spaces(const char *p)
+{
+    while (*p == ' ' || *p == '\t')
+        p++;
+    return p;
+}
+
 static size_t rewrite_name(void *ctx, const char *text, const char *name, size_t len,
                            jb_strbuf *out)
 {
@@ -267,6 +276,23 @@ static size_t rewrite_name(void *ctx, const char *text, const char *name, size_t
                              "kernel '%s': its %s uses '%.*s' (line %d): names starting with "
                              "jb_ belong to the generated code of a bounds-checked kernel",
                              r->kernel, r->what, (int)len, name, line_of(text, name));
+        return 0;
+    }
+    /* `atomic_add(y,`: the array's name is pasted into its checked element access. */
+    if (jb__is_atomic_word(name, len)) {
+        const char *array = skip_spaces(name + len);
+        if (*array == '(') {
+            array = skip_spaces(array + 1);
+            size_t n = 0;
+            while (is_part(array[n]))
+                n++;
+            const char *comma = skip_spaces(array + n);
+            for (size_t slot = 0; *comma == ',' && slot < r->num_names; slot++)
+                if (strlen(r->names[slot]) == n && strncmp(r->names[slot], array, n) == 0) {
+                    jb__strbuf_appendf(out, "%.*s", (int)(comma + 1 - name), name);
+                    return (size_t)(comma + 1 - name);
+                }
+        }
         return 0;
     }
     for (size_t slot = 0; slot < r->num_names; slot++) {

@@ -98,10 +98,14 @@ static void append_body_section(jb_strbuf *sb, const jb_custom_kernel *k, const 
                                type, slot, slot, slot, slot, slot, qualifier, type, slot, slot,
                                slot, slot, slot);
     }
+    if (k->uses_atomics)
+        jb__append_atomic_macros(sb, k);
     /* #line makes the compiler's diagnostics point at lines of the caller's body. */
     jb__strbuf_appendf(sb, "#define thread_index() (jb_thread)\n#line 1 \"%s.body\"\n%s\n"
                            "#undef thread_index\n",
                        k->name, body);
+    if (k->uses_atomics)
+        jb__append_atomic_undefs(sb, k);
     for (size_t slot = 0; k->bounds_checked && slot < k->num_checked; slot++)
         jb__strbuf_appendf(sb, "#undef jb_at_%zu\n", slot);
 }
@@ -131,6 +135,8 @@ static void append_preamble(jb_strbuf *sb, const jb_custom_kernel *k, const jb_k
     }
     if (k->bounds_checked)
         jb__strbuf_append(sb, dialect == JB_DIALECT_C ? checked_access_c : checked_access_cuda);
+    if (k->uses_atomics)
+        jb__append_atomic_helpers(sb, dialect, k->bounds_checked);
     if (header)
         jb__strbuf_appendf(sb, "#line 1 \"%s.header\"\n%s\n", k->name, header);
 }
@@ -602,6 +608,9 @@ static int check_and_rewrite(jb_custom_kernel *k, const jb_kernel_spec *spec, jb
 int jb__kernel_generate(jb_custom_kernel *k, const jb_kernel_spec *spec)
 {
     JB_FORWARD_IF_ERROR(find_checked_names(k, spec));
+    /* Only a kernel that calls them gets the atomics: every other kernel's source is unchanged. */
+    for (size_t w = 0; jb__atomic_word(w); w++)
+        k->uses_atomics |= spec_mentions(spec, jb__atomic_word(w));
     /* A checked kernel's body and header reach arrays through checked accesses only. */
     jb_strbuf body = {0}, header = {0};
     int status = JB_OK;

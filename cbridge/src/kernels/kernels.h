@@ -30,6 +30,7 @@ struct jb_custom_kernel {
     char **checked_names;
     size_t num_checked;
     jb_scalar *output_inits; /* NULL, or one per output (JB_DTYPE_INVALID: none) */
+    bool uses_atomics; /* the body, header or a define names atomic_add or its kin */
 };
 
 /* Checks every name, count and dtype of a spec; the status and message of the first problem. */
@@ -41,6 +42,19 @@ int jb__kernel_generate(jb_custom_kernel *k, const jb_kernel_spec *spec);
  * module in the message. */
 int jb__compile_options_check(const char *owner, unsigned flags, unsigned also_allowed,
                               const char *const *defines, size_t num_defines);
+/* ---- atomics in bodies (atomics.c) ---- */
+/* Whether the `len` bytes at `name` are atomic_add, atomic_exchange, atomic_min or atomic_max. */
+bool jb__is_atomic_word(const char *name, size_t len);
+/* The i-th of those words, NULL past the last. */
+const char *jb__atomic_word(size_t i);
+/* Appends the helpers the atomic_* macros call, for `dialect`; with `checked`, also the checked
+ * element access they use in a bounds-checked kernel (after jb_checked). */
+void jb__append_atomic_helpers(jb_strbuf *sb, jb_source_dialect dialect, bool checked);
+/* Appends, just before the body, the atomic_* macros and each array's element access for them;
+ * jb__append_atomic_undefs, after it, undefines them all. */
+void jb__append_atomic_macros(jb_strbuf *sb, const jb_custom_kernel *k);
+void jb__append_atomic_undefs(jb_strbuf *sb, const jb_custom_kernel *k);
+
 /* Whether `text` uses `name` as a name (not inside a comment or literal, not a member name). */
 bool jb__source_mentions(const char *text, const char *name);
 /* Appends `text` with every line continuation (a backslash, blanks, a newline) removed, as
