@@ -69,6 +69,14 @@ static void keep_warning(void *user_data, jb_log_level level, const char *messag
 
 /* Kernel `salt`; from 1000 on its body carries a comment of 1 MiB, so that its remote value is
  * larger than a socket's buffer (a store that dies while it is sent). */
+/* At the first store's command: the tier is turned off while its connection is in use. */
+static void turn_off_at_store(void *ctx, const char *what)
+{
+    atomic_bool *done = ctx;
+    if (strcmp(what, "store an entry") == 0 && !atomic_exchange(done, true))
+        jb_remote_cache_set(NULL, NULL);
+}
+
 static bool launch(jb_device *device, int salt)
 {
     char name[32];
@@ -129,7 +137,8 @@ static void sleep_ms(int ms)
  * right), and the connections the server received meanwhile are counted; "pause-after-each":
  * 20 ms pass after each launch (more than a 1 ms breaker pause); "reconfigure-after-first": the
  * tier is turned off (the server's clients counted before and after), then set again from the
- * variables. JB_TEST_VALUE_MAX and JB_TEST_RESOLVE_DELAY_MS set those hooks. */
+ * variables; "reconfigure-during-store": the tier is turned off while the first store's
+ * connection is in use (the clients counted after the launches). JB_TEST_VALUE_MAX and JB_TEST_RESOLVE_DELAY_MS set those hooks. */
 static int child_main(char **argv)
 {
     signal(SIGPIPE, SIG_DFL); /* a host with default handling: a SIGPIPE would kill it */
@@ -142,6 +151,9 @@ static int child_main(char **argv)
     jb__test_set_remote_value_max(value_max ? (size_t)atoll(value_max) : 0);
     jb__test_set_resolve_delay_ms(delay ? atoi(delay) : 0);
     long long clients_before = -1, clients_after = -1;
+    static atomic_bool turned_off;
+    if (strcmp(argv[3], "reconfigure-during-store") == 0)
+        jb__test_set_point(JB_TEST_REMOTE_COMMAND, turn_off_at_store, &turned_off);
     jb_set_log_callback(keep_warning, NULL);
     jb_set_event_callback(count_event, NULL);
     jb_device *device = test_device();
@@ -179,6 +191,10 @@ static int child_main(char **argv)
         if (strcmp(argv[3], "pause-after-each") == 0)
             sleep_ms(20);
         first = false;
+    }
+    if (strcmp(argv[3], "reconfigure-during-store") == 0) {
+        jb__test_set_point(JB_TEST_REMOTE_COMMAND, NULL, NULL);
+        clients_after = clients_connected();
     }
     jb_counters c;
     jb_counters_get(&c, sizeof c);
@@ -467,7 +483,8 @@ static bool read_request(int fd, char name[16], bool stop_at_set)
 
 /* Answers each connection by `mode`: "dribble-read" (an entry, one byte every 250 ms),
  * "huge" (an entry of 256 MiB, sent whole), "wrong-type" (an integer for GETRANGE), "array",
- * "malformed" (a length that is no number); the others answer GETRANGE with a miss and SET by
+ * "malformed" (a length that is no number), "error-escape" (an error reply with terminal
+ * control bytes); the others answer GETRANGE with a miss and SET by
  * "dribble-store" (a status, one byte every 250 ms), "store-wrong" (a nil), "close-mid-store"
  * (closing the connection after the SET's first word, while the value is being sent). */
 static void serve_fake(const char *mode)
@@ -498,6 +515,8 @@ static void serve_fake(const char *mode)
                 going = send_slowly(fd, ":42\r\n", 0);
             else if (range && strcmp(mode, "array") == 0)
                 going = send_slowly(fd, "*1\r\n$1\r\nx\r\n", 0);
+            else if (range && strcmp(mode, "error-escape") == 0)
+                going = send_slowly(fd, "-ERR \x1b[2Jcleared\x07\r\n", 0);
             else if (range && strcmp(mode, "malformed") == 0)
                 going = send_slowly(fd, "$4x\r\nabcd\r\n", 0);
             else if (range)
@@ -898,6 +917,13 @@ int main(int argc, char **argv)
               o.clients_before >= 2 && o.clients_after == o.clients_before - 1,
           "turning the tier off left its connection open (clients %lld, then %lld):\n%s",
           o.clients_before, o.clients_after, o.text);
+    /* Turned off while its connection is in use: that connection is closed when the command
+     * ends, not kept idle (the query's own is then the only client). */
+    o = run_child(new_cache(cache, sizeof cache), url, key1, "24", "reconfigure-during-store",
+                  NULL);
+    CHECK(o.exited && o.exact && o.builds == 1 && o.remote_stores == 1 && o.clients_after == 1,
+          "a connection in use when the tier was turned off was kept (clients %lld):\n%s",
+          o.clients_after, o.text);
 
     /* A dead resolver: the lookup is given up after the deadline (300 ms here, the resolver
      * hangs 5 s), the breaker trips and the launch compiles. */
@@ -924,6 +950,7 @@ int main(int argc, char **argv)
         {"malformed", "35", "not RESP", 0},
         {"store-wrong", "36", "type 4", 1},
         {"close-mid-store", "1037", "store an entry", 1},
+        {"error-escape", "38", "(ERR ?[2Jcleared?)", 0},
     };
     for (size_t i = 0; i < sizeof hostile / sizeof *hostile; i++) {
         CHECK(start_fake(hostile[i].mode), "the fake store (%s) did not start", hostile[i].mode);

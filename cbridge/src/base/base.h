@@ -463,6 +463,8 @@ typedef enum jb_test_point {
                              * path, or a temporary one before the rename); arg: that name */
     JB_TEST_LEASE_WAITING,  /* lease.c: a build's wait for another process's lease begins;
                              * arg: the lease's file name */
+    JB_TEST_REMOTE_COMMAND, /* remote.c: a command about to be sent on a connection taken
+                             * for it; arg: what the command does ("store an entry") */
     JB_TEST_POINTS
 } jb_test_point;
 typedef void (*jb_test_point_fn)(void *ctx, const char *arg);

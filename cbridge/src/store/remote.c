@@ -365,9 +365,22 @@ static bool breaker_open(void)
     return jb__now_ns() < atomic_load(&breaker_until_ns);
 }
 
-/* One trip per failure while the tier was in use: counted, one warning. */
-static void breaker_trip(const remote_config *c, const char *what, const char *why)
+/* `text` with every byte that is not printable ASCII as '?': what a store sends (an error
+ * reply's words) reaches the host's log, where control bytes could forge lines or drive a
+ * terminal. */
+static void printable_only(char *text)
 {
+    for (; *text; text++)
+        if (*text < 0x20 || *text > 0x7e)
+            *text = '?';
+}
+
+/* One trip per failure while the tier was in use: counted, one warning. */
+static void breaker_trip(const remote_config *c, const char *what, const char *given_why)
+{
+    char why[512];
+    snprintf(why, sizeof why, "%s", given_why);
+    printable_only(why);
     uint64_t now = jb__now_ns(), until = atomic_load(&breaker_until_ns);
     int pause = atomic_load(&breaker_ms);
     if (now < until ||
@@ -464,6 +477,7 @@ static int remote_command(const remote_config *c, const char *what, int argc, co
         breaker_trip(c, what, why);
         return JB_ERR_SYSTEM;
     }
+    JB_TEST_POINT(JB_TEST_REMOTE_COMMAND, what);
     if (jb__redis_command(conn->redis, argc, argv, lens, reply, why, sizeof why) != JB_OK) {
         connection_drop(conn);
         breaker_trip(c, what, why);

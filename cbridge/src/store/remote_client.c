@@ -257,8 +257,12 @@ static void *lookup_thread(void *arg)
     struct addrinfo *found = NULL;
     int err = getaddrinfo(l->host, NULL, &hints, &found);
     char numeric[INET6_ADDRSTRLEN] = "";
-    if (err == 0 && getnameinfo(found->ai_addr, found->ai_addrlen, numeric, sizeof numeric, NULL,
-                                0, NI_NUMERICHOST) != 0)
+    const struct addrinfo *chosen = found; /* the first IPv4 address, else the first */
+    for (const struct addrinfo *a = found; a && chosen->ai_family != AF_INET; a = a->ai_next)
+        if (a->ai_family == AF_INET)
+            chosen = a;
+    if (err == 0 && getnameinfo(chosen->ai_addr, chosen->ai_addrlen, numeric, sizeof numeric,
+                                NULL, 0, NI_NUMERICHOST) != 0)
         err = EAI_FAIL;
     if (found)
         freeaddrinfo(found);

@@ -318,7 +318,8 @@ typedef struct jb_redis_reply {
 /* Loads hiredis once: false with *why saying what is missing. */
 bool jb__redis_client_load(const char **why);
 /* Connects to host:port, or to unix_path when not NULL: the host name is looked up within
- * operation_ms (in a thread of its own; the first address is used), the connect takes
+ * operation_ms (in a thread of its own; only its first IPv4 address, else its first address, is
+ * tried), the connect takes
  * connect_ms at most, and every later command (send and reply together) operation_ms.
  * JB_ERR_UNSUPPORTED when hiredis cannot be loaded. */
 int jb__redis_connect(const char *host, int port, const char *unix_path, int connect_ms,
