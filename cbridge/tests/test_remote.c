@@ -7,7 +7,12 @@
  * rejected (counter and event) and compiled instead; a read-only tier stores nothing; a stopped
  * server (SIGSTOP) and a killed one cost a compile and one breaker trip, no SIGPIPE reaches a
  * process with default handling, and nothing in the cache folder is lost; bad URLs and key
- * files are refused. Built with JB_TEST_HOOKS (shorter timeouts for the stopped server).
+ * files are refused, with passwords masked in every message. A hostile store (a socket of the
+ * test's answering crafted RESP: one byte at a time, a 256 MiB reply, wrong types, bytes that
+ * are not RESP, control bytes, a close while a value is sent) costs a compile and one trip
+ * within the deadline, in bounded memory; a hanging resolver is given up on; a fork child never
+ * sends on its parent's connection; setting the tier anew closes its connection. Built with
+ * JB_TEST_HOOKS (shorter timeouts, the value cap, a slow resolver, test points).
  * Without redis-server the test fails: CI installs it.
  */
 #include "../src/kernels/kernels.h"

@@ -10,13 +10,16 @@
  *   Without a key nothing could be verified, so without one the tier is not used at all.
  * - The fleet key comes from a file only its owner (this user) can read or write, of at least
  *   32 bytes, read once when the tier is configured.
- * - A slow or dead store costs no more than a cold cache: connects and each read or write are
- *   bounded, and after a failure a breaker skips the tier for a while (one warning per trip),
- *   then tries again. No SIGPIPE reaches the host (remote_client.c).
+ * - A slow or dead store costs no more than a cold cache: connects, lookups and each whole
+ *   command are bounded, replies are capped and must be of the type asked for
+ *   (remote_client.c), and after a failure a breaker skips the tier for a while (one warning
+ *   per trip), then tries again. No SIGPIPE reaches the host.
  * - No lock of the library is held during a remote call other than the build's write lock
  *   (every call is made from a build): the idle connection is taken out of its slot with an
- *   atomic exchange, and a fork child finds its parent's connection marked with another pid
- *   and closes its copy without sending anything.
+ *   atomic exchange, and a fork child finds its parent's connection marked with another pid or
+ *   fork generation and closes its copy without sending anything. Setting the tier anew
+ *   closes the idle connection, and one in use when it is given back.
+ * - A URL's password and option values never reach a message (mask_url).
  */
 #include "store.h"
 
@@ -33,7 +36,8 @@
 /* A store on the same network accepts a connection in well under a millisecond: one that takes
  * longer than this is treated as down, since a compile is then the faster way to the code. */
 #define CONNECT_TIMEOUT_MS 100
-/* Each read or write of an entry (a 64 MiB entry moves in about 0.5 s at 1 Gb/s): long enough
+/* Each command, sent and answered (a 64 MiB entry moves in about 0.5 s at 1 Gb/s), and a host
+ * name's lookup: long enough
  * for the largest entry on a slow link, short enough that a stopped store costs one compile's
  * worth of waiting before the breaker opens. */
 #define OPERATION_TIMEOUT_MS 2000
