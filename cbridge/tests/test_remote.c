@@ -851,6 +851,21 @@ int main(int argc, char **argv)
     free(bad);
     free(good);
 
+    /* Another tenant made a kernel's name a list: that entry is a rejection, not a reason to
+     * skip the whole tier (no trip), and the compile's store replaces it. */
+    resp deleted = command2("DEL", name_two);
+    free(deleted.data);
+    const char *lpush[] = {"LPUSH", name_two, "x"};
+    size_t lpush_lens[] = {5, strlen(name_two), 1};
+    resp pushed = command(3, lpush, lpush_lens);
+    free(pushed.data);
+    o = run_child(new_cache(cache, sizeof cache), url, key1, "2", NULL, NULL);
+    CHECK(pushed.type == ':' && o.exited && o.exact && o.builds == 1 && o.trips == 0 &&
+              o.remote_rejected == 1 && o.ev_rejected == 1 && o.remote_stores == 1 &&
+              strstr(o.text, "not a string"),
+          "a kernel's name made a list by another tenant (LPUSH: %c):\n%s",
+          pushed.type ? pushed.type : '0', o.text);
+
     /* A read-only tier stores nothing. */
     long long before = db_size();
     o = run_child(new_cache(cache, sizeof cache), read_only, key1, "3", NULL, NULL);

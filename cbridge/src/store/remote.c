@@ -471,7 +471,9 @@ static void connection_give_back(idle_connection *conn)
 
 /* Runs one command on a connection of `c`: JB_OK with a reply of type `expected`, or a
  * failure (the breaker has tripped, the connection is gone). A reply of another type (a
- * hostile or broken store) is a failure too, never used. */
+ * hostile or broken store) is a failure too, never used. JB_ERR_INVALID_ARGUMENT, with no
+ * trip: the key holds another type than a string (a WRONGTYPE error), which says nothing of
+ * the store's health, only of that key (another tenant's doing). */
 static int remote_command(const remote_config *c, const char *what, int argc, const char **argv,
                           const size_t *lens, int expected, jb_redis_reply *reply)
 {
@@ -488,6 +490,10 @@ static int remote_command(const remote_config *c, const char *what, int argc, co
         return JB_ERR_SYSTEM;
     }
     connection_give_back(conn);
+    if (reply->type == JB_REDIS_ERROR && strncmp(reply->str, "WRONGTYPE", 9) == 0) {
+        jb__redis_reply_free(reply);
+        return JB_ERR_INVALID_ARGUMENT;
+    }
     if (reply->type == JB_REDIS_ERROR) { /* a full store, a store still loading, a proxy's own */
         snprintf(why, sizeof why, "%.*s", (int)(reply->len > 200 ? 200 : reply->len),
                  reply->str ? reply->str : "");
@@ -586,13 +592,16 @@ bool jb__remote_load(const jb_disk_key *key, jb_blob *out)
     size_t lens[] = {8, strlen(name), 1, strlen(last)};
     jb_redis_reply reply;
     bool loaded = false;
-    if (remote_command(&c, "read an entry", 4, argv, lens, JB_REDIS_STRING, &reply) != JB_OK) {
+    int status = remote_command(&c, "read an entry", 4, argv, lens, JB_REDIS_STRING, &reply);
+    if (status != JB_OK && status != JB_ERR_INVALID_ARGUMENT) {
         memset(&c.key, 0, sizeof c.key);
         return false;
     }
     const char *problem = NULL;
     size_t payload_at = 0;
-    if (reply.len == 0) {
+    if (status == JB_ERR_INVALID_ARGUMENT) {
+        problem = "is not a string (the key was made another type: the store is shared)";
+    } else if (reply.len == 0) {
         atomic_fetch_add(&counter_misses, 1); /* GETRANGE answers "" for a missing key */
     } else if (reply.len >= max_bytes) { /* the longest value stored is shorter (remote_store) */
         problem = "is larger than the entry cap";
