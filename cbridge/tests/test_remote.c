@@ -72,8 +72,9 @@ static void keep_warning(void *user_data, jb_log_level level, const char *messag
     snprintf(warning, sizeof warning, "%s", message);
 }
 
-/* Kernel `salt`; from 1000 on its body carries a comment of 1 MiB, so that its remote value is
- * larger than a socket's buffer (a store that dies while it is sent). */
+/* Kernel `salt`; from 1000 on its body carries a comment of 1 MiB (from 2000 on, 4 MiB), so that
+ * its remote value is larger than a socket's buffer (a store that dies while it is sent, or
+ * that reads it slowly). */
 /* At the first store's command: the tier is turned off while its connection is in use. */
 static void turn_off_at_store(void *ctx, const char *what)
 {
@@ -85,7 +86,7 @@ static void turn_off_at_store(void *ctx, const char *what)
 static bool launch(jb_device *device, int salt)
 {
     char name[32];
-    size_t padding = salt >= 1000 ? 1u << 20 : 0;
+    size_t padding = salt >= 2000 ? 4u << 20 : salt >= 1000 ? 1u << 20 : 0;
     char *body = malloc(padding + 96);
     snprintf(name, sizeof name, "remote_%d", salt);
     snprintf(body, 96, "out[thread_index()] = %d.0f;", salt);
@@ -491,7 +492,9 @@ static bool read_request(int fd, char name[16], bool stop_at_set)
  * "malformed" (a length that is no number), "error-escape" (an error reply with terminal
  * control bytes); the others answer GETRANGE with a miss and SET by
  * "dribble-store" (a status, one byte every 250 ms), "store-wrong" (a nil), "close-mid-store"
- * (closing the connection after the SET's first word, while the value is being sent). */
+ * (closing the connection after the SET's first word, while the value is being sent),
+ * "slow-reader" (reading the value at 640 KiB/s: the client's socket becomes writable again
+ * well within each wait, yet a 4 MiB value takes 6 s). */
 static void serve_fake(const char *mode)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -506,7 +509,8 @@ static void serve_fake(const char *mode)
     for (;;) {
         int fd = accept(listener, NULL, NULL);
         char name[16];
-        while (fd >= 0 && read_request(fd, name, strcmp(mode, "close-mid-store") == 0)) {
+        bool stop_at_set = strcmp(mode, "close-mid-store") == 0 || strcmp(mode, "slow-reader") == 0;
+        while (fd >= 0 && read_request(fd, name, stop_at_set)) {
             bool range = strcmp(name, "GETRANGE") == 0, set = strcmp(name, "SET") == 0;
             bool going = true;
             if (range && strcmp(mode, "dribble-read") == 0)
@@ -534,6 +538,11 @@ static void serve_fake(const char *mode)
                 going = send_slowly(fd, "-ERR not here\r\n", 0);
             if (!going)
                 break;
+        }
+        if (fd >= 0 && strcmp(mode, "slow-reader") == 0) { /* 64 KiB every 100 ms: 640 KiB/s */
+            static char scratch[64 << 10];
+            while (read_exact(fd, scratch, sizeof scratch))
+                sleep_ms(100);
         }
         if (fd >= 0)
             close(fd);
@@ -968,21 +977,23 @@ int main(int argc, char **argv)
     struct {
         const char *mode, *salts, *why;
         unsigned long long misses; /* the stores that fail on SET answer GETRANGE with a miss */
+        const char *timing; /* NULL: a connect 100 ms, a command 300 ms */
     } hostile[] = {
-        {"dribble-read", "30", "no answer within 300 ms", 0},
-        {"dribble-store", "31", "no answer within 300 ms", 1},
-        {"huge", "32", "refused unread", 0},
-        {"wrong-type", "33", "type 3", 0},
-        {"array", "34", "array", 0},
-        {"malformed", "35", "not RESP", 0},
-        {"store-wrong", "36", "type 4", 1},
-        {"close-mid-store", "1037", "store an entry", 1},
-        {"error-escape", "38", "(ERR ?[2Jcleared?)", 0},
+        {"dribble-read", "30", "no answer within 300 ms", 0, NULL},
+        {"dribble-store", "31", "no answer within 300 ms", 1, NULL},
+        {"huge", "32", "refused unread", 0, NULL},
+        {"wrong-type", "33", "type 3", 0, NULL},
+        {"array", "34", "array", 0, NULL},
+        {"malformed", "35", "not RESP", 0, NULL},
+        {"store-wrong", "36", "type 4", 1, NULL},
+        {"close-mid-store", "1037", "store an entry", 1, NULL},
+        {"slow-reader", "2039", "no answer within 1000 ms", 1, "100,1000,60000"},
+        {"error-escape", "38", "(ERR ?[2Jcleared?)", 0, NULL},
     };
     for (size_t i = 0; i < sizeof hostile / sizeof *hostile; i++) {
         CHECK(start_fake(hostile[i].mode), "the fake store (%s) did not start", hostile[i].mode);
         o = run_child(new_cache(cache, sizeof cache), fake_url, key1, hostile[i].salts, NULL,
-                      "100,300,60000");
+                      hostile[i].timing ? hostile[i].timing : "100,300,60000");
         CHECK(o.exited && o.signal == 0 && o.exact && o.builds == 1 && o.trips == 1 &&
                   o.remote_hits == 0 && o.remote_misses == hostile[i].misses &&
                   o.remote_rejected == 0 &&
