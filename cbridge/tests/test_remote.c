@@ -24,6 +24,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -569,6 +570,42 @@ static bool start_fake(const char *mode)
     return false;
 }
 
+/* ---- a fork while another thread's command waits ---- */
+
+typedef struct waiting_command {
+    jb_redis *redis;
+    atomic_bool sent; /* about to be: the command's thread is inside jb__redis_command */
+} waiting_command;
+
+static void *command_thread(void *arg)
+{
+    waiting_command *w = arg;
+    const char *argv[] = {"GETRANGE", "jb:slow", "0", "10"};
+    size_t lens[] = {8, 7, 1, 2};
+    jb_redis_reply reply;
+    char why[256];
+    atomic_store(&w->sent, true);
+    jb__redis_command(w->redis, 4, argv, lens, &reply, why, sizeof why);
+    jb__redis_reply_free(&reply);
+    return NULL;
+}
+
+/* The sockets this process has open (/proc/self/fd). */
+static int sockets_open(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        char path[300], target[64];
+        snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+        ssize_t len = readlink(path, target, sizeof target - 1);
+        n += len > 0 && strncmp(target, "socket:", 7) == 0;
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
 /* ---- the parent ---- */
 
 typedef struct outcome {
@@ -944,6 +981,40 @@ int main(int argc, char **argv)
         jb__redis_reply_free(&reply);
         jb__redis_free(redis);
     }
+
+    /* A fork while another thread's command waits on a slow store: the child closes its copy
+     * of that connection (the thread that would free it does not exist there). */
+    snprintf(fake_path, sizeof fake_path, "%s/fake.sock", folder);
+    CHECK(start_fake("dribble-read"), "the fake store (dribble-read) did not start");
+    waiting_command waiting = {0};
+    CHECK_OK(jb__redis_connect(NULL, 0, fake_path, 100, 3000, &waiting.redis, why, sizeof why));
+    pthread_t waiter;
+    int child_sockets = -1;
+    if (waiting.redis && pthread_create(&waiter, NULL, command_thread, &waiting) == 0) {
+        while (!atomic_load(&waiting.sent))
+            sleep_ms(1);
+        sleep_ms(100); /* well inside the read of its reply, which dribbles for 6 s */
+        int count[2];
+        if (pipe(count) == 0) {
+            pid_t pid = fork();
+            if (pid == 0) {
+                int n = sockets_open();
+                _exit(write(count[1], &n, sizeof n) == sizeof n ? 0 : 1);
+            }
+            close(count[1]);
+            if (read(count[0], &child_sockets, sizeof child_sockets) != sizeof child_sockets)
+                child_sockets = -1;
+            close(count[0]);
+            waitpid(pid, NULL, 0);
+        }
+        pthread_join(waiter, NULL);
+    }
+    jb__redis_free(waiting.redis);
+    stop_fake();
+    CHECK(child_sockets == 0,
+          "a child forked during another thread's command has %d sockets open (its parent's "
+          "connection)",
+          child_sockets);
 
     /* Setting the tier anew closes its idle connection (none is left open, and the next build
      * connects again). */

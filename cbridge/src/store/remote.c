@@ -77,14 +77,19 @@ typedef struct idle_connection {
 static _Atomic(idle_connection *) idle;
 static void connection_drop(idle_connection *conn);
 
+/* The configuration's lock, then the client's list of connections (never taken under it). */
 static void config_fork(jb_fork_phase phase)
 {
-    if (phase == JB_FORK_PREPARE)
+    if (phase == JB_FORK_PREPARE) {
         pthread_mutex_lock(&config_mutex);
-    else if (phase == JB_FORK_PARENT)
+        jb__redis_fork(phase);
+    } else if (phase == JB_FORK_PARENT) {
+        jb__redis_fork(phase);
         pthread_mutex_unlock(&config_mutex);
-    else
+    } else {
+        jb__redis_fork(phase);
         pthread_mutex_init(&config_mutex, NULL);
+    }
 }
 JB_FORK_HANDLER(JB_FORK_REMOTE, config_fork)
 

@@ -354,8 +354,43 @@ struct jb_redis {
     unsigned fork_generation;   /* ... and the forks it descends from: a child never uses it */
     int operation_ms;           /* the deadline of one whole command */
     size_t start, end;          /* what `buffer` holds, not yet parsed */
+    struct jb_redis *prev, *next; /* in `connections` */
     char buffer[READ_BUFFER_BYTES];
 };
+
+/* Every open connection of this process, so that a fork child closes its copies of them all:
+ * an idle one would only wait for its free, but one in use by another thread at the fork would
+ * stay open in the child for good (that thread does not exist there). */
+static pthread_mutex_t connections_mutex = PTHREAD_MUTEX_INITIALIZER;
+static jb_redis *connections;
+
+/* Sets the descriptor hiredis closes at its free (-1: none, in every version). */
+static void context_forget_fd(void *context)
+{
+    if (api.layout == LAYOUT_V1)
+        ((context_v1 *)context)->fd = -1;
+    else
+        ((context_v0 *)context)->fd = -1;
+}
+
+void jb__redis_fork(jb_fork_phase phase)
+{
+    if (phase == JB_FORK_PREPARE) {
+        pthread_mutex_lock(&connections_mutex);
+    } else if (phase == JB_FORK_PARENT) {
+        pthread_mutex_unlock(&connections_mutex);
+    } else {
+        /* The parent's sessions: closed here (the parent's stay open), freed by whoever
+         * holds them, if anyone in this process does. */
+        for (jb_redis *r = connections; r; r = r->next) {
+            close(r->fd);
+            context_forget_fd(r->context);
+            r->fd = -1;
+        }
+        connections = NULL;
+        pthread_mutex_init(&connections_mutex, NULL);
+    }
+}
 
 static int context_err(void *context, const char **errstr, int *fd)
 {
@@ -422,6 +457,9 @@ int jb__redis_connect(const char *host, int port, const char *unix_path, int con
     r->fork_generation = atomic_load(&jb__fork_generation);
     r->operation_ms = operation_ms;
     r->start = r->end = 0;
+    pthread_mutex_lock(&connections_mutex);
+    JB_LIST_PUSH(connections, r);
+    pthread_mutex_unlock(&connections_mutex);
     *out = r;
     return JB_OK;
 }
@@ -435,6 +473,11 @@ void jb__redis_free(jb_redis *r)
 {
     if (!r)
         return;
+    if (r->fd >= 0) { /* a parent's connection was taken off the list in the fork child */
+        pthread_mutex_lock(&connections_mutex);
+        JB_LIST_UNLINK(connections, r);
+        pthread_mutex_unlock(&connections_mutex);
+    }
     /* A plain connection's free only closes the descriptor and frees memory: nothing is sent,
      * so a fork child's copy goes without touching the parent's session. */
     pipe_guard guard;

@@ -329,6 +329,10 @@ int jb__redis_connect(const char *host, int port, const char *unix_path, int con
 bool jb__redis_owned_here(const jb_redis *r);
 /* Closes and frees; sends nothing. NULL is fine. */
 void jb__redis_free(jb_redis *r);
+/* The client's part of the remote tier's fork handler (remote.c's slot): a child closes its
+ * copies of every connection open at the fork, in use by another thread included; each is
+ * still freed by its holder, and never used (jb__redis_owned_here). */
+void jb__redis_fork(jb_fork_phase phase);
 /* One command of 1 to 16 words, sent and answered within the connection's operation_ms:
  * JB_ERR_SYSTEM (a timeout, a closed or failed connection, a reply that is not RESP, an array,
  * a string longer than jb__redis_reply_max_bytes, more than one reply, a connection of the
