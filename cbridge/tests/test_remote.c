@@ -492,7 +492,8 @@ static bool read_request(int fd, char name[16], bool stop_at_set)
  * "huge" (an entry of 256 MiB, sent whole), "wrong-type" (an integer for GETRANGE), "array",
  * "malformed" (a length that is no number), "error-escape" (an error reply with terminal
  * control bytes); the others answer GETRANGE with a miss and SET by
- * "dribble-store" (a status, one byte every 250 ms), "store-wrong" (a nil), "close-mid-store"
+ * "dribble-store" (a status, one byte every 250 ms), "store-wrong" (a nil), "store-queued" (a
+ * status other than OK, as in a transaction), "close-mid-store"
  * (closing the connection after the SET's first word, while the value is being sent),
  * "slow-reader" (reading the value at 640 KiB/s: the client's socket becomes writable again
  * well within each wait, yet a 4 MiB value takes 6 s). */
@@ -535,6 +536,8 @@ static void serve_fake(const char *mode)
                 going = send_slowly(fd, "+OKAYOKAYOKAYOK\r\n", 250);
             else if (set && strcmp(mode, "store-wrong") == 0)
                 going = send_slowly(fd, "$-1\r\n", 0);
+            else if (set && strcmp(mode, "store-queued") == 0)
+                going = send_slowly(fd, "+QUEUED\r\n", 0);
             else
                 going = send_slowly(fd, "-ERR not here\r\n", 0);
             if (!going)
@@ -1057,6 +1060,7 @@ int main(int argc, char **argv)
         {"array", "34", "array", 0, NULL},
         {"malformed", "35", "not RESP", 0, NULL},
         {"store-wrong", "36", "type 4", 1, NULL},
+        {"store-queued", "40", "not 5 +OK", 1, NULL},
         {"close-mid-store", "1037", "store an entry", 1, NULL},
         {"slow-reader", "2039", "no answer within 1000 ms", 1, "100,1000,60000"},
         {"error-escape", "38", "(ERR ?[2Jcleared?)", 0, NULL},

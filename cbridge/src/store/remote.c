@@ -450,7 +450,7 @@ static idle_connection *connection_take(const remote_config *c, char *why, size_
             connection_drop(conn);
             return NULL;
         }
-        bool selected = reply.type == JB_REDIS_STATUS;
+        bool selected = reply.type == JB_REDIS_STATUS && strcmp(reply.str, "OK") == 0;
         if (!selected)
             snprintf(why, why_len, "SELECT %d: %.*s", c->db, (int)(reply.len > 200 ? 200 : reply.len),
                      reply.str ? reply.str : "");
@@ -474,8 +474,9 @@ static void connection_give_back(idle_connection *conn)
         connection_drop(atomic_exchange(&idle, NULL)); /* set anew meanwhile: publish missed it */
 }
 
-/* Runs one command on a connection of `c`: JB_OK with a reply of type `expected`, or a
- * failure (the breaker has tripped, the connection is gone). A reply of another type (a
+/* Runs one command on a connection of `c`: JB_OK with a reply of type `expected` (a status:
+ * +OK, as every command sent that answers one must; +QUEUED would be a session in a
+ * transaction), or a failure (the breaker has tripped, the connection is gone). A reply of another type (a
  * hostile or broken store) is a failure too, never used. JB_ERR_INVALID_ARGUMENT, with no
  * trip: the key holds another type than a string (a WRONGTYPE error), which says nothing of
  * the store's health, only of that key (another tenant's doing). */
@@ -506,9 +507,10 @@ static int remote_command(const remote_config *c, const char *what, int argc, co
         breaker_trip(c, what, why);
         return JB_ERR_SYSTEM;
     }
-    if (reply->type != expected) {
-        snprintf(why, sizeof why, "the store answered with a reply of type %d, not %d",
-                 reply->type, expected);
+    if (reply->type != expected ||
+        (expected == JB_REDIS_STATUS && strcmp(reply->str, "OK") != 0)) {
+        snprintf(why, sizeof why, "the store answered with a reply of type %d, not %d%s",
+                 reply->type, expected, reply->type == expected ? " +OK" : "");
         jb__redis_reply_free(reply);
         breaker_trip(c, what, why);
         return JB_ERR_SYSTEM;
