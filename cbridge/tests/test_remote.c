@@ -34,6 +34,8 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -144,7 +146,7 @@ static void sleep_ms(int ms)
  * right), and the connections the server received meanwhile are counted; "pause-after-each":
  * 20 ms pass after each launch (more than a 1 ms breaker pause); "reconfigure-after-first": the
  * tier is turned off (the server's clients counted before and after), then set again from the
- * variables; "reconfigure-during-store": the tier is turned off while the first store's
+ * variables (JB_TEST_RESOLVE_ANSWER sets every host name's addresses); "reconfigure-during-store": the tier is turned off while the first store's
  * connection is in use (the clients counted after the launches). JB_TEST_VALUE_MAX and JB_TEST_RESOLVE_DELAY_MS set those hooks. */
 static int child_main(char **argv)
 {
@@ -157,6 +159,7 @@ static int child_main(char **argv)
     const char *value_max = getenv("JB_TEST_VALUE_MAX"), *delay = getenv("JB_TEST_RESOLVE_DELAY_MS");
     jb__test_set_remote_value_max(value_max ? (size_t)atoll(value_max) : 0);
     jb__test_set_resolve_delay_ms(delay ? atoi(delay) : 0);
+    jb__test_set_resolve_answer(getenv("JB_TEST_RESOLVE_ANSWER"));
     long long clients_before = -1, clients_after = -1;
     static atomic_bool turned_off;
     if (strcmp(argv[3], "reconfigure-during-store") == 0)
@@ -492,20 +495,15 @@ static bool read_request(int fd, char name[16], bool stop_at_set)
  * "huge" (an entry of 256 MiB, sent whole), "wrong-type" (an integer for GETRANGE), "array",
  * "malformed" (a length that is no number), "error-escape" (an error reply with terminal
  * control bytes); the others answer GETRANGE with a miss and SET by
- * "dribble-store" (a status, one byte every 250 ms), "store-wrong" (a nil), "store-queued" (a
+ * "dribble-store" (a status, one byte every 250 ms), "store-ok" (+OK, an honest store),
+ * "store-wrong" (a nil), "store-queued" (a
  * status other than OK, as in a transaction), "close-mid-store"
  * (closing the connection after the SET's first word, while the value is being sent),
  * "slow-reader" (reading the value at 640 KiB/s: the client's socket becomes writable again
  * well within each wait, yet a 4 MiB value takes 6 s). */
-static void serve_fake(const char *mode)
+static void serve_fake(const char *mode, int listener)
 {
     signal(SIGPIPE, SIG_IGN);
-    struct sockaddr_un addr = {.sun_family = AF_UNIX};
-    memcpy(addr.sun_path, fake_path, strlen(fake_path) + 1);
-    int listener = socket(AF_UNIX, SOCK_STREAM, 0);
-    if (listener < 0 || bind(listener, (struct sockaddr *)&addr, sizeof addr) != 0 ||
-        listen(listener, 8) != 0)
-        _exit(1);
     static char chunk[1 << 20];
     memset(chunk, 'x', sizeof chunk);
     for (;;) {
@@ -536,6 +534,8 @@ static void serve_fake(const char *mode)
                 going = send_slowly(fd, "+OKAYOKAYOKAYOK\r\n", 250);
             else if (set && strcmp(mode, "store-wrong") == 0)
                 going = send_slowly(fd, "$-1\r\n", 0);
+            else if (set && strcmp(mode, "store-ok") == 0)
+                going = send_slowly(fd, "+OK\r\n", 0);
             else if (set && strcmp(mode, "store-queued") == 0)
                 going = send_slowly(fd, "+QUEUED\r\n", 0);
             else
@@ -553,24 +553,42 @@ static void serve_fake(const char *mode)
     }
 }
 
-/* Starts the hostile store of `mode` on fake_path: whether it listens. */
-static bool start_fake(const char *mode)
+/* Starts the store of `mode` on fake_path, or with `tcp_port` on 127.0.0.1 at a free port
+ * written there: whether it listens. */
+static bool start_fake_on(const char *mode, int *tcp_port)
 {
     stop_fake();
     unlink(fake_path);
+    struct sockaddr_un unix_addr = {.sun_family = AF_UNIX};
+    memcpy(unix_addr.sun_path, fake_path, strlen(fake_path) + 1);
+    struct sockaddr_in tcp_addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000001)};
+    socklen_t tcp_len = sizeof tcp_addr;
+    int listener = socket(tcp_port ? AF_INET : AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (listener < 0 ||
+        (tcp_port ? bind(listener, (struct sockaddr *)&tcp_addr, sizeof tcp_addr)
+                  : bind(listener, (struct sockaddr *)&unix_addr, sizeof unix_addr)) != 0 ||
+        listen(listener, 8) != 0 ||
+        (tcp_port && getsockname(listener, (struct sockaddr *)&tcp_addr, &tcp_len) != 0)) {
+        if (listener >= 0)
+            close(listener);
+        return false;
+    }
+    if (tcp_port)
+        *tcp_port = ntohs(tcp_addr.sin_port);
     pid_t pid = fork();
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
-        serve_fake(mode);
+        serve_fake(mode, listener);
         _exit(0);
     }
+    close(listener);
     fake_pid = pid;
-    for (int i = 0; i < 500; i++) {
-        if (socket_answers(fake_path))
-            return true;
-        sleep_ms(10);
-    }
-    return false;
+    return pid > 0;
+}
+
+static bool start_fake(const char *mode)
+{
+    return start_fake_on(mode, NULL);
 }
 
 /* ---- a fork while another thread's command waits ---- */
@@ -1042,6 +1060,21 @@ int main(int argc, char **argv)
     CHECK(o.exited && o.exact && o.builds == 1 && o.trips == 1 && o.elapsed_ms < 3000 &&
               strstr(o.text, "not resolved within 300 ms"),
           "a hanging host name lookup held the launch %lld ms:\n%s", o.elapsed_ms, o.text);
+
+    /* A host name whose first address refuses: the next is tried, within the deadline, and
+     * the tier works (a store on TCP, 127.0.0.2 refusing, 127.0.0.1 answering). */
+    snprintf(fake_path, sizeof fake_path, "%s/fake.sock", folder);
+    int tcp_port = 0;
+    CHECK(start_fake_on("store-ok", &tcp_port), "the fake TCP store did not start");
+    char tcp_url[64];
+    snprintf(tcp_url, sizeof tcp_url, "redis://store.test:%d", tcp_port);
+    setenv("JB_TEST_RESOLVE_ANSWER", "127.0.0.2,127.0.0.1", 1);
+    o = run_child(new_cache(cache, sizeof cache), tcp_url, key1, "25", NULL, NULL);
+    unsetenv("JB_TEST_RESOLVE_ANSWER");
+    stop_fake();
+    CHECK(o.exited && o.exact && o.builds == 1 && o.trips == 0 && o.remote_misses == 1 &&
+              o.remote_stores == 1,
+          "a store behind the second of two addresses was not reached:\n%s", o.text);
 
     /* Hostile stores. Each: the launch compiles, nothing is used, the breaker trips once, and
      * the launch takes far less than the store would hold it (3 s, compile included, against 4 s

@@ -12,7 +12,8 @@
  * Here a whole command (send and reply) has one deadline, a reply longer than a stored value
  * may be is refused from its length line without allocating it, and anything but the reply
  * types this library asks for ends the connection. A host name is looked up in a thread of its
- * own, waited for until the same deadline, so a dead resolver cannot hold a build either.
+ * own, waited for until the same deadline, so a dead resolver cannot hold a build either, and
+ * each of its addresses is tried in turn (IPv4 first) while that deadline lasts.
  *
  * No SIGPIPE reaches the host: commands are sent with MSG_NOSIGNAL, and the calls into hiredis
  * block SIGPIPE in the calling thread and consume the one they raised before the mask is
@@ -214,9 +215,31 @@ void jb__test_set_resolve_delay_ms(int ms)
 {
     atomic_store(&resolve_delay_ms, ms);
 }
+static _Atomic(const char *) resolve_answer;
+void jb__test_set_resolve_answer(const char *addresses)
+{
+    atomic_store(&resolve_answer, addresses);
+}
 #endif
 
 /* ---- host names, looked up under a deadline ---- */
+
+/* Milliseconds left until `deadline_ns` (jb__now_ns's clock), 0 when it has passed. */
+static int ms_left(uint64_t deadline_ns)
+{
+    uint64_t now = jb__now_ns();
+    if (now >= deadline_ns)
+        return 0;
+    uint64_t ms = (deadline_ns - now + 999999) / 1000000;
+    return ms > INT_MAX ? INT_MAX : (int)ms;
+}
+
+/* A host's addresses, as numbers: its IPv4 ones first, then the others, at most 8. */
+#define MAX_ADDRESSES 8
+typedef struct address_list {
+    int count;
+    char numeric[MAX_ADDRESSES][INET6_ADDRSTRLEN];
+} address_list;
 
 /* A lookup shared by the thread that makes it and the caller who waits for it: the last of the
  * two to let go frees it, so a caller that gave up leaves the thread nothing dangling. */
@@ -227,7 +250,7 @@ typedef struct lookup {
     bool done;
     int err; /* getaddrinfo's */
     char host[256];
-    char numeric[INET6_ADDRSTRLEN];
+    address_list found;
 } lookup;
 
 static void lookup_release(lookup *l)
@@ -253,37 +276,49 @@ static void *lookup_thread(void *arg)
             ;
     }
 #endif
+    address_list list = {0};
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
     struct addrinfo *found = NULL;
     int err = getaddrinfo(l->host, NULL, &hints, &found);
-    char numeric[INET6_ADDRSTRLEN] = "";
-    const struct addrinfo *chosen = found; /* the first IPv4 address, else the first */
-    for (const struct addrinfo *a = found; a && chosen->ai_family != AF_INET; a = a->ai_next)
-        if (a->ai_family == AF_INET)
-            chosen = a;
-    if (err == 0 && getnameinfo(chosen->ai_addr, chosen->ai_addrlen, numeric, sizeof numeric,
-                                NULL, 0, NI_NUMERICHOST) != 0)
-        err = EAI_FAIL;
+    /* IPv4 first, as hiredis itself did: a store bound to 127.0.0.1 only is still reached by
+     * a "localhost" that resolves to ::1 first, without waiting for a refusal. */
+    for (int pass = 0; pass < 2; pass++)
+        for (const struct addrinfo *a = found; a && list.count < MAX_ADDRESSES; a = a->ai_next)
+            if ((a->ai_family == AF_INET) == (pass == 0) &&
+                getnameinfo(a->ai_addr, a->ai_addrlen, list.numeric[list.count],
+                            INET6_ADDRSTRLEN, NULL, 0, NI_NUMERICHOST) == 0)
+                list.count++;
     if (found)
         freeaddrinfo(found);
+    if (err == 0 && list.count == 0)
+        err = EAI_FAIL;
+#ifdef JB_TEST_HOOKS
+    const char *answer = atomic_load(&resolve_answer);
+    for (list.count = answer ? 0 : list.count; answer && *answer && list.count < MAX_ADDRESSES;) {
+        size_t len = strcspn(answer, ",");
+        snprintf(list.numeric[list.count++], INET6_ADDRSTRLEN, "%.*s", (int)len, answer);
+        answer += len + (answer[len] == ',');
+        err = 0;
+    }
+#endif
     pthread_mutex_lock(&l->mutex);
     l->done = true;
     l->err = err;
-    memcpy(l->numeric, numeric, sizeof numeric);
+    l->found = list;
     pthread_cond_signal(&l->done_cond);
     pthread_mutex_unlock(&l->mutex);
     lookup_release(l);
     return NULL;
 }
 
-/* The first address of `host`, as numbers, into `out` within `wait_ms`: JB_OK, or
- * JB_ERR_SYSTEM with *why (the lookup goes on in its thread and is then thrown away). */
-static int resolve(const char *host, int wait_ms, char *out, size_t out_len, char *why,
-                   size_t why_len)
+/* The addresses of `host`, as numbers, into `out` within `wait_ms`: JB_OK, or JB_ERR_SYSTEM
+ * with *why (the lookup goes on in its thread and is then thrown away). */
+static int resolve(const char *host, int wait_ms, address_list *out, char *why, size_t why_len)
 {
     unsigned char address[sizeof(struct in6_addr)];
     if (inet_pton(AF_INET, host, address) == 1 || inet_pton(AF_INET6, host, address) == 1) {
-        snprintf(out, out_len, "%s", host); /* numbers already: no lookup to wait for */
+        out->count = 1; /* numbers already: no lookup to wait for */
+        snprintf(out->numeric[0], INET6_ADDRSTRLEN, "%s", host);
         return JB_OK;
     }
     lookup *l = calloc(1, sizeof *l);
@@ -328,7 +363,7 @@ static int resolve(const char *host, int wait_ms, char *out, size_t out_len, cha
         ;
     bool done = l->done;
     int err = l->err;
-    snprintf(out, out_len, "%s", l->numeric);
+    *out = l->found;
     pthread_mutex_unlock(&l->mutex);
     lookup_release(l);
     if (!done) {
@@ -420,9 +455,10 @@ int jb__redis_connect(const char *host, int port, const char *unix_path, int con
         snprintf(why, why_len, "%s", load_why);
         return JB_ERR_UNSUPPORTED;
     }
-    char address[INET6_ADDRSTRLEN];
+    uint64_t deadline_ns = jb__now_ns() + (uint64_t)operation_ms * 1000000ULL;
+    address_list addresses = {.count = 1};
     if (!unix_path)
-        JB_FORWARD_IF_ERROR(resolve(host, operation_ms, address, sizeof address, why, why_len));
+        JB_FORWARD_IF_ERROR(resolve(host, operation_ms, &addresses, why, why_len));
     jb_redis *r = malloc(sizeof *r);
     if (!r) {
         snprintf(why, why_len, "no memory for a connection");
@@ -430,22 +466,30 @@ int jb__redis_connect(const char *host, int port, const char *unix_path, int con
     }
     pipe_guard guard;
     guard_begin(&guard);
-    void *c = unix_path ? api.connect_unix(unix_path, timeval_of_ms(connect_ms))
-                        : api.connect_tcp(address, port, timeval_of_ms(connect_ms));
-    const char *errstr = "no memory";
-    int fd = -1;
-    int err = c ? context_err(c, &errstr, &fd) : 1;
-    if (!err && fd < 0) {
-        errstr = "no socket";
-        err = 1;
+    /* Each address in turn, connect_ms each, until one answers or the lookup's and connects'
+     * time together passes operation_ms (the first is always tried). */
+    void *c = NULL;
+    int fd = -1, err = 1;
+    for (int i = 0; i < addresses.count && err && (i == 0 || ms_left(deadline_ns) > 0); i++) {
+        if (c)
+            api.free_context(c);
+        c = unix_path ? api.connect_unix(unix_path, timeval_of_ms(connect_ms))
+                      : api.connect_tcp(addresses.numeric[i], port, timeval_of_ms(connect_ms));
+        const char *errstr = "no memory";
+        err = c ? context_err(c, &errstr, &fd) : 1;
+        if (!err && fd < 0)
+            errstr = "no socket", err = 1;
+        if (err && unix_path)
+            snprintf(why, why_len, "cannot connect: %s", errstr[0] ? errstr : "unknown error");
+        else if (err)
+            snprintf(why, why_len, "cannot connect to %s (address %d of %d): %s",
+                     addresses.numeric[i], i + 1, addresses.count,
+                     errstr[0] ? errstr : "unknown error");
     }
     if (!err) /* a compiler the host starts must not inherit the store's socket */
         fcntl(fd, F_SETFD, fcntl(fd, F_GETFD) | FD_CLOEXEC);
-    if (err) {
-        snprintf(why, why_len, "cannot connect: %s", errstr[0] ? errstr : "unknown error");
-        if (c)
-            api.free_context(c);
-    }
+    else if (c)
+        api.free_context(c);
     guard_end(&guard);
     if (err) {
         free(r);
@@ -488,16 +532,6 @@ void jb__redis_free(jb_redis *r)
 }
 
 /* ---- one command under one deadline ---- */
-
-/* Milliseconds left until `deadline_ns` (jb__now_ns's clock), 0 when it has passed. */
-static int ms_left(uint64_t deadline_ns)
-{
-    uint64_t now = jb__now_ns();
-    if (now >= deadline_ns)
-        return 0;
-    uint64_t ms = (deadline_ns - now + 999999) / 1000000;
-    return ms > INT_MAX ? INT_MAX : (int)ms;
-}
 
 /* Waits until `fd` is ready for `events` before the deadline: 0, or -1 with *why. */
 static int wait_ready(jb_redis *r, short events, uint64_t deadline_ns, char *why, size_t why_len)

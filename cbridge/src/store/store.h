@@ -317,10 +317,10 @@ typedef struct jb_redis_reply {
 } jb_redis_reply;
 /* Loads hiredis once: false with *why saying what is missing. */
 bool jb__redis_client_load(const char **why);
-/* Connects to host:port, or to unix_path when not NULL: the host name is looked up within
- * operation_ms (in a thread of its own; only its first IPv4 address, else its first address, is
- * tried), the connect takes
- * connect_ms at most, and every later command (send and reply together) operation_ms.
+/* Connects to host:port, or to unix_path when not NULL: the host name is looked up in a
+ * thread of its own, and its addresses (IPv4 ones first, at most 8) are tried in turn,
+ * connect_ms each, until one answers or the lookup and the connects together have taken
+ * operation_ms; every later command (send and reply together) takes operation_ms at most.
  * JB_ERR_UNSUPPORTED when hiredis cannot be loaded. */
 int jb__redis_connect(const char *host, int port, const char *unix_path, int connect_ms,
                       int operation_ms, jb_redis **out, char *why, size_t why_len);
@@ -348,6 +348,8 @@ size_t jb__redis_reply_max_bytes(void);
 void jb__test_set_remote_value_max(size_t bytes);
 /* While non-zero, each host name lookup first sleeps this long (a resolver that hangs). */
 void jb__test_set_resolve_delay_ms(int ms);
+/* While not NULL, every host name resolves to these addresses ("127.0.0.2,127.0.0.1"). */
+void jb__test_set_resolve_answer(const char *addresses);
 #endif
 
 /* ---- the remote tier (remote.c): verified entries on a Redis server shared by a fleet ---- */
