@@ -474,14 +474,12 @@ static void connection_give_back(idle_connection *conn)
         connection_drop(atomic_exchange(&idle, NULL)); /* set anew meanwhile: publish missed it */
 }
 
-/* Runs one command on a connection of `c`: JB_OK with a reply of type `expected` (a status:
- * +OK, as every command sent that answers one must; +QUEUED would be a session in a
- * transaction), or a failure (the breaker has tripped, the connection is gone). A reply of another type (a
- * hostile or broken store) is a failure too, never used. JB_ERR_INVALID_ARGUMENT, with no
- * trip: the key holds another type than a string (a WRONGTYPE error), which says nothing of
- * the store's health, only of that key (another tenant's doing). */
+/* Runs one command on a connection of `c`: JB_OK with its reply (never an error reply), or a
+ * failure (the breaker has tripped, the connection is gone). JB_ERR_INVALID_ARGUMENT, with no
+ * trip: the key holds another type than the command works on (a WRONGTYPE error), which says
+ * nothing of the store's health, only of that key (another tenant's doing). */
 static int remote_command(const remote_config *c, const char *what, int argc, const char **argv,
-                          const size_t *lens, int expected, jb_redis_reply *reply)
+                          const size_t *lens, jb_redis_reply *reply)
 {
     char why[512] = "";
     idle_connection *conn = connection_take(c, why, sizeof why);
@@ -507,8 +505,22 @@ static int remote_command(const remote_config *c, const char *what, int argc, co
         breaker_trip(c, what, why);
         return JB_ERR_SYSTEM;
     }
+    return JB_OK;
+}
+
+/* remote_command, whose reply must be of type `expected` (a status: +OK, as every command sent
+ * that answers one must; +QUEUED would be a session in a transaction): a reply of another type
+ * (a hostile or broken store) trips the breaker too, never used. */
+static int remote_command_expecting(const remote_config *c, const char *what, int argc,
+                                    const char **argv, const size_t *lens, int expected,
+                                    jb_redis_reply *reply)
+{
+    int status = remote_command(c, what, argc, argv, lens, reply);
+    if (status != JB_OK)
+        return status;
     if (reply->type != expected ||
         (expected == JB_REDIS_STATUS && strcmp(reply->str, "OK") != 0)) {
+        char why[128];
         snprintf(why, sizeof why, "the store answered with a reply of type %d, not %d%s",
                  reply->type, expected, reply->type == expected ? " +OK" : "");
         jb__redis_reply_free(reply);
@@ -599,7 +611,8 @@ bool jb__remote_load(const jb_disk_key *key, jb_blob *out)
     size_t lens[] = {8, strlen(name), 1, strlen(last)};
     jb_redis_reply reply;
     bool loaded = false;
-    int status = remote_command(&c, "read an entry", 4, argv, lens, JB_REDIS_STRING, &reply);
+    int status =
+        remote_command_expecting(&c, "read an entry", 4, argv, lens, JB_REDIS_STRING, &reply);
     if (status != JB_OK && status != JB_ERR_INVALID_ARGUMENT) {
         memset(&c.key, 0, sizeof c.key);
         return false;
@@ -676,7 +689,8 @@ void jb__remote_store(const jb_disk_key *key, const jb_blob *code)
     const char *argv[] = {"SET", name, (const char *)value};
     size_t lens[] = {3, strlen(name), bytes};
     jb_redis_reply reply;
-    if (remote_command(&c, "store an entry", 3, argv, lens, JB_REDIS_STATUS, &reply) == JB_OK) {
+    if (remote_command_expecting(&c, "store an entry", 3, argv, lens, JB_REDIS_STATUS, &reply) ==
+        JB_OK) {
         jb__redis_reply_free(&reply);
         atomic_fetch_add(&counter_stores, 1);
         jb__event_raise(JB_CACHE_EVENT_REMOTE_STORE, jb__now_ns() - start, JB_OK, NULL);
