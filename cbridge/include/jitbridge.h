@@ -966,10 +966,12 @@ JB_API jb_status jb_disk_cache_verify(uint64_t *valid, uint64_t *invalid);
  * store others can write must not be a way to run code in this process. Without a key nothing
  * could be verified, so there is no tier without one.
  * The client, hiredis (0.13, 0.14 or 1.x), is loaded at run time, never linked. A connect waits
- * 100 ms at most and each read or write 2 s; after a failure (a timeout, a closed connection,
- * an error reply such as a full server's) the tier is skipped for 15 s with one warning and
+ * 100 ms at most, a host name's lookup 2 s, and each command 2 s in all (sent and answered,
+ * however slowly the store answers); a reply longer than a value may be is refused unread.
+ * After a failure (a timeout, a closed connection, an error reply such as a full server's, a
+ * reply of the wrong type or not RESP) the tier is skipped for 15 s with one warning and
  * counted (remote_breaker_trips), then tried again. No SIGPIPE reaches the process; a forked
- * child never uses its parent's connection.
+ * child never uses its parent's connection; messages show the URL with passwords masked.
  * Set by $JITBRIDGE_REMOTE_CACHE and $JITBRIDGE_REMOTE_KEY_FILE, read at the first build (a
  * bad value is one warning and no tier), or by jb_remote_cache_set.
  */
@@ -979,7 +981,7 @@ JB_API jb_status jb_disk_cache_verify(uint64_t *valid, uint64_t *invalid);
  * key: a regular file of 32 to 4096 bytes owned by this user and neither readable nor writable
  * by group or others, read now. Errors, with the tier left as it was: JB_ERR_INVALID_ARGUMENT
  * (a malformed URL, credentials in it, no key file, or a key file refused: the message says
- * why), JB_ERR_SYSTEM (the key file cannot be opened), JB_ERR_UNSUPPORTED (hiredis cannot be
+ * why, with any password in the URL masked), JB_ERR_SYSTEM (the key file cannot be opened), JB_ERR_UNSUPPORTED (hiredis cannot be
  * loaded). Nothing connects until a build needs the tier. May be called from any thread;
  * builds already under way use the tier they started with. */
 JB_API jb_status jb_remote_cache_set(const char *url, const char *key_file);

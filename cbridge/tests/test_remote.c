@@ -7,10 +7,16 @@
  * rejected (counter and event) and compiled instead; a read-only tier stores nothing; a stopped
  * server (SIGSTOP) and a killed one cost a compile and one breaker trip, no SIGPIPE reaches a
  * process with default handling, and nothing in the cache folder is lost; bad URLs and key
- * files are refused. Built with JB_TEST_HOOKS (shorter timeouts for the stopped server).
+ * files are refused, with passwords masked in every message. A hostile store (a socket of the
+ * test's answering crafted RESP: one byte at a time, a 256 MiB reply, wrong types, bytes that
+ * are not RESP, control bytes, a close while a value is sent) costs a compile and one trip
+ * within the deadline, in bounded memory; a hanging resolver is given up on; a fork child never
+ * sends on its parent's connection; setting the tier anew closes its connection. Built with
+ * JB_TEST_HOOKS (shorter timeouts, the value cap, a slow resolver, test points).
  * Without redis-server the test fails: CI installs it.
  */
 #include "../src/kernels/kernels.h"
+#include "../src/store/store.h"
 #include "helpers.h"
 
 #include <dirent.h>
@@ -18,14 +24,18 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -39,6 +49,7 @@
 /* ---- child mode: launches, then one line of what happened ---- */
 
 static long long connections_received(void);
+static long long clients_connected(void);
 
 static atomic_int events[JB_CACHE_EVENT_REMOTE_STORE + 1];
 static char content_key[80];
@@ -64,12 +75,32 @@ static void keep_warning(void *user_data, jb_log_level level, const char *messag
     snprintf(warning, sizeof warning, "%s", message);
 }
 
+/* Kernel `salt`; from 1000 on its body carries a comment of 1 MiB (from 2000 on, 4 MiB), so that
+ * its remote value is larger than a socket's buffer (a store that dies while it is sent, or
+ * that reads it slowly). */
+/* At the first store's command: the tier is turned off while its connection is in use. */
+static void turn_off_at_store(void *ctx, const char *what)
+{
+    atomic_bool *done = ctx;
+    if (strcmp(what, "store an entry") == 0 && !atomic_exchange(done, true))
+        jb_remote_cache_set(NULL, NULL);
+}
+
 static bool launch(jb_device *device, int salt)
 {
-    char name[32], body[96];
+    char name[32];
+    size_t padding = salt >= 2000 ? 4u << 20 : salt >= 1000 ? 1u << 20 : 0;
+    char *body = malloc(padding + 96);
     snprintf(name, sizeof name, "remote_%d", salt);
-    snprintf(body, sizeof body, "out[thread_index()] = %d.0f;", salt);
+    snprintf(body, 96, "out[thread_index()] = %d.0f;", salt);
+    if (padding) {
+        size_t at = strlen(body);
+        memcpy(body + at, "/*", 2);
+        memset(body + at + 2, 'p', padding);
+        memcpy(body + at + 2 + padding, "*/", 3);
+    }
     jb_custom_kernel *k = f32_kernel(name, body);
+    free(body);
     jb_array *x = f32_filled(device, N, 0.0f), *y = NULL;
     bool exact = f32_launch(&y, k, &x, 1, N) == JB_OK && f32_all_equal(y, N, (float)salt);
     jb_array_free(y);
@@ -113,7 +144,10 @@ static void sleep_ms(int ms)
  * server (JB_TEST_REDIS_PID, socket JB_TEST_REDIS_SOCKET) is killed after the first launch;
  * "fork-after-first": a forked child launches kernel 100 (its exit status says whether it ran
  * right), and the connections the server received meanwhile are counted; "pause-after-each":
- * 20 ms pass after each launch (more than a 1 ms breaker pause). */
+ * 20 ms pass after each launch (more than a 1 ms breaker pause); "reconfigure-after-first": the
+ * tier is turned off (the server's clients counted before and after), then set again from the
+ * variables (JB_TEST_RESOLVE_ANSWER sets every host name's addresses); "reconfigure-during-store": the tier is turned off while the first store's
+ * connection is in use (the clients counted after the launches). JB_TEST_VALUE_MAX and JB_TEST_RESOLVE_DELAY_MS set those hooks. */
 static int child_main(char **argv)
 {
     signal(SIGPIPE, SIG_DFL); /* a host with default handling: a SIGPIPE would kill it */
@@ -122,6 +156,14 @@ static int child_main(char **argv)
     if (timing)
         sscanf(timing, "%d,%d,%d", &connect_ms, &operation_ms, &breaker_ms);
     jb__test_set_remote_timing(connect_ms, operation_ms, breaker_ms);
+    const char *value_max = getenv("JB_TEST_VALUE_MAX"), *delay = getenv("JB_TEST_RESOLVE_DELAY_MS");
+    jb__test_set_remote_value_max(value_max ? (size_t)atoll(value_max) : 0);
+    jb__test_set_resolve_delay_ms(delay ? atoi(delay) : 0);
+    jb__test_set_resolve_answer(getenv("JB_TEST_RESOLVE_ANSWER"));
+    long long clients_before = -1, clients_after = -1;
+    static atomic_bool turned_off;
+    if (strcmp(argv[3], "reconfigure-during-store") == 0)
+        jb__test_set_point(JB_TEST_REMOTE_COMMAND, turn_off_at_store, &turned_off);
     jb_set_log_callback(keep_warning, NULL);
     jb_set_event_callback(count_event, NULL);
     jb_device *device = test_device();
@@ -148,21 +190,36 @@ static int child_main(char **argv)
             /* Less this count's own connection. */
             fork_connections = connections_received() - before - 1;
         }
+        if (first && strcmp(argv[3], "reconfigure-after-first") == 0) {
+            clients_before = clients_connected();
+            exact = jb_remote_cache_set(NULL, NULL) == JB_OK && exact;
+            clients_after = clients_connected();
+            exact = jb_remote_cache_set(getenv("JITBRIDGE_REMOTE_CACHE"),
+                                        getenv("JITBRIDGE_REMOTE_KEY_FILE")) == JB_OK &&
+                    exact;
+        }
         if (strcmp(argv[3], "pause-after-each") == 0)
             sleep_ms(20);
         first = false;
     }
+    if (strcmp(argv[3], "reconfigure-during-store") == 0) {
+        jb__test_set_point(JB_TEST_REMOTE_COMMAND, NULL, NULL);
+        clients_after = clients_connected();
+    }
     jb_counters c;
     jb_counters_get(&c, sizeof c);
+    struct rusage usage;
+    getrusage(RUSAGE_SELF, &usage);
     printf("builds=%llu disk_hits=%llu remote_hits=%llu remote_misses=%llu remote_rejected=%llu "
            "remote_stores=%llu trips=%llu ev_hit=%d ev_rejected=%d ev_store=%d warnings=%d "
-           "exact=%d key=%s fork_connections=%lld\n",
+           "exact=%d key=%s fork_connections=%lld max_rss_kb=%ld clients=%lld,%lld\n",
            (unsigned long long)c.builds, (unsigned long long)c.disk_hits,
            (unsigned long long)c.remote_hits, (unsigned long long)c.remote_misses,
            (unsigned long long)c.remote_rejected, (unsigned long long)c.remote_stores,
            (unsigned long long)c.remote_breaker_trips, events[JB_CACHE_EVENT_REMOTE_HIT],
            events[JB_CACHE_EVENT_REMOTE_REJECTED], events[JB_CACHE_EVENT_REMOTE_STORE],
-           warnings, exact, content_key[0] ? content_key : "-", fork_connections);
+           warnings, exact, content_key[0] ? content_key : "-", fork_connections,
+           usage.ru_maxrss, clients_before, clients_after);
     printf("rejection: %s\nwarning: %s\n", rejection, warning);
     jb_set_event_callback(NULL, NULL);
     jb_set_log_callback(NULL, NULL);
@@ -190,8 +247,11 @@ static int remove_one(const char *path, const struct stat *st, int flag, struct 
     return remove(path);
 }
 
+static void stop_fake(void);
+
 static void clean_up(void)
 {
+    stop_fake();
     stop_server();
     if (folder[0])
         nftw(folder, remove_one, 16, FTW_DEPTH | FTW_PHYS);
@@ -355,11 +415,216 @@ static long long connections_received(void)
     return n;
 }
 
+/* The clients connected to the server now, this query's included (INFO clients), or -1. */
+static long long clients_connected(void)
+{
+    resp r = command2("INFO", "clients");
+    const char *field = r.type == '$' ? strstr(r.data, "connected_clients:") : NULL;
+    long long n = field ? atoll(field + strlen("connected_clients:")) : -1;
+    free(r.data);
+    return n;
+}
+
 static long long db_size(void)
 {
     resp r = command2("DBSIZE", NULL);
     free(r.data);
     return r.type == ':' ? r.number : -1;
+}
+
+/* ---- a hostile store: a socket that answers crafted RESP ---- */
+
+static char fake_path[160];
+static pid_t fake_pid;
+
+static void stop_fake(void)
+{
+    if (fake_pid > 0) {
+        kill(fake_pid, SIGKILL);
+        waitpid(fake_pid, NULL, 0);
+        fake_pid = 0;
+    }
+}
+
+/* Sends `text` one byte every `pause_ms` (0: at once): false once the client has gone. */
+static bool send_slowly(int fd, const char *text, int pause_ms)
+{
+    for (size_t i = 0; text[i]; i++) {
+        size_t n = pause_ms ? 1 : strlen(text + i);
+        if (send(fd, text + i, n, MSG_NOSIGNAL) != (ssize_t)n)
+            return false;
+        i += n - 1;
+        if (pause_ms)
+            sleep_ms(pause_ms);
+    }
+    return true;
+}
+
+/* Reads one command into `name` (its first word, cut to 15 bytes): false at its end or when
+ * the command is a SET and `stop_at_set` (the rest is left unread). */
+static bool read_request(int fd, char name[16], bool stop_at_set)
+{
+    char line[64], scratch[4096];
+    if (!read_line(fd, line, sizeof line) || line[0] != '*')
+        return false;
+    long words = atol(line + 1);
+    for (long i = 0; i < words; i++) {
+        if (!read_line(fd, line, sizeof line) || line[0] != '$')
+            return false;
+        size_t left = (size_t)atoll(line + 1) + 2;
+        if (i == 0) {
+            size_t n = left - 2 < 15 ? left - 2 : 15;
+            if (!read_exact(fd, name, n))
+                return false;
+            name[n] = '\0';
+            left -= n;
+            if (stop_at_set && strcmp(name, "SET") == 0)
+                return false;
+        }
+        while (left > 0) {
+            size_t n = left < sizeof scratch ? left : sizeof scratch;
+            if (!read_exact(fd, scratch, n))
+                return false;
+            left -= n;
+        }
+    }
+    return true;
+}
+
+/* Answers each connection by `mode`: "dribble-read" (an entry, one byte every 250 ms),
+ * "huge" (an entry of 256 MiB, sent whole), "wrong-type" (an integer for GETRANGE), "array",
+ * "malformed" (a length that is no number), "error-escape" (an error reply with terminal
+ * control bytes); the others answer GETRANGE with a miss and SET by
+ * "dribble-store" (a status, one byte every 250 ms), "store-ok" (+OK, an honest store),
+ * "store-wrong" (a nil), "store-queued" (a
+ * status other than OK, as in a transaction), "close-mid-store"
+ * (closing the connection after the SET's first word, while the value is being sent),
+ * "slow-reader" (reading the value at 640 KiB/s: the client's socket becomes writable again
+ * well within each wait, yet a 4 MiB value takes 6 s). */
+static void serve_fake(const char *mode, int listener)
+{
+    signal(SIGPIPE, SIG_IGN);
+    static char chunk[1 << 20];
+    memset(chunk, 'x', sizeof chunk);
+    for (;;) {
+        int fd = accept(listener, NULL, NULL);
+        char name[16];
+        bool stop_at_set = strcmp(mode, "close-mid-store") == 0 || strcmp(mode, "slow-reader") == 0;
+        while (fd >= 0 && read_request(fd, name, stop_at_set)) {
+            bool range = strcmp(name, "GETRANGE") == 0, set = strcmp(name, "SET") == 0;
+            bool going = true;
+            if (range && strcmp(mode, "dribble-read") == 0)
+                going = send_slowly(fd, "$20\r\nxxxxxxxxxxxxxxxxxxxx\r\n", 250);
+            else if (range && strcmp(mode, "huge") == 0) {
+                going = send_slowly(fd, "$268435456\r\n", 0);
+                for (int i = 0; going && i < 256; i++)
+                    going = send(fd, chunk, sizeof chunk, MSG_NOSIGNAL) == (ssize_t)sizeof chunk;
+                going = going && send_slowly(fd, "\r\n", 0);
+            } else if (range && strcmp(mode, "wrong-type") == 0)
+                going = send_slowly(fd, ":42\r\n", 0);
+            else if (range && strcmp(mode, "array") == 0)
+                going = send_slowly(fd, "*1\r\n$1\r\nx\r\n", 0);
+            else if (range && strcmp(mode, "error-escape") == 0)
+                going = send_slowly(fd, "-ERR \x1b[2Jcleared\x07\r\n", 0);
+            else if (range && strcmp(mode, "malformed") == 0)
+                going = send_slowly(fd, "$4x\r\nabcd\r\n", 0);
+            else if (range)
+                going = send_slowly(fd, "$0\r\n\r\n", 0);
+            else if (set && strcmp(mode, "dribble-store") == 0)
+                going = send_slowly(fd, "+OKAYOKAYOKAYOK\r\n", 250);
+            else if (set && strcmp(mode, "store-wrong") == 0)
+                going = send_slowly(fd, "$-1\r\n", 0);
+            else if (set && strcmp(mode, "store-ok") == 0)
+                going = send_slowly(fd, "+OK\r\n", 0);
+            else if (set && strcmp(mode, "store-queued") == 0)
+                going = send_slowly(fd, "+QUEUED\r\n", 0);
+            else
+                going = send_slowly(fd, "-ERR not here\r\n", 0);
+            if (!going)
+                break;
+        }
+        if (fd >= 0 && strcmp(mode, "slow-reader") == 0) { /* 64 KiB every 100 ms: 640 KiB/s */
+            static char scratch[64 << 10];
+            while (read_exact(fd, scratch, sizeof scratch))
+                sleep_ms(100);
+        }
+        if (fd >= 0)
+            close(fd);
+    }
+}
+
+/* Starts the store of `mode` on fake_path, or with `tcp_port` on 127.0.0.1 at a free port
+ * written there: whether it listens. */
+static bool start_fake_on(const char *mode, int *tcp_port)
+{
+    stop_fake();
+    unlink(fake_path);
+    struct sockaddr_un unix_addr = {.sun_family = AF_UNIX};
+    memcpy(unix_addr.sun_path, fake_path, strlen(fake_path) + 1);
+    struct sockaddr_in tcp_addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000001)};
+    socklen_t tcp_len = sizeof tcp_addr;
+    int listener = socket(tcp_port ? AF_INET : AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (listener < 0 ||
+        (tcp_port ? bind(listener, (struct sockaddr *)&tcp_addr, sizeof tcp_addr)
+                  : bind(listener, (struct sockaddr *)&unix_addr, sizeof unix_addr)) != 0 ||
+        listen(listener, 8) != 0 ||
+        (tcp_port && getsockname(listener, (struct sockaddr *)&tcp_addr, &tcp_len) != 0)) {
+        if (listener >= 0)
+            close(listener);
+        return false;
+    }
+    if (tcp_port)
+        *tcp_port = ntohs(tcp_addr.sin_port);
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        serve_fake(mode, listener);
+        _exit(0);
+    }
+    close(listener);
+    fake_pid = pid;
+    return pid > 0;
+}
+
+static bool start_fake(const char *mode)
+{
+    return start_fake_on(mode, NULL);
+}
+
+/* ---- a fork while another thread's command waits ---- */
+
+typedef struct waiting_command {
+    jb_redis *redis;
+    atomic_bool sent; /* about to be: the command's thread is inside jb__redis_command */
+} waiting_command;
+
+static void *command_thread(void *arg)
+{
+    waiting_command *w = arg;
+    const char *argv[] = {"GETRANGE", "jb:slow", "0", "10"};
+    size_t lens[] = {8, 7, 1, 2};
+    jb_redis_reply reply;
+    char why[256];
+    atomic_store(&w->sent, true);
+    jb__redis_command(w->redis, 4, argv, lens, &reply, why, sizeof why);
+    jb__redis_reply_free(&reply);
+    return NULL;
+}
+
+/* The sockets this process has open (/proc/self/fd). */
+static int sockets_open(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        char path[300], target[64];
+        snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+        ssize_t len = readlink(path, target, sizeof target - 1);
+        n += len > 0 && strncmp(target, "socket:", 7) == 0;
+    }
+    if (d)
+        closedir(d);
+    return n;
 }
 
 /* ---- the parent ---- */
@@ -372,13 +637,17 @@ typedef struct outcome {
     int ev_hit, ev_rejected, ev_store, warnings, exact;
     char key[80];
     long long fork_connections;
+    long max_rss_kb;
+    long long clients_before, clients_after;
+    long long elapsed_ms; /* the child's whole run */
     char text[4096];
 } outcome;
 
 /* Runs this program in child mode with cache folder `cache`, the variables as given (NULL:
- * unset), launching `salts`. */
-static outcome run_child(const char *cache, const char *url, const char *key_file,
-                         const char *salts, const char *action, const char *timing)
+ * unset), launching `salts`; `value_max` and `resolve_delay` (NULL: none) set those hooks. */
+static outcome run_child_hooked(const char *cache, const char *url, const char *key_file,
+                                const char *salts, const char *action, const char *timing,
+                                const char *value_max, const char *resolve_delay)
 {
     outcome o = {0};
     int pipe_fds[2];
@@ -386,6 +655,7 @@ static outcome run_child(const char *cache, const char *url, const char *key_fil
         return o;
     char pid_text[32];
     snprintf(pid_text, sizeof pid_text, "%d", (int)server_pid);
+    uint64_t start = jb__now_ns();
     pid_t pid = fork();
     if (pid == 0) {
         dup2(pipe_fds[1], 1);
@@ -404,6 +674,10 @@ static outcome run_child(const char *cache, const char *url, const char *key_fil
             setenv("JB_TEST_REMOTE_TIMING", timing, 1);
         setenv("JB_TEST_REDIS_PID", pid_text, 1);
         setenv("JB_TEST_REDIS_SOCKET", socket_path, 1);
+        if (value_max)
+            setenv("JB_TEST_VALUE_MAX", value_max, 1);
+        if (resolve_delay)
+            setenv("JB_TEST_RESOLVE_DELAY_MS", resolve_delay, 1);
         execl(self, self, "child", salts, action ? action : "-", (char *)NULL);
         _exit(127);
     }
@@ -417,16 +691,24 @@ static outcome run_child(const char *cache, const char *url, const char *key_fil
     close(pipe_fds[0]);
     int status = 0;
     waitpid(pid, &status, 0);
+    o.elapsed_ms = (long long)((jb__now_ns() - start) / 1000000);
     o.exited = WIFEXITED(status) && WEXITSTATUS(status) == 0;
     o.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
     sscanf(o.text,
            "builds=%llu disk_hits=%llu remote_hits=%llu remote_misses=%llu remote_rejected=%llu "
            "remote_stores=%llu trips=%llu ev_hit=%d ev_rejected=%d ev_store=%d warnings=%d "
-           "exact=%d key=%79s fork_connections=%lld",
+           "exact=%d key=%79s fork_connections=%lld max_rss_kb=%ld clients=%lld,%lld",
            &o.builds, &o.disk_hits, &o.remote_hits, &o.remote_misses, &o.remote_rejected,
            &o.remote_stores, &o.trips, &o.ev_hit, &o.ev_rejected, &o.ev_store, &o.warnings,
-           &o.exact, o.key, &o.fork_connections);
+           &o.exact, o.key, &o.fork_connections, &o.max_rss_kb, &o.clients_before,
+           &o.clients_after);
     return o;
+}
+
+static outcome run_child(const char *cache, const char *url, const char *key_file,
+                         const char *salts, const char *action, const char *timing)
+{
+    return run_child_hooked(cache, url, key_file, salts, action, timing, NULL, NULL);
 }
 
 /* A new, empty cache folder under the test's folder. */
@@ -470,6 +752,19 @@ static void api_refusals(const char *key1, const char *group_key, const char *sh
         CHECK(s == JB_ERR_INVALID_ARGUMENT && strstr(jb_last_error_message(), "jb_remote_cache_set"),
               "the URL '%s' was not refused: %s %s", bad_urls[i], jb_status_name(s),
               jb_last_error_message());
+    }
+    /* A password never reaches a message: the URL is shown masked. */
+    const char *with_secrets[] = {
+        "redis://alice:s3cret-pw@localhost:6379", "redis://:s3cret-pw@localhost:6379",
+        "redis://s3cret-pw@localhost:6379",       "redis://localhost:6379?password=s3cret-pw",
+        "redis://alice:s3cret-pw@[::1:6379",
+    };
+    for (size_t i = 0; i < sizeof with_secrets / sizeof *with_secrets; i++) {
+        jb_status s = jb_remote_cache_set(with_secrets[i], key1);
+        CHECK(s == JB_ERR_INVALID_ARGUMENT && !strstr(jb_last_error_message(), "s3cret") &&
+                  strstr(jb_last_error_message(), "***"),
+              "the URL '%s': %s, a message that shows its secret: %s", with_secrets[i],
+              jb_status_name(s), jb_last_error_message());
     }
     char url[PATH_MAX + 16];
     snprintf(url, sizeof url, "unix://%s", socket_path);
@@ -559,6 +854,22 @@ int main(int argc, char **argv)
     CHECK(o.exited && o.exact && o.builds == 0 && o.disk_hits == 1 && o.remote_hits == 0,
           "the next process on that host did not read the disk:\n%s", o.text);
 
+    /* The store obeys the read's limit: with values capped at 4096 bytes a larger one is not
+     * stored (it could never be read back whole), and one already there is refused unread. */
+    o = run_child_hooked(new_cache(cache, sizeof cache), url, key1, "23", NULL, NULL, "4096",
+                         NULL);
+    size_t capped_len = 0;
+    char *capped = o.key[0] && o.key[0] != '-' ? get_value(o.key, &capped_len) : NULL;
+    CHECK(o.exited && o.exact && o.builds == 1 && o.remote_stores == 0 && o.ev_store == 0 &&
+              !capped && good_len > 4096,
+          "a value over the cap was stored (%zu bytes):\n%s", capped_len, o.text);
+    free(capped);
+    o = run_child_hooked(new_cache(cache, sizeof cache), url, key1, "1", NULL, NULL, "4096",
+                         NULL);
+    CHECK(o.exited && o.exact && o.builds == 1 && o.remote_hits == 0 && o.remote_rejected == 1 &&
+              strstr(o.text, "larger than the entry cap"),
+          "a value over the cap was not refused:\n%s", o.text);
+
     /* Values that must never load: each is rejected (counter, event) and the launch compiles. */
     char *bad = malloc(good_len);
     struct {
@@ -607,6 +918,21 @@ int main(int argc, char **argv)
     free(bad);
     free(good);
 
+    /* Another tenant made a kernel's name a list: that entry is a rejection, not a reason to
+     * skip the whole tier (no trip), and the compile's store replaces it. */
+    resp deleted = command2("DEL", name_two);
+    free(deleted.data);
+    const char *lpush[] = {"LPUSH", name_two, "x"};
+    size_t lpush_lens[] = {5, strlen(name_two), 1};
+    resp pushed = command(3, lpush, lpush_lens);
+    free(pushed.data);
+    o = run_child(new_cache(cache, sizeof cache), url, key1, "2", NULL, NULL);
+    CHECK(pushed.type == ':' && o.exited && o.exact && o.builds == 1 && o.trips == 0 &&
+              o.remote_rejected == 1 && o.ev_rejected == 1 && o.remote_stores == 1 &&
+              strstr(o.text, "not a string"),
+          "a kernel's name made a list by another tenant (LPUSH: %c):\n%s",
+          pushed.type ? pushed.type : '0', o.text);
+
     /* A read-only tier stores nothing. */
     long long before = db_size();
     o = run_child(new_cache(cache, sizeof cache), read_only, key1, "3", NULL, NULL);
@@ -628,6 +954,166 @@ int main(int argc, char **argv)
               strstr(o.text, "key file"),
           "no key file:\n%s", o.text);
     api_refusals(key1, group_key, short_key);
+
+    /* A password in the variable is not in its warning either. */
+    o = run_child(new_cache(cache, sizeof cache), "redis://alice:s3cret-pw@localhost:6379", key1,
+                  "4", NULL, NULL);
+    CHECK(o.exited && o.exact && o.warnings == 1 && !strstr(o.text, "s3cret") &&
+              strstr(o.text, "alice:***@localhost"),
+          "a password in the variable's URL reached its warning:\n%s", o.text);
+
+    /* A fork child never sends on a connection its parent made: the command is refused there,
+     * the server never sees it, and the parent's connection goes on. */
+    jb_redis *redis = NULL;
+    char why[256] = "";
+    CHECK_OK(jb__redis_connect(NULL, 0, socket_path, 100, 2000, &redis, why, sizeof why));
+    int verdict[2];
+    if (redis && pipe(verdict) == 0) {
+        /* The child's verdict comes through a pipe: under valgrind its exit status is
+         * valgrind's (the parent's heap, copied, shows as leaked there). */
+        pid_t pid = fork();
+        if (pid == 0) {
+            const char *incr[] = {"INCR", "jb:fork-probe"};
+            size_t incr_lens[] = {4, 13};
+            jb_redis_reply reply;
+            int status = jb__redis_command(redis, 2, incr, incr_lens, &reply, why, sizeof why);
+            jb__redis_reply_free(&reply);
+            char said = status == JB_OK ? 'u' : strstr(why, "forked") ? 'r' : '?';
+            _exit(write(verdict[1], &said, 1) == 1 ? 0 : 1);
+        }
+        close(verdict[1]);
+        char said = 0;
+        if (read(verdict[0], &said, 1) != 1)
+            said = 0;
+        close(verdict[0]);
+        waitpid(pid, NULL, 0);
+        resp probe = command2("GET", "jb:fork-probe");
+        CHECK(said == 'r' && probe.type == '$' && probe.number == -1,
+              "a fork child used its parent's connection (its verdict '%c': u, used; r, "
+              "refused; the probe's reply %c%lld)",
+              said ? said : '0', probe.type ? probe.type : '0', probe.number);
+        free(probe.data);
+        const char *ping[] = {"PING"};
+        size_t ping_lens[] = {4};
+        jb_redis_reply reply;
+        CHECK(jb__redis_command(redis, 1, ping, ping_lens, &reply, why, sizeof why) == JB_OK &&
+                  reply.type == JB_REDIS_STATUS && strcmp(reply.str, "PONG") == 0,
+              "the parent's connection after the fork: %s", why);
+        jb__redis_reply_free(&reply);
+        jb__redis_free(redis);
+    }
+
+    /* A fork while another thread's command waits on a slow store: the child closes its copy
+     * of that connection (the thread that would free it does not exist there). */
+    snprintf(fake_path, sizeof fake_path, "%s/fake.sock", folder);
+    CHECK(start_fake("dribble-read"), "the fake store (dribble-read) did not start");
+    waiting_command waiting = {0};
+    CHECK_OK(jb__redis_connect(NULL, 0, fake_path, 100, 3000, &waiting.redis, why, sizeof why));
+    pthread_t waiter;
+    int child_sockets = -1;
+    if (waiting.redis && pthread_create(&waiter, NULL, command_thread, &waiting) == 0) {
+        while (!atomic_load(&waiting.sent))
+            sleep_ms(1);
+        sleep_ms(100); /* well inside the read of its reply, which dribbles for 6 s */
+        int count[2];
+        if (pipe(count) == 0) {
+            pid_t pid = fork();
+            if (pid == 0) {
+                int n = sockets_open();
+                _exit(write(count[1], &n, sizeof n) == sizeof n ? 0 : 1);
+            }
+            close(count[1]);
+            if (read(count[0], &child_sockets, sizeof child_sockets) != sizeof child_sockets)
+                child_sockets = -1;
+            close(count[0]);
+            waitpid(pid, NULL, 0);
+        }
+        pthread_join(waiter, NULL);
+    }
+    jb__redis_free(waiting.redis);
+    stop_fake();
+    CHECK(child_sockets == 0,
+          "a child forked during another thread's command has %d sockets open (its parent's "
+          "connection)",
+          child_sockets);
+
+    /* Setting the tier anew closes its idle connection (none is left open, and the next build
+     * connects again). */
+    o = run_child(new_cache(cache, sizeof cache), url, key1, "20,21", "reconfigure-after-first",
+                  NULL);
+    CHECK(o.exited && o.exact && o.builds == 2 && o.remote_stores == 2 && o.trips == 0 &&
+              o.clients_before >= 2 && o.clients_after == o.clients_before - 1,
+          "turning the tier off left its connection open (clients %lld, then %lld):\n%s",
+          o.clients_before, o.clients_after, o.text);
+    /* Turned off while its connection is in use: that connection is closed when the command
+     * ends, not kept idle (the query's own is then the only client). */
+    o = run_child(new_cache(cache, sizeof cache), url, key1, "24", "reconfigure-during-store",
+                  NULL);
+    CHECK(o.exited && o.exact && o.builds == 1 && o.remote_stores == 1 && o.clients_after == 1,
+          "a connection in use when the tier was turned off was kept (clients %lld):\n%s",
+          o.clients_after, o.text);
+
+    /* A dead resolver: the lookup is given up after the deadline (300 ms here, the resolver
+     * hangs 5 s), the breaker trips and the launch compiles. */
+    o = run_child_hooked(new_cache(cache, sizeof cache), "redis://localhost:6379", key1, "22",
+                         NULL, "100,300,60000", NULL, "5000");
+    CHECK(o.exited && o.exact && o.builds == 1 && o.trips == 1 && o.elapsed_ms < 3000 &&
+              strstr(o.text, "not resolved within 300 ms"),
+          "a hanging host name lookup held the launch %lld ms:\n%s", o.elapsed_ms, o.text);
+
+    /* A host name whose first address refuses: the next is tried, within the deadline, and
+     * the tier works (a store on TCP, 127.0.0.2 refusing, 127.0.0.1 answering). */
+    snprintf(fake_path, sizeof fake_path, "%s/fake.sock", folder);
+    int tcp_port = 0;
+    CHECK(start_fake_on("store-ok", &tcp_port), "the fake TCP store did not start");
+    char tcp_url[64];
+    snprintf(tcp_url, sizeof tcp_url, "redis://store.test:%d", tcp_port);
+    setenv("JB_TEST_RESOLVE_ANSWER", "127.0.0.2,127.0.0.1", 1);
+    o = run_child(new_cache(cache, sizeof cache), tcp_url, key1, "25", NULL, NULL);
+    unsetenv("JB_TEST_RESOLVE_ANSWER");
+    stop_fake();
+    CHECK(o.exited && o.exact && o.builds == 1 && o.trips == 0 && o.remote_misses == 1 &&
+              o.remote_stores == 1,
+          "a store behind the second of two addresses was not reached:\n%s", o.text);
+
+    /* Hostile stores. Each: the launch compiles, nothing is used, the breaker trips once, and
+     * the launch takes far less than the store would hold it (3 s, compile included, against 4 s
+ * and more; a 4 MiB kernel's, 4.5 s against 6.5 s and more). */
+    snprintf(fake_path, sizeof fake_path, "%s/fake.sock", folder);
+    char fake_url[PATH_MAX + 16];
+    snprintf(fake_url, sizeof fake_url, "unix://%s", fake_path);
+    struct {
+        const char *mode, *salts, *why;
+        unsigned long long misses; /* the stores that fail on SET answer GETRANGE with a miss */
+        const char *timing; /* NULL: a connect 100 ms, a command 300 ms */
+        long long max_ms;   /* the child's whole run, compile included: 0, 3 s */
+    } hostile[] = {
+        {"dribble-read", "30", "no answer within 300 ms", 0, NULL, 0},
+        {"dribble-store", "31", "no answer within 300 ms", 1, NULL, 0},
+        {"huge", "32", "refused unread", 0, NULL, 0},
+        {"wrong-type", "33", "type 3", 0, NULL, 0},
+        {"array", "34", "array", 0, NULL, 0},
+        {"malformed", "35", "not RESP", 0, NULL, 0},
+        {"store-wrong", "36", "type 4", 1, NULL, 0},
+        {"store-queued", "40", "not 5 +OK", 1, NULL, 0},
+        {"close-mid-store", "1037", "store an entry", 1, NULL, 0},
+        {"slow-reader", "2039", "no answer within 1000 ms", 1, "100,1000,60000", 4500},
+        {"error-escape", "38", "(ERR ?[2Jcleared?)", 0, NULL, 0},
+    };
+    for (size_t i = 0; i < sizeof hostile / sizeof *hostile; i++) {
+        CHECK(start_fake(hostile[i].mode), "the fake store (%s) did not start", hostile[i].mode);
+        o = run_child(new_cache(cache, sizeof cache), fake_url, key1, hostile[i].salts, NULL,
+                      hostile[i].timing ? hostile[i].timing : "100,300,60000");
+        CHECK(o.exited && o.signal == 0 && o.exact && o.builds == 1 && o.trips == 1 &&
+                  o.remote_hits == 0 && o.remote_misses == hostile[i].misses &&
+                  o.remote_rejected == 0 &&
+                  o.remote_stores == 0 && o.ev_store == 0 &&
+                  o.elapsed_ms < (hostile[i].max_ms ? hostile[i].max_ms : 3000) &&
+                  o.max_rss_kb < 128 * 1024 && strstr(o.text, hostile[i].why),
+              "a hostile store (%s): signal %d, %lld ms, %ld KiB at most:\n%s", hostile[i].mode,
+              o.signal, o.elapsed_ms, o.max_rss_kb, o.text);
+    }
+    stop_fake();
 
     /* A fork child never uses its parent's connection: it connects anew (one connection more
      * while it ran), and the parent's stays usable. */

@@ -469,6 +469,8 @@ typedef enum jb_test_point {
                              * it removes it; arg: the lease's file name */
     JB_TEST_LEASE_POLLED,   /* lease.c: a waiter looked whether the lease is held, its
                              * handle on the file still open; arg: the lease's file name */
+    JB_TEST_REMOTE_COMMAND, /* remote.c: a command about to be sent on a connection taken
+                             * for it; arg: what the command does ("store an entry") */
     JB_TEST_POINTS
 } jb_test_point;
 typedef void (*jb_test_point_fn)(void *ctx, const char *arg);

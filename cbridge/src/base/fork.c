@@ -26,7 +26,8 @@
  *   9. the manifest (manifest.c; takes no lock): the child opens the file anew, so that its
  *      lock on it excludes its parent's (a lock of the open file's is shared across fork)
  *  10. the remote tier's configuration (store/remote.c; a leaf: held to copy it, never across
- *      a call to the store); its idle connection needs no lock, and a child never uses it
+ *      a call to the store), then the client's list of open connections (a leaf): a child
+ *      closes its copies of them all, one in use by another thread included, and uses none
  *
  * Per-event mutexes and the cpu streams' worker state are not taken: in the child, streams made
  * before the fork are not used (jb__fork_generation). Nor is a bounds record's

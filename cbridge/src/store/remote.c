@@ -10,13 +10,16 @@
  *   Without a key nothing could be verified, so without one the tier is not used at all.
  * - The fleet key comes from a file only its owner (this user) can read or write, of at least
  *   32 bytes, read once when the tier is configured.
- * - A slow or dead store costs no more than a cold cache: connects and each read or write are
- *   bounded, and after a failure a breaker skips the tier for a while (one warning per trip),
- *   then tries again. No SIGPIPE reaches the host (remote_client.c).
+ * - A slow or dead store costs no more than a cold cache: connects, lookups and each whole
+ *   command are bounded, replies are capped and must be of the type asked for
+ *   (remote_client.c), and after a failure a breaker skips the tier for a while (one warning
+ *   per trip), then tries again. No SIGPIPE reaches the host.
  * - No lock of the library is held during a remote call other than the build's write lock
  *   (every call is made from a build): the idle connection is taken out of its slot with an
- *   atomic exchange, and a fork child finds its parent's connection marked with another pid
- *   and closes its copy without sending anything.
+ *   atomic exchange, and a fork child finds its parent's connection marked with another pid or
+ *   fork generation and closes its copy without sending anything. Setting the tier anew
+ *   closes the idle connection, and one in use when it is given back.
+ * - A URL's password and option values never reach a message (mask_url).
  */
 #include "store.h"
 
@@ -33,7 +36,8 @@
 /* A store on the same network accepts a connection in well under a millisecond: one that takes
  * longer than this is treated as down, since a compile is then the faster way to the code. */
 #define CONNECT_TIMEOUT_MS 100
-/* Each read or write of an entry (a 64 MiB entry moves in about 0.5 s at 1 Gb/s): long enough
+/* Each command, sent and answered (a 64 MiB entry moves in about 0.5 s at 1 Gb/s), and a host
+ * name's lookup: long enough
  * for the largest entry on a slow link, short enough that a stopped store costs one compile's
  * worth of waiting before the breaker opens. */
 #define OPERATION_TIMEOUT_MS 2000
@@ -47,16 +51,14 @@
 
 #define VALUE_MAGIC "JBREMOTE"
 #define VALUE_FORMAT 1u
-#define VALUE_HEADER_BYTES 24 /* magic 8, format 4, key length 4, payload length 8 */
-/* The largest value read: a disk entry's cap plus what the value adds. */
-#define VALUE_MAX_BYTES (JB_DISK_ENTRY_MAX_BYTES + VALUE_HEADER_BYTES + 2 * JB_SHA256_BYTES)
+#define VALUE_HEADER_BYTES JB_REMOTE_VALUE_HEADER_BYTES
 
 typedef struct remote_config {
     bool on, read_only;
     char host[256];
     int port, db;
     char unix_path[108]; /* "" for TCP */
-    char url[512];       /* for messages */
+    char url[512];       /* for messages: credentials and option values masked */
     unsigned char key[64];
     size_t key_bytes;
     unsigned generation; /* a connection made under another is dropped */
@@ -65,16 +67,29 @@ typedef struct remote_config {
 static pthread_mutex_t config_mutex = PTHREAD_MUTEX_INITIALIZER;
 static remote_config config;
 static atomic_bool configured; /* the variable was read, or the API set the tier */
-static unsigned config_generation;
+static atomic_uint config_generation; /* config's, read without the mutex by connection_give_back */
 
+/* At most one idle connection; a thread takes it out whole (two builds never share one). */
+typedef struct idle_connection {
+    jb_redis *redis;
+    unsigned generation;
+} idle_connection;
+static _Atomic(idle_connection *) idle;
+static void connection_drop(idle_connection *conn);
+
+/* The configuration's lock, then the client's list of connections (never taken under it). */
 static void config_fork(jb_fork_phase phase)
 {
-    if (phase == JB_FORK_PREPARE)
+    if (phase == JB_FORK_PREPARE) {
         pthread_mutex_lock(&config_mutex);
-    else if (phase == JB_FORK_PARENT)
+        jb__redis_fork(phase);
+    } else if (phase == JB_FORK_PARENT) {
+        jb__redis_fork(phase);
         pthread_mutex_unlock(&config_mutex);
-    else
+    } else {
+        jb__redis_fork(phase);
         pthread_mutex_init(&config_mutex, NULL);
+    }
 }
 JB_FORK_HANDLER(JB_FORK_REMOTE, config_fork)
 
@@ -110,18 +125,54 @@ static bool parse_number(const char **p, long min, long max, long *out)
     return true;
 }
 
-/* Parses `url` into `c` (its address, database and mode): JB_OK, or JB_ERR_INVALID_ARGUMENT
- * with *why. */
-static int parse_url(const char *url, remote_config *c, char *why, size_t why_len)
+/* `url` as messages show it (`out`, at least as long): a password in its user part
+ * ("user:pass@", ":pass@", or "pass@") and every option's value become "***", as they would
+ * otherwise reach logs. */
+static void mask_url(const char *url, char *out, size_t len)
 {
-    const char *p;
-    if (strlen(url) >= sizeof c->url) {
+    jb_strbuf sb = {0};
+    const char *scheme_end = strstr(url, "://");
+    const char *authority = scheme_end ? scheme_end + 3 : url;
+    size_t authority_len = strcspn(authority, "/?");
+    const char *at = NULL;
+    for (const char *q = authority; q < authority + authority_len; q++)
+        if (*q == '@')
+            at = q;
+    if (at) {
+        const char *colon = memchr(authority, ':', (size_t)(at - authority));
+        size_t kept = (size_t)((colon ? colon + 1 : authority) - url);
+        jb__strbuf_appendf(&sb, "%.*s***", (int)kept, url);
+        url = at;
+    }
+    const char *query = strchr(url, '?');
+    jb__strbuf_appendf(&sb, "%.*s", (int)(query ? (size_t)(query - url) : strlen(url)), url);
+    for (const char *q = query; q && *q;) { /* "?name=value&name=value": names only */
+        size_t name = strcspn(q + 1, "=&");
+        jb__strbuf_appendf(&sb, "%c%.*s", *q, (int)name, q + 1);
+        q += 1 + name;
+        if (*q == '=') {
+            size_t value = strcspn(q + 1, "&");
+            bool mode = name == 4 && strncmp(q - 4, "mode", 4) == 0;
+            jb__strbuf_appendf(&sb, "=%.*s", (int)(mode ? value : 3), mode ? q + 1 : "***");
+            q += 1 + value;
+        }
+    }
+    snprintf(out, len, "%s", sb.data ? sb.data : "");
+    jb__strbuf_free(&sb);
+}
+
+/* Parses `url` into `c` (its address, database and mode): JB_OK, or JB_ERR_INVALID_ARGUMENT
+ * with *why, which shows the URL masked (mask_url), as c->url keeps it. */
+static int parse_url(const char *raw_url, remote_config *c, char *why, size_t why_len)
+{
+    const char *p, *url = c->url; /* messages show the masked URL only */
+    if (strlen(raw_url) >= sizeof c->url) {
         snprintf(why, why_len, "the URL is longer than %zu bytes", sizeof c->url - 1);
         return JB_ERR_INVALID_ARGUMENT;
     }
-    snprintf(c->url, sizeof c->url, "%s", url);
-    if (strncmp(url, "unix://", 7) == 0) {
-        p = url + 7;
+    mask_url(raw_url, c->url, sizeof c->url);
+    if (strncmp(raw_url, "unix://", 7) == 0) {
+        p = raw_url + 7;
         size_t len = strcspn(p, "?");
         if (p[0] != '/' || len >= sizeof c->unix_path) {
             snprintf(why, why_len,
@@ -133,8 +184,8 @@ static int parse_url(const char *url, remote_config *c, char *why, size_t why_le
         memcpy(c->unix_path, p, len);
         c->unix_path[len] = '\0';
         p += len;
-    } else if (strncmp(url, "redis://", 8) == 0) {
-        p = url + 8;
+    } else if (strncmp(raw_url, "redis://", 8) == 0) {
+        p = raw_url + 8;
         const char *host = p;
         size_t len;
         if (*p == '[') { /* an IPv6 address */
@@ -149,7 +200,7 @@ static int parse_url(const char *url, remote_config *c, char *why, size_t why_le
             len = strspn(p, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_");
             p += len;
         }
-        if (*p == '@' || strchr(url + 8, '@')) {
+        if (*p == '@' || strchr(raw_url + 8, '@')) {
             snprintf(why, why_len,
                      "'%s': credentials in the URL are not supported (use a Unix socket or a "
                      "network only the fleet reaches)",
@@ -182,7 +233,7 @@ static int parse_url(const char *url, remote_config *c, char *why, size_t why_le
     }
     if (strcmp(p, "?mode=read-write") == 0)
         return JB_OK;
-    snprintf(why, why_len, "'%s': unexpected '%s' (the one option is ?mode=read-only)", url, p);
+    snprintf(why, why_len, "'%s': unexpected options (the one option is ?mode=read-only)", url);
     return JB_ERR_INVALID_ARGUMENT;
 }
 
@@ -257,10 +308,13 @@ static void publish(const remote_config *c)
 {
     pthread_mutex_lock(&config_mutex);
     config = *c;
-    config.generation = ++config_generation;
+    config.generation = atomic_fetch_add(&config_generation, 1) + 1;
     atomic_store(&configured, true);
     pthread_mutex_unlock(&config_mutex);
     atomic_store(&breaker_until_ns, 0);
+    /* The old configuration's idle connection is closed now, not left open until a next build
+     * (a tier turned off would never have one); one in use is closed when given back. */
+    connection_drop(atomic_exchange(&idle, NULL));
 }
 
 /* Reads the variables once: a bad one is one warning and no tier. */
@@ -279,7 +333,7 @@ static void configure_from_environment(void)
     bool first = !atomic_load(&configured);
     if (first) {
         config = c;
-        config.generation = ++config_generation;
+        config.generation = atomic_fetch_add(&config_generation, 1) + 1;
         atomic_store(&configured, true);
     }
     pthread_mutex_unlock(&config_mutex);
@@ -320,9 +374,22 @@ static bool breaker_open(void)
     return jb__now_ns() < atomic_load(&breaker_until_ns);
 }
 
-/* One trip per failure while the tier was in use: counted, one warning. */
-static void breaker_trip(const remote_config *c, const char *what, const char *why)
+/* `text` with every byte that is not printable ASCII as '?': what a store sends (an error
+ * reply's words) reaches the host's log, where control bytes could forge lines or drive a
+ * terminal. */
+static void printable_only(char *text)
 {
+    for (; *text; text++)
+        if (*text < 0x20 || *text > 0x7e)
+            *text = '?';
+}
+
+/* One trip per failure while the tier was in use: counted, one warning. */
+static void breaker_trip(const remote_config *c, const char *what, const char *given_why)
+{
+    char why[512];
+    snprintf(why, sizeof why, "%s", given_why);
+    printable_only(why);
     uint64_t now = jb__now_ns(), until = atomic_load(&breaker_until_ns);
     int pause = atomic_load(&breaker_ms);
     if (now < until ||
@@ -344,13 +411,6 @@ bool jb__remote_on(void)
 }
 
 /* ---- the connection ---- */
-
-typedef struct idle_connection {
-    jb_redis *redis;
-    unsigned generation;
-} idle_connection;
-/* At most one idle connection; a thread takes it out whole (two builds never share one). */
-static _Atomic(idle_connection *) idle;
 
 static void connection_drop(idle_connection *conn)
 {
@@ -390,7 +450,7 @@ static idle_connection *connection_take(const remote_config *c, char *why, size_
             connection_drop(conn);
             return NULL;
         }
-        bool selected = reply.type == JB_REDIS_STATUS;
+        bool selected = reply.type == JB_REDIS_STATUS && strcmp(reply.str, "OK") == 0;
         if (!selected)
             snprintf(why, why_len, "SELECT %d: %.*s", c->db, (int)(reply.len > 200 ? 200 : reply.len),
                      reply.str ? reply.str : "");
@@ -406,19 +466,18 @@ static idle_connection *connection_take(const remote_config *c, char *why, size_
 static void connection_give_back(idle_connection *conn)
 {
     idle_connection *none = NULL;
-    if (!atomic_compare_exchange_strong(&idle, &none, conn))
+    if (conn->generation != atomic_load(&config_generation))
+        connection_drop(conn); /* the tier was set anew while it was in use */
+    else if (!atomic_compare_exchange_strong(&idle, &none, conn))
         connection_drop(conn); /* another build's connection is idle already */
+    else if (conn->generation != atomic_load(&config_generation))
+        connection_drop(atomic_exchange(&idle, NULL)); /* set anew meanwhile: publish missed it */
 }
 
-/* hiredis says a timeout in errno's words: a reader of the warning is told what happened. */
-static void name_timeout(char *why, size_t why_len)
-{
-    if (strcmp(why, "Resource temporarily unavailable") == 0)
-        snprintf(why, why_len, "no answer within %d ms", atomic_load(&operation_ms));
-}
-
-/* Runs one command on a connection of `c`: JB_OK with the reply, or a failure (the breaker has
- * tripped, the connection is gone). */
+/* Runs one command on a connection of `c`: JB_OK with its reply (never an error reply), or a
+ * failure (the breaker has tripped, the connection is gone). JB_ERR_INVALID_ARGUMENT, with no
+ * trip: the key holds another type than the command works on (a WRONGTYPE error), which says
+ * nothing of the store's health, only of that key (another tenant's doing). */
 static int remote_command(const remote_config *c, const char *what, int argc, const char **argv,
                           const size_t *lens, jb_redis_reply *reply)
 {
@@ -428,16 +487,42 @@ static int remote_command(const remote_config *c, const char *what, int argc, co
         breaker_trip(c, what, why);
         return JB_ERR_SYSTEM;
     }
+    JB_TEST_POINT(JB_TEST_REMOTE_COMMAND, what);
     if (jb__redis_command(conn->redis, argc, argv, lens, reply, why, sizeof why) != JB_OK) {
-        name_timeout(why, sizeof why);
         connection_drop(conn);
         breaker_trip(c, what, why);
         return JB_ERR_SYSTEM;
     }
     connection_give_back(conn);
+    if (reply->type == JB_REDIS_ERROR && strncmp(reply->str, "WRONGTYPE", 9) == 0) {
+        jb__redis_reply_free(reply);
+        return JB_ERR_INVALID_ARGUMENT;
+    }
     if (reply->type == JB_REDIS_ERROR) { /* a full store, a store still loading, a proxy's own */
         snprintf(why, sizeof why, "%.*s", (int)(reply->len > 200 ? 200 : reply->len),
                  reply->str ? reply->str : "");
+        jb__redis_reply_free(reply);
+        breaker_trip(c, what, why);
+        return JB_ERR_SYSTEM;
+    }
+    return JB_OK;
+}
+
+/* remote_command, whose reply must be of type `expected` (a status: +OK, as every command sent
+ * that answers one must; +QUEUED would be a session in a transaction): a reply of another type
+ * (a hostile or broken store) trips the breaker too, never used. */
+static int remote_command_expecting(const remote_config *c, const char *what, int argc,
+                                    const char **argv, const size_t *lens, int expected,
+                                    jb_redis_reply *reply)
+{
+    int status = remote_command(c, what, argc, argv, lens, reply);
+    if (status != JB_OK)
+        return status;
+    if (reply->type != expected ||
+        (expected == JB_REDIS_STATUS && strcmp(reply->str, "OK") != 0)) {
+        char why[128];
+        snprintf(why, sizeof why, "the store answered with a reply of type %d, not %d%s",
+                 reply->type, expected, reply->type == expected ? " +OK" : "");
         jb__redis_reply_free(reply);
         breaker_trip(c, what, why);
         return JB_ERR_SYSTEM;
@@ -518,21 +603,27 @@ bool jb__remote_load(const jb_disk_key *key, jb_blob *out)
     }
     char name[64], last[24];
     redis_key(key, name);
-    /* GETRANGE bounds what an honest store sends: a value past the cap is refused unread. */
-    snprintf(last, sizeof last, "%llu", (unsigned long long)VALUE_MAX_BYTES);
+    /* GETRANGE bounds what an honest store sends (its end is inclusive); the client refuses a
+     * longer reply from a dishonest one unread. */
+    size_t max_bytes = jb__redis_reply_max_bytes();
+    snprintf(last, sizeof last, "%zu", max_bytes - 1);
     const char *argv[] = {"GETRANGE", name, "0", last};
     size_t lens[] = {8, strlen(name), 1, strlen(last)};
     jb_redis_reply reply;
     bool loaded = false;
-    if (remote_command(&c, "read an entry", 4, argv, lens, &reply) != JB_OK) {
+    int status =
+        remote_command_expecting(&c, "read an entry", 4, argv, lens, JB_REDIS_STRING, &reply);
+    if (status != JB_OK && status != JB_ERR_INVALID_ARGUMENT) {
         memset(&c.key, 0, sizeof c.key);
         return false;
     }
     const char *problem = NULL;
     size_t payload_at = 0;
-    if (reply.type != JB_REDIS_STRING || reply.len == 0) {
+    if (status == JB_ERR_INVALID_ARGUMENT) {
+        problem = "is not a string (the key was made another type: the store is shared)";
+    } else if (reply.len == 0) {
         atomic_fetch_add(&counter_misses, 1); /* GETRANGE answers "" for a missing key */
-    } else if (reply.len > VALUE_MAX_BYTES) {
+    } else if (reply.len >= max_bytes) { /* the longest value stored is shorter (remote_store) */
         problem = "is larger than the entry cap";
     } else if (!(problem = value_problem(&c, key, (const unsigned char *)reply.str, reply.len,
                                          &payload_at))) {
@@ -568,13 +659,15 @@ void jb__remote_reject(void)
 void jb__remote_store(const jb_disk_key *key, const jb_blob *code)
 {
     remote_config c;
+    /* Nothing is stored that a load would not read back whole: a load asks for fewer bytes
+     * than the cap (GETRANGE's end), so a value must be shorter too. */
+    size_t bytes = VALUE_HEADER_BYTES + key->bytes + 2 * JB_SHA256_BYTES + code->size;
     if (!snapshot(&c) || c.read_only || breaker_open() || key->bytes > JB_DISK_ENTRY_MAX_BYTES ||
-        code->size > JB_DISK_ENTRY_MAX_BYTES) {
+        code->size > JB_DISK_ENTRY_MAX_BYTES || bytes >= jb__redis_reply_max_bytes()) {
         memset(&c.key, 0, sizeof c.key);
         return;
     }
     uint64_t start = jb__now_ns();
-    size_t bytes = VALUE_HEADER_BYTES + key->bytes + 2 * JB_SHA256_BYTES + code->size;
     unsigned char *value = malloc(bytes);
     if (!value) {
         memset(&c.key, 0, sizeof c.key);
@@ -596,7 +689,8 @@ void jb__remote_store(const jb_disk_key *key, const jb_blob *code)
     const char *argv[] = {"SET", name, (const char *)value};
     size_t lens[] = {3, strlen(name), bytes};
     jb_redis_reply reply;
-    if (remote_command(&c, "store an entry", 3, argv, lens, &reply) == JB_OK) {
+    if (remote_command_expecting(&c, "store an entry", 3, argv, lens, JB_REDIS_STATUS, &reply) ==
+        JB_OK) {
         jb__redis_reply_free(&reply);
         atomic_fetch_add(&counter_stores, 1);
         jb__event_raise(JB_CACHE_EVENT_REMOTE_STORE, jb__now_ns() - start, JB_OK, NULL);

@@ -301,33 +301,58 @@ void jb__disk_counters(uint64_t *hits, uint64_t *misses, uint64_t *rejected);
 void jb__disk_counters_reset(void);
 
 /* ---- the Redis client (remote_client.c): hiredis, loaded at run time ---- */
+/* The largest value of the remote tier (signed header, key text, digests, an entry's payload):
+ * what a store is asked to keep and the longest reply read; a longer one is refused unread. */
+#define JB_REMOTE_VALUE_HEADER_BYTES 24 /* magic 8, format 4, key length 4, payload length 8 */
+#define JB_REMOTE_VALUE_MAX_BYTES                                                                  \
+    ((size_t)JB_DISK_ENTRY_MAX_BYTES + JB_REMOTE_VALUE_HEADER_BYTES + 2 * JB_SHA256_BYTES)
 typedef struct jb_redis jb_redis;
 /* Reply types, the same numbers in every hiredis version. */
 enum { JB_REDIS_STRING = 1, JB_REDIS_ARRAY = 2, JB_REDIS_INTEGER = 3, JB_REDIS_NIL = 4,
        JB_REDIS_STATUS = 5, JB_REDIS_ERROR = 6 };
 typedef struct jb_redis_reply {
-    int type;
+    int type; /* never JB_REDIS_ARRAY: an array reply fails the command */
     long long integer;
-    const char *str; /* len bytes (strings, statuses, errors), owned by the reply */
+    const char *str; /* len bytes and a NUL (strings, statuses, errors), owned by the reply */
     size_t len;
     void *raw;
 } jb_redis_reply;
 /* Loads hiredis once: false with *why saying what is missing. */
 bool jb__redis_client_load(const char **why);
-/* Connects to host:port, or to unix_path when not NULL, within connect_ms; every later read or
- * write waits operation_ms at most. JB_ERR_UNSUPPORTED when hiredis cannot be loaded. */
+/* Connects to host:port, or to unix_path when not NULL: the host name is looked up in a
+ * thread of its own, and its addresses (IPv4 ones first, at most 8) are tried in turn,
+ * connect_ms each, until one answers or the lookup and the connects together have taken
+ * operation_ms; every later command (send and reply together) takes operation_ms at most.
+ * JB_ERR_UNSUPPORTED when hiredis cannot be loaded. */
 int jb__redis_connect(const char *host, int port, const char *unix_path, int connect_ms,
                       int operation_ms, jb_redis **out, char *why, size_t why_len);
-/* Whether this process made the connection (a fork child must not use its parent's). */
+/* Whether this process made the connection and has not forked since (a fork child must not
+ * use its parent's: jb__redis_command refuses it). */
 bool jb__redis_owned_here(const jb_redis *r);
 /* Closes and frees; sends nothing. NULL is fine. */
 void jb__redis_free(jb_redis *r);
-/* One command; JB_ERR_SYSTEM (a timeout, a closed or failed connection, which must then be
- * freed) with *why, or JB_OK with the reply (free it with jb__redis_reply_free). No SIGPIPE
- * reaches the process. */
+/* The client's part of the remote tier's fork handler (remote.c's slot): a child closes its
+ * copies of every connection open at the fork, in use by another thread included; each is
+ * still freed by its holder, and never used (jb__redis_owned_here). */
+void jb__redis_fork(jb_fork_phase phase);
+/* One command of 1 to 16 words, sent and answered within the connection's operation_ms:
+ * JB_ERR_SYSTEM (a timeout, a closed or failed connection, a reply that is not RESP, an array,
+ * a string longer than jb__redis_reply_max_bytes, more than one reply, a connection of the
+ * process this one was forked from; the connection must then be freed) with *why, or JB_OK
+ * with the reply (free it with jb__redis_reply_free). No SIGPIPE reaches the process. */
 int jb__redis_command(jb_redis *r, int argc, const char **argv, const size_t *lens,
                       jb_redis_reply *out, char *why, size_t why_len);
 void jb__redis_reply_free(jb_redis_reply *reply);
+/* The longest string reply taken: JB_REMOTE_VALUE_MAX_BYTES (less under a test hook). */
+size_t jb__redis_reply_max_bytes(void);
+#ifdef JB_TEST_HOOKS
+/* While non-zero, the longest value stored or string reply read (0: the default). */
+void jb__test_set_remote_value_max(size_t bytes);
+/* While non-zero, each host name lookup first sleeps this long (a resolver that hangs). */
+void jb__test_set_resolve_delay_ms(int ms);
+/* While not NULL, every host name resolves to these addresses ("127.0.0.2,127.0.0.1"). */
+void jb__test_set_resolve_answer(const char *addresses);
+#endif
 
 /* ---- the remote tier (remote.c): verified entries on a Redis server shared by a fleet ---- */
 /* Whether a remote tier is configured (JITBRIDGE_REMOTE_CACHE is read at the first call). */
