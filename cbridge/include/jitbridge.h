@@ -872,6 +872,10 @@ typedef struct jb_counters {
                                * refused: never loaded */
     uint64_t remote_stores;   /* compiled modules written to the remote tier */
     uint64_t remote_breaker_trips; /* failures of the store that paused the tier */
+    uint64_t remote_lease_waits;    /* builds that found another host compiling the kernel
+                                     * (its fleet lease) and waited for its value */
+    uint64_t remote_lease_timeouts; /* fleet lease waits that reached the compile timeout, then
+                                     * compiled alone */
 } jb_counters;
 
 /*
