@@ -966,7 +966,8 @@ JB_API jb_status jb_disk_cache_verify(uint64_t *valid, uint64_t *invalid);
  * counted (remote_breaker_trips), then tried again. No SIGPIPE reaches the process; a forked
  * child never uses its parent's connection.
  * The hosts compile each kernel once: before compiling, a host takes the kernel's fleet lease
- * in the store (SET NX PX, expiring after the compile timeout); a host that finds it held
+ * in the store (SET NX PX, renewed while it compiles, expiring 10 s after its holder died or
+ * lost the store); a host that finds it held
  * waits with no lock of the library held, asking every 75 ms, for the value (then loads it),
  * for the lease to go (then takes it and compiles) or until the compile timeout (then compiles
  * alone): remote_lease_waits and remote_lease_timeouts count them. A read-only tier takes none.

@@ -4,7 +4,8 @@
  * "child" mode) with a cache folder of its own, and compiles through a wrapper around gcc that
  * sleeps 0.4 s first (so that two hosts' compiles would overlap) and notes each compile:
  * - two hosts first-launching one kernel together compile it once; the other waits for the
- *   value and loads it, and no lease is left;
+ *   value and loads it, and no lease is left; also when the compile outlives the lease's
+ *   lifetime (its holder renews it);
  * - a lease left by a dead holder (set with PX by the test) holds a host up until it expires,
  *   then the host compiles; one that outlives the compile timeout is waited for until then;
  * - a failed compile lets go of its lease, so the next host does not wait;
@@ -64,6 +65,8 @@ static int child_main(const char *what)
     char byte;
     while (read(0, &byte, 1) > 0) /* the parent's go: the pipe on stdin is closed */
         ;
+    const char *ttl = getenv("JB_TEST_REMOTE_LEASE_TTL_MS");
+    jb__test_set_remote_lease_ttl_ms(ttl ? strtoull(ttl, NULL, 10) : 0);
     jb_set_event_callback(keep_key, NULL);
     jb_device *device = test_device();
     uint64_t start = now_ms();
@@ -98,7 +101,8 @@ static int child_main(const char *what)
 
 /* ---- the server ---- */
 
-static char folder[128], socket_path[160], self[PATH_MAX], compiler[PATH_MAX], marks[PATH_MAX];
+static char folder[128], socket_path[160], self[PATH_MAX], compiler[PATH_MAX], slower[PATH_MAX],
+    marks[PATH_MAX];
 static pid_t server_pid;
 
 static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
@@ -233,9 +237,9 @@ typedef struct host {
 } host;
 
 /* Starts this program in child mode on `what` with a new cache folder, the tier `url` (NULL:
- * none), the slow compiler when `slow`, and `timeout_ms` as the compile timeout (NULL: the
+ * none), the compiler `cc` (NULL: the system's), and `timeout_ms` as the compile timeout (NULL: the
  * default). It launches once `go` (the write end of its stdin) is closed. */
-static host start_host(const char *what, const char *url, bool slow, const char *timeout_ms,
+static host start_host(const char *what, const char *url, const char *cc, const char *timeout_ms,
                        int *go)
 {
     static int hosts;
@@ -261,8 +265,8 @@ static host start_host(const char *what, const char *url, bool slow, const char 
         else
             unsetenv("JITBRIDGE_REMOTE_CACHE");
         setenv("JITBRIDGE_REMOTE_KEY_FILE", key_file, 1);
-        if (slow)
-            setenv("CC", compiler, 1);
+        if (cc)
+            setenv("CC", cc, 1);
         else
             unsetenv("CC");
         if (timeout_ms)
@@ -309,10 +313,10 @@ static outcome finish_host(host h)
 }
 
 /* One host on its own, let go at once. */
-static outcome run_host(const char *what, const char *url, bool slow, const char *timeout_ms)
+static outcome run_host(const char *what, const char *url, const char *cc, const char *timeout_ms)
 {
     int go[2] = {0, 0};
-    host h = start_host(what, url, slow, timeout_ms, go);
+    host h = start_host(what, url, cc, timeout_ms, go);
     let_go(go);
     return finish_host(h);
 }
@@ -337,11 +341,10 @@ static bool write_file(const char *path, const char *text, mode_t mode)
     return ok;
 }
 
-/* The content key of kernel `what` built by the slow compiler or not, from a host with no
- * tier. */
-static bool key_of(const char *what, bool slow, char *key, size_t len)
+/* The content key of kernel `what` built by the compiler `cc`, from a host with no tier. */
+static bool key_of(const char *what, const char *cc, char *key, size_t len)
 {
-    outcome o = run_host(what, NULL, slow, NULL);
+    outcome o = run_host(what, NULL, cc, NULL);
     snprintf(key, len, "%s", o.key);
     return o.exited && o.right && strlen(o.key) == 32;
 }
@@ -376,8 +379,14 @@ int main(int argc, char **argv)
              "#!/bin/sh\n[ \"$1\" = --version ] && exec gcc \"$@\"\necho compile >> %s\n"
              "sleep 0.4\nexec gcc \"$@\"\n",
              marks);
+    char slower_script[sizeof script];
+    snprintf(slower, sizeof slower, "%s/slower-gcc", folder);
+    snprintf(slower_script, sizeof slower_script,
+             "#!/bin/sh\n[ \"$1\" = --version ] && exec gcc \"$@\"\necho compile >> %s\n"
+             "sleep 1.5\nexec gcc \"$@\"\n",
+             marks);
     CHECK(write_file(key_file, "the fleet's key: 0123456789abcdef0123456789abcdef", 0600) &&
-              write_file(compiler, script, 0700),
+              write_file(compiler, script, 0700) && write_file(slower, slower_script, 0700),
           "writing the key file and the compiler: %s", strerror(errno));
     char url[PATH_MAX], read_only[PATH_MAX + 32], value[128];
     snprintf(url, sizeof url, "unix://%s", socket_path);
@@ -385,7 +394,7 @@ int main(int argc, char **argv)
 
     /* Two hosts first-launch one kernel together: one compile; the other waits and loads it. */
     int go[2] = {0, 0};
-    host a = start_host("1", url, true, NULL, go), b = start_host("1", url, true, NULL, go);
+    host a = start_host("1", url, compiler, NULL, go), b = start_host("1", url, compiler, NULL, go);
     let_go(go);
     outcome oa = finish_host(a), ob = finish_host(b);
     CHECK(oa.exited && ob.exited && oa.right && ob.right && oa.builds + ob.builds == 1 &&
@@ -395,19 +404,33 @@ int main(int argc, char **argv)
     lease_value(oa.key, value, sizeof value);
     CHECK(strcmp(value, "(nil)") == 0, "the holder left its lease: '%s'", value);
 
+    /* A compile three times longer than a lease lives (0.5 s here): its holder renews it, so
+     * the other host still waits instead of compiling. */
+    int before = compiles();
+    setenv("JB_TEST_REMOTE_LEASE_TTL_MS", "500", 1);
+    a = start_host("6", url, slower, NULL, go), b = start_host("6", url, slower, NULL, go);
+    unsetenv("JB_TEST_REMOTE_LEASE_TTL_MS");
+    let_go(go);
+    oa = finish_host(a), ob = finish_host(b);
+    CHECK(oa.exited && ob.exited && oa.right && ob.right && oa.builds + ob.builds == 1 &&
+              compiles() == before + 1 && oa.remote_hits + ob.remote_hits == 1 &&
+              oa.waits + ob.waits == 1,
+          "a lease renewed while its holder compiled was not waited for (%d compiles):\n%s%s",
+          compiles() - before, oa.text, ob.text);
+
     /* A lease of a dead holder: the host waits until it expires (1.5 s), then compiles. */
     char key[80];
-    CHECK(key_of("2", true, key, sizeof key), "the key of kernel 2");
+    CHECK(key_of("2", compiler, key, sizeof key), "the key of kernel 2");
     CHECK(set_foreign_lease(key, 1500), "SET of a dead holder's lease");
-    outcome o = run_host("2", url, true, NULL);
+    outcome o = run_host("2", url, compiler, NULL);
     CHECK(o.exited && o.right && o.builds == 1 && o.waits == 1 && o.timeouts == 0 &&
               o.remote_stores == 1 && o.ms >= 1200,
           "a dead holder's lease did not hold the host up until it expired:\n%s", o.text);
 
     /* A lease that outlives the compile timeout (2.5 s here): waited for until then only. */
-    CHECK(key_of("3", false, key, sizeof key), "the key of kernel 3");
+    CHECK(key_of("3", NULL, key, sizeof key), "the key of kernel 3");
     CHECK(set_foreign_lease(key, 60000), "SET of a dead holder's lease");
-    o = run_host("3", url, false, "2500");
+    o = run_host("3", url, NULL, "2500");
     CHECK(o.exited && o.right && o.builds == 1 && o.waits == 1 && o.timeouts == 1 &&
               o.ms >= 2300 && o.ms < 20000,
           "a wait did not end at the compile timeout:\n%s", o.text);
@@ -415,19 +438,19 @@ int main(int argc, char **argv)
     CHECK(strcmp(value, "a-dead-host") == 0, "another holder's lease was touched: '%s'", value);
 
     /* A failed compile lets go of its lease: the next host compiles at once. */
-    o = run_host("fail", url, true, "20000"); /* a lease left behind would last 20 s */
+    o = run_host("fail", url, compiler, "20000"); /* a lease left behind would last 20 s */
     CHECK(o.exited && o.right && o.builds == 0 && strlen(o.key) == 32,
           "the failing kernel:\n%s", o.text);
     lease_value(o.key, value, sizeof value);
     CHECK(strcmp(value, "(nil)") == 0, "a failed compile left its lease: '%s'", value);
-    o = run_host("fail", url, true, "20000");
+    o = run_host("fail", url, compiler, "20000");
     CHECK(o.exited && o.right && o.waits == 0 && o.ms < 5000,
           "a host waited after a failed compile:\n%s", o.text);
 
     /* A read-only tier takes no lease and waits for none. */
-    CHECK(key_of("4", false, key, sizeof key), "the key of kernel 4");
+    CHECK(key_of("4", NULL, key, sizeof key), "the key of kernel 4");
     CHECK(set_foreign_lease(key, 3000), "SET of another host's lease");
-    o = run_host("4", read_only, false, NULL);
+    o = run_host("4", read_only, NULL, NULL);
     CHECK(o.exited && o.right && o.builds == 1 && o.waits == 0 && o.remote_stores == 0 &&
               o.ms < 2000,
           "a read-only host waited for a lease:\n%s", o.text);

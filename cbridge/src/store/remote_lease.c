@@ -1,7 +1,7 @@
 /*
  * The fleet's lease: the hosts that share a remote tier compile each kernel once. A process that
  * holds its host's lease for a key (lease.c) and found no value in the store takes the key's
- * fleet lease, `SET jb:lease:<entry hex> <random token> NX PX <compile timeout>`, before it
+ * fleet lease, `SET jb:lease:<entry hex> <random token> NX PX <lifetime>`, before it
  * compiles; the hosts that find it held wait for the value instead of compiling.
  *
  * - A waiter waits with no lock of the library held (the module cache lets go of its write lock
@@ -12,9 +12,11 @@
  *   holder: the caller then takes it and compiles), when the store fails (its breaker trips
  *   and the caller compiles) or at the deadline, the compile timeout from the key's first try
  *   (the caller compiles, counted in remote_lease_timeouts).
- * - The lease expires after the compile timeout, which also bounds the holder's compile, so a
- *   holder killed at any point holds no one up for longer; one slower than that is at worst
- *   compiled twice, and stored twice with the same content.
+ * - A held lease expires 10 s after it was last renewed (or after the compile timeout, when
+ *   that is shorter): a thread of the holder's renews it every third of that while the compile
+ *   runs, so a holder killed at any point holds the fleet up for 10 s at most, never for the
+ *   compile timeout (10 minutes by default). A holder cut off from the store for longer loses
+ *   its lease: at worst the kernel is compiled twice and stored twice with the same content.
  * - The holder deletes its lease once the value is stored, or once the compile failed (so the
  *   next host compiles and sees the error itself), with a script that deletes it only while it
  *   still holds this holder's token: a lease that expired and was taken by another host stays.
@@ -22,13 +24,28 @@
  */
 #include "store.h"
 
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 #define LEASE_PREFIX "jb:lease:"
 #define POLL_NS 75000000ULL
+/* How long a held lease lives unless renewed: long enough that a renewal delayed by a loaded
+ * host or a slow store is not missed twice, short next to a compile timeout. */
+#define LEASE_TTL_MS 10000ULL
+
+static atomic_uint_fast64_t lease_ttl_ms = LEASE_TTL_MS;
+#ifdef JB_TEST_HOOKS
+void jb__test_set_remote_lease_ttl_ms(uint64_t ms)
+{
+    atomic_store(&lease_ttl_ms, ms ? ms : LEASE_TTL_MS);
+}
+#endif
 
 /* Deletes KEYS[1] only while it holds ARGV[1]: one step on the server, so a lease that
  * expired and was taken by another host in between is never deleted. */
@@ -36,7 +53,19 @@ static const char release_script[] =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end "
     "return 0";
 
+/* Sets KEYS[1] to expire in ARGV[2] ms only while it holds ARGV[1]. */
+static const char renew_script[] =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], "
+    "ARGV[2]) end return 0";
+
 static atomic_uint_fast64_t counter_waits, counter_timeouts;
+
+/* A held lease's lifetime in ms: the TTL, or the compile timeout when that is shorter. */
+static uint64_t lease_lifetime_ms(void)
+{
+    uint64_t ttl = atomic_load(&lease_ttl_ms), timeout = jb__child_timeout_ms();
+    return ttl < timeout ? ttl : timeout;
+}
 
 /* The calling thread's build that found a key's fleet lease held, between the rounds of its
  * wait (made with the module cache's lock let go): the key's entry name and the deadline. */
@@ -68,6 +97,101 @@ static void new_token(char out[33])
         snprintf(out + 2 * i, 3, "%02x", bytes[i]);
 }
 
+/* ---- a holder renews its lease while it compiles ---- */
+
+struct jb_remote_lease_keeper {
+    pthread_mutex_t mutex;
+    pthread_cond_t wake; /* on CLOCK_MONOTONIC */
+    bool stop;
+    char name[64], token[33];
+    pthread_t thread;
+};
+
+static void renew(const char *name, const char *token, uint64_t lifetime_ms)
+{
+    char expiry[24];
+    snprintf(expiry, sizeof expiry, "%llu", (unsigned long long)lifetime_ms);
+    const char *argv[] = {"EVAL", renew_script, "1", name, token, expiry};
+    size_t lens[] = {4, strlen(renew_script), 1, strlen(name), strlen(token), strlen(expiry)};
+    jb_redis_reply reply;
+    if (jb__remote_call("renew a lease", 6, argv, lens, &reply) == JB_OK)
+        jb__redis_reply_free(&reply);
+}
+
+static void *keeper_main(void *arg)
+{
+    struct jb_remote_lease_keeper *k = arg;
+    uint64_t lifetime = lease_lifetime_ms(), every_ns = lifetime * 1000000ULL / 3;
+    pthread_mutex_lock(&k->mutex);
+    while (!k->stop) {
+        struct timespec at;
+        clock_gettime(CLOCK_MONOTONIC, &at);
+        uint64_t ns = (uint64_t)at.tv_nsec + every_ns;
+        at.tv_sec += (time_t)(ns / 1000000000ULL);
+        at.tv_nsec = (long)(ns % 1000000000ULL);
+        if (pthread_cond_timedwait(&k->wake, &k->mutex, &at) == ETIMEDOUT && !k->stop) {
+            pthread_mutex_unlock(&k->mutex); /* the release does not wait behind the store */
+            renew(k->name, k->token, lifetime);
+            pthread_mutex_lock(&k->mutex);
+        }
+    }
+    pthread_mutex_unlock(&k->mutex);
+    return NULL;
+}
+
+/* Starts the thread that renews the held lease. Without it (no memory, no threads left) the
+ * lease lives its one lifetime: a compile longer than that may be done twice, never worse. */
+static void keep_renewed(jb_remote_lease *lease)
+{
+    struct jb_remote_lease_keeper *k = calloc(1, sizeof *k);
+    pthread_condattr_t attr;
+    if (!k || pthread_condattr_init(&attr) != 0) {
+        free(k);
+        return;
+    }
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    bool made = pthread_cond_init(&k->wake, &attr) == 0;
+    pthread_condattr_destroy(&attr);
+    if (!made || pthread_mutex_init(&k->mutex, NULL) != 0) {
+        if (made)
+            pthread_cond_destroy(&k->wake);
+        free(k);
+        return;
+    }
+    memcpy(k->name, lease->name, sizeof k->name);
+    memcpy(k->token, lease->token, sizeof k->token);
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old); /* no handler of the host runs on it */
+    int err = pthread_create(&k->thread, NULL, keeper_main, k);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (err != 0) {
+        pthread_mutex_destroy(&k->mutex);
+        pthread_cond_destroy(&k->wake);
+        free(k);
+        return;
+    }
+    lease->keeper = k;
+}
+
+static void stop_renewing(jb_remote_lease *lease)
+{
+    struct jb_remote_lease_keeper *k = lease->keeper;
+    if (!k)
+        return;
+    pthread_mutex_lock(&k->mutex);
+    k->stop = true;
+    pthread_cond_signal(&k->wake);
+    pthread_mutex_unlock(&k->mutex);
+    pthread_join(k->thread, NULL);
+    pthread_mutex_destroy(&k->mutex);
+    pthread_cond_destroy(&k->wake);
+    free(k);
+    lease->keeper = NULL;
+}
+
+/* ---- taking, waiting, letting go ---- */
+
 jb_lease_outcome jb__remote_lease_acquire(const jb_disk_key *key, jb_remote_lease *out)
 {
     memset(out, 0, sizeof *out);
@@ -87,7 +211,7 @@ jb_lease_outcome jb__remote_lease_acquire(const jb_disk_key *key, jb_remote_leas
     lease_name(key->file, out->name);
     new_token(out->token);
     char expiry[24];
-    snprintf(expiry, sizeof expiry, "%llu", (unsigned long long)jb__child_timeout_ms());
+    snprintf(expiry, sizeof expiry, "%llu", (unsigned long long)lease_lifetime_ms());
     const char *argv[] = {"SET", out->name, out->token, "NX", "PX", expiry};
     size_t lens[] = {3, strlen(out->name), strlen(out->token), 2, 2, strlen(expiry)};
     jb_redis_reply reply;
@@ -97,6 +221,7 @@ jb_lease_outcome jb__remote_lease_acquire(const jb_disk_key *key, jb_remote_leas
     jb__redis_reply_free(&reply);
     if (held) {
         out->held = true;
+        keep_renewed(out);
         return JB_LEASE_HELD;
     }
     if (!busy)
@@ -153,6 +278,7 @@ void jb__remote_lease_release(jb_remote_lease *lease)
 {
     if (!lease->held)
         return;
+    stop_renewing(lease);
     const char *argv[] = {"EVAL", release_script, "1", lease->name, lease->token};
     size_t lens[] = {4, strlen(release_script), 1, strlen(lease->name), strlen(lease->token)};
     jb_redis_reply reply;

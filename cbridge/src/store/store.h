@@ -358,17 +358,18 @@ int jb__remote_call(const char *what, int argc, const char **argv, const size_t 
 void jb__test_set_remote_timing(int connect_ms, int operation_ms, int breaker_ms);
 #endif
 
-/* ---- the fleet's lease (remote_lease.c): one compile per key across the remote tier's hosts ---- */
+/* ---- the fleet's lease (remote_lease.c): one compile per key across a remote tier's hosts ---- */
 typedef struct jb_remote_lease {
     bool held;
     char name[64];  /* its Redis key */
-    char token[33]; /* this holder's random value: only it deletes the lease */
+    char token[33]; /* this holder's random value: only it renews or deletes the lease */
+    struct jb_remote_lease_keeper *keeper; /* the thread that renews it while held, or NULL */
 } jb_remote_lease;
-/* Takes the fleet's lease of `key` (SET NX PX, the compile timeout) after the host's: HELD
- * (compile, store, release), BUSY (another host compiles it: the caller lets go of the module
- * cache's lock, calls jb__remote_lease_wait and looks again from the top), or NONE (compile
- * without it: no writable tier, a failing store, or the wait's deadline, the compile timeout
- * from the key's first try, passed). */
+/* Takes the fleet's lease of `key` after the host's (SET NX PX: 10 s, renewed while held, or
+ * the compile timeout when shorter): HELD (compile, store, release), BUSY (another host
+ * compiles it: the caller lets go of the module cache's lock, calls jb__remote_lease_wait and
+ * looks again from the top), or NONE (compile without it: no writable tier, a failing store,
+ * or the wait's deadline, the compile timeout from the key's first try, passed). */
 jb_lease_outcome jb__remote_lease_acquire(const jb_disk_key *key, jb_remote_lease *out);
 /* After BUSY, with no lock of the module cache held: polls every 75 ms until the entry is
  * stored, the lease is gone (released after a failure, or expired with a dead holder), the
@@ -380,6 +381,10 @@ void jb__remote_lease_release(jb_remote_lease *lease);
 bool jb__remote_entry_exists(const jb_disk_key *key);
 void jb__remote_lease_counters(uint64_t *waits, uint64_t *timeouts);
 void jb__remote_lease_counters_reset(void);
+#ifdef JB_TEST_HOOKS
+/* A held lease lives `ms` unless renewed (0: the default, 10 s). */
+void jb__test_set_remote_lease_ttl_ms(uint64_t ms);
+#endif
 
 #ifdef JB_TEST_HOOKS
 /* While set, jb__disk_create_unnamed fails as on a file system without O_TMPFILE. */
