@@ -9,6 +9,7 @@
  * - a lease left by a dead holder (set with PX by the test) holds a host up until it expires,
  *   then the host compiles; one that outlives the compile timeout is waited for until then;
  * - a failed compile lets go of its lease, so the next host does not wait;
+ * - a waiting host's other threads build other kernels meanwhile (no lock is held);
  * - a read-only tier takes no lease and waits for none.
  * Without redis-server the test fails: CI installs it.
  */
@@ -19,6 +20,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,17 +61,10 @@ static void keep_key(void *user_data, const jb_cache_event *e)
         snprintf(content_key, sizeof content_key, "%s", e->content_key);
 }
 
-/* argv: child SALT, or child fail (a body that does not compile). */
-static int child_main(const char *what)
+/* Launches kernel `what` (a number, or "fail": a body that does not compile): whether it did
+ * what it should. */
+static bool launch_one(jb_device *device, const char *what)
 {
-    char byte;
-    while (read(0, &byte, 1) > 0) /* the parent's go: the pipe on stdin is closed */
-        ;
-    const char *ttl = getenv("JB_TEST_REMOTE_LEASE_TTL_MS");
-    jb__test_set_remote_lease_ttl_ms(ttl ? strtoull(ttl, NULL, 10) : 0);
-    jb_set_event_callback(keep_key, NULL);
-    jb_device *device = test_device();
-    uint64_t start = now_ms();
     bool right = false;
     jb_custom_kernel *k = NULL;
     jb_array *x = device ? f32_filled(device, N, 0.0f) : NULL, *y = NULL;
@@ -83,18 +78,63 @@ static int child_main(const char *what)
         k = f32_kernel(name, body);
         right = f32_launch(&y, k, &x, 1, N) == JB_OK && f32_all_equal(y, N, (float)atoi(what));
     }
-    uint64_t took = now_ms() - start;
     jb_array_free(y);
     jb_array_free(x);
     jb_custom_kernel_free(k);
+    return right;
+}
+
+typedef struct first_launch {
+    jb_device *device;
+    const char *what;
+    bool right;
+} first_launch;
+
+static void *launch_first(void *arg)
+{
+    first_launch *f = arg;
+    f->right = launch_one(f->device, f->what);
+    return NULL;
+}
+
+/* argv: child WHAT, where WHAT is a kernel for launch_one, or "A+B": A launched on a thread of
+ * its own and, 300 ms later, B on this one, timed apart (other_ms). */
+static int child_main(char *what)
+{
+    char byte;
+    while (read(0, &byte, 1) > 0) /* the parent's go: the pipe on stdin is closed */
+        ;
+    const char *ttl = getenv("JB_TEST_REMOTE_LEASE_TTL_MS");
+    jb__test_set_remote_lease_ttl_ms(ttl ? strtoull(ttl, NULL, 10) : 0);
+    jb_set_event_callback(keep_key, NULL);
+    jb_device *device = test_device();
+    uint64_t start = now_ms(), other_ms = 0;
+    bool right;
+    char *second = strchr(what, '+');
+    if (second) {
+        *second++ = '\0';
+        first_launch first = {device, what, false};
+        pthread_t thread;
+        bool started = pthread_create(&thread, NULL, launch_first, &first) == 0;
+        sleep_ms(300);
+        uint64_t other_start = now_ms();
+        right = launch_one(device, second);
+        other_ms = now_ms() - other_start;
+        if (started)
+            pthread_join(thread, NULL);
+        right = right && started && first.right;
+    } else {
+        right = launch_one(device, what);
+    }
+    uint64_t took = now_ms() - start;
     jb_counters c;
     jb_counters_get(&c, sizeof c);
     printf("builds=%llu remote_hits=%llu remote_stores=%llu waits=%llu timeouts=%llu ms=%llu "
-           "right=%d key=%s\n",
+           "right=%d key=%s other_ms=%llu\n",
            (unsigned long long)c.builds, (unsigned long long)c.remote_hits,
            (unsigned long long)c.remote_stores, (unsigned long long)c.remote_lease_waits,
            (unsigned long long)c.remote_lease_timeouts, (unsigned long long)took, right,
-           content_key[0] ? content_key : "-");
+           content_key[0] ? content_key : "-", (unsigned long long)other_ms);
     jb_set_event_callback(NULL, NULL);
     return 0;
 }
@@ -225,7 +265,7 @@ static bool set_foreign_lease(const char *key, int ms)
 
 typedef struct outcome {
     bool exited;
-    unsigned long long builds, remote_hits, remote_stores, waits, timeouts, ms;
+    unsigned long long builds, remote_hits, remote_stores, waits, timeouts, ms, other_ms;
     int right;
     char key[80];
     char text[2048];
@@ -306,9 +346,9 @@ static outcome finish_host(host h)
     o.exited = h.pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
     sscanf(o.text,
            "builds=%llu remote_hits=%llu remote_stores=%llu waits=%llu timeouts=%llu ms=%llu "
-           "right=%d key=%79s",
+           "right=%d key=%79s other_ms=%llu",
            &o.builds, &o.remote_hits, &o.remote_stores, &o.waits, &o.timeouts, &o.ms, &o.right,
-           o.key);
+           o.key, &o.other_ms);
     return o;
 }
 
@@ -436,6 +476,16 @@ int main(int argc, char **argv)
           "a wait did not end at the compile timeout:\n%s", o.text);
     lease_value(key, value, sizeof value);
     CHECK(strcmp(value, "a-dead-host") == 0, "another holder's lease was touched: '%s'", value);
+
+    /* A host waits for a lease with the module cache's lock let go: its other threads build
+     * meanwhile (kernel 8 while kernel 7 waits 2 s for another host's lease). */
+    CHECK(key_of("7", NULL, key, sizeof key), "the key of kernel 7");
+    CHECK(set_foreign_lease(key, 2000), "SET of another host's lease");
+    o = run_host("7+8", url, NULL, NULL);
+    CHECK(o.exited && o.right && o.builds == 2 && o.waits == 1 && o.ms >= 1800 &&
+              o.other_ms < 1200,
+          "a build waited behind another thread's lease wait (%llu ms):\n%s", o.other_ms,
+          o.text);
 
     /* A failed compile lets go of its lease: the next host compiles at once. */
     o = run_host("fail", url, compiler, "20000"); /* a lease left behind would last 20 s */
