@@ -413,6 +413,9 @@ static int compile_under_remote_lease(jb_device *dev, const char *module_name,
                                       const char *const *kernel_names, size_t num_kernels,
                                       const jb_disk_key *key, jb_module **out, const char **how)
 {
+    int status;
+    if (jb__build_failure_recall(dev, module_name, source, &status))
+        return status; /* failed here before: no lease for a compile that will not run */
     jb_remote_lease lease;
     jb_lease_outcome outcome = jb__remote_lease_acquire(key, &lease);
     if (outcome == JB_LEASE_BUSY)
@@ -426,8 +429,8 @@ static int compile_under_remote_lease(jb_device *dev, const char *module_name,
         *how = "remote";
         return JB_OK;
     }
-    int status = compile_and_store(dev, module_name, source, options, kernel_names, num_kernels,
-                                   key, out);
+    status = compile_and_store(dev, module_name, source, options, kernel_names, num_kernels, key,
+                               out);
     jb__remote_lease_release(&lease); /* stored, or failed: the next host compiles itself */
     return status;
 }
