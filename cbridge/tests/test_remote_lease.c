@@ -10,6 +10,7 @@
  *   then the host compiles; one that outlives the compile timeout is waited for until then;
  * - a failed compile lets go of its lease, so the next host does not wait;
  * - a waiting host's other threads build other kernels meanwhile (no lock is held);
+ * - a server stopped during a wait ends it (the breaker trips) and the host compiles;
  * - a read-only tier takes no lease and waits for none.
  * Without redis-server the test fails: CI installs it.
  */
@@ -104,6 +105,11 @@ static int child_main(char *what)
     char byte;
     while (read(0, &byte, 1) > 0) /* the parent's go: the pipe on stdin is closed */
         ;
+    const char *timing = getenv("JB_TEST_REMOTE_TIMING");
+    int connect_ms = 0, operation_ms = 0, breaker_ms = 0;
+    if (timing)
+        sscanf(timing, "%d,%d,%d", &connect_ms, &operation_ms, &breaker_ms);
+    jb__test_set_remote_timing(connect_ms, operation_ms, breaker_ms);
     const char *ttl = getenv("JB_TEST_REMOTE_LEASE_TTL_MS");
     jb__test_set_remote_lease_ttl_ms(ttl ? strtoull(ttl, NULL, 10) : 0);
     jb_set_event_callback(keep_key, NULL);
@@ -130,11 +136,12 @@ static int child_main(char *what)
     jb_counters c;
     jb_counters_get(&c, sizeof c);
     printf("builds=%llu remote_hits=%llu remote_stores=%llu waits=%llu timeouts=%llu ms=%llu "
-           "right=%d key=%s other_ms=%llu\n",
+           "right=%d key=%s other_ms=%llu trips=%llu\n",
            (unsigned long long)c.builds, (unsigned long long)c.remote_hits,
            (unsigned long long)c.remote_stores, (unsigned long long)c.remote_lease_waits,
            (unsigned long long)c.remote_lease_timeouts, (unsigned long long)took, right,
-           content_key[0] ? content_key : "-", (unsigned long long)other_ms);
+           content_key[0] ? content_key : "-", (unsigned long long)other_ms,
+           (unsigned long long)c.remote_breaker_trips);
     jb_set_event_callback(NULL, NULL);
     return 0;
 }
@@ -265,7 +272,7 @@ static bool set_foreign_lease(const char *key, int ms)
 
 typedef struct outcome {
     bool exited;
-    unsigned long long builds, remote_hits, remote_stores, waits, timeouts, ms, other_ms;
+    unsigned long long builds, remote_hits, remote_stores, waits, timeouts, ms, other_ms, trips;
     int right;
     char key[80];
     char text[2048];
@@ -346,9 +353,9 @@ static outcome finish_host(host h)
     o.exited = h.pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
     sscanf(o.text,
            "builds=%llu remote_hits=%llu remote_stores=%llu waits=%llu timeouts=%llu ms=%llu "
-           "right=%d key=%79s other_ms=%llu",
+           "right=%d key=%79s other_ms=%llu trips=%llu",
            &o.builds, &o.remote_hits, &o.remote_stores, &o.waits, &o.timeouts, &o.ms, &o.right,
-           o.key, &o.other_ms);
+           o.key, &o.other_ms, &o.trips);
     return o;
 }
 
@@ -486,6 +493,23 @@ int main(int argc, char **argv)
               o.other_ms < 1200,
           "a build waited behind another thread's lease wait (%llu ms):\n%s", o.other_ms,
           o.text);
+
+    /* The server stopped (SIGSTOP) during a wait: the next poll times out (300 ms here), the
+     * breaker trips and the host compiles, long before the lease (10 s) or the compile
+     * timeout (20 s) would have ended the wait. */
+    CHECK(key_of("9", NULL, key, sizeof key), "the key of kernel 9");
+    CHECK(set_foreign_lease(key, 10000), "SET of another host's lease");
+    setenv("JB_TEST_REMOTE_TIMING", "100,300,60000", 1);
+    host h = start_host("9", url, NULL, "20000", go);
+    unsetenv("JB_TEST_REMOTE_TIMING");
+    let_go(go);
+    sleep_ms(1000);
+    kill(server_pid, SIGSTOP);
+    o = finish_host(h);
+    kill(server_pid, SIGCONT);
+    CHECK(o.exited && o.right && o.builds == 1 && o.waits == 1 && o.trips == 1 &&
+              o.ms < 5000,
+          "a host waiting on a stopped server did not compile soon:\n%s", o.text);
 
     /* A failed compile lets go of its lease: the next host compiles at once. */
     o = run_host("fail", url, compiler, "20000"); /* a lease left behind would last 20 s */
