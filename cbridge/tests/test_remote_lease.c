@@ -451,10 +451,10 @@ int main(int argc, char **argv)
     lease_value(oa.key, value, sizeof value);
     CHECK(strcmp(value, "(nil)") == 0, "the holder left its lease: '%s'", value);
 
-    /* A compile three times longer than a lease lives (0.5 s here): its holder renews it, so
-     * the other host still waits instead of compiling. */
+    /* A compile (1.5 s and more) longer than a lease lives (0.9 s here): its holder renews it,
+     * so the other host still waits instead of compiling. */
     int before = compiles();
-    setenv("JB_TEST_REMOTE_LEASE_TTL_MS", "500", 1);
+    setenv("JB_TEST_REMOTE_LEASE_TTL_MS", "900", 1);
     a = start_host("6", url, slower, NULL, go), b = start_host("6", url, slower, NULL, go);
     unsetenv("JB_TEST_REMOTE_LEASE_TTL_MS");
     let_go(go);
