@@ -967,10 +967,10 @@ JB_API jb_status jb_disk_cache_verify(uint64_t *valid, uint64_t *invalid);
  * child never uses its parent's connection.
  * The hosts compile each kernel once: before compiling, a host takes the kernel's fleet lease
  * in the store (SET NX PX, renewed while it compiles, expiring 10 s after its holder died or
- * lost the store); a host that finds it held
- * waits with no lock of the library held, asking every 75 ms, for the value (then loads it),
- * for the lease to go (then takes it and compiles) or until the compile timeout (then compiles
- * alone): remote_lease_waits and remote_lease_timeouts count them. A read-only tier takes none.
+ * lost the store); a host that finds it held waits with no lock of the library held, asking
+ * every 75 ms, for the value (then loads it), for the lease to go (then takes it and compiles)
+ * or until the compile timeout (then compiles alone): remote_lease_waits and
+ * remote_lease_timeouts count them. A read-only tier takes no lease.
  * Set by $JITBRIDGE_REMOTE_CACHE and $JITBRIDGE_REMOTE_KEY_FILE, read at the first build (a
  * bad value is one warning and no tier), or by jb_remote_cache_set.
  */

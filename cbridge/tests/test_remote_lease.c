@@ -11,6 +11,7 @@
  * - a failed compile lets go of its lease, so the next host does not wait;
  * - a waiting host's other threads build other kernels meanwhile (no lock is held);
  * - a server stopped during a wait ends it (the breaker trips) and the host compiles;
+ * - a forged value under the key does not end a wait (nor is it fetched every poll);
  * - a read-only tier takes no lease and waits for none.
  * Without redis-server the test fails: CI installs it.
  */
@@ -136,12 +137,12 @@ static int child_main(char *what)
     jb_counters c;
     jb_counters_get(&c, sizeof c);
     printf("builds=%llu remote_hits=%llu remote_stores=%llu waits=%llu timeouts=%llu ms=%llu "
-           "right=%d key=%s other_ms=%llu trips=%llu\n",
+           "right=%d key=%s other_ms=%llu trips=%llu rejected=%llu\n",
            (unsigned long long)c.builds, (unsigned long long)c.remote_hits,
            (unsigned long long)c.remote_stores, (unsigned long long)c.remote_lease_waits,
            (unsigned long long)c.remote_lease_timeouts, (unsigned long long)took, right,
            content_key[0] ? content_key : "-", (unsigned long long)other_ms,
-           (unsigned long long)c.remote_breaker_trips);
+           (unsigned long long)c.remote_breaker_trips, (unsigned long long)c.remote_rejected);
     jb_set_event_callback(NULL, NULL);
     return 0;
 }
@@ -268,11 +269,21 @@ static bool set_foreign_lease(const char *key, int ms)
     return strcmp(answer, "OK") == 0;
 }
 
+/* Files a value that is no entry under content key `key`, as a forger would. */
+static bool set_forged_value(const char *key)
+{
+    char name[128], answer[64];
+    snprintf(name, sizeof name, "jitbridge:v1:%s", key);
+    command(answer, sizeof answer, 3, (const char *[]){"SET", name, "not a signed entry"});
+    return strcmp(answer, "OK") == 0;
+}
+
 /* ---- the parent ---- */
 
 typedef struct outcome {
     bool exited;
-    unsigned long long builds, remote_hits, remote_stores, waits, timeouts, ms, other_ms, trips;
+    unsigned long long builds, remote_hits, remote_stores, waits, timeouts, ms, other_ms, trips,
+        rejected;
     int right;
     char key[80];
     char text[2048];
@@ -353,9 +364,9 @@ static outcome finish_host(host h)
     o.exited = h.pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
     sscanf(o.text,
            "builds=%llu remote_hits=%llu remote_stores=%llu waits=%llu timeouts=%llu ms=%llu "
-           "right=%d key=%79s other_ms=%llu trips=%llu",
+           "right=%d key=%79s other_ms=%llu trips=%llu rejected=%llu",
            &o.builds, &o.remote_hits, &o.remote_stores, &o.waits, &o.timeouts, &o.ms, &o.right,
-           o.key, &o.other_ms, &o.trips);
+           o.key, &o.other_ms, &o.trips, &o.rejected);
     return o;
 }
 
@@ -510,6 +521,15 @@ int main(int argc, char **argv)
     CHECK(o.exited && o.right && o.builds == 1 && o.waits == 1 && o.trips == 1 &&
               o.ms < 5000,
           "a host waiting on a stopped server did not compile soon:\n%s", o.text);
+
+    /* A forged value under the key while another host holds the lease: rejected once, then
+     * waited past (not fetched and rejected again every 75 ms) until the lease expires. */
+    CHECK(key_of("10", NULL, key, sizeof key), "the key of kernel 10");
+    CHECK(set_forged_value(key) && set_foreign_lease(key, 1500), "SET of a forged value");
+    o = run_host("10", url, NULL, NULL);
+    CHECK(o.exited && o.right && o.builds == 1 && o.waits == 1 && o.rejected == 2 &&
+              o.remote_stores == 1 && o.ms >= 1200,
+          "a forged value ended a lease wait at once:\n%s", o.text);
 
     /* A failed compile lets go of its lease: the next host compiles at once. */
     o = run_host("fail", url, compiler, "20000"); /* a lease left behind would last 20 s */

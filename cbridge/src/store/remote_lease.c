@@ -73,6 +73,7 @@ static _Thread_local struct {
     bool continuing; /* the last acquire was BUSY: the next one of this key keeps the deadline */
     bool armed;      /* a wait is due */
     bool counted;    /* this build's wait is counted */
+    bool absent;     /* no value was under the key: one that appears ends the wait */
     char file[64];
     uint64_t deadline_ns;
 } pending;
@@ -130,7 +131,7 @@ static void *keeper_main(void *arg)
         at.tv_sec += (time_t)(ns / 1000000000ULL);
         at.tv_nsec = (long)(ns % 1000000000ULL);
         if (pthread_cond_timedwait(&k->wake, &k->mutex, &at) == ETIMEDOUT && !k->stop) {
-            pthread_mutex_unlock(&k->mutex); /* the release does not wait behind the store */
+            pthread_mutex_unlock(&k->mutex); /* a stop is not held up by the store's answer */
             renew(k->name, k->token, lifetime);
             pthread_mutex_lock(&k->mutex);
         }
@@ -227,6 +228,8 @@ jb_lease_outcome jb__remote_lease_acquire(const jb_disk_key *key, jb_remote_leas
     if (!busy)
         return JB_LEASE_NONE; /* an answer SET NX never gives: not a lease to wait on */
     pending.continuing = pending.armed = true;
+    /* A value that was there (and rejected) must not end the wait at once, every round. */
+    pending.absent = jb__remote_last_load_missed();
     return JB_LEASE_BUSY;
 }
 
@@ -269,7 +272,7 @@ void jb__remote_lease_wait(void)
         if (now >= pending.deadline_ns)
             return;
         jb__nap_ns(pending.deadline_ns - now < POLL_NS ? pending.deadline_ns - now : POLL_NS);
-        if (exists(entry) != 0 || exists(lease) != 1)
+        if ((pending.absent && exists(entry) != 0) || exists(lease) != 1)
             return; /* stored, free, or the store failed: the caller looks again */
     }
 }

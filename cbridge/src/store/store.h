@@ -372,8 +372,9 @@ typedef struct jb_remote_lease {
  * or the wait's deadline, the compile timeout from the key's first try, passed). */
 jb_lease_outcome jb__remote_lease_acquire(const jb_disk_key *key, jb_remote_lease *out);
 /* After BUSY, with no lock of the module cache held: polls every 75 ms until the entry is
- * stored, the lease is gone (released after a failure, or expired with a dead holder), the
- * store fails or the deadline passes; nothing after any other outcome. */
+ * stored (when none was there before), the lease is gone (released after a failure, or
+ * expired with a dead holder), the store fails or the deadline passes; nothing after any
+ * other outcome. */
 void jb__remote_lease_wait(void);
 /* Deletes a held lease if it is still this holder's (compare and delete in one script). */
 void jb__remote_lease_release(jb_remote_lease *lease);
