@@ -3,6 +3,7 @@
  * own temporary folder and killed when it ends. Each host is a new process (this program in
  * "child" mode) with a cache folder of its own, and compiles through a wrapper around gcc that
  * sleeps 0.4 s first (so that two hosts' compiles would overlap) and notes each compile:
+ * - four hosts first-launching six kernels, each in its own order, compile each once;
  * - two hosts first-launching one kernel together compile it once; the other waits for the
  *   value and loads it, and no lease is left; also when the compile outlives the lease's
  *   lifetime (its holder renews it);
@@ -99,8 +100,8 @@ static void *launch_first(void *arg)
     return NULL;
 }
 
-/* argv: child WHAT, where WHAT is a kernel for launch_one, or "A+B": A launched on a thread of
- * its own and, 300 ms later, B on this one, timed apart (other_ms). */
+/* argv: child WHAT, where WHAT is kernels for launch_one launched in order ("1,2,3"), or "A+B":
+ * A launched on a thread of its own and, 300 ms later, B on this one, timed apart (other_ms). */
 static int child_main(char *what)
 {
     char byte;
@@ -131,7 +132,9 @@ static int child_main(char *what)
             pthread_join(thread, NULL);
         right = right && started && first.right;
     } else {
-        right = launch_one(device, what);
+        right = true;
+        for (char *one = strtok(what, ","); one; one = strtok(NULL, ","))
+            right = launch_one(device, one) && right;
     }
     uint64_t took = now_ms() - start;
     jb_counters c;
@@ -452,7 +455,8 @@ int main(int argc, char **argv)
 
     /* Two hosts first-launch one kernel together: one compile; the other waits and loads it. */
     int go[2] = {0, 0};
-    host a = start_host("1", url, compiler, NULL, go), b = start_host("1", url, compiler, NULL, go);
+    host a = start_host("1", url, compiler, NULL, go);
+    host b = start_host("1", url, compiler, NULL, go);
     let_go(go);
     outcome oa = finish_host(a), ob = finish_host(b);
     CHECK(oa.exited && ob.exited && oa.right && ob.right && oa.builds + ob.builds == 1 &&
@@ -462,9 +466,30 @@ int main(int argc, char **argv)
     lease_value(oa.key, value, sizeof value);
     CHECK(strcmp(value, "(nil)") == 0, "the holder left its lease: '%s'", value);
 
+    /* Four hosts first-launch the same six kernels, each in its own order: six compiles. */
+    const char *orders[] = {"20,21,22,23,24,25", "25,24,23,22,21,20", "22,23,24,25,20,21",
+                            "23,22,21,20,25,24"};
+    host four[4];
+    outcome o;
+    int before = compiles();
+    for (int i = 0; i < 4; i++)
+        four[i] = start_host(orders[i], url, compiler, NULL, go);
+    let_go(go);
+    unsigned long long builds = 0, hits = 0;
+    bool all_right = true;
+    char texts[4 * 256] = "";
+    for (int i = 0; i < 4; i++) {
+        o = finish_host(four[i]);
+        all_right = all_right && o.exited && o.right && o.timeouts == 0;
+        builds += o.builds, hits += o.remote_hits;
+        snprintf(texts + strlen(texts), sizeof texts - strlen(texts), "%.255s", o.text);
+    }
+    CHECK(all_right && builds == 6 && hits == 18 && compiles() == before + 6,
+          "four hosts compiled six kernels %d times:\n%s", compiles() - before, texts);
+
     /* A compile (1.5 s and more) longer than a lease lives (0.9 s here): its holder renews it,
      * so the other host still waits instead of compiling. */
-    int before = compiles();
+    before = compiles();
     setenv("JB_TEST_REMOTE_LEASE_TTL_MS", "900", 1);
     a = start_host("6", url, slower, NULL, go), b = start_host("6", url, slower, NULL, go);
     unsetenv("JB_TEST_REMOTE_LEASE_TTL_MS");
@@ -480,7 +505,7 @@ int main(int argc, char **argv)
     char key[80];
     CHECK(key_of("2", compiler, key, sizeof key), "the key of kernel 2");
     CHECK(set_foreign_lease(key, 1500), "SET of a dead holder's lease");
-    outcome o = run_host("2", url, compiler, NULL);
+    o = run_host("2", url, compiler, NULL);
     CHECK(o.exited && o.right && o.builds == 1 && o.waits == 1 && o.timeouts == 0 &&
               o.remote_stores == 1 && o.ms >= 1200,
           "a dead holder's lease did not hold the host up until it expired:\n%s", o.text);
