@@ -44,3 +44,22 @@ pub fn forget_build_failures() {
     // SAFETY: no arguments; empties a list under its own lock.
     unsafe { ffi::jb_forget_build_failures() };
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `Counters` is the C `jb_counters` whole: the library takes exactly its size, not a word
+    /// more (a field appended in C only, or in Rust only, fails here).
+    #[test]
+    fn counters_are_the_c_struct_size() {
+        let mut words = [0u64; std::mem::size_of::<Counters>() / 8 + 1];
+        let size = std::mem::size_of::<Counters>();
+        // SAFETY: `words` is a valid out buffer of at least each size passed.
+        let exact = unsafe { ffi::jb_counters_get(words.as_mut_ptr().cast(), size) };
+        // SAFETY: as above; a size the library does not know is refused, nothing written.
+        let larger = unsafe { ffi::jb_counters_get(words.as_mut_ptr().cast(), size + 8) };
+        assert_eq!(exact, ffi::JB_OK);
+        assert_ne!(larger, ffi::JB_OK, "the C jb_counters is larger than Counters");
+    }
+}

@@ -76,12 +76,17 @@ pub struct Counters {
     pub remote_stores: u64,
     /// Failures of the remote store that paused the tier (its breaker).
     pub remote_breaker_trips: u64,
+    /// Builds that found another host compiling the kernel (its fleet lease on the remote
+    /// tier) and waited for its value.
+    pub remote_lease_waits: u64,
+    /// Fleet lease waits that reached the compile timeout, then compiled alone.
+    pub remote_lease_timeouts: u64,
 }
 
 impl Counters {
     /// Every counter with its field name, in the struct's order: for a dashboard or an export
     /// (`jitbridge info --json` prints these).
-    pub fn fields(&self) -> [(&'static str, u64); 32] {
+    pub fn fields(&self) -> [(&'static str, u64); 34] {
         [
             ("builds", self.builds),
             ("build_failures", self.build_failures),
@@ -115,6 +120,8 @@ impl Counters {
             ("remote_rejected", self.remote_rejected),
             ("remote_stores", self.remote_stores),
             ("remote_breaker_trips", self.remote_breaker_trips),
+            ("remote_lease_waits", self.remote_lease_waits),
+            ("remote_lease_timeouts", self.remote_lease_timeouts),
         ]
     }
 
@@ -154,6 +161,8 @@ impl Counters {
             remote_rejected: self.remote_rejected - earlier.remote_rejected,
             remote_stores: self.remote_stores - earlier.remote_stores,
             remote_breaker_trips: self.remote_breaker_trips - earlier.remote_breaker_trips,
+            remote_lease_waits: self.remote_lease_waits - earlier.remote_lease_waits,
+            remote_lease_timeouts: self.remote_lease_timeouts - earlier.remote_lease_timeouts,
         }
     }
 }

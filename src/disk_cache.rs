@@ -29,6 +29,11 @@
 //! place as a read-only tier behind the cache folder. Bundles are trusted as the folder is (ours
 //! or root's, writable by no one else, under folders no one else may change), and every entry
 //! is checked (SHA-256) before it is loaded; a bad one is skipped with one warning.
+//!
+//! A remote tier ([`set_remote`], or `JITBRIDGE_REMOTE_CACHE` and `JITBRIDGE_REMOTE_KEY_FILE`)
+//! shares compiled code between hosts through a Redis server, below bundles: every value is
+//! signed with the fleet's key and verified before it is loaded, and the hosts compile each
+//! kernel once (a fleet lease in the store). See the README's remote tier section.
 
 use crate::error::{Error, c_path, c_str, check as check_status};
 use crate::ffi;
@@ -182,4 +187,42 @@ pub fn prewarm(device: crate::Device, path: &Path) -> Result<PrewarmResult, Erro
     // for the process) and a NUL-terminated path that outlives the call.
     check_status(unsafe { ffi::jb_prewarm(&mut result, device.raw(), path.as_ptr()) })?;
     Ok(result)
+}
+
+/// Sets the remote tier: `url` is `redis://HOST:PORT[/DB]` or `unix:///PATH` (an absolute
+/// socket path), either followed by `?mode=read-only` (values are loaded, none written, no
+/// lease taken) or `?mode=read-write` (the default). `key_file` holds the fleet's key: a regular
+/// file of 32 to 4096 bytes owned by this user, neither readable nor writable by group or
+/// others (`chmod 600`), read now. Nothing connects until a build needs the tier; builds under
+/// way keep the tier they started with.
+///
+/// Errors, with the tier left as it was: `InvalidArgument` for a malformed URL, credentials in
+/// it, a NUL byte in either argument, or a key file refused (the message says why); `System`
+/// when the key file cannot be opened; `Unsupported` when the Redis client (hiredis) cannot be
+/// loaded. A path that is not UTF-8 is used as its bytes, as the system takes it.
+pub fn set_remote(url: &str, key_file: &Path) -> Result<(), Error> {
+    if url.is_empty() {
+        return Err(Error::new(
+            crate::ErrorCode::InvalidArgument,
+            "set_remote: the URL is empty (clear_remote turns the tier off)",
+        ));
+    }
+    let url = std::ffi::CString::new(url).map_err(|_| {
+        Error::new(
+            crate::ErrorCode::InvalidArgument,
+            format!("set_remote: the URL {url:?} contains a NUL byte"),
+        )
+    })?;
+    let key_file = c_path(key_file)?;
+    // SAFETY: two NUL-terminated strings that outlive the call; the library copies what it keeps.
+    check_status(unsafe { ffi::jb_remote_cache_set(url.as_ptr(), key_file.as_ptr()) })
+}
+
+/// Turns the remote tier off (whether set by [`set_remote`] or by the variables), for the rest
+/// of the process or until the next [`set_remote`]; builds under way keep the tier they started
+/// with.
+pub fn clear_remote() {
+    // SAFETY: NULL turns the tier off; it cannot fail.
+    let status = unsafe { ffi::jb_remote_cache_set(std::ptr::null(), std::ptr::null()) };
+    debug_assert_eq!(status, ffi::JB_OK);
 }

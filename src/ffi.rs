@@ -6,6 +6,8 @@
 
 mod cache_files;
 pub use cache_files::*;
+mod remote;
+pub use remote::*;
 
 use std::os::raw::{c_char, c_int, c_void};
 

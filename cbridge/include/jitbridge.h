@@ -881,6 +881,10 @@ typedef struct jb_counters {
                                * refused: never loaded */
     uint64_t remote_stores;   /* compiled modules written to the remote tier */
     uint64_t remote_breaker_trips; /* failures of the store that paused the tier */
+    uint64_t remote_lease_waits;    /* builds that found another host compiling the kernel
+                                     * (its fleet lease) and waited for its value */
+    uint64_t remote_lease_timeouts; /* fleet lease waits that reached the compile timeout, then
+                                     * compiled alone */
 } jb_counters;
 
 /*
@@ -972,6 +976,12 @@ JB_API jb_status jb_disk_cache_verify(uint64_t *valid, uint64_t *invalid);
  * reply of the wrong type or not RESP) the tier is skipped for 15 s with one warning and
  * counted (remote_breaker_trips), then tried again. No SIGPIPE reaches the process; a forked
  * child never uses its parent's connection; messages show the URL with passwords masked.
+ * The hosts compile each kernel once: before compiling, a host takes the kernel's fleet lease
+ * in the store (SET NX PX, renewed while it compiles, expiring 10 s after its holder died or
+ * lost the store); a host that finds it held waits with no lock of the library held, asking
+ * every 75 ms, for the value (then loads it), for the lease to go (then takes it and compiles)
+ * or until the compile timeout (then compiles alone): remote_lease_waits and
+ * remote_lease_timeouts count them. A read-only tier takes no lease.
  * Set by $JITBRIDGE_REMOTE_CACHE and $JITBRIDGE_REMOTE_KEY_FILE, read at the first build (a
  * bad value is one warning and no tier), or by jb_remote_cache_set.
  */

@@ -181,6 +181,8 @@ int jb__seal_check(jb_device *dev, const char *name, bool once_per_module);
  * open); NULL with errno set when it cannot be listed. */
 DIR *jb__opendir_at(int dir);
 uint64_t jb__now_ns(void);
+/* Sleeps `ns` nanoseconds, the whole of it even when a signal interrupts the sleep. */
+void jb__nap_ns(uint64_t ns);
 uint64_t jb__fnv1a64(const void *data, size_t len, uint64_t seed);
 /* Overflow-checked size arithmetic: every sum or product of sizes or counts a caller, a file or
  * a driver can make large goes through these. Each writes *out and returns true when the result

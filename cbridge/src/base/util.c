@@ -22,6 +22,13 @@ uint64_t jb__now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
+void jb__nap_ns(uint64_t ns)
+{
+    struct timespec ts = {(time_t)(ns / 1000000000ULL), (long)(ns % 1000000000ULL)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
 uint64_t jb__fnv1a64(const void *data, size_t len, uint64_t seed)
 {
     const unsigned char *p = data;

@@ -293,10 +293,11 @@ static int cache_lookup_or_build(thread_state *ts, jb_device *dev, const char *n
             count_build(cache, dev, name, key, hash, index_hash, module, from_disk, start, &status);
             break;
         }
-        /* Another process compiles it: waited for with the lock let go, so that other
+        /* Another process or host compiles it: waited for with the lock let go, so that other
          * threads' hits and loads go on meanwhile. */
         CACHE_UNLOCK(cache);
         jb__lease_wait();
+        jb__remote_lease_wait();
     }
     CACHE_UNLOCK(cache);
     jb__warn_release();
@@ -422,6 +423,7 @@ jb_status jb_counters_get(jb_counters *caller_out, size_t caller_size)
                        &out->lease_stale_takeovers);
     jb__remote_counters(&out->remote_hits, &out->remote_misses, &out->remote_rejected,
                         &out->remote_stores, &out->remote_breaker_trips);
+    jb__remote_lease_counters(&out->remote_lease_waits, &out->remote_lease_timeouts);
     memcpy(caller_out, &all, caller_size);
     return JB_OK;
 }
@@ -443,6 +445,7 @@ void jb_counters_reset(void)
     jb__bundle_counters_reset();
     jb__lease_counters_reset();
     jb__remote_counters_reset();
+    jb__remote_lease_counters_reset();
     jb__memory_counters_reset();
     jb__slow_path_counters_reset();
 }

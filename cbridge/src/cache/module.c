@@ -403,6 +403,38 @@ static int compile_and_store(jb_device *dev, const char *module_name, const char
     return status;
 }
 
+/* Compiles with the key's fleet lease held (where the remote tier can be written), so that the
+ * hosts sharing the tier compile it once. One that finds the lease taken returns
+ * JB_BUILD_LEASE_BUSY: its caller lets go of the module cache's lock, waits
+ * (jb__remote_lease_wait) and looks again from the top, where the holder's value loads from the
+ * remote tier; past the compile timeout it compiles alone. */
+static int compile_under_remote_lease(jb_device *dev, const char *module_name,
+                                      const char *source, const jb_compile_options *options,
+                                      const char *const *kernel_names, size_t num_kernels,
+                                      const jb_disk_key *key, jb_module **out, const char **how)
+{
+    int status;
+    if (jb__build_failure_recall(dev, module_name, source, &status))
+        return status; /* failed here before: no lease for a compile that will not run */
+    jb_remote_lease lease;
+    jb_lease_outcome outcome = jb__remote_lease_acquire(key, &lease);
+    if (outcome == JB_LEASE_BUSY)
+        return JB_BUILD_LEASE_BUSY;
+    /* Stored by a host that let go between this one's look (a plain miss: a value rejected
+     * then is not loaded twice) and its lease. */
+    if (outcome == JB_LEASE_HELD && jb__remote_last_load_missed() &&
+        jb__remote_entry_exists(key) &&
+        load_from_remote(dev, key, module_name, source, kernel_names, num_kernels, out)) {
+        jb__remote_lease_release(&lease);
+        *how = "remote";
+        return JB_OK;
+    }
+    status = compile_and_store(dev, module_name, source, options, kernel_names, num_kernels, key,
+                               out);
+    jb__remote_lease_release(&lease); /* stored, or failed: the next host compiles itself */
+    return status;
+}
+
 /* Compiles with the key's lease held, so that the processes sharing the cache folder compile
  * it once. One that finds the lease taken returns JB_BUILD_LEASE_BUSY: its caller lets go of
  * the module cache's lock, waits (jb__lease_wait) and looks again from the top, where
@@ -437,8 +469,10 @@ static int compile_under_lease(jb_device *dev, const char *module_name, const ch
         *how = "remote";
         return JB_OK;
     }
-    status = compile_and_store(dev, module_name, source, options, kernel_names, num_kernels, key,
-                               out);
+    status = compile_under_remote_lease(dev, module_name, source, options, kernel_names,
+                                        num_kernels, key, out, how);
+    /* Let go also when another host compiles it (BUSY): this host's others then wait on the
+     * fleet's lease too, not behind this process's wait. */
     jb__lease_release(&lease, status == JB_ERR_COMPILE);
     return status;
 }
@@ -476,9 +510,12 @@ int jb__module_build(jb_device *dev, const char *module_name, const char *source
     else if (use_remote && keyed &&
              load_from_remote(dev, &key, module_name, source, kernel_names, num_kernels, out))
         how = "remote";
+    else if (use_remote && keyed)
+        status = compile_under_remote_lease(dev, module_name, source, options, kernel_names,
+                                            num_kernels, &key, out, &how);
     else
         status = compile_and_store(dev, module_name, source, options, kernel_names, num_kernels,
-                                   use_remote && keyed ? &key : NULL, out);
+                                   NULL, out);
     *from_disk = strcmp(how, "compiled") != 0;
     if (status == JB_OK && keyed)
         jb__manifest_record(dev->backend->name, dev->arch, &key, module_name, kernel_names, num_kernels, how);

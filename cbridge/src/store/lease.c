@@ -111,13 +111,6 @@ static int open_lease_dir(int dir)
     return fd;
 }
 
-static void nap(uint64_t ns)
-{
-    struct timespec ts = {(time_t)(ns / 1000000000ULL), (long)(ns % 1000000000ULL)};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
 /* Whether `st` is what a lease file of ours looks like (a regular file, ours, closed to others):
  * a racing process's fresh lease may be one not yet made 0600 (its creator's umask), and is
  * never removed. */
@@ -137,7 +130,7 @@ static bool lock_names(int leases)
             return true;
         if (errno != EWOULDBLOCK && errno != EINTR)
             return false;
-        nap(POLL_FIRST_NS);
+        jb__nap_ns(POLL_FIRST_NS);
     }
     return false;
 }
@@ -627,7 +620,7 @@ void jb__lease_wait(void)
             close(fd);
         if (!held || (watch_saw(watch, &st, now) && now >= pending.break_retry_ns))
             break;
-        nap(pause < deadline_ns - now ? pause : deadline_ns - now);
+        jb__nap_ns(pause < deadline_ns - now ? pause : deadline_ns - now);
     }
     close(leases);
 }

@@ -594,8 +594,11 @@ static void redis_key(const jb_disk_key *key, char out[64])
     snprintf(out, 64, "%s%.*s", REDIS_KEY_PREFIX, JB_DISK_ENTRY_HEX, key->file);
 }
 
+static _Thread_local bool last_load_missed; /* the store answered: no value under the key */
+
 bool jb__remote_load(const jb_disk_key *key, jb_blob *out)
 {
+    last_load_missed = false;
     remote_config c;
     if (!snapshot(&c) || breaker_open()) {
         memset(&c.key, 0, sizeof c.key);
@@ -623,6 +626,7 @@ bool jb__remote_load(const jb_disk_key *key, jb_blob *out)
         problem = "is not a string (the key was made another type: the store is shared)";
     } else if (reply.len == 0) {
         atomic_fetch_add(&counter_misses, 1); /* GETRANGE answers "" for a missing key */
+        last_load_missed = true;
     } else if (reply.len >= max_bytes) { /* the longest value stored is shorter (remote_store) */
         problem = "is larger than the entry cap";
     } else if (!(problem = value_problem(&c, key, (const unsigned char *)reply.str, reply.len,
@@ -715,4 +719,37 @@ void jb__remote_counters_reset(void)
     atomic_store(&counter_rejected, 0);
     atomic_store(&counter_stores, 0);
     atomic_store(&counter_trips, 0);
+}
+
+/* ---- for the fleet's lease (remote_lease.c) ---- */
+
+bool jb__remote_writable(void)
+{
+    remote_config c;
+    bool writable = snapshot(&c) && !c.read_only && !breaker_open();
+    memset(&c.key, 0, sizeof c.key);
+    return writable;
+}
+
+bool jb__remote_last_load_missed(void)
+{
+    return last_load_missed;
+}
+
+void jb__remote_entry_name(const jb_disk_key *key, char out[64])
+{
+    redis_key(key, out);
+}
+
+int jb__remote_call(const char *what, int argc, const char **argv, const size_t *lens,
+                    jb_redis_reply *reply)
+{
+    remote_config c;
+    bool usable = snapshot(&c) && !breaker_open();
+    memset(&c.key, 0, sizeof c.key); /* a command needs the address, never the fleet's key */
+    if (!usable) {
+        memset(reply, 0, sizeof *reply);
+        return JB_ERR_UNSUPPORTED;
+    }
+    return remote_command(&c, what, argc, argv, lens, reply);
 }

@@ -368,9 +368,50 @@ void jb__remote_store(const jb_disk_key *key, const jb_blob *code);
 void jb__remote_counters(uint64_t *hits, uint64_t *misses, uint64_t *rejected, uint64_t *stores,
                          uint64_t *breaker_trips);
 void jb__remote_counters_reset(void);
+/* Whether the tier may be written now: configured, not read-only, its breaker closed. */
+bool jb__remote_writable(void);
+/* Whether the calling thread's last jb__remote_load found no value in a store that answered
+ * (not a rejection, an open breaker or a failure). */
+bool jb__remote_last_load_missed(void);
+/* The Redis key of `key`'s value. */
+void jb__remote_entry_name(const jb_disk_key *key, char out[64]);
+/* Runs one command on the tier's connection: JB_OK with the reply (free it), JB_ERR_UNSUPPORTED
+ * when there is no tier or its breaker is open, JB_ERR_SYSTEM when the store failed or answered
+ * an error (the breaker has tripped). */
+int jb__remote_call(const char *what, int argc, const char **argv, const size_t *lens,
+                    jb_redis_reply *reply);
 #ifdef JB_TEST_HOOKS
 /* Shorter waits for the tests: connect, each operation, and the breaker's pause (0: default). */
 void jb__test_set_remote_timing(int connect_ms, int operation_ms, int breaker_ms);
+#endif
+
+/* ---- the fleet's lease (remote_lease.c): one compile per key across a remote tier's hosts ---- */
+typedef struct jb_remote_lease {
+    bool held;
+    char name[64];  /* its Redis key */
+    char token[33]; /* this holder's random value: only it renews or deletes the lease */
+    struct jb_remote_lease_keeper *keeper; /* the thread that renews it while held, or NULL */
+} jb_remote_lease;
+/* Takes the fleet's lease of `key` after the host's (SET NX PX: 10 s, renewed while held, or
+ * the compile timeout when shorter): HELD (compile, store, release), BUSY (another host
+ * compiles it: the caller lets go of the module cache's lock, calls jb__remote_lease_wait and
+ * looks again from the top), or NONE (compile without it: no writable tier, a failing store,
+ * or the wait's deadline, the compile timeout from the key's first try, passed). */
+jb_lease_outcome jb__remote_lease_acquire(const jb_disk_key *key, jb_remote_lease *out);
+/* After BUSY, with no lock of the module cache held: polls every 75 ms until the entry is
+ * stored (when none was there before), the lease is gone (released after a failure, or
+ * expired with a dead holder), the store fails or the deadline passes; nothing after any
+ * other outcome. */
+void jb__remote_lease_wait(void);
+/* Deletes a held lease if it is still this holder's (compare and delete in one script). */
+void jb__remote_lease_release(jb_remote_lease *lease);
+/* Whether `key`'s value is in the store now (false when it cannot be asked). */
+bool jb__remote_entry_exists(const jb_disk_key *key);
+void jb__remote_lease_counters(uint64_t *waits, uint64_t *timeouts);
+void jb__remote_lease_counters_reset(void);
+#ifdef JB_TEST_HOOKS
+/* A held lease lives `ms` unless renewed (0: the default, 10 s). */
+void jb__test_set_remote_lease_ttl_ms(uint64_t ms);
 #endif
 
 #ifdef JB_TEST_HOOKS

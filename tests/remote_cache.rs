@@ -1,0 +1,177 @@
+//! The remote tier from Rust, against a real redis-server that each test starts on a Unix
+//! socket in a temporary folder of its own (no port, nothing saved) and stops at its end. Each
+//! host is a child process (this test binary again, running `launch_with_remote_tier`) with a
+//! cache folder of its own, which sets the tier with `disk_cache::set_remote`.
+//! Without redis-server the tests fail: CI installs it.
+
+mod common;
+
+use jitbridge::disk_cache::{clear_remote, set_remote};
+use jitbridge::{Array, Counters, DType, Device, ErrorCode, LaunchShape};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const CHILD_TEST: &str = "launch_with_remote_tier";
+const URL: &str = "JB_REMOTE_TEST_URL";
+const KEY: &str = "JB_REMOTE_TEST_KEY";
+const CLEAR: &str = "JB_REMOTE_TEST_CLEAR";
+
+/// A redis-server of the test's own, killed and its folder removed when dropped.
+struct Server {
+    dir: PathBuf,
+    socket: PathBuf,
+    process: Child,
+}
+
+impl Server {
+    fn start(name: &str) -> Server {
+        // Short: a socket's path must fit in 108 bytes.
+        let dir = PathBuf::from(format!("/tmp/jb-rr-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let socket = dir.join("redis.sock");
+        let log = std::fs::File::create(dir.join("redis.log")).unwrap();
+        let process = Command::new("redis-server")
+            .args(["--port", "0", "--save", "", "--appendonly", "no", "--unixsocketperm", "700"])
+            .arg("--unixsocket")
+            .arg(&socket)
+            .arg("--dir")
+            .arg(&dir)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("redis-server cannot be started: install it (apt-get install redis-server)");
+        let server = Server { dir, socket, process };
+        let start = Instant::now();
+        while std::os::unix::net::UnixStream::connect(&server.socket).is_err() {
+            assert!(start.elapsed() < Duration::from_secs(10), "redis-server never listened");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        server
+    }
+
+    fn url(&self) -> String {
+        format!("unix://{}", self.socket.display())
+    }
+
+    /// A key file of `bytes` bytes with permissions `mode`.
+    fn key_file(&self, name: &str, bytes: usize, mode: u32) -> PathBuf {
+        key_file_at(&self.dir.join(name), bytes, mode)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn key_file_at(path: &Path, bytes: usize, mode: u32) -> PathBuf {
+    use std::io::Write;
+    let mut file =
+        std::fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(path).unwrap();
+    let key: Vec<u8> = (0..bytes).map(|i| b'a' + (i % 26) as u8).collect();
+    file.write_all(&key).unwrap();
+    path.to_path_buf()
+}
+
+/// In a child: sets the tier from the variables (and clears it again when CLEAR is set),
+/// launches one kernel, prints the counters. Inert in the parent.
+#[test]
+fn launch_with_remote_tier() {
+    if std::env::var(common::CHILD).as_deref() != Ok(CHILD_TEST) {
+        return;
+    }
+    set_remote(&std::env::var(URL).unwrap(), Path::new(&std::env::var_os(KEY).unwrap())).unwrap();
+    if std::env::var_os(CLEAR).is_some() {
+        clear_remote();
+    }
+    let input = Array::arange(Device::cpu().unwrap(), 32, DType::F32).unwrap();
+    let kernel = common::salted_kernel("remote_rs", 3, 7);
+    // SAFETY: 32 threads, each its own element of two 32-element arrays.
+    let out = unsafe { kernel.launch_unchecked(&[&input], &[&[32]], LaunchShape::Threads(32)) };
+    let values = out.unwrap()[0].to_vec::<f32>().unwrap();
+    let exact = values.iter().enumerate().all(|(i, &v)| v == i as f32 * 3.0 + 7.0);
+    let c = Counters::read();
+    println!(
+        "RESULT builds={} disk_hits={} remote_hits={} remote_stores={} exact={exact}",
+        c.builds, c.disk_hits, c.remote_hits, c.remote_stores
+    );
+}
+
+/// A host with an empty cache folder of its own: the counters its launch reports.
+fn host(cache: &Path, url: &str, key: &Path, clear: bool) -> [u64; 4] {
+    let cache = cache.to_str().unwrap();
+    let key = key.to_str().unwrap();
+    let mut env = vec![("JITBRIDGE_CACHE_DIR", cache), (URL, url), (KEY, key)];
+    if clear {
+        env.push((CLEAR, "1"));
+    }
+    let text = common::run_in_child(CHILD_TEST, &env).unwrap();
+    let line = text.lines().find_map(|l| l.find("RESULT ").map(|at| &l[at..])).unwrap();
+    assert!(line.ends_with("exact=true"), "a wrong output: {line}");
+    let number = |name: &str| -> u64 {
+        let prefix = format!("{name}=");
+        line.split_whitespace().find_map(|kv| kv.strip_prefix(&prefix)).unwrap().parse().unwrap()
+    };
+    ["builds", "disk_hits", "remote_hits", "remote_stores"].map(number)
+}
+
+/// A compile is stored in the remote tier; a second host with a fresh cache folder loads it
+/// with no compile; a host that cleared the tier compiles.
+#[test]
+fn a_compile_is_stored_remotely_and_a_fresh_host_loads_it() {
+    let server = Server::start("store");
+    let key = server.key_file("fleet.key", 48, 0o600);
+    let url = server.url();
+    let [builds, _, hits, stores] = host(&server.dir.join("cache1"), &url, &key, false);
+    assert_eq!((builds, hits, stores), (1, 0, 1), "the first host did not store its compile");
+    let [builds, disk_hits, hits, stores] = host(&server.dir.join("cache2"), &url, &key, false);
+    assert_eq!((builds, disk_hits, hits, stores), (0, 0, 1, 0), "the fresh host compiled");
+    let [builds, _, hits, _] = host(&server.dir.join("cache3"), &url, &key, true);
+    assert_eq!((builds, hits), (1, 0), "a host that cleared the tier still used it");
+}
+
+/// Refused arguments are clear errors (the code, and a message that says why), never a panic:
+/// key files others could read, short or missing; NUL bytes; malformed URLs. A path that is not
+/// UTF-8 is used as its bytes.
+#[test]
+fn bad_key_files_and_arguments_are_refused() {
+    let dir = PathBuf::from(format!("/tmp/jb-rr-args-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let url = format!("unix://{}/redis.sock", dir.display()); // nothing connects when it is set
+    let good = key_file_at(&dir.join("fleet.key"), 48, 0o600);
+    let refused = |url: &str, key: &Path, code: ErrorCode, words: &str| {
+        let err = set_remote(url, key).expect_err(&format!("{url} with {key:?} was accepted"));
+        assert_eq!(err.code(), code, "{url} with {key:?}: {err}");
+        assert!(err.message().contains(words), "{url} with {key:?}: {err} (wanted {words:?})");
+    };
+    let invalid = ErrorCode::InvalidArgument;
+    let group = key_file_at(&dir.join("group.key"), 48, 0o640);
+    refused(&url, &group, invalid, "group or others");
+    let short = key_file_at(&dir.join("short.key"), 16, 0o600);
+    refused(&url, &short, invalid, "fewer than 32");
+    refused(&url, &dir.join("missing.key"), ErrorCode::System, "cannot be opened");
+    refused(&url, Path::new("/tmp/a\0key"), invalid, "NUL");
+    refused("unix:///tmp/a\0.sock", &good, invalid, "NUL");
+    refused("", &good, invalid, "empty");
+    refused("http://localhost:6379", &good, invalid, "expected redis://");
+    refused("redis://user:pw@localhost:6379", &good, invalid, "credentials");
+    let mut name = dir.as_os_str().as_bytes().to_vec();
+    name.extend_from_slice(b"/fleet-\xff.key");
+    let not_utf8 = PathBuf::from(OsStr::from_bytes(&name));
+    refused(&url, &not_utf8, ErrorCode::System, "cannot be opened");
+    key_file_at(&not_utf8, 48, 0o600);
+    set_remote(&url, &not_utf8).unwrap();
+    set_remote(&url, &good).unwrap();
+    clear_remote();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
