@@ -462,9 +462,12 @@ static bool send_slowly(int fd, const char *text, int pause_ms)
 
 /* Reads one command into `name` (its first word, cut to 15 bytes): false at its end or when
  * the command is a SET and `stop_at_set` (the rest is left unread). */
-static bool read_request(int fd, char name[16], bool stop_at_set)
+/* Reads one command: its name and whether its key is a fleet lease's (`jb:lease:...`). With
+ * stop_at_set, gives up after the key of a SET of a value, as a store that closes mid-store. */
+static bool read_request(int fd, char name[16], bool *lease_key, bool stop_at_set)
 {
     char line[64], scratch[4096];
+    *lease_key = false;
     if (!read_line(fd, line, sizeof line) || line[0] != '*')
         return false;
     long words = atol(line + 1);
@@ -472,13 +475,18 @@ static bool read_request(int fd, char name[16], bool stop_at_set)
         if (!read_line(fd, line, sizeof line) || line[0] != '$')
             return false;
         size_t left = (size_t)atoll(line + 1) + 2;
-        if (i == 0) {
+        if (i <= 1) {
+            char word[16];
             size_t n = left - 2 < 15 ? left - 2 : 15;
-            if (!read_exact(fd, name, n))
+            if (!read_exact(fd, word, n))
                 return false;
-            name[n] = '\0';
+            word[n] = '\0';
             left -= n;
-            if (stop_at_set && strcmp(name, "SET") == 0)
+            if (i == 0)
+                memcpy(name, word, n + 1);
+            else
+                *lease_key = strncmp(word, "jb:lease:", 9) == 0;
+            if (i == 1 && stop_at_set && strcmp(name, "SET") == 0 && !*lease_key)
                 return false;
         }
         while (left > 0) {
@@ -494,11 +502,12 @@ static bool read_request(int fd, char name[16], bool stop_at_set)
 /* Answers each connection by `mode`: "dribble-read" (an entry, one byte every 250 ms),
  * "huge" (an entry of 256 MiB, sent whole), "wrong-type" (an integer for GETRANGE), "array",
  * "malformed" (a length that is no number), "error-escape" (an error reply with terminal
- * control bytes); the others answer GETRANGE with a miss and SET by
+ * control bytes); every mode grants a fleet lease (SET NX, the release's EVAL) and answers
+ * EXISTS with nothing there, so that what is tested is the value's read or store; the others answer GETRANGE with a miss and SET by
  * "dribble-store" (a status, one byte every 250 ms), "store-ok" (+OK, an honest store),
  * "store-wrong" (a nil), "store-queued" (a
  * status other than OK, as in a transaction), "close-mid-store"
- * (closing the connection after the SET's first word, while the value is being sent),
+ * (closing the connection after the SET's key, while the value is being sent),
  * "slow-reader" (reading the value at 640 KiB/s: the client's socket becomes writable again
  * well within each wait, yet a 4 MiB value takes 6 s). */
 static void serve_fake(const char *mode, int listener)
@@ -510,10 +519,17 @@ static void serve_fake(const char *mode, int listener)
         int fd = accept(listener, NULL, NULL);
         char name[16];
         bool stop_at_set = strcmp(mode, "close-mid-store") == 0 || strcmp(mode, "slow-reader") == 0;
-        while (fd >= 0 && read_request(fd, name, stop_at_set)) {
+        bool lease_key = false;
+        while (fd >= 0 && read_request(fd, name, &lease_key, stop_at_set)) {
             bool range = strcmp(name, "GETRANGE") == 0, set = strcmp(name, "SET") == 0;
             bool going = true;
-            if (range && strcmp(mode, "dribble-read") == 0)
+            if (lease_key && set)
+                going = send_slowly(fd, "+OK\r\n", 0);
+            else if (strcmp(name, "EXISTS") == 0)
+                going = send_slowly(fd, ":0\r\n", 0);
+            else if (strcmp(name, "EVAL") == 0)
+                going = send_slowly(fd, ":1\r\n", 0);
+            else if (range && strcmp(mode, "dribble-read") == 0)
                 going = send_slowly(fd, "$20\r\nxxxxxxxxxxxxxxxxxxxx\r\n", 250);
             else if (range && strcmp(mode, "huge") == 0) {
                 going = send_slowly(fd, "$268435456\r\n", 0);
