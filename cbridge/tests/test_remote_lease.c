@@ -7,6 +7,8 @@
  * - two hosts first-launching one kernel together compile it once; the other waits for the
  *   value and loads it, and no lease is left; also when the compile outlives the lease's
  *   lifetime (its holder renews it);
+ * - a holder stopped (SIGSTOP) during its compile stops renewing its lease: the next host
+ *   compiles once it expires, before the stopped one's compile would have ended;
  * - a lease left by a dead holder (set with PX by the test) holds a host up until it expires,
  *   then the host compiles; one that outlives the compile timeout is waited for until then;
  * - a failed compile lets go of its lease, so the next host does not wait;
@@ -153,7 +155,7 @@ static int child_main(char *what)
 /* ---- the server ---- */
 
 static char folder[128], socket_path[160], self[PATH_MAX], compiler[PATH_MAX], slower[PATH_MAX],
-    marks[PATH_MAX];
+    marks[PATH_MAX], stalling[PATH_MAX], stall_flag[PATH_MAX];
 static pid_t server_pid;
 
 static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
@@ -446,8 +448,17 @@ int main(int argc, char **argv)
              "#!/bin/sh\n[ \"$1\" = --version ] && exec gcc \"$@\"\necho compile >> %s\n"
              "sleep 1.5\nexec gcc \"$@\"\n",
              marks);
+    /* Sleeps 4 s while the flag file exists: a long compile that a test can shorten. */
+    char stalling_script[sizeof script + PATH_MAX];
+    snprintf(stalling, sizeof stalling, "%s/stalling-gcc", folder);
+    snprintf(stall_flag, sizeof stall_flag, "%s/stall", folder);
+    snprintf(stalling_script, sizeof stalling_script,
+             "#!/bin/sh\n[ \"$1\" = --version ] && exec gcc \"$@\"\necho compile >> %s\n"
+             "[ -e %s ] && sleep 4\nexec gcc \"$@\"\n",
+             marks, stall_flag);
     CHECK(write_file(key_file, "the fleet's key: 0123456789abcdef0123456789abcdef", 0600) &&
-              write_file(compiler, script, 0700) && write_file(slower, slower_script, 0700),
+              write_file(compiler, script, 0700) && write_file(slower, slower_script, 0700) &&
+              write_file(stalling, stalling_script, 0700),
           "writing the key file and the compiler: %s", strerror(errno));
     char url[PATH_MAX], read_only[PATH_MAX + 32], value[128];
     snprintf(url, sizeof url, "unix://%s", socket_path);
@@ -501,8 +512,35 @@ int main(int argc, char **argv)
           "a lease renewed while its holder compiled was not waited for (%d compiles):\n%s%s",
           compiles() - before, oa.text, ob.text);
 
-    /* A lease of a dead holder: the host waits until it expires (1.5 s), then compiles. */
+    /* A holder stopped (SIGSTOP) while its compiler runs: the thread that compiles sleeps in
+     * the compiler's vfork and stops only when the compile ends, but the thread that renews the
+     * lease would run on. It renews no more once the holder has a stop pending, so the lease
+     * expires (0.9 s here) and the next host compiles long before the stopped one's compile
+     * (4 s) ends. */
     char key[80];
+    CHECK(key_of("11", stalling, key, sizeof key), "the key of kernel 11");
+    CHECK(write_file(stall_flag, "", 0600), "the stall flag: %s", strerror(errno));
+    setenv("JB_TEST_REMOTE_LEASE_TTL_MS", "900", 1);
+    a = start_host("11", url, stalling, NULL, go);
+    let_go(go);
+    value[0] = '\0';
+    for (int i = 0; i < 500 && (!value[0] || strcmp(value, "(nil)") == 0); i++) {
+        sleep_ms(10);
+        lease_value(key, value, sizeof value);
+    }
+    sleep_ms(200); /* into the compile */
+    kill(a.pid, SIGSTOP);
+    unlink(stall_flag); /* the next host's compile is quick */
+    o = run_host("11", url, stalling, NULL);
+    unsetenv("JB_TEST_REMOTE_LEASE_TTL_MS");
+    kill(a.pid, SIGCONT);
+    oa = finish_host(a);
+    CHECK(strlen(value) == 32 && o.exited && o.right && oa.exited && oa.right &&
+              o.builds == 1 && o.waits == 1 && o.ms < 2500,
+          "a stopped holder's lease was kept fresh (lease '%s', %llu ms):\n%s%s", value, o.ms,
+          o.text, oa.text);
+
+    /* A lease of a dead holder: the host waits until it expires (1.5 s), then compiles. */
     CHECK(key_of("2", compiler, key, sizeof key), "the key of kernel 2");
     CHECK(set_foreign_lease(key, 1500), "SET of a dead holder's lease");
     o = run_host("2", url, compiler, NULL);

@@ -330,7 +330,7 @@ static uint64_t signal_bit(int sig)
  * a thread that sleeps in the compiler's vfork takes a SIGSTOP only once the compile ends, and
  * the process's other threads (this keeper among them) run on meanwhile. A stopped holder
  * stores nothing: its lease is left to go stale. Without /proc, it counts as running. */
-static bool holder_stopping(pid_t holder)
+bool jb__thread_stopping(pid_t holder)
 {
     char path[64], text[4096];
     snprintf(path, sizeof path, "/proc/self/task/%d/status", (int)holder);
@@ -369,7 +369,7 @@ static void *keeper_main(void *arg)
         at.tv_sec += (time_t)(ns / 1000000000ULL);
         at.tv_nsec = (long)(ns % 1000000000ULL);
         if (pthread_cond_timedwait(&k->wake, &k->mutex, &at) == ETIMEDOUT && !k->stop &&
-            !holder_stopping(k->holder))
+            !jb__thread_stopping(k->holder))
             futimens(k->fd, NULL);
     }
     pthread_mutex_unlock(&k->mutex);

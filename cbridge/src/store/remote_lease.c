@@ -15,7 +15,8 @@
  * - A held lease expires 10 s after it was last renewed (or after the compile timeout, when
  *   that is shorter): a thread of the holder's renews it every third of that while the compile
  *   runs, so a holder killed at any point holds the fleet up for 10 s at most, never for the
- *   compile timeout (10 minutes by default). A holder cut off from the store for longer loses
+ *   compile timeout (10 minutes by default). Not while the holding thread is stopped or has a
+ *   stop pending (as lease.c's keeper): a stopped holder's lease expires like a dead one's. A holder cut off from the store for longer loses
  *   its lease: at worst the kernel is compiled twice and stored twice with the same content.
  * - The holder deletes its lease once the value is stored, or once the compile failed (so the
  *   next host compiles and sees the error itself), with a script that deletes it only while it
@@ -105,6 +106,7 @@ struct jb_remote_lease_keeper {
     pthread_cond_t wake; /* on CLOCK_MONOTONIC */
     bool stop;
     char name[64], token[33];
+    pid_t holder; /* the thread that took the lease and compiles */
     pthread_t thread;
 };
 
@@ -130,7 +132,10 @@ static void *keeper_main(void *arg)
         uint64_t ns = (uint64_t)at.tv_nsec + every_ns;
         at.tv_sec += (time_t)(ns / 1000000000ULL);
         at.tv_nsec = (long)(ns % 1000000000ULL);
-        if (pthread_cond_timedwait(&k->wake, &k->mutex, &at) == ETIMEDOUT && !k->stop) {
+        /* Not for a stopped holder (lease.c's rule): one that sleeps in the compiler's vfork
+         * stops only when the compile ends, and this thread would run on meanwhile. */
+        if (pthread_cond_timedwait(&k->wake, &k->mutex, &at) == ETIMEDOUT && !k->stop &&
+            !jb__thread_stopping(k->holder)) {
             pthread_mutex_unlock(&k->mutex); /* a stop is not held up by the store's answer */
             renew(k->name, k->token, lifetime);
             pthread_mutex_lock(&k->mutex);
@@ -161,6 +166,7 @@ static void keep_renewed(jb_remote_lease *lease)
     }
     memcpy(k->name, lease->name, sizeof k->name);
     memcpy(k->token, lease->token, sizeof k->token);
+    k->holder = gettid();
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old); /* no handler of the host runs on it */

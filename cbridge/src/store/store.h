@@ -385,6 +385,10 @@ int jb__remote_call(const char *what, int argc, const char **argv, const size_t 
 void jb__test_set_remote_timing(int connect_ms, int operation_ms, int breaker_ms);
 #endif
 
+/* Whether the thread `tid` of this process is stopped or has a stop pending (lease.c): a stopped
+ * holder's lease is no longer kept fresh, the host's nor the fleet's. */
+bool jb__thread_stopping(pid_t tid);
+
 /* ---- the fleet's lease (remote_lease.c): one compile per key across a remote tier's hosts ---- */
 typedef struct jb_remote_lease {
     bool held;
