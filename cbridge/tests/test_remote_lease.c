@@ -9,6 +9,8 @@
  *   lifetime (its holder renews it);
  * - a holder stopped (SIGSTOP) during its compile stops renewing its lease: the next host
  *   compiles once it expires, before the stopped one's compile would have ended;
+ * - a key at a lease's name that never expires or is no string (another tenant's) is removed,
+ *   not waited on;
  * - a lease left by a dead holder (set with PX by the test) holds a host up until it expires,
  *   then the host compiles; one that outlives the compile timeout is waited for until then;
  * - a failed compile lets go of its lease, so the next host does not wait;
@@ -593,6 +595,27 @@ int main(int argc, char **argv)
     CHECK(o.exited && o.right && o.builds == 1 && o.waits == 1 && o.rejected == 2 &&
               o.remote_stores == 1 && o.ms >= 1200,
           "a forged value ended a lease wait at once:\n%s", o.text);
+
+    /* A key at a lease's name that no holder makes, a list or a string that never expires (another
+     * tenant's, or a tool's): not waited on until the compile timeout (8 s here) but removed, and
+     * the lease taken; no trip. */
+    const char *foreign[][5] = {{"RPUSH", NULL, "a", "list", NULL}, {"SET", NULL, "forever", NULL}};
+    const char *kernels[] = {"12", "13"};
+    for (int i = 0; i < 2; i++) {
+        char name[128], answer[64];
+        CHECK(key_of(kernels[i], NULL, key, sizeof key), "the key of kernel %s", kernels[i]);
+        snprintf(name, sizeof name, LEASE_PREFIX "%s", key);
+        foreign[i][1] = name;
+        command(answer, sizeof answer, i == 0 ? 4 : 3, foreign[i]);
+        CHECK(answer[0], "%s of a lease's name", foreign[i][0]);
+        o = run_host(kernels[i], url, NULL, "8000");
+        CHECK(o.exited && o.right && o.builds == 1 && o.timeouts == 0 && o.trips == 0 &&
+                  o.remote_stores == 1 && o.ms < 4000,
+              "a %s at a lease's name was waited on:\n%s", i == 0 ? "list" : "lasting string",
+              o.text);
+        lease_value(key, value, sizeof value);
+        CHECK(strcmp(value, "(nil)") == 0, "the holder left a lease: '%s'", value);
+    }
 
     /* A failed compile lets go of its lease: the next host compiles at once. */
     o = run_host("fail", url, compiler, "20000"); /* a lease left behind would last 20 s */

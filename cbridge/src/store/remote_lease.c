@@ -21,6 +21,9 @@
  * - The holder deletes its lease once the value is stored, or once the compile failed (so the
  *   next host compiles and sees the error itself), with a script that deletes it only while it
  *   still holds this holder's token: a lease that expired and was taken by another host stays.
+ * - A waiter's poll deletes what no holder leaves at a lease's name (another type than a
+ *   string, or a string that never expires), in one step on the server, and takes the lease:
+ *   such a key would otherwise hold every host up until its compile timeout.
  * - A read-only tier never takes a lease: it stores nothing, so no one could wait for it.
  */
 #include "store.h"
@@ -58,6 +61,14 @@ static const char release_script[] =
 static const char renew_script[] =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], "
     "ARGV[2]) end return 0";
+
+/* Whether KEYS[1] is a holder's lease: 1, else 0. A holder's is a string that expires (SET NX PX
+ * and PEXPIRE); anything else there (a list, a string without expiry: another tenant's or a
+ * tool's) is deleted in the same step, so it is never waited on until the compile timeout. */
+static const char held_script[] =
+    "local t = redis.call('TYPE', KEYS[1]).ok if t == 'none' then return 0 end "
+    "if t ~= 'string' or redis.call('PTTL', KEYS[1]) < 0 then redis.call('DEL', KEYS[1]) "
+    "return 0 end return 1";
 
 static atomic_uint_fast64_t counter_waits, counter_timeouts;
 
@@ -252,6 +263,20 @@ static int exists(const char *name)
     return found;
 }
 
+/* Whether the lease `name` is held by a holder: 1, 0 (none, or what stood there was removed),
+ * or -1 when the store cannot say. */
+static int lease_held(const char *name)
+{
+    const char *argv[] = {"EVAL", held_script, "1", name};
+    size_t lens[] = {4, strlen(held_script), 1, strlen(name)};
+    jb_redis_reply reply;
+    if (jb__remote_call("poll a lease", 4, argv, lens, &reply) != JB_OK)
+        return -1;
+    int held = reply.type == JB_REDIS_INTEGER ? reply.integer > 0 : -1;
+    jb__redis_reply_free(&reply);
+    return held;
+}
+
 bool jb__remote_entry_exists(const jb_disk_key *key)
 {
     char name[64];
@@ -278,7 +303,7 @@ void jb__remote_lease_wait(void)
         if (now >= pending.deadline_ns)
             return;
         jb__nap_ns(pending.deadline_ns - now < POLL_NS ? pending.deadline_ns - now : POLL_NS);
-        if ((pending.absent && exists(entry) != 0) || exists(lease) != 1)
+        if ((pending.absent && exists(entry) != 0) || lease_held(lease) != 1)
             return; /* stored, free, or the store failed: the caller looks again */
     }
 }
