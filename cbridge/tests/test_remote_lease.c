@@ -11,6 +11,8 @@
  *   compiles once it expires, before the stopped one's compile would have ended;
  * - a key at a lease's name that never expires or is no string (another tenant's) is removed,
  *   not waited on;
+ * - the renewing thread's warning (the store stopped) reaches a log callback that uses the
+ *   library only once the holder has let go of the module cache's lock;
  * - a lease left by a dead holder (set with PX by the test) holds a host up until it expires,
  *   then the host compiles; one that outlives the compile timeout is waited for until then;
  * - a failed compile lets go of its lease, so the next host does not wait;
@@ -104,6 +106,18 @@ static void *launch_first(void *arg)
     return NULL;
 }
 
+/* A log callback that first-launches kernel 16 (a build, under the module cache's write lock) at
+ * a warning, as a host's logging may use the library. */
+static jb_device *logging_device;
+static atomic_int logged;
+
+static void launch_on_warning(void *user_data, jb_log_level level, const char *message)
+{
+    (void)user_data, (void)level, (void)message;
+    if (atomic_load(&logged) == 0 && launch_one(logging_device, "16"))
+        atomic_fetch_add(&logged, 1);
+}
+
 /* argv: child WHAT, where WHAT is kernels for launch_one launched in order ("1,2,3"), or "A+B":
  * A launched on a thread of its own and, 300 ms later, B on this one, timed apart (other_ms). */
 static int child_main(char *what)
@@ -123,7 +137,13 @@ static int child_main(char *what)
     uint64_t start = now_ms(), other_ms = 0;
     bool right;
     char *second = strchr(what, '+');
-    if (second) {
+    alarm(60); /* a host that hangs ends, and its test fails */
+    if (strncmp(what, "log:", 4) == 0) { /* WHAT with the callback set */
+        logging_device = device;
+        jb_set_log_callback(launch_on_warning, NULL);
+        right = launch_one(device, what + 4);
+        jb_set_log_callback(NULL, NULL);
+    } else if (second) {
         *second++ = '\0';
         first_launch first = {device, what, false};
         pthread_t thread;
@@ -144,12 +164,13 @@ static int child_main(char *what)
     jb_counters c;
     jb_counters_get(&c, sizeof c);
     printf("builds=%llu remote_hits=%llu remote_stores=%llu waits=%llu timeouts=%llu ms=%llu "
-           "right=%d key=%s other_ms=%llu trips=%llu rejected=%llu\n",
+           "right=%d key=%s other_ms=%llu trips=%llu rejected=%llu logged=%d\n",
            (unsigned long long)c.builds, (unsigned long long)c.remote_hits,
            (unsigned long long)c.remote_stores, (unsigned long long)c.remote_lease_waits,
            (unsigned long long)c.remote_lease_timeouts, (unsigned long long)took, right,
            content_key[0] ? content_key : "-", (unsigned long long)other_ms,
-           (unsigned long long)c.remote_breaker_trips, (unsigned long long)c.remote_rejected);
+           (unsigned long long)c.remote_breaker_trips, (unsigned long long)c.remote_rejected,
+           atomic_load(&logged));
     jb_set_event_callback(NULL, NULL);
     return 0;
 }
@@ -291,7 +312,7 @@ typedef struct outcome {
     bool exited;
     unsigned long long builds, remote_hits, remote_stores, waits, timeouts, ms, other_ms, trips,
         rejected;
-    int right;
+    int right, logged;
     char key[80];
     char text[2048];
 } outcome;
@@ -371,9 +392,9 @@ static outcome finish_host(host h)
     o.exited = h.pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
     sscanf(o.text,
            "builds=%llu remote_hits=%llu remote_stores=%llu waits=%llu timeouts=%llu ms=%llu "
-           "right=%d key=%79s other_ms=%llu trips=%llu rejected=%llu",
+           "right=%d key=%79s other_ms=%llu trips=%llu rejected=%llu logged=%d",
            &o.builds, &o.remote_hits, &o.remote_stores, &o.waits, &o.timeouts, &o.ms, &o.right,
-           o.key, &o.other_ms, &o.trips, &o.rejected);
+           o.key, &o.other_ms, &o.trips, &o.rejected, &o.logged);
     return o;
 }
 
@@ -541,6 +562,31 @@ int main(int argc, char **argv)
               o.builds == 1 && o.waits == 1 && o.ms < 2500,
           "a stopped holder's lease was kept fresh (lease '%s', %llu ms):\n%s%s", value, o.ms,
           o.text, oa.text);
+
+    /* The store stopped while a holder compiles: the renewal times out (300 ms here) and trips
+     * the breaker, whose warning reaches a log callback that builds another kernel. The
+     * holder's thread holds the module cache's write lock until it has stopped the renewing
+     * thread: the warning waits for the lock's release, never a callback on that thread
+     * blocked on the lock while the holder waits for the thread. */
+    CHECK(key_of("14", slower, key, sizeof key), "the key of kernel 14");
+    setenv("JB_TEST_REMOTE_LEASE_TTL_MS", "900", 1);
+    setenv("JB_TEST_REMOTE_TIMING", "100,300,60000", 1);
+    a = start_host("log:14", url, slower, NULL, go);
+    unsetenv("JB_TEST_REMOTE_TIMING");
+    unsetenv("JB_TEST_REMOTE_LEASE_TTL_MS");
+    let_go(go);
+    value[0] = '\0';
+    for (int i = 0; i < 500 && (!value[0] || strcmp(value, "(nil)") == 0); i++) {
+        sleep_ms(10);
+        lease_value(key, value, sizeof value);
+    }
+    kill(server_pid, SIGSTOP);
+    sleep_ms(2500); /* past the compile (1.5 s) */
+    kill(server_pid, SIGCONT);
+    oa = finish_host(a);
+    CHECK(strlen(value) == 32 && oa.exited && oa.right && oa.builds == 2 && oa.trips == 1 &&
+              oa.logged >= 1,
+          "a warning of the renewing thread hung its holder (lease '%s'):\n%s", value, oa.text);
 
     /* A lease of a dead holder: the host waits until it expires (1.5 s), then compiles. */
     CHECK(key_of("2", compiler, key, sizeof key), "the key of kernel 2");

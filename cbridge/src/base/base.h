@@ -38,6 +38,13 @@ void jb__warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * outermost release: a callback never runs under a library lock or inside a pthread_once. */
 void jb__warn_hold(void);
 void jb__warn_release(void);
+/* The outermost release, that hands this thread's held warnings to the caller instead of
+ * delivering them; jb__warn_pass gives them to another thread, as its own warnings (held there
+ * if it holds), and frees them: a helper thread that a lock holder waits for never runs the
+ * callback itself. */
+struct held_warning;
+struct held_warning *jb__warn_release_taken(void);
+void jb__warn_pass(struct held_warning *warnings);
 /* Adds text to the end of this thread's last error message (before its log, if any). */
 void jb__error_append(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Sets this thread's last error to `status` and `text`, a whole message as

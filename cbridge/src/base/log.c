@@ -69,6 +69,27 @@ void jb__warn_release(void)
     }
 }
 
+held_warning *jb__warn_release_taken(void)
+{
+    held_warning *taken = tls_held;
+    if (--tls_hold_depth > 0)
+        return NULL;
+    tls_held = tls_held_last = NULL;
+    return taken;
+}
+
+static void warn_text(const char *text);
+
+void jb__warn_pass(held_warning *warnings)
+{
+    while (warnings) {
+        held_warning *w = warnings;
+        warnings = w->next;
+        warn_text(w->text);
+        free(w);
+    }
+}
+
 void jb__warn(const char *fmt, ...)
 {
     char text[1024];
@@ -76,6 +97,12 @@ void jb__warn(const char *fmt, ...)
     va_start(args, fmt);
     vsnprintf(text, sizeof text, fmt, args);
     va_end(args);
+    warn_text(text);
+}
+
+/* Delivers `text` now, or holds it while this thread holds its warnings. */
+static void warn_text(const char *text)
+{
     if (tls_hold_depth == 0 || jb__callback_inside(JB_CALLBACK_LOG)) {
         deliver(text);
         return;

@@ -119,6 +119,7 @@ struct jb_remote_lease_keeper {
     char name[64], token[33];
     pid_t holder; /* the thread that took the lease and compiles */
     pthread_t thread;
+    struct held_warning *warnings; /* the breaker's, given to the holder once joined */
 };
 
 static void renew(const char *name, const char *token, uint64_t lifetime_ms)
@@ -136,6 +137,9 @@ static void *keeper_main(void *arg)
 {
     struct jb_remote_lease_keeper *k = arg;
     uint64_t lifetime = lease_lifetime_ms(), every_ns = lifetime * 1000000ULL / 3;
+    /* A renewal's warning (the breaker's) goes to the holder: the log callback may build, and
+     * the holder waits for this thread with the module cache's write lock held. */
+    jb__warn_hold();
     pthread_mutex_lock(&k->mutex);
     while (!k->stop) {
         struct timespec at;
@@ -153,6 +157,7 @@ static void *keeper_main(void *arg)
         }
     }
     pthread_mutex_unlock(&k->mutex);
+    k->warnings = jb__warn_release_taken();
     return NULL;
 }
 
@@ -202,6 +207,7 @@ static void stop_renewing(jb_remote_lease *lease)
     pthread_cond_signal(&k->wake);
     pthread_mutex_unlock(&k->mutex);
     pthread_join(k->thread, NULL);
+    jb__warn_pass(k->warnings); /* held by the holder until it lets go of its lock */
     pthread_mutex_destroy(&k->mutex);
     pthread_cond_destroy(&k->wake);
     free(k);
