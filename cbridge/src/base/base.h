@@ -38,11 +38,8 @@ void jb__warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * outermost release: a callback never runs under a library lock or inside a pthread_once. */
 void jb__warn_hold(void);
 void jb__warn_release(void);
-/* The outermost release, that hands this thread's held warnings to the caller instead of
- * delivering them; jb__warn_pass gives them to another thread, as its own warnings (held there
- * if it holds), and frees them: a helper thread that a lock holder waits for never runs the
- * callback itself. */
-struct held_warning;
+/* The outermost release, handing the held warnings over (a thread a lock holder joins); the
+ * taker's jb__warn_pass warns them as its own (held if it holds) and frees them. */
 struct held_warning *jb__warn_release_taken(void);
 void jb__warn_pass(struct held_warning *warnings);
 /* Adds text to the end of this thread's last error message (before its log, if any). */
