@@ -226,3 +226,48 @@ pub fn clear_remote() {
     let status = unsafe { ffi::jb_remote_cache_set(std::ptr::null(), std::ptr::null()) };
     debug_assert_eq!(status, ffi::JB_OK);
 }
+
+/// What [`check_remote`] found of the remote tier.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RemoteCheck {
+    /// A tier is set (by the variables or [`set_remote`]).
+    pub configured: bool,
+    /// `?mode=read-only`: values are loaded, none written.
+    pub read_only: bool,
+    /// The Redis client (hiredis) was loaded.
+    pub client_loaded: bool,
+    /// Every PING was answered.
+    pub reachable: bool,
+    /// PINGs answered.
+    pub pings: u64,
+    /// The fastest PING's round trip in milliseconds (the connect excluded).
+    pub round_trip_ms: f64,
+    /// The connect before the first PING, in milliseconds.
+    pub connect_ms: f64,
+    /// The URL with its password and option values masked ("" when none was given).
+    pub url: String,
+    /// Why the tier is not set or not reachable ("" when it is both).
+    pub why: String,
+}
+
+/// Looks at the remote tier without building anything: the tier in force (read from the
+/// variables first, as a build would), whether the client loads, and `pings` PINGs (1 to 100)
+/// through the library's own client. A failed PING neither trips the breaker nor counts.
+pub fn check_remote(pings: u32) -> Result<RemoteCheck, Error> {
+    let pings = i32::try_from(pings).unwrap_or(i32::MAX);
+    // SAFETY: jb_remote_check is plain data; all zeros is a valid value.
+    let mut raw: ffi::jb_remote_check = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid out pointer laid out as jb_remote_check.
+    check_status(unsafe { ffi::jb_remote_cache_check(&mut raw, pings) })?;
+    Ok(RemoteCheck {
+        configured: raw.configured != 0,
+        read_only: raw.read_only != 0,
+        client_loaded: raw.client_loaded != 0,
+        reachable: raw.reachable != 0,
+        pings: raw.pings,
+        round_trip_ms: raw.round_trip_ms,
+        connect_ms: raw.connect_ms,
+        url: c_str(raw.url.as_ptr()),
+        why: c_str(raw.why.as_ptr()),
+    })
+}

@@ -175,3 +175,66 @@ fn bad_key_files_and_arguments_are_refused() {
     clear_remote();
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Runs `jitbridge cache ARGS` with the cache folder `cache` and the tier's variables `url` and
+/// `key` (unset when None): (exit status, stdout, stderr).
+fn command(
+    cache: &Path,
+    url: Option<&str>,
+    key: Option<&Path>,
+    args: &[&str],
+) -> (i32, String, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_jitbridge"));
+    command.arg("cache").args(args).env("JITBRIDGE_CACHE_DIR", cache);
+    command.env_remove("JITBRIDGE_REMOTE_CACHE").env_remove("JITBRIDGE_REMOTE_KEY_FILE");
+    if let Some(url) = url {
+        command.env("JITBRIDGE_REMOTE_CACHE", url);
+    }
+    if let Some(key) = key {
+        command.env("JITBRIDGE_REMOTE_KEY_FILE", key);
+    }
+    let output = command.output().unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (output.status.code().unwrap_or(-1), text(&output.stdout), text(&output.stderr))
+}
+
+/// `cache remote` names the tier, its mode and client, and times PINGs of a live store; no
+/// tier, a refused one (its password masked) and a store that is gone are errors.
+#[test]
+fn cache_remote_shows_the_tier_and_fails_without_a_live_one() {
+    let server = Server::start("show");
+    let key = server.key_file("fleet.key", 48, 0o600);
+    let cache = server.dir.join("cache");
+    let url = server.url();
+    let (status, out, err) = command(&cache, Some(&url), Some(&key), &["remote"]);
+    assert_eq!(status, 0, "{out}{err}");
+    assert!(out.contains(&format!("url        {url}\n")), "{out}");
+    assert!(out.contains("mode       read-write\n"), "{out}");
+    assert!(out.contains("client     hiredis loaded\n"), "{out}");
+    assert!(out.contains("reachable  yes: 5 PINGs, fastest round trip "), "{out}");
+    assert!(out.contains("counters   remote_hits 0 remote_misses 0"), "{out}");
+    let read_only = format!("{url}?mode=read-only");
+    let (status, out, _) = command(&cache, Some(&read_only), Some(&key), &["remote"]);
+    assert_eq!(status, 0, "{out}");
+    assert!(out.contains("mode       read-only\n"), "{out}");
+
+    let (status, out, err) = command(&cache, None, None, &["remote"]);
+    assert_eq!(status, 2, "{out}{err}");
+    assert!(err.contains("no remote tier: JITBRIDGE_REMOTE_CACHE is not set"), "{err}");
+    let (status, _, err) = command(&cache, Some(&url), None, &["remote"]);
+    assert_eq!(status, 2, "{err}");
+    assert!(err.contains("no remote tier: a remote tier needs the fleet's key file"), "{err}");
+    let secret = "redis://alice:hunter22@localhost:6379/0";
+    let (status, out, err) = command(&cache, Some(secret), Some(&key), &["remote"]);
+    assert_eq!(status, 2, "{out}{err}");
+    assert!(out.contains("url        redis://alice:***@localhost:6379/0"), "{out}");
+    assert!(!out.contains("hunter22") && !err.contains("hunter22"), "{out}{err}");
+
+    let mut server = server;
+    server.process.kill().unwrap();
+    server.process.wait().unwrap();
+    let (status, out, err) = command(&cache, Some(&url), Some(&key), &["remote"]);
+    assert_eq!(status, 2, "{out}{err}");
+    assert!(out.contains("reachable  no: "), "{out}");
+    assert!(err.contains(&format!("the remote cache {url} is unreachable")), "{err}");
+}

@@ -753,3 +753,78 @@ int jb__remote_call(const char *what, int argc, const char **argv, const size_t 
     }
     return remote_command(&c, what, argc, argv, lens, reply);
 }
+
+/* ---- the check (jitbridge cache remote) ---- */
+
+/* Why there is no tier: the variables' error when they ask for one, else that none was set. */
+static void no_tier_why(jb_remote_check *out)
+{
+    const char *url = secure_getenv("JITBRIDGE_REMOTE_CACHE");
+    if (!url || !*url) {
+        snprintf(out->why, sizeof out->why,
+                 "JITBRIDGE_REMOTE_CACHE is not set (nor was a tier set by jb_remote_cache_set)");
+        return;
+    }
+    mask_url(url, out->url, sizeof out->url);
+    remote_config c;
+    if (configure(url, secure_getenv("JITBRIDGE_REMOTE_KEY_FILE"), &c, out->why,
+                  sizeof out->why) == JB_OK)
+        snprintf(out->why, sizeof out->why, "the tier was turned off (jb_remote_cache_set)");
+    memset(&c, 0, sizeof c);
+}
+
+jb_status jb_remote_cache_check(jb_remote_check *out, int pings)
+{
+    JB_RETURN_IF(!out, JB_ERR_INVALID_ARGUMENT, "jb_remote_cache_check: out is NULL");
+    JB_RETURN_IF(pings < 1 || pings > 100, JB_ERR_INVALID_ARGUMENT,
+                 "jb_remote_cache_check: pings is %d, not 1 to 100", pings);
+    memset(out, 0, sizeof *out);
+    const char *load_why = NULL;
+    out->client_loaded = jb__redis_client_load(&load_why);
+    remote_config c;
+    if (!snapshot(&c)) {
+        memset(&c.key, 0, sizeof c.key);
+        no_tier_why(out);
+        return JB_OK;
+    }
+    memset(&c.key, 0, sizeof c.key); /* a PING needs the address, never the fleet's key */
+    out->configured = 1;
+    out->read_only = c.read_only;
+    snprintf(out->url, sizeof out->url, "%s", c.url);
+    uint64_t start = jb__now_ns();
+    idle_connection *conn = connection_take(&c, out->why, sizeof out->why);
+    if (!conn) {
+        printable_only(out->why);
+        return JB_OK;
+    }
+    out->connect_ms = (double)(jb__now_ns() - start) / 1e6;
+    const char *argv[] = {"PING"};
+    size_t lens[] = {4};
+    for (int i = 0; i < pings; i++) {
+        jb_redis_reply reply;
+        start = jb__now_ns();
+        if (jb__redis_command(conn->redis, 1, argv, lens, &reply, out->why, sizeof out->why) !=
+            JB_OK) {
+            connection_drop(conn);
+            printable_only(out->why);
+            return JB_OK;
+        }
+        double ms = (double)(jb__now_ns() - start) / 1e6;
+        bool pong = reply.type == JB_REDIS_STATUS && strcmp(reply.str, "PONG") == 0;
+        if (!pong)
+            snprintf(out->why, sizeof out->why, "PING was answered with %.*s",
+                     (int)(reply.len > 200 ? 200 : reply.len), reply.str ? reply.str : "nothing");
+        jb__redis_reply_free(&reply);
+        if (!pong) {
+            connection_drop(conn);
+            printable_only(out->why);
+            return JB_OK;
+        }
+        if (out->pings == 0 || ms < out->round_trip_ms)
+            out->round_trip_ms = ms;
+        out->pings++;
+    }
+    connection_give_back(conn);
+    out->reachable = 1;
+    return JB_OK;
+}
