@@ -271,3 +271,54 @@ pub fn check_remote(pings: u32) -> Result<RemoteCheck, Error> {
         why: c_str(raw.why.as_ptr()),
     })
 }
+
+/// What [`export_remote`] or [`import_remote`] did, entry by entry.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RemoteTransfer {
+    /// Written: to the store (export), into the cache folder (import).
+    pub stored: u64,
+    /// Export: too large for a remote value; import: in the cache folder already.
+    pub skipped: u64,
+    /// Export: bad entries of the folder or bundle; import: values that failed their checks.
+    pub rejected: u64,
+    /// Import: named by the manifest but not in the store.
+    pub missing: u64,
+}
+
+impl From<ffi::jb_remote_transfer> for RemoteTransfer {
+    fn from(t: ffi::jb_remote_transfer) -> Self {
+        RemoteTransfer {
+            stored: t.stored,
+            skipped: t.skipped,
+            rejected: t.rejected,
+            missing: t.missing,
+        }
+    }
+}
+
+/// Seeds the remote tier with every good entry of the bundle at `bundle`, or of the cache folder
+/// when `None`, each signed and written as a compile's store writes it. `stored`: written;
+/// `skipped`: too large for a remote value; `rejected`: bad entries of the source. An error
+/// when no tier is set, the tier is read-only (nothing is written), the source is refused, or
+/// the store fails partway.
+pub fn export_remote(bundle: Option<&Path>) -> Result<RemoteTransfer, Error> {
+    let bundle = bundle.map(c_path).transpose()?;
+    let mut out = ffi::jb_remote_transfer::default();
+    let bundle_ptr = bundle.as_ref().map_or(std::ptr::null(), |b| b.as_ptr());
+    // SAFETY: a valid out pointer and a NUL-terminated path (or NULL) that outlives the call.
+    check_status(unsafe { ffi::jb_remote_cache_export(&mut out, bundle_ptr) })?;
+    Ok(out.into())
+}
+
+/// Fills the cache folder (created if needed) from the remote tier with the kernels the
+/// manifest at `manifest` names, each value checked as a build's remote load checks it.
+/// `stored`: written into the folder; `skipped`: there already; `rejected`: values that failed
+/// their checks; `missing`: not in the store. An error when no tier is set, the manifest or
+/// folder cannot be used, or the store fails partway.
+pub fn import_remote(manifest: &Path) -> Result<RemoteTransfer, Error> {
+    let manifest = c_path(manifest)?;
+    let mut out = ffi::jb_remote_transfer::default();
+    // SAFETY: a valid out pointer and a NUL-terminated path that outlives the call.
+    check_status(unsafe { ffi::jb_remote_cache_import(&mut out, manifest.as_ptr()) })?;
+    Ok(out.into())
+}

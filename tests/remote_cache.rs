@@ -108,9 +108,15 @@ fn launch_with_remote_tier() {
 
 /// A host with an empty cache folder of its own: the counters its launch reports.
 fn host(cache: &Path, url: &str, key: &Path, clear: bool) -> [u64; 4] {
+    host_with(cache, url, key, clear, &[])
+}
+
+/// `host`, with more variables set in the child.
+fn host_with(cache: &Path, url: &str, key: &Path, clear: bool, more: &[(&str, &str)]) -> [u64; 4] {
     let cache = cache.to_str().unwrap();
     let key = key.to_str().unwrap();
     let mut env = vec![("JITBRIDGE_CACHE_DIR", cache), (URL, url), (KEY, key)];
+    env.extend_from_slice(more);
     if clear {
         env.push((CLEAR, "1"));
     }
@@ -237,4 +243,113 @@ fn cache_remote_shows_the_tier_and_fails_without_a_live_one() {
     assert_eq!(status, 2, "{out}{err}");
     assert!(out.contains("reachable  no: "), "{out}");
     assert!(err.contains(&format!("the remote cache {url} is unreachable")), "{err}");
+}
+
+/// `cache remote export` seeds the store from a cache folder, so that a fresh host loads the
+/// kernel with no compile; a read-only tier refuses it and nothing reaches the store.
+#[test]
+fn cache_remote_export_seeds_the_store_and_read_only_refuses() {
+    let server = Server::start("export");
+    let key = server.key_file("fleet.key", 48, 0o600);
+    let (url, seed) = (server.url(), server.dir.join("seed"));
+    let read_only = format!("{url}?mode=read-only");
+    let [builds, _, _, stores] = host(&seed, &url, &key, true);
+    assert_eq!((builds, stores), (1, 0), "the seeding host did not compile without the tier");
+
+    let (status, out, err) = command(&seed, Some(&read_only), Some(&key), &["remote", "export"]);
+    assert_eq!(status, 2, "{out}{err}");
+    assert!(err.contains("is read-only: nothing is written to it"), "{err}");
+    let [builds, _, hits, _] = host(&server.dir.join("refused"), &read_only, &key, false);
+    assert_eq!((builds, hits), (1, 0), "a read-only export reached the store");
+
+    let (status, out, err) = command(&seed, Some(&url), Some(&key), &["remote", "export"]);
+    assert_eq!(status, 0, "{out}{err}");
+    assert!(out.contains("stored   1 entries from "), "{out}");
+    assert!(out.contains("rejected 0 "), "{out}");
+    let [builds, disk_hits, hits, stores] =
+        host(&server.dir.join("fresh"), &read_only, &key, false);
+    assert_eq!((builds, disk_hits, hits, stores), (0, 0, 1, 0), "the fresh host compiled");
+}
+
+/// `cache remote import MANIFEST` fills a fresh cache folder from the store, so that a host
+/// without the tier loads from disk; a forged value is rejected and never written.
+#[test]
+fn cache_remote_import_fills_a_folder_and_rejects_a_forged_value() {
+    let server = Server::start("import");
+    let key = server.key_file("fleet.key", 48, 0o600);
+    let url = server.url();
+    let manifest = server.dir.join("kernels.manifest");
+    let more = [("JITBRIDGE_MANIFEST", manifest.to_str().unwrap())];
+    let [builds, _, _, stores] = host_with(&server.dir.join("seed"), &url, &key, false, &more);
+    assert_eq!((builds, stores), (1, 1), "the seeding host did not store its compile");
+
+    let filled = server.dir.join("filled");
+    let manifest_arg = manifest.to_str().unwrap();
+    let (status, out, err) =
+        command(&filled, Some(&url), Some(&key), &["remote", "import", manifest_arg]);
+    assert_eq!(status, 0, "{out}{err}");
+    assert!(out.contains("stored   1 entries from the remote tier"), "{out}");
+    assert!(out.contains("missing  0 ") && out.contains("rejected 0 "), "{out}");
+    let [builds, disk_hits, hits, _] = host(&filled, &url, &key, true);
+    assert_eq!((builds, disk_hits, hits), (0, 1, 0), "the filled folder did not serve the kernel");
+    let (status, out, _) =
+        command(&filled, Some(&url), Some(&key), &["remote", "import", manifest_arg]);
+    assert_eq!(status, 0, "{out}");
+    assert!(out.contains("stored   0 ") && out.contains("skipped  1 "), "{out}");
+
+    // One byte of the value's MAC changed (after the 24-byte header, the key text and the
+    // code's SHA-256): well formed, the code's checksum intact, not signed with the fleet's key.
+    let [name] = redis(&server.socket, &[b"KEYS", b"jitbridge:v1:*"]).try_into().unwrap();
+    let [mut value] = redis(&server.socket, &[b"GET", &name]).try_into().unwrap();
+    let key_bytes = u32::from_le_bytes(value[12..16].try_into().unwrap()) as usize;
+    value[24 + key_bytes + 32] ^= 1;
+    redis(&server.socket, &[b"SET", &name, &value]);
+    let forged = server.dir.join("forged");
+    let (status, out, _) =
+        command(&forged, Some(&url), Some(&key), &["remote", "import", manifest_arg]);
+    assert_eq!(status, 1, "{out}");
+    assert!(out.contains("stored   0 ") && out.contains("rejected 1 "), "{out}");
+    let entries = std::fs::read_dir(&forged).map_or(0, |d| {
+        d.filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "jbc")).count()
+    });
+    assert_eq!(entries, 0, "a forged value reached the cache folder");
+}
+
+/// Sends one command to the store at `socket` and reads its reply: a bulk string, or an array
+/// of them (enough for KEYS, GET and SET here; `+OK` reads as no strings).
+fn redis(socket: &Path, args: &[&[u8]]) -> Vec<Vec<u8>> {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let mut stream = std::os::unix::net::UnixStream::connect(socket).unwrap();
+    let mut command = format!("*{}\r\n", args.len()).into_bytes();
+    for arg in args {
+        command.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+        command.extend_from_slice(arg);
+        command.extend_from_slice(b"\r\n");
+    }
+    stream.write_all(&command).unwrap();
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    let bulk = |reader: &mut BufReader<_>, line: &str| -> Vec<u8> {
+        let len: usize = line.trim_end().strip_prefix('$').unwrap().parse().unwrap();
+        let mut bytes = vec![0; len + 2];
+        reader.read_exact(&mut bytes).unwrap();
+        bytes.truncate(len);
+        bytes
+    };
+    reader.read_line(&mut line).unwrap();
+    match line.as_bytes()[0] {
+        b'+' => Vec::new(),
+        b'$' => vec![bulk(&mut reader, &line)],
+        b'*' => {
+            let count: usize = line.trim_end()[1..].parse().unwrap();
+            (0..count)
+                .map(|_| {
+                    let mut item = String::new();
+                    reader.read_line(&mut item).unwrap();
+                    bulk(&mut reader, &item)
+                })
+                .collect()
+        }
+        _ => panic!("the store answered {line:?}"),
+    }
 }

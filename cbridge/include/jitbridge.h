@@ -1015,6 +1015,25 @@ typedef struct jb_remote_check {
  * ARGUMENT for a NULL out or pings out of range. */
 JB_API jb_status jb_remote_cache_check(jb_remote_check *out, int pings);
 
+/* What an export to or an import from the remote tier did, entry by entry. */
+typedef struct jb_remote_transfer {
+    uint64_t stored;   /* written: to the store (export), into the cache folder (import) */
+    uint64_t skipped;  /* export: too large for a remote value; import: in the cache folder */
+    uint64_t rejected; /* export: bad entries of the folder or bundle; import: store values that
+                        * failed their checks (counted as remote_rejected too) */
+    uint64_t missing;  /* import: named by the manifest but not in the store; export: 0 */
+} jb_remote_transfer;
+/* Seeds the remote tier: every good entry of the bundle at `bundle`, or of the cache folder when
+ * `bundle` is NULL, signed and written as a compile's store writes it (an existing value is
+ * replaced). Errors: no tier, a read-only one (JB_ERR_INVALID_ARGUMENT: nothing written), a
+ * refused folder or bundle, or a store that fails (JB_ERR_SYSTEM, after out->stored entries). */
+JB_API jb_status jb_remote_cache_export(jb_remote_transfer *out, const char *bundle);
+/* Fills the cache folder (created if needed) from the remote tier with the kernels the manifest
+ * at `manifest` names, each value checked as a build's remote load checks it; those already in
+ * the folder are not asked for. Errors: no tier, a manifest or folder that cannot be used, or a
+ * store that fails (JB_ERR_SYSTEM, after out->stored entries). */
+JB_API jb_status jb_remote_cache_import(jb_remote_transfer *out, const char *manifest);
+
 /* ---------------------------------------------------------------------------------------------
  * Seeing compiles. A module found in memory (the hit path, every launch) is never an event and
  * costs nothing more with a callback installed. What happens on a miss is: each event below is
