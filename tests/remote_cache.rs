@@ -269,6 +269,31 @@ fn cache_remote_export_seeds_the_store_and_read_only_refuses() {
     let [builds, disk_hits, hits, stores] =
         host(&server.dir.join("fresh"), &read_only, &key, false);
     assert_eq!((builds, disk_hits, hits, stores), (0, 0, 1, 0), "the fresh host compiled");
+
+    // From a bundle, with an empty cache folder: the bundle's entry is what is stored.
+    let bundle = server.dir.join("seed.bundle");
+    let bundle_arg = bundle.to_str().unwrap();
+    assert_eq!(command(&seed, None, None, &["export", bundle_arg]).0, 0);
+    let other_key = server.key_file("other.key", 64, 0o600); // other bytes: a key file is a-z repeated
+    let empty = server.dir.join("empty");
+    let (status, out, err) =
+        command(&empty, Some(&url), Some(&other_key), &["remote", "export", bundle_arg]);
+    assert_eq!(status, 0, "{out}{err}");
+    assert!(out.contains(&format!("stored   1 entries from {bundle_arg} ")), "{out}");
+    let [builds, _, hits, _] = host(&server.dir.join("other"), &read_only, &other_key, false);
+    assert_eq!((builds, hits), (0, 1), "the bundle's entry was not signed with the given key");
+    let [builds, _, hits, _] = host(&server.dir.join("old-key"), &read_only, &key, false);
+    assert_eq!((builds, hits), (1, 0), "a value signed with another key was loaded");
+}
+
+/// The check's arguments are checked: 1 to 100 PINGs.
+#[test]
+fn check_remote_refuses_a_ping_count_out_of_range() {
+    for pings in [0, 101] {
+        let err = jitbridge::disk_cache::check_remote(pings).expect_err("accepted");
+        assert_eq!(err.code(), ErrorCode::InvalidArgument, "{err}");
+        assert!(err.message().contains("not 1 to 100"), "{err}");
+    }
 }
 
 /// `cache remote import MANIFEST` fills a fresh cache folder from the store, so that a host
