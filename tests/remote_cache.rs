@@ -236,6 +236,21 @@ fn cache_remote_shows_the_tier_and_fails_without_a_live_one() {
     assert!(out.contains("url        redis://alice:***@localhost:6379/0"), "{out}");
     assert!(!out.contains("hunter22") && !err.contains("hunter22"), "{out}{err}");
 
+    let usage_errors = [
+        (&["remote", "bogus"][..], "unknown cache remote action 'bogus'"),
+        (&["remote", "import"][..], "cache remote import needs a MANIFEST"),
+        (
+            &["remote", "export", "a", "b"][..],
+            "unexpected argument 'b' after `cache remote export`",
+        ),
+    ];
+    for (args, words) in usage_errors {
+        let (status, out, err) = command(&cache, Some(&url), Some(&key), args);
+        assert_eq!(status, 2, "{args:?}: {out}{err}");
+        assert!(err.contains(words) && err.contains("usage: jitbridge cache"), "{args:?}: {err}");
+    }
+    assert!(!cache.exists(), "looking at the tier created the cache folder");
+
     let mut server = server;
     server.process.kill().unwrap();
     server.process.wait().unwrap();
