@@ -226,3 +226,99 @@ pub fn clear_remote() {
     let status = unsafe { ffi::jb_remote_cache_set(std::ptr::null(), std::ptr::null()) };
     debug_assert_eq!(status, ffi::JB_OK);
 }
+
+/// What [`check_remote`] found of the remote tier.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RemoteCheck {
+    /// A tier is set (by the variables or [`set_remote`]).
+    pub configured: bool,
+    /// `?mode=read-only`: values are loaded, none written.
+    pub read_only: bool,
+    /// The Redis client (hiredis) was loaded.
+    pub client_loaded: bool,
+    /// Every PING was answered.
+    pub reachable: bool,
+    /// PINGs answered.
+    pub pings: u64,
+    /// The fastest PING's round trip in milliseconds (the connect excluded).
+    pub round_trip_ms: f64,
+    /// The connect before the first PING, in milliseconds.
+    pub connect_ms: f64,
+    /// The URL with its password and option values masked ("" when none was given).
+    pub url: String,
+    /// Why the tier is not set or not reachable ("" when it is both).
+    pub why: String,
+}
+
+/// Looks at the remote tier without building anything: the tier in force (read from the
+/// variables first, as a build would), whether the client loads, and `pings` PINGs (1 to 100)
+/// through the library's own client. A failed PING neither trips the breaker nor counts.
+pub fn check_remote(pings: u32) -> Result<RemoteCheck, Error> {
+    let pings = i32::try_from(pings).unwrap_or(i32::MAX);
+    // SAFETY: jb_remote_check is plain data; all zeros is a valid value.
+    let mut raw: ffi::jb_remote_check = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid out pointer laid out as jb_remote_check.
+    check_status(unsafe { ffi::jb_remote_cache_check(&mut raw, pings) })?;
+    Ok(RemoteCheck {
+        configured: raw.configured != 0,
+        read_only: raw.read_only != 0,
+        client_loaded: raw.client_loaded != 0,
+        reachable: raw.reachable != 0,
+        pings: raw.pings,
+        round_trip_ms: raw.round_trip_ms,
+        connect_ms: raw.connect_ms,
+        url: c_str(raw.url.as_ptr()),
+        why: c_str(raw.why.as_ptr()),
+    })
+}
+
+/// What [`export_remote`] or [`import_remote`] did, entry by entry.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RemoteTransfer {
+    /// Written: to the store (export), into the cache folder (import).
+    pub stored: u64,
+    /// Export: too large for a remote value; import: in the cache folder already.
+    pub skipped: u64,
+    /// Export: bad entries of the folder or bundle; import: values that failed their checks.
+    pub rejected: u64,
+    /// Import: named by the manifest but not in the store.
+    pub missing: u64,
+}
+
+impl From<ffi::jb_remote_transfer> for RemoteTransfer {
+    fn from(t: ffi::jb_remote_transfer) -> Self {
+        RemoteTransfer {
+            stored: t.stored,
+            skipped: t.skipped,
+            rejected: t.rejected,
+            missing: t.missing,
+        }
+    }
+}
+
+/// Seeds the remote tier with every good entry of the bundle at `bundle`, or of the cache folder
+/// when `None`, each signed and written as a compile's store writes it. `stored`: written;
+/// `skipped`: too large for a remote value; `rejected`: bad entries of the source. An error
+/// when no tier is set, the tier is read-only (nothing is written), the source is refused, or
+/// the store fails partway.
+pub fn export_remote(bundle: Option<&Path>) -> Result<RemoteTransfer, Error> {
+    let bundle = bundle.map(c_path).transpose()?;
+    let mut out = ffi::jb_remote_transfer::default();
+    let bundle_ptr = bundle.as_ref().map_or(std::ptr::null(), |b| b.as_ptr());
+    // SAFETY: a valid out pointer and a NUL-terminated path (or NULL) that outlives the call.
+    check_status(unsafe { ffi::jb_remote_cache_export(&mut out, bundle_ptr) })?;
+    Ok(out.into())
+}
+
+/// Fills the cache folder (created if needed) from the remote tier with the kernels the
+/// manifest at `manifest` names, each value checked as a build's remote load checks it.
+/// `stored`: written into the folder; `skipped`: there already; `rejected`: values that failed
+/// their checks; `missing`: not in the store. An error when no tier is set, the manifest or
+/// folder cannot be used, or the store fails partway.
+pub fn import_remote(manifest: &Path) -> Result<RemoteTransfer, Error> {
+    let manifest = c_path(manifest)?;
+    let mut out = ffi::jb_remote_transfer::default();
+    // SAFETY: a valid out pointer and a NUL-terminated path that outlives the call.
+    check_status(unsafe { ffi::jb_remote_cache_import(&mut out, manifest.as_ptr()) })?;
+    Ok(out.into())
+}

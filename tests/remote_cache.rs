@@ -108,9 +108,15 @@ fn launch_with_remote_tier() {
 
 /// A host with an empty cache folder of its own: the counters its launch reports.
 fn host(cache: &Path, url: &str, key: &Path, clear: bool) -> [u64; 4] {
+    host_with(cache, url, key, clear, &[])
+}
+
+/// `host`, with more variables set in the child.
+fn host_with(cache: &Path, url: &str, key: &Path, clear: bool, more: &[(&str, &str)]) -> [u64; 4] {
     let cache = cache.to_str().unwrap();
     let key = key.to_str().unwrap();
     let mut env = vec![("JITBRIDGE_CACHE_DIR", cache), (URL, url), (KEY, key)];
+    env.extend_from_slice(more);
     if clear {
         env.push((CLEAR, "1"));
     }
@@ -174,4 +180,216 @@ fn bad_key_files_and_arguments_are_refused() {
     set_remote(&url, &good).unwrap();
     clear_remote();
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Runs `jitbridge cache ARGS` with the cache folder `cache` and the tier's variables `url` and
+/// `key` (unset when None): (exit status, stdout, stderr).
+fn command(
+    cache: &Path,
+    url: Option<&str>,
+    key: Option<&Path>,
+    args: &[&str],
+) -> (i32, String, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_jitbridge"));
+    command.arg("cache").args(args).env("JITBRIDGE_CACHE_DIR", cache);
+    command.env_remove("JITBRIDGE_REMOTE_CACHE").env_remove("JITBRIDGE_REMOTE_KEY_FILE");
+    if let Some(url) = url {
+        command.env("JITBRIDGE_REMOTE_CACHE", url);
+    }
+    if let Some(key) = key {
+        command.env("JITBRIDGE_REMOTE_KEY_FILE", key);
+    }
+    let output = command.output().unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (output.status.code().unwrap_or(-1), text(&output.stdout), text(&output.stderr))
+}
+
+/// `cache remote` names the tier, its mode and client, and times PINGs of a live store; no
+/// tier, a refused one (its password masked) and a store that is gone are errors.
+#[test]
+fn cache_remote_shows_the_tier_and_fails_without_a_live_one() {
+    let server = Server::start("show");
+    let key = server.key_file("fleet.key", 48, 0o600);
+    let cache = server.dir.join("cache");
+    let url = server.url();
+    let (status, out, err) = command(&cache, Some(&url), Some(&key), &["remote"]);
+    assert_eq!(status, 0, "{out}{err}");
+    assert!(out.contains(&format!("url        {url}\n")), "{out}");
+    assert!(out.contains("mode       read-write\n"), "{out}");
+    assert!(out.contains("client     hiredis loaded\n"), "{out}");
+    assert!(out.contains("reachable  yes: 5 PINGs, fastest round trip "), "{out}");
+    assert!(out.contains("counters   remote_hits 0 remote_misses 0"), "{out}");
+    let read_only = format!("{url}?mode=read-only");
+    let (status, out, _) = command(&cache, Some(&read_only), Some(&key), &["remote"]);
+    assert_eq!(status, 0, "{out}");
+    assert!(out.contains("mode       read-only\n"), "{out}");
+
+    let (status, out, err) = command(&cache, None, None, &["remote"]);
+    assert_eq!(status, 2, "{out}{err}");
+    assert!(err.contains("no remote tier: JITBRIDGE_REMOTE_CACHE is not set"), "{err}");
+    let (status, _, err) = command(&cache, Some(&url), None, &["remote"]);
+    assert_eq!(status, 2, "{err}");
+    assert!(err.contains("no remote tier: a remote tier needs the fleet's key file"), "{err}");
+    let secret = "redis://alice:hunter22@localhost:6379/0";
+    let (status, out, err) = command(&cache, Some(secret), Some(&key), &["remote"]);
+    assert_eq!(status, 2, "{out}{err}");
+    assert!(out.contains("url        redis://alice:***@localhost:6379/0"), "{out}");
+    assert!(!out.contains("hunter22") && !err.contains("hunter22"), "{out}{err}");
+
+    let usage_errors = [
+        (&["remote", "bogus"][..], "unknown cache remote action 'bogus'"),
+        (&["remote", "import"][..], "cache remote import needs a MANIFEST"),
+        (
+            &["remote", "export", "a", "b"][..],
+            "unexpected argument 'b' after `cache remote export`",
+        ),
+    ];
+    for (args, words) in usage_errors {
+        let (status, out, err) = command(&cache, Some(&url), Some(&key), args);
+        assert_eq!(status, 2, "{args:?}: {out}{err}");
+        assert!(err.contains(words) && err.contains("usage: jitbridge cache"), "{args:?}: {err}");
+    }
+    assert!(!cache.exists(), "looking at the tier created the cache folder");
+
+    let mut server = server;
+    server.process.kill().unwrap();
+    server.process.wait().unwrap();
+    let (status, out, err) = command(&cache, Some(&url), Some(&key), &["remote"]);
+    assert_eq!(status, 2, "{out}{err}");
+    assert!(out.contains("reachable  no: "), "{out}");
+    assert!(err.contains(&format!("the remote cache {url} is unreachable")), "{err}");
+}
+
+/// `cache remote export` seeds the store from a cache folder, so that a fresh host loads the
+/// kernel with no compile; a read-only tier refuses it and nothing reaches the store.
+#[test]
+fn cache_remote_export_seeds_the_store_and_read_only_refuses() {
+    let server = Server::start("export");
+    let key = server.key_file("fleet.key", 48, 0o600);
+    let (url, seed) = (server.url(), server.dir.join("seed"));
+    let read_only = format!("{url}?mode=read-only");
+    let [builds, _, _, stores] = host(&seed, &url, &key, true);
+    assert_eq!((builds, stores), (1, 0), "the seeding host did not compile without the tier");
+
+    let (status, out, err) = command(&seed, Some(&read_only), Some(&key), &["remote", "export"]);
+    assert_eq!(status, 2, "{out}{err}");
+    assert!(err.contains("is read-only: nothing is written to it"), "{err}");
+    let [builds, _, hits, _] = host(&server.dir.join("refused"), &read_only, &key, false);
+    assert_eq!((builds, hits), (1, 0), "a read-only export reached the store");
+
+    let (status, out, err) = command(&seed, Some(&url), Some(&key), &["remote", "export"]);
+    assert_eq!(status, 0, "{out}{err}");
+    assert!(out.contains("stored   1 entries from "), "{out}");
+    assert!(out.contains("rejected 0 "), "{out}");
+    let [builds, disk_hits, hits, stores] =
+        host(&server.dir.join("fresh"), &read_only, &key, false);
+    assert_eq!((builds, disk_hits, hits, stores), (0, 0, 1, 0), "the fresh host compiled");
+
+    // From a bundle, with an empty cache folder: the bundle's entry is what is stored.
+    let bundle = server.dir.join("seed.bundle");
+    let bundle_arg = bundle.to_str().unwrap();
+    assert_eq!(command(&seed, None, None, &["export", bundle_arg]).0, 0);
+    let other_key = server.key_file("other.key", 64, 0o600); // other bytes: a key file is a-z repeated
+    let empty = server.dir.join("empty");
+    let (status, out, err) =
+        command(&empty, Some(&url), Some(&other_key), &["remote", "export", bundle_arg]);
+    assert_eq!(status, 0, "{out}{err}");
+    assert!(out.contains(&format!("stored   1 entries from {bundle_arg} ")), "{out}");
+    let [builds, _, hits, _] = host(&server.dir.join("other"), &read_only, &other_key, false);
+    assert_eq!((builds, hits), (0, 1), "the bundle's entry was not signed with the given key");
+    let [builds, _, hits, _] = host(&server.dir.join("old-key"), &read_only, &key, false);
+    assert_eq!((builds, hits), (1, 0), "a value signed with another key was loaded");
+}
+
+/// The check's arguments are checked: 1 to 100 PINGs.
+#[test]
+fn check_remote_refuses_a_ping_count_out_of_range() {
+    for pings in [0, 101] {
+        let err = jitbridge::disk_cache::check_remote(pings).expect_err("accepted");
+        assert_eq!(err.code(), ErrorCode::InvalidArgument, "{err}");
+        assert!(err.message().contains("not 1 to 100"), "{err}");
+    }
+}
+
+/// `cache remote import MANIFEST` fills a fresh cache folder from the store, so that a host
+/// without the tier loads from disk; a forged value is rejected and never written.
+#[test]
+fn cache_remote_import_fills_a_folder_and_rejects_a_forged_value() {
+    let server = Server::start("import");
+    let key = server.key_file("fleet.key", 48, 0o600);
+    let url = server.url();
+    let manifest = server.dir.join("kernels.manifest");
+    let more = [("JITBRIDGE_MANIFEST", manifest.to_str().unwrap())];
+    let [builds, _, _, stores] = host_with(&server.dir.join("seed"), &url, &key, false, &more);
+    assert_eq!((builds, stores), (1, 1), "the seeding host did not store its compile");
+
+    let filled = server.dir.join("filled");
+    let manifest_arg = manifest.to_str().unwrap();
+    let (status, out, err) =
+        command(&filled, Some(&url), Some(&key), &["remote", "import", manifest_arg]);
+    assert_eq!(status, 0, "{out}{err}");
+    assert!(out.contains("stored   1 entries from the remote tier"), "{out}");
+    assert!(out.contains("missing  0 ") && out.contains("rejected 0 "), "{out}");
+    let [builds, disk_hits, hits, _] = host(&filled, &url, &key, true);
+    assert_eq!((builds, disk_hits, hits), (0, 1, 0), "the filled folder did not serve the kernel");
+    let (status, out, _) =
+        command(&filled, Some(&url), Some(&key), &["remote", "import", manifest_arg]);
+    assert_eq!(status, 0, "{out}");
+    assert!(out.contains("stored   0 ") && out.contains("skipped  1 "), "{out}");
+
+    // One byte of the value's MAC changed (after the 24-byte header, the key text and the
+    // code's SHA-256): well formed, the code's checksum intact, not signed with the fleet's key.
+    let [name] = redis(&server.socket, &[b"KEYS", b"jitbridge:v1:*"]).try_into().unwrap();
+    let [mut value] = redis(&server.socket, &[b"GET", &name]).try_into().unwrap();
+    let key_bytes = u32::from_le_bytes(value[12..16].try_into().unwrap()) as usize;
+    value[24 + key_bytes + 32] ^= 1;
+    redis(&server.socket, &[b"SET", &name, &value]);
+    let forged = server.dir.join("forged");
+    let (status, out, _) =
+        command(&forged, Some(&url), Some(&key), &["remote", "import", manifest_arg]);
+    assert_eq!(status, 1, "{out}");
+    assert!(out.contains("stored   0 ") && out.contains("rejected 1 "), "{out}");
+    let entries = std::fs::read_dir(&forged).map_or(0, |d| {
+        d.filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "jbc")).count()
+    });
+    assert_eq!(entries, 0, "a forged value reached the cache folder");
+}
+
+/// Sends one command to the store at `socket` and reads its reply: a bulk string, or an array
+/// of them (enough for KEYS, GET and SET here; `+OK` reads as no strings).
+fn redis(socket: &Path, args: &[&[u8]]) -> Vec<Vec<u8>> {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let mut stream = std::os::unix::net::UnixStream::connect(socket).unwrap();
+    let mut command = format!("*{}\r\n", args.len()).into_bytes();
+    for arg in args {
+        command.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+        command.extend_from_slice(arg);
+        command.extend_from_slice(b"\r\n");
+    }
+    stream.write_all(&command).unwrap();
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    let bulk = |reader: &mut BufReader<_>, line: &str| -> Vec<u8> {
+        let len: usize = line.trim_end().strip_prefix('$').unwrap().parse().unwrap();
+        let mut bytes = vec![0; len + 2];
+        reader.read_exact(&mut bytes).unwrap();
+        bytes.truncate(len);
+        bytes
+    };
+    reader.read_line(&mut line).unwrap();
+    match line.as_bytes()[0] {
+        b'+' => Vec::new(),
+        b'$' => vec![bulk(&mut reader, &line)],
+        b'*' => {
+            let count: usize = line.trim_end()[1..].parse().unwrap();
+            (0..count)
+                .map(|_| {
+                    let mut item = String::new();
+                    reader.read_line(&mut item).unwrap();
+                    bulk(&mut reader, &item)
+                })
+                .collect()
+        }
+        _ => panic!("the store answered {line:?}"),
+    }
 }

@@ -996,6 +996,44 @@ JB_API jb_status jb_disk_cache_verify(uint64_t *valid, uint64_t *invalid);
  * builds already under way use the tier they started with. */
 JB_API jb_status jb_remote_cache_set(const char *url, const char *key_file);
 
+/* What jb_remote_cache_check found: the tier in force and whether its store answers. */
+typedef struct jb_remote_check {
+    int configured;       /* 1: a tier is set (by the variables or jb_remote_cache_set) */
+    int read_only;        /* 1: ?mode=read-only (values loaded, none written) */
+    int client_loaded;    /* 1: hiredis was loaded */
+    int reachable;        /* 1: every PING was answered +PONG */
+    uint64_t pings;       /* PINGs answered */
+    double round_trip_ms; /* the fastest PING's round trip (connect excluded), else 0 */
+    double connect_ms;    /* the connect (and SELECT) before the first PING, else 0 */
+    char url[512];        /* the URL with its password and option values masked, or "" */
+    char why[768];        /* when not configured or not reachable: why, else "" */
+} jb_remote_check;
+/* Looks at the remote tier without building anything: the tier in force (read from the
+ * variables first, as a build would), whether hiredis loads, and `pings` PINGs (1 to 100) on a
+ * connection of the library's own client, each under the command deadline. A failure here never
+ * trips the breaker nor changes a counter. JB_OK whatever it found (see out); JB_ERR_INVALID_
+ * ARGUMENT for a NULL out or pings out of range. */
+JB_API jb_status jb_remote_cache_check(jb_remote_check *out, int pings);
+
+/* What an export to or an import from the remote tier did, entry by entry. */
+typedef struct jb_remote_transfer {
+    uint64_t stored;   /* written: to the store (export), into the cache folder (import) */
+    uint64_t skipped;  /* export: too large for a remote value; import: in the cache folder */
+    uint64_t rejected; /* export: bad entries of the folder or bundle; import: store values that
+                        * failed their checks (counted as remote_rejected too) */
+    uint64_t missing;  /* import: named by the manifest but not in the store; export: 0 */
+} jb_remote_transfer;
+/* Seeds the remote tier: every good entry of the bundle at `bundle`, or of the cache folder when
+ * `bundle` is NULL, signed and written as a compile's store writes it (an existing value is
+ * replaced). Errors: no tier, a read-only one (JB_ERR_INVALID_ARGUMENT: nothing written), a
+ * refused folder or bundle, or a store that fails (JB_ERR_SYSTEM, after out->stored entries). */
+JB_API jb_status jb_remote_cache_export(jb_remote_transfer *out, const char *bundle);
+/* Fills the cache folder (created if needed) from the remote tier with the kernels the manifest
+ * at `manifest` names, each value checked as a build's remote load checks it; those already in
+ * the folder are not asked for. Errors: no tier, a manifest or folder that cannot be used, or a
+ * store that fails (JB_ERR_SYSTEM, after out->stored entries). */
+JB_API jb_status jb_remote_cache_import(jb_remote_transfer *out, const char *manifest);
+
 /* ---------------------------------------------------------------------------------------------
  * Seeing compiles. A module found in memory (the hit path, every launch) is never an event and
  * costs nothing more with a callback installed. What happens on a miss is: each event below is

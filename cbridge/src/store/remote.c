@@ -660,8 +660,11 @@ void jb__remote_reject(void)
     atomic_fetch_add(&counter_rejected, 1);
 }
 
+static _Thread_local bool last_store_stored; /* the store answered +OK to this thread's SET */
+
 void jb__remote_store(const jb_disk_key *key, const jb_blob *code)
 {
+    last_store_stored = false;
     remote_config c;
     /* Nothing is stored that a load would not read back whole: a load asks for fewer bytes
      * than the cap (GETRANGE's end), so a value must be shorter too. */
@@ -697,6 +700,7 @@ void jb__remote_store(const jb_disk_key *key, const jb_blob *code)
         JB_OK) {
         jb__redis_reply_free(&reply);
         atomic_fetch_add(&counter_stores, 1);
+        last_store_stored = true;
         jb__event_raise(JB_CACHE_EVENT_REMOTE_STORE, jb__now_ns() - start, JB_OK, NULL);
     }
     free(value);
@@ -752,4 +756,178 @@ int jb__remote_call(const char *what, int argc, const char **argv, const size_t 
         return JB_ERR_UNSUPPORTED;
     }
     return remote_command(&c, what, argc, argv, lens, reply);
+}
+
+/* ---- the check (jitbridge cache remote) ---- */
+
+/* Why there is no tier: the variables' error when they ask for one, else that none was set. */
+static void no_tier_why(jb_remote_check *out)
+{
+    const char *url = secure_getenv("JITBRIDGE_REMOTE_CACHE");
+    if (!url || !*url) {
+        snprintf(out->why, sizeof out->why,
+                 "JITBRIDGE_REMOTE_CACHE is not set (nor was a tier set by jb_remote_cache_set)");
+        return;
+    }
+    mask_url(url, out->url, sizeof out->url);
+    remote_config c;
+    if (configure(url, secure_getenv("JITBRIDGE_REMOTE_KEY_FILE"), &c, out->why,
+                  sizeof out->why) == JB_OK)
+        snprintf(out->why, sizeof out->why, "the tier was turned off (jb_remote_cache_set)");
+    memset(&c, 0, sizeof c);
+}
+
+jb_status jb_remote_cache_check(jb_remote_check *out, int pings)
+{
+    JB_RETURN_IF(!out, JB_ERR_INVALID_ARGUMENT, "jb_remote_cache_check: out is NULL");
+    JB_RETURN_IF(pings < 1 || pings > 100, JB_ERR_INVALID_ARGUMENT,
+                 "jb_remote_cache_check: pings is %d, not 1 to 100", pings);
+    memset(out, 0, sizeof *out);
+    const char *load_why = NULL;
+    out->client_loaded = jb__redis_client_load(&load_why);
+    remote_config c;
+    if (!snapshot(&c)) {
+        memset(&c.key, 0, sizeof c.key);
+        no_tier_why(out);
+        return JB_OK;
+    }
+    memset(&c.key, 0, sizeof c.key); /* a PING needs the address, never the fleet's key */
+    out->configured = 1;
+    out->read_only = c.read_only;
+    snprintf(out->url, sizeof out->url, "%s", c.url);
+    uint64_t start = jb__now_ns();
+    idle_connection *conn = connection_take(&c, out->why, sizeof out->why);
+    if (!conn) {
+        printable_only(out->why);
+        return JB_OK;
+    }
+    out->connect_ms = (double)(jb__now_ns() - start) / 1e6;
+    const char *argv[] = {"PING"};
+    size_t lens[] = {4};
+    for (int i = 0; i < pings; i++) {
+        jb_redis_reply reply;
+        start = jb__now_ns();
+        if (jb__redis_command(conn->redis, 1, argv, lens, &reply, out->why, sizeof out->why) !=
+            JB_OK) {
+            connection_drop(conn);
+            printable_only(out->why);
+            return JB_OK;
+        }
+        double ms = (double)(jb__now_ns() - start) / 1e6;
+        bool pong = reply.type == JB_REDIS_STATUS && strcmp(reply.str, "PONG") == 0;
+        if (!pong)
+            snprintf(out->why, sizeof out->why, "PING was answered with %.*s",
+                     (int)(reply.len > 200 ? 200 : reply.len), reply.str ? reply.str : "nothing");
+        jb__redis_reply_free(&reply);
+        if (!pong) {
+            connection_drop(conn);
+            printable_only(out->why);
+            return JB_OK;
+        }
+        if (out->pings == 0 || ms < out->round_trip_ms)
+            out->round_trip_ms = ms;
+        out->pings++;
+    }
+    connection_give_back(conn);
+    out->reachable = 1;
+    return JB_OK;
+}
+
+/* ---- for export and import (remote_admin.c) ---- */
+
+bool jb__remote_last_store_stored(void)
+{
+    return last_store_stored;
+}
+
+/* The tier for an export or import: JB_OK, or an error that says why it cannot be used. */
+int jb__remote_usable(bool for_writing)
+{
+    remote_config c;
+    bool on = snapshot(&c);
+    memset(&c.key, 0, sizeof c.key);
+    JB_RETURN_IF(!on, JB_ERR_UNSUPPORTED,
+                 "no remote tier is set (JITBRIDGE_REMOTE_CACHE and JITBRIDGE_REMOTE_KEY_FILE)");
+    JB_RETURN_IF(for_writing && c.read_only, JB_ERR_INVALID_ARGUMENT,
+                 "the remote tier %s is read-only: nothing is written to it", c.url);
+    JB_RETURN_IF(breaker_open(), JB_ERR_SYSTEM,
+                 "the remote tier %s failed and is skipped for now (see the warning)", c.url);
+    return JB_OK;
+}
+
+bool jb__remote_load_named(const unsigned char digest[JB_SHA256_BYTES], jb_disk_key *key,
+                           jb_blob *out)
+{
+    memset(key, 0, sizeof *key);
+    out->data = NULL;
+    out->size = 0;
+    last_load_missed = false;
+    remote_config c;
+    if (!snapshot(&c) || breaker_open()) {
+        memset(&c.key, 0, sizeof c.key);
+        return false;
+    }
+    char hex[2 * JB_SHA256_BYTES + 1], name[64], last[24];
+    jb__hex(digest, JB_SHA256_BYTES, hex);
+    snprintf(name, sizeof name, "%s%.*s", REDIS_KEY_PREFIX, JB_DISK_ENTRY_HEX, hex);
+    size_t max_bytes = jb__redis_reply_max_bytes();
+    snprintf(last, sizeof last, "%zu", max_bytes - 1);
+    const char *argv[] = {"GETRANGE", name, "0", last};
+    size_t lens[] = {8, strlen(name), 1, strlen(last)};
+    jb_redis_reply reply;
+    int status =
+        remote_command_expecting(&c, "read an entry", 4, argv, lens, JB_REDIS_STRING, &reply);
+    if (status != JB_OK && status != JB_ERR_INVALID_ARGUMENT) {
+        memset(&c.key, 0, sizeof c.key);
+        return false;
+    }
+    const char *problem = NULL;
+    const unsigned char *value = status == JB_OK ? (const unsigned char *)reply.str : NULL;
+    size_t payload_at = 0;
+    if (status == JB_ERR_INVALID_ARGUMENT) {
+        problem = "is not a string (the key was made another type: the store is shared)";
+    } else if (reply.len == 0) {
+        atomic_fetch_add(&counter_misses, 1);
+        last_load_missed = true;
+    } else if (reply.len < VALUE_HEADER_BYTES ||
+               get_le(value + 12, 4) > reply.len - VALUE_HEADER_BYTES) {
+        problem = "is not a jitbridge remote entry, or is cut short";
+    } else {
+        /* The key text the value names must be the one the manifest names; then it is checked
+         * as a load checks a value for that key (lengths, checksum, the fleet's MAC). */
+        size_t key_bytes = (size_t)get_le(value + 12, 4);
+        unsigned char named[JB_SHA256_BYTES];
+        jb__sha256(value + VALUE_HEADER_BYTES, key_bytes, named);
+        key->text = memcmp(named, digest, sizeof named) == 0 ? malloc(key_bytes + 1) : NULL;
+        if (memcmp(named, digest, sizeof named) != 0) {
+            problem = "holds another key than the one it is filed under";
+        } else if (key->text) {
+            memcpy(key->text, value + VALUE_HEADER_BYTES, key_bytes);
+            key->text[key_bytes] = '\0';
+            key->bytes = key_bytes;
+            jb__disk_key_name(key);
+            problem = value_problem(&c, key, value, reply.len, &payload_at);
+        }
+        size_t bytes = reply.len - payload_at;
+        out->data = key->text && !problem ? malloc(bytes ? bytes : 1) : NULL;
+        if (out->data) {
+            memcpy(out->data, value + payload_at, bytes);
+            out->size = bytes;
+        }
+    }
+    if (status == JB_OK)
+        jb__redis_reply_free(&reply);
+    memset(&c.key, 0, sizeof c.key);
+    if (problem) {
+        atomic_fetch_add(&counter_rejected, 1);
+        char why[512];
+        snprintf(why, sizeof why, "remote entry %s %s", name, problem);
+        jb__event_raise(JB_CACHE_EVENT_REMOTE_REJECTED, 0, JB_OK, why);
+    }
+    if (!out->data) {
+        free(key->text);
+        memset(key, 0, sizeof *key);
+        return false;
+    }
+    return true;
 }

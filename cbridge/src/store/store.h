@@ -375,6 +375,17 @@ bool jb__remote_writable(void);
 bool jb__remote_last_load_missed(void);
 /* The Redis key of `key`'s value. */
 void jb__remote_entry_name(const jb_disk_key *key, char out[64]);
+/* Whether this thread's last jb__remote_store was answered +OK (export counts with it). */
+bool jb__remote_last_store_stored(void);
+/* JB_OK when the tier is set, answering (no breaker open) and, `for_writing`, not read-only;
+ * else an error that says which. */
+int jb__remote_usable(bool for_writing);
+/* The value filed under `digest` (a manifest's key), checked as jb__remote_load checks one for
+ * the key text it holds, which must hash to `digest`: true with *key (free it with
+ * jb__disk_key_free) and *out (the payload; the caller frees out->data). A miss sets
+ * jb__remote_last_load_missed; a bad value is counted and raised as a rejection. */
+bool jb__remote_load_named(const unsigned char digest[JB_SHA256_BYTES], jb_disk_key *key,
+                           jb_blob *out);
 /* Runs one command on the tier's connection: JB_OK with the reply (free it), JB_ERR_UNSUPPORTED
  * when there is no tier or its breaker is open, JB_ERR_SYSTEM when the store failed or answered
  * an error (the breaker has tripped). */

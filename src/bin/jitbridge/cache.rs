@@ -9,7 +9,8 @@ use std::path::Path;
 pub const CACHE: Command = Command {
     name: "cache",
     usage: "jitbridge cache [show | clear | prune SIZE | verify [--fix] | export FILE [--manifest M] \
-            | import FILE | prewarm FILE [--device D] | coverage MANIFEST [--device D]]",
+            | import FILE | prewarm FILE [--device D] | coverage MANIFEST [--device D] \
+            | remote [export [BUNDLE] | import MANIFEST]]",
     about: "show or maintain the disk cache of compiled code",
     details:
         "  show          the folder, its state, entries and size (the default); creates nothing
@@ -35,6 +36,18 @@ pub const CACHE: Command = Command {
                 cpu, a cuda sm_90 kernel on a cuda device of sm_90), and counts as other
                 only when this host has no such device; with --device D, only D's kernels are
                 checked and every other kernel counts as other
+  remote        the remote tier (JITBRIDGE_REMOTE_CACHE, JITBRIDGE_REMOTE_KEY_FILE): its URL
+                (secrets masked), mode, whether hiredis loaded, whether the store answers 5
+                PINGs and the fastest round trip, and this process's remote counters (exit
+                status 2 when no tier is set or its store does not answer)
+  remote export [BUNDLE]
+                seed the remote tier with every good entry of the bundle BUNDLE, or of the
+                cache folder without one, each signed with the fleet's key as a compile's
+                store is (a read-only tier is refused: exit status 2)
+  remote import MANIFEST
+                fill the cache folder from the remote tier with the kernels the manifest
+                names, each checked as a build's remote load checks it (exit status 1 if a
+                value was rejected)
 
 A bundle can also be used in place, read-only: JITBRIDGE_CACHE_BUNDLE=FILE[:FILE...] puts
 bundles behind the cache folder; JITBRIDGE_MANIFEST=FILE makes each process append the kernels
@@ -181,6 +194,7 @@ pub fn cache_command(args: &[String]) -> Outcome {
             out!("failed   {}", r.failed);
             Ok(r.failed == 0)
         }
+        "remote" => crate::cache_remote::remote(rest),
         "coverage" => {
             let file = file()?;
             let device = args.get("--device").map(parse_device).transpose()?;
@@ -214,7 +228,7 @@ pub fn cache_command(args: &[String]) -> Outcome {
         }
         other => Err(usage(format!(
             "unknown cache action '{other}' (show, clear, prune SIZE, verify [--fix], export FILE, \
-             import FILE, prewarm FILE or coverage MANIFEST)"
+             import FILE, prewarm FILE, coverage MANIFEST or remote)"
         ))),
     }
 }

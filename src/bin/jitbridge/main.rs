@@ -21,6 +21,7 @@ macro_rules! note {
 mod args;
 mod bench;
 mod cache;
+mod cache_remote;
 mod help;
 mod histogram;
 mod host;
