@@ -315,7 +315,13 @@ int jb__source_record_read(const unsigned char digest[JB_SHA256_BYTES],
                         "cut after it was written); refused",
                         hex);
     }
-    out->text = (char *)data;
+    /* One byte more for the NUL that ends the source (the last field). */
+    out->text = realloc(data, size + 1);
+    if (!out->text) {
+        free(data);
+        return jb__fail(JB_ERR_OUT_OF_MEMORY, "no memory to read source record %s", hex);
+    }
+    out->text[size] = '\0';
     const char *bad = parse(out->text, size, out);
     if (bad) {
         jb__source_record_free(out);
