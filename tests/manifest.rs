@@ -79,7 +79,7 @@ fn fresh(name: &str) -> PathBuf {
     dir
 }
 
-/// One parsed line: (key, backend, target, module, entries, how).
+/// One parsed line: (key, backend, target, module, entries, how, the source record it names).
 #[derive(Debug, Clone, PartialEq)]
 struct Line {
     key: String,
@@ -88,6 +88,11 @@ struct Line {
     module: String,
     entries: String,
     how: String,
+    source: Option<String>,
+}
+
+fn is_lower_hex(s: &str) -> bool {
+    s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// Every line of the manifest, each checked to be a whole, well-formed jbm1 line.
@@ -97,7 +102,10 @@ fn lines(manifest: &Path) -> Vec<Line> {
     text.lines()
         .map(|l| {
             let f: Vec<&str> = l.split('\t').collect();
-            assert_eq!(f.len(), 7, "not 7 fields: {l:?}");
+            // An eighth, "source=<64 hex>", names the kernel's source record.
+            assert!(f.len() == 7 || f.len() == 8, "not 7 or 8 fields: {l:?}");
+            let source = f.get(7).map(|s| s.strip_prefix("source=").expect(l).to_string());
+            assert!(source.iter().all(|s| s.len() == 64 && is_lower_hex(s)), "{l:?}");
             assert_eq!(f[0], "jbm1", "{l:?}");
             assert!(f[1].len() == 64 && f[1].bytes().all(|b| b.is_ascii_hexdigit()), "{l:?}");
             assert!(!f[1].bytes().any(|b| b.is_ascii_uppercase()), "{l:?}");
@@ -108,6 +116,7 @@ fn lines(manifest: &Path) -> Vec<Line> {
                 module: f[4].into(),
                 entries: f[5].into(),
                 how: f[6].into(),
+                source,
             }
         })
         .collect()
@@ -127,6 +136,11 @@ fn each_kernel_gets_one_line_per_process_naming_its_entry() {
         assert_eq!(line.entries, "manifested");
         // The key names the disk cache entry: its first 32 hex digits.
         assert!(cache.join(format!("{}.jbc", &line.key[..32])).is_file(), "{line:?}");
+        // And it names the source record that rebuilds it, kept beside the entries.
+        let record = cache.join("sources").join(format!("{}.jbs", line.source.as_ref().unwrap()));
+        let text = std::fs::read_to_string(&record).unwrap();
+        assert!(text.starts_with("jbs1\nbackend cpu\ndialect c\n"), "{text}");
+        assert!(text.contains(&format!("\nmodule {}\nentry manifested\n", line.module)));
     }
     assert_ne!(first[0].key, first[1].key);
     assert_eq!(run(&cache, &manifest, "2,3,1").0, (1, 2));
@@ -137,6 +151,9 @@ fn each_kernel_gets_one_line_per_process_naming_its_entry() {
     // One kernel, one key, whichever process wrote it.
     assert_eq!(all[2].key, first[1].key);
     assert_eq!(all[4].key, first[0].key);
+    // A record is named by its content: a kernel loaded from the disk names the same one.
+    assert_eq!(all[2].source, first[1].source);
+    assert_eq!(all[4].source, first[0].source);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
