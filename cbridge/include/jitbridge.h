@@ -1193,9 +1193,13 @@ JB_API jb_status jb_prewarm(jb_prewarm_result *out, jb_device *device, const cha
  * fields, separated by TABs: "jbm1", the key (64 lowercase hex digits: the SHA-256 of the key text; its
  * first 32 name the disk cache entry <those 32>.jbc), the backend, the device's architecture,
  * the module name, the entry names separated by commas, and how the process got it ("compiled",
- * "disk", "bundle", "remote" or "prewarm"). Readers skip lines of another first field and lines
- * starting with '#', empty lines and lines of fewer than seven fields, ignore fields past the seventh,
- * and deduplicate by key.
+ * "disk", "bundle", "remote" or "prewarm"). An eighth field, "source=" and 64 lowercase hex
+ * digits, names the kernel's source record where one was kept (a cache folder marked as the
+ * library's own; not on "prewarm" lines): the file sources/<those 64>.jbs in the cache folder,
+ * the SHA-256 of its content, holding what builds the kernel again (README.md, "Manifests").
+ * Readers skip lines of another first field and lines starting with '#', empty lines and lines
+ * of fewer than seven fields, ignore fields past the seventh they do not know, and deduplicate
+ * by key.
  */
 
 /*

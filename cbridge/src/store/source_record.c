@@ -8,7 +8,8 @@
  * "flags F", one "option O" per compiler option, an optional "target T", "source N", then the N
  * bytes of the source and nothing after them. Every line's value is printable ASCII.
  *
- * Written as entries are: a random temporary in the folder's tmp/, fsynced, renamed into place;
+ * Written as entries are: a random temporary in the folder's tmp/, fsynced, renamed into place,
+ * and only in a folder marked as the cache's own (CACHEDIR.TAG), where sources/ is made 0700;
  * best effort (a failure warns once and never fails a build). Read through the folder's handle,
  * the record opened without following a link or blocking and checked on its handle (regular,
  * ours, not writable by others, one link), at most JB_SOURCE_RECORD_MAX_BYTES, its content
@@ -126,14 +127,8 @@ static int write_record(int sources, const char *file, const char *data, size_t 
     bool ok = jb__write_all(fd, data, len) && fsync(fd) == 0;
     int err = errno;
     ok = close(fd) == 0 && ok;
-    /* Renaming replaces a link or FIFO at the name itself, never what it leads to. Something else
-     * there is replaced only in a folder marked as the cache's own. */
-    struct stat st;
-    bool occupied = fstatat(sources, file, &st, AT_SYMLINK_NOFOLLOW) == 0;
-    if (ok && occupied && !jb__disk_folder_is_ours()) {
-        unlinkat(tmp, name, 0);
-        return EEXIST;
-    }
+    /* Renaming replaces a link or FIFO at the name itself, never what it leads to (sources/ is
+     * made only in a folder marked as the cache's own). */
     if (ok && renameat(tmp, name, sources, file) == 0)
         return 0;
     err = errno ? errno : EIO;
@@ -146,8 +141,9 @@ bool jb__source_record_store(const char *backend, jb_source_dialect dialect,
                              size_t num_entries, const jb_compile_options *options,
                              const char *source, char hex[2 * JB_SHA256_BYTES + 1])
 {
+    /* Only in a folder marked as the cache's own: a shared one ($HOME) gets no sources/. */
     int dir = jb__disk_dir_fd();
-    if (dir < 0)
+    if (dir < 0 || !jb__disk_folder_is_ours())
         return false;
     jb_strbuf sb = {0};
     if (!record_text(&sb, backend, dialect, module_name, entries, num_entries, options, source)) {
