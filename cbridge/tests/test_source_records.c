@@ -289,6 +289,24 @@ int main(void)
                  "does not compile its dialect");
     refused_edit(good, opts, "source ", "target ../../x\nsource ", "a bad target",
                  "target_arch must be");
+    /* Bounds checks on a whole-source module, which the API refuses. */
+    line *whole = NULL;
+    for (int i = 0; i < n; i++)
+        if (strncmp(lines[i].module, "srcrec_module_", 14) == 0)
+            whole = &lines[i];
+    CHECK(whole, "no line of srcrec_module");
+    char whole_path[512], flags[32];
+    snprintf(whole_path, sizeof whole_path, "%s/%s.jbs", sources, whole ? whole->record : "");
+    size_t whole_size = 0;
+    char *whole_text = whole ? read_file(whole_path, &whole_size) : NULL;
+    CHECK(whole_text, "read %s", whole_path);
+    if (whole_text) {
+        whole_text[whole_size] = '\0';
+        snprintf(flags, sizeof flags, "flags %u\n", (unsigned)JB_COMPILE_BOUNDS_CHECKS);
+        refused_edit(whole_text, whole, "flags 0\n", flags, "bounds checks on a module",
+                     "bounds checks are for custom kernels");
+        free(whole_text);
+    }
     /* Another kernel's record under this kernel's line. */
     line *other = opts == &lines[0] ? &lines[1] : &lines[0];
     hostile_line(opts, other->record);
