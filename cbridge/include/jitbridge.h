@@ -1170,6 +1170,18 @@ typedef struct jb_prewarm_result {
  * load under its own key is loaded (the same compiler, architecture and library ABI). An error
  * when the file cannot be read or the bundle is refused. */
 JB_API jb_status jb_prewarm(jb_prewarm_result *out, jb_device *device, const char *path);
+/* Reads and checks every source record the manifest at `path` names (its lines' "source="
+ * fields; README.md, "Manifests"), compiling and loading nothing: each record is read from the
+ * cache folder without following a link or blocking, hashed against its name, held to at most
+ * 4 MiB, parsed, and held to the rules of a kernel made through the API (names, flags, compiler
+ * options, the options its source states); it must be of its line's backend, module and entry
+ * names and, where this host has a device of the line's backend and architecture, make the
+ * line's key again there. *checked counts the records that passed, *keyed those whose key was
+ * made again here. JB_ERR_INVALID_ARGUMENT with a message naming the record and what is wrong
+ * at the first bad one (nothing on disk is changed); JB_ERR_UNSUPPORTED when the cache folder
+ * is off; JB_ERR_SYSTEM when the manifest or a record cannot be read. May be called from any
+ * thread. */
+JB_API jb_status jb_manifest_sources_check(uint64_t *checked, uint64_t *keyed, const char *path);
 
 /*
  * Keys. A disk cache entry (and a bundle's) is found by a key made of content only: the key

@@ -119,7 +119,7 @@ static void refused(const char *what, const char *want)
     before[0] = after[0] = '\0';
     snapshot(cache, before, sizeof before);
     uint64_t checked = 99, keyed = 99;
-    int status = jb__manifest_sources_check(hostile_manifest, &checked, &keyed);
+    int status = jb_manifest_sources_check(&checked, &keyed, hostile_manifest);
     const char *message = jb_last_error_message();
     CHECK(status == JB_ERR_INVALID_ARGUMENT, "%s: status %d (%s)", what, status, message);
     CHECK(strstr(message, want), "%s: the message '%s' does not say '%s'", what, message, want);
@@ -205,7 +205,7 @@ int main(void)
     }
     /* Each record passes the rules and makes its line's key again on this host's cpu. */
     uint64_t checked = 0, keyed = 0;
-    CHECK_OK(jb__manifest_sources_check(manifest, &checked, &keyed));
+    CHECK_OK(jb_manifest_sources_check(&checked, &keyed, manifest));
     CHECK(checked == 3 && keyed == 3, "%llu records checked, %llu keyed",
           (unsigned long long)checked, (unsigned long long)keyed);
     /* The record holds what rebuilds the kernel: the flag and the option, source and entry. */
@@ -231,7 +231,7 @@ int main(void)
     char future[8192];
     snprintf(future, sizeof future, "%s\tfuture=1\n", opts->text);
     write_file(hostile_manifest, future, strlen(future));
-    CHECK_OK(jb__manifest_sources_check(hostile_manifest, &checked, &keyed));
+    CHECK_OK(jb_manifest_sources_check(&checked, &keyed, hostile_manifest));
     CHECK(checked == 1, "a line with a newer field: %llu checked", (unsigned long long)checked);
     jb_coverage_result coverage;
     CHECK_OK(jb_cache_coverage(&coverage, NULL, manifest, NULL, NULL));

@@ -46,11 +46,7 @@ int jb__compile_options_check(const char *owner, unsigned flags, unsigned also_a
 /* The rules of a kernel made through the API, for a record read from disk (handed to
  * jb__source_record_read): names, flags, options, and options stated in the source's first line. */
 int jb__source_record_rules(const jb_source_record *record);
-/* Reads and checks every source record the manifest names (the rules, the line's backend,
- * module and entries, and, on this host's device of the line's backend and architecture, the
- * line's key made again): JB_OK, or the first problem's status and message. *out_checked
- * counts the records that passed, *out_keyed those whose key was made again here. */
-int jb__manifest_sources_check(const char *manifest, uint64_t *out_checked, uint64_t *out_keyed);
+/* jb_manifest_sources_check (jitbridge.h) checks every record a manifest names with them. */
 /* ---- atomics in bodies (atomics.c) ---- */
 /* Whether the `len` bytes at `name` are atomic_add, atomic_exchange, atomic_min or atomic_max. */
 bool jb__is_atomic_word(const char *name, size_t len);

@@ -158,14 +158,15 @@ static int check_line(void *p, const jb_manifest_line *line)
     return status;
 }
 
-int jb__manifest_sources_check(const char *manifest, uint64_t *out_checked,
-                               uint64_t *out_keyed)
+jb_status jb_manifest_sources_check(uint64_t *out_checked, uint64_t *out_keyed,
+                                    const char *manifest)
 {
     JB_RETURN_IF(!manifest || !out_checked || !out_keyed, JB_ERR_INVALID_ARGUMENT,
-                 "jb__manifest_sources_check: manifest or a count is NULL");
+                 "jb_manifest_sources_check: the manifest or a count is NULL");
     *out_checked = *out_keyed = 0;
     JB_RETURN_IF(!jb__disk_cache_usable(), JB_ERR_UNSUPPORTED,
-                 "source records are kept in the cache folder, which is off");
+                 "jb_manifest_sources_check: source records are kept in the cache folder, which "
+                 "is off");
     sources_check c = {0, 0};
     int status = jb__manifest_read(manifest, check_line, &c);
     *out_checked = c.checked;
