@@ -32,6 +32,12 @@ fn child_entry() {
     }
     let c = Counters::read();
     println!("RESULT builds={} disk_hits={} exact={exact}", c.builds, c.disk_hits);
+    // The records the manifest names, checked in this process (whose cache folder they are in).
+    let manifest = std::env::var_os("JITBRIDGE_MANIFEST").unwrap();
+    match jitbridge::disk_cache::check_sources(Path::new(&manifest)) {
+        Ok((checked, keyed)) => println!("SOURCES checked={checked} keyed={keyed}"),
+        Err(e) => println!("SOURCES refused {:?}: {}", e.code(), e.message()),
+    }
 }
 
 fn child(cache: &Path, manifest: &Path, salts: &str) -> Command {
@@ -61,7 +67,15 @@ fn finished(output: Output) -> ((u64, u64), String) {
 }
 
 fn run(cache: &Path, manifest: &Path, salts: &str) -> ((u64, u64), String) {
-    finished(common::finish(child(cache, manifest, salts), Duration::from_secs(120)))
+    run_with_sources(cache, manifest, salts).0
+}
+
+/// As `run`, with the child's line about the manifest's source records.
+fn run_with_sources(cache: &Path, manifest: &Path, salts: &str) -> (((u64, u64), String), String) {
+    let output = common::finish(child(cache, manifest, salts), Duration::from_secs(120));
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let sources = stdout.lines().find_map(|l| l.find("SOURCES ").map(|at| l[at..].to_string()));
+    (finished(output), sources.unwrap_or_default())
 }
 
 fn is_root() -> bool {
@@ -143,7 +157,10 @@ fn each_kernel_gets_one_line_per_process_naming_its_entry() {
         assert!(text.contains(&format!("\nmodule {}\nentry manifested\n", line.module)));
     }
     assert_ne!(first[0].key, first[1].key);
-    assert_eq!(run(&cache, &manifest, "2,3,1").0, (1, 2));
+    let (counts, sources) = run_with_sources(&cache, &manifest, "2,3,1");
+    assert_eq!(counts.0, (1, 2));
+    // The record of each of the 5 lines (3 kernels) passes and makes its line's key again.
+    assert_eq!(sources, "SOURCES checked=5 keyed=5");
     let all = lines(&manifest);
     assert_eq!(all.len(), 5, "{all:?}");
     let how: Vec<&str> = all[2..].iter().map(|l| l.how.as_str()).collect();
@@ -154,6 +171,15 @@ fn each_kernel_gets_one_line_per_process_naming_its_entry() {
     // A record is named by its content: a kernel loaded from the disk names the same one.
     assert_eq!(all[2].source, first[1].source);
     assert_eq!(all[4].source, first[0].source);
+    // A record changed after it was written no longer hashes to its name: refused, left there.
+    let record = cache.join("sources").join(format!("{}.jbs", first[0].source.as_ref().unwrap()));
+    let mut text = std::fs::read(&record).unwrap();
+    text.push(b' ');
+    std::fs::write(&record, &text).unwrap();
+    let (_, sources) = run_with_sources(&cache, &manifest, "");
+    assert!(sources.starts_with("SOURCES refused InvalidArgument: "), "{sources}");
+    assert!(sources.contains("does not hash to its name"), "{sources}");
+    assert_eq!(std::fs::read(&record).unwrap(), text);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -1176,8 +1176,8 @@ JB_API jb_status jb_prewarm(jb_prewarm_result *out, jb_device *device, const cha
  * 4 MiB, parsed, and held to the rules of a kernel made through the API (names, flags, compiler
  * options, the options its source states); it must be of its line's backend, module and entry
  * names and, where this host has a device of the line's backend and architecture, make the
- * line's key again there. *checked counts the records that passed, *keyed those whose key was
- * made again here. JB_ERR_INVALID_ARGUMENT with a message naming the record and what is wrong
+ * line's key again there. *checked counts the lines whose record passed, *keyed those whose
+ * key was made again here. JB_ERR_INVALID_ARGUMENT with a message naming the record and what is wrong
  * at the first bad one (nothing on disk is changed); JB_ERR_UNSUPPORTED when the cache folder
  * is off; JB_ERR_SYSTEM when the manifest or a record cannot be read. May be called from any
  * thread. */
