@@ -189,6 +189,23 @@ pub fn prewarm(device: crate::Device, path: &Path) -> Result<PrewarmResult, Erro
     Ok(result)
 }
 
+/// Reads and checks every source record the manifest at `path` names (what rebuilds each
+/// kernel, kept in the cache folder's `sources/`), compiling and loading nothing: each must hash
+/// to its name, be at most 4 MiB, pass the rules of a kernel made through the API, be of its
+/// line's kernel, and make the line's key again where this host has a device of the line's
+/// backend and architecture. Returns (lines whose record passed, lines whose key was made again
+/// here from their record). `InvalidArgument` names the first bad record and what is wrong (nothing on disk is
+/// changed); `Unsupported` when the cache folder is off.
+pub fn check_sources(path: &Path) -> Result<(u64, u64), Error> {
+    let path = c_path(path)?;
+    let (mut checked, mut keyed) = (0, 0);
+    // SAFETY: valid out pointers and a NUL-terminated path that outlives the call.
+    check_status(unsafe {
+        ffi::jb_manifest_sources_check(&mut checked, &mut keyed, path.as_ptr())
+    })?;
+    Ok((checked, keyed))
+}
+
 /// Sets the remote tier: `url` is `redis://HOST:PORT[/DB]` or `unix:///PATH` (an absolute
 /// socket path), either followed by `?mode=read-only` (values are loaded, none written, no
 /// lease taken) or `?mode=read-write` (the default). `key_file` holds the fleet's key: a regular

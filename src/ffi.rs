@@ -543,6 +543,11 @@ unsafe extern "C" {
         device: *mut jb_device,
         path: *const c_char,
     ) -> c_int;
+    pub fn jb_manifest_sources_check(
+        checked: *mut u64,
+        keyed: *mut u64,
+        path: *const c_char,
+    ) -> c_int;
 
     pub fn jb_counters_get(out: *mut jb_counters, out_size: usize) -> c_int;
     pub fn jb_counters_reset();

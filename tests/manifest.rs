@@ -32,6 +32,12 @@ fn child_entry() {
     }
     let c = Counters::read();
     println!("RESULT builds={} disk_hits={} exact={exact}", c.builds, c.disk_hits);
+    // The records the manifest names, checked in this process (whose cache folder they are in).
+    let manifest = std::env::var_os("JITBRIDGE_MANIFEST").unwrap();
+    match jitbridge::disk_cache::check_sources(Path::new(&manifest)) {
+        Ok((checked, keyed)) => println!("SOURCES checked={checked} keyed={keyed}"),
+        Err(e) => println!("SOURCES refused {:?}: {}", e.code(), e.message()),
+    }
 }
 
 fn child(cache: &Path, manifest: &Path, salts: &str) -> Command {
@@ -61,7 +67,15 @@ fn finished(output: Output) -> ((u64, u64), String) {
 }
 
 fn run(cache: &Path, manifest: &Path, salts: &str) -> ((u64, u64), String) {
-    finished(common::finish(child(cache, manifest, salts), Duration::from_secs(120)))
+    run_with_sources(cache, manifest, salts).0
+}
+
+/// As `run`, with the child's line about the manifest's source records.
+fn run_with_sources(cache: &Path, manifest: &Path, salts: &str) -> (((u64, u64), String), String) {
+    let output = common::finish(child(cache, manifest, salts), Duration::from_secs(120));
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let sources = stdout.lines().find_map(|l| l.find("SOURCES ").map(|at| l[at..].to_string()));
+    (finished(output), sources.unwrap_or_default())
 }
 
 fn is_root() -> bool {
@@ -79,7 +93,7 @@ fn fresh(name: &str) -> PathBuf {
     dir
 }
 
-/// One parsed line: (key, backend, target, module, entries, how).
+/// One parsed line: (key, backend, target, module, entries, how, the source record it names).
 #[derive(Debug, Clone, PartialEq)]
 struct Line {
     key: String,
@@ -88,6 +102,11 @@ struct Line {
     module: String,
     entries: String,
     how: String,
+    source: Option<String>,
+}
+
+fn is_lower_hex(s: &str) -> bool {
+    s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// Every line of the manifest, each checked to be a whole, well-formed jbm1 line.
@@ -97,7 +116,10 @@ fn lines(manifest: &Path) -> Vec<Line> {
     text.lines()
         .map(|l| {
             let f: Vec<&str> = l.split('\t').collect();
-            assert_eq!(f.len(), 7, "not 7 fields: {l:?}");
+            // An eighth, "source=<64 hex>", names the kernel's source record.
+            assert!(f.len() == 7 || f.len() == 8, "not 7 or 8 fields: {l:?}");
+            let source = f.get(7).map(|s| s.strip_prefix("source=").expect(l).to_string());
+            assert!(source.iter().all(|s| s.len() == 64 && is_lower_hex(s)), "{l:?}");
             assert_eq!(f[0], "jbm1", "{l:?}");
             assert!(f[1].len() == 64 && f[1].bytes().all(|b| b.is_ascii_hexdigit()), "{l:?}");
             assert!(!f[1].bytes().any(|b| b.is_ascii_uppercase()), "{l:?}");
@@ -108,6 +130,7 @@ fn lines(manifest: &Path) -> Vec<Line> {
                 module: f[4].into(),
                 entries: f[5].into(),
                 how: f[6].into(),
+                source,
             }
         })
         .collect()
@@ -127,9 +150,17 @@ fn each_kernel_gets_one_line_per_process_naming_its_entry() {
         assert_eq!(line.entries, "manifested");
         // The key names the disk cache entry: its first 32 hex digits.
         assert!(cache.join(format!("{}.jbc", &line.key[..32])).is_file(), "{line:?}");
+        // And it names the source record that rebuilds it, kept beside the entries.
+        let record = cache.join("sources").join(format!("{}.jbs", line.source.as_ref().unwrap()));
+        let text = std::fs::read_to_string(&record).unwrap();
+        assert!(text.starts_with("jbs1\nbackend cpu\ndialect c\n"), "{text}");
+        assert!(text.contains(&format!("\nmodule {}\nentry manifested\n", line.module)));
     }
     assert_ne!(first[0].key, first[1].key);
-    assert_eq!(run(&cache, &manifest, "2,3,1").0, (1, 2));
+    let (counts, sources) = run_with_sources(&cache, &manifest, "2,3,1");
+    assert_eq!(counts.0, (1, 2));
+    // The record of each of the 5 lines (3 kernels) passes and makes its line's key again.
+    assert_eq!(sources, "SOURCES checked=5 keyed=5");
     let all = lines(&manifest);
     assert_eq!(all.len(), 5, "{all:?}");
     let how: Vec<&str> = all[2..].iter().map(|l| l.how.as_str()).collect();
@@ -137,6 +168,18 @@ fn each_kernel_gets_one_line_per_process_naming_its_entry() {
     // One kernel, one key, whichever process wrote it.
     assert_eq!(all[2].key, first[1].key);
     assert_eq!(all[4].key, first[0].key);
+    // A record is named by its content: a kernel loaded from the disk names the same one.
+    assert_eq!(all[2].source, first[1].source);
+    assert_eq!(all[4].source, first[0].source);
+    // A record changed after it was written no longer hashes to its name: refused, left there.
+    let record = cache.join("sources").join(format!("{}.jbs", first[0].source.as_ref().unwrap()));
+    let mut text = std::fs::read(&record).unwrap();
+    text.push(b' ');
+    std::fs::write(&record, &text).unwrap();
+    let (_, sources) = run_with_sources(&cache, &manifest, "");
+    assert!(sources.starts_with("SOURCES refused InvalidArgument: "), "{sources}");
+    assert!(sources.contains("does not hash to its name"), "{sources}");
+    assert_eq!(std::fs::read(&record).unwrap(), text);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

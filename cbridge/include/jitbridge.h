@@ -1208,6 +1208,18 @@ typedef struct jb_prewarm_result {
  * load under its own key is loaded (the same compiler, architecture and library ABI). An error
  * when the file cannot be read or the bundle is refused. */
 JB_API jb_status jb_prewarm(jb_prewarm_result *out, jb_device *device, const char *path);
+/* Reads and checks every source record the manifest at `path` names (its lines' "source="
+ * fields; README.md, "Manifests"), compiling and loading nothing: each record is read from the
+ * cache folder without following a link or blocking, hashed against its name, held to at most
+ * 4 MiB, parsed, and held to the rules of a kernel made through the API (names, flags, compiler
+ * options, the options its source states); it must be of its line's backend, module and entry
+ * names and, where this host has a device of the line's backend and architecture, make the
+ * line's key again there. *checked counts the lines whose record passed, *keyed those whose
+ * key was made again here. JB_ERR_INVALID_ARGUMENT with a message naming the record and what is wrong
+ * at the first bad one (nothing on disk is changed); JB_ERR_UNSUPPORTED when the cache folder
+ * is off; JB_ERR_SYSTEM when the manifest or a record cannot be read. May be called from any
+ * thread. */
+JB_API jb_status jb_manifest_sources_check(uint64_t *checked, uint64_t *keyed, const char *path);
 
 /*
  * Keys. A disk cache entry (and a bundle's) is found by a key made of content only: the key
@@ -1231,9 +1243,13 @@ JB_API jb_status jb_prewarm(jb_prewarm_result *out, jb_device *device, const cha
  * fields, separated by TABs: "jbm1", the key (64 lowercase hex digits: the SHA-256 of the key text; its
  * first 32 name the disk cache entry <those 32>.jbc), the backend, the device's architecture,
  * the module name, the entry names separated by commas, and how the process got it ("compiled",
- * "disk", "bundle", "remote" or "prewarm"). Readers skip lines of another first field and lines
- * starting with '#', empty lines and lines of fewer than seven fields, ignore fields past the seventh,
- * and deduplicate by key.
+ * "disk", "bundle", "remote" or "prewarm"). An eighth field, "source=" and 64 lowercase hex
+ * digits, names the kernel's source record where one was kept (a cache folder marked as the
+ * library's own; not on "prewarm" lines): the file sources/<those 64>.jbs in the cache folder,
+ * the SHA-256 of its content, holding what builds the kernel again (README.md, "Manifests").
+ * Readers skip lines of another first field and lines starting with '#', empty lines and lines
+ * of fewer than seven fields, ignore fields past the seventh they do not know, and deduplicate
+ * by key.
  */
 
 /*

@@ -517,8 +517,14 @@ int jb__module_build(jb_device *dev, const char *module_name, const char *source
         status = compile_and_store(dev, module_name, source, options, kernel_names, num_kernels,
                                    NULL, out);
     *from_disk = strcmp(how, "compiled") != 0;
+    /* With a manifest on, its line names a record of the sources (in the cache folder). */
+    char record[2 * JB_SHA256_BYTES + 1];
+    bool recorded = status == JB_OK && keyed && use_disk && jb__manifest_on() &&
+                    jb__source_record_store(dev->backend->name, dev->backend->dialect, module_name,
+                                            kernel_names, num_kernels, options, source, record);
     if (status == JB_OK && keyed)
-        jb__manifest_record(dev->backend->name, dev->arch, &key, module_name, kernel_names, num_kernels, how);
+        jb__manifest_record(dev->backend->name, dev->arch, &key, module_name, kernel_names,
+                            num_kernels, how, recorded ? record : NULL);
     jb__disk_key_free(&key);
     return status;
 }

@@ -76,7 +76,7 @@ static int prewarm_builder(void *p, jb_device *dev, const char *name, jb_module 
     jb__event_raise(disk ? JB_CACHE_EVENT_DISK_HIT : JB_CACHE_EVENT_BUNDLE_HIT,
                     jb__now_ns() - start, JB_OK, NULL);
     jb__manifest_record(dev->backend->name, dev->arch, ctx->key, ctx->fields->module, (const char *const *)ctx->names,
-                        ctx->fields->num_entries, "prewarm");
+                        ctx->fields->num_entries, "prewarm", NULL);
     return JB_OK;
 }
 

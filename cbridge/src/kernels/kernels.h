@@ -42,6 +42,11 @@ int jb__kernel_generate(jb_custom_kernel *k, const jb_kernel_spec *spec);
  * module in the message. */
 int jb__compile_options_check(const char *owner, unsigned flags, unsigned also_allowed,
                               const char *const *defines, size_t num_defines);
+/* ---- source records' rules and a manifest's records checked (source_records.c) ---- */
+/* The rules of a kernel made through the API, for a record read from disk (handed to
+ * jb__source_record_read): names, flags, options, and options stated in the source's first line. */
+int jb__source_record_rules(const jb_source_record *record);
+/* jb_manifest_sources_check (jitbridge.h) checks every record a manifest names with them. */
 /* ---- atomics in bodies (atomics.c) ---- */
 /* Whether the `len` bytes at `name` are atomic_add, atomic_exchange, atomic_min or atomic_max. */
 bool jb__is_atomic_word(const char *name, size_t len);

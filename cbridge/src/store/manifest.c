@@ -227,8 +227,8 @@ static bool field_ok(const char *s)
 }
 
 void jb__manifest_record(const char *backend, const char *arch, const jb_disk_key *key,
-                         const char *module_name,
-                         const char *const *entry_names, size_t num_entries, const char *how)
+                         const char *module_name, const char *const *entry_names,
+                         size_t num_entries, const char *how, const char *source_record)
 {
     if (!jb__manifest_on())
         return;
@@ -248,7 +248,10 @@ void jb__manifest_record(const char *backend, const char *arch, const jb_disk_ke
         jb__strbuf_appendf(&sb, "%s%s", i ? "," : "", entry_names[i]);
         ok = ok && field_ok(entry_names[i]) && !strchr(entry_names[i], ',');
     }
-    jb__strbuf_appendf(&sb, "\t%s\n", how);
+    jb__strbuf_appendf(&sb, "\t%s", how);
+    if (source_record)
+        jb__strbuf_appendf(&sb, "\t" JB_MANIFEST_SOURCE_FIELD "%s", source_record);
+    jb__strbuf_appendf(&sb, "\n");
     if (sb.failed || !ok || sb.len - line_start > JB_MANIFEST_LINE_MAX) {
         if (!sb.failed && ok)
             jb__warn("JITBRIDGE_MANIFEST: the line of module '%s' is %zu bytes, past the %d a "
@@ -320,6 +323,18 @@ bool jb__manifest_parse_line(char *line, jb_manifest_line *out)
     out->module = fields[4];
     out->entries = fields[5];
     out->how = fields[6];
+    /* Fields after the seven: "source=" names a source record; others (newer) are passed by. */
+    while (at) {
+        char *field = at, *tab = strchr(at, '\t');
+        if (tab)
+            *tab = '\0';
+        at = tab ? tab + 1 : NULL;
+        const size_t prefix = strlen(JB_MANIFEST_SOURCE_FIELD);
+        if (strncmp(field, JB_MANIFEST_SOURCE_FIELD, prefix) == 0 && !out->has_source) {
+            out->has_source = jb__hex_digest(field + prefix, out->source_digest);
+            out->source_malformed = !out->has_source;
+        }
+    }
     return true;
 }
 

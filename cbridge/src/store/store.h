@@ -114,16 +114,22 @@ void jb__test_set_key_abi(int abi);
 /* Whether JITBRIDGE_MANIFEST names a manifest this process writes (opened at the first call). */
 bool jb__manifest_on(void);
 /* Appends the module's line, once per key and process; `how` is "compiled", "disk", "bundle"
- * or "prewarm". Under the module cache's write lock (as builds are). */
+ * or "prewarm"; `source_record` (64 hex digits, or NULL) names its source record in a field
+ * "source=<hex>" after the seven that readers before it know (they ignore it). Under the module
+ * cache's write lock (as builds are). */
+#define JB_MANIFEST_SOURCE_FIELD "source="
 void jb__manifest_record(const char *backend, const char *arch, const jb_disk_key *key,
-                         const char *module_name,
-                         const char *const *entry_names, size_t num_entries, const char *how);
+                         const char *module_name, const char *const *entry_names,
+                         size_t num_entries, const char *how, const char *source_record);
 /* One manifest line's fields: pointers into the line, which parsing changed. */
 typedef struct jb_manifest_line {
     unsigned char digest[JB_SHA256_BYTES]; /* the key's SHA-256 */
     const char *backend, *target, *module;
     const char *entries; /* entry names, separated by commas */
     const char *how;
+    /* A "source=" field after those: has_source with its digest, or source_malformed. */
+    bool has_source, source_malformed;
+    unsigned char source_digest[JB_SHA256_BYTES];
 } jb_manifest_line;
 /* Parses one line (TABs and the newline become NULs); false when it is not a jbm1 line. */
 bool jb__manifest_parse_line(char *line, jb_manifest_line *out);
@@ -134,6 +140,43 @@ int jb__manifest_read(const char *path, jb_manifest_fn fn, void *ctx);
 /* 64 hex digits (lowercase) and nothing after them into a digest; false otherwise. */
 bool jb__hex_digest(const char *hex, unsigned char digest[JB_SHA256_BYTES]);
 
+
+/* ---- source records (source_record.c): what it takes to build a kernel again ---- */
+#define JB_SOURCE_RECORD_DIR "sources" /* in the cache folder: <64 hex of SHA-256>.jbs */
+#define JB_SOURCE_RECORD_SUFFIX ".jbs"
+#define JB_SOURCE_RECORD_MAX_BYTES (4u << 20) /* a reader refuses a larger record unread */
+#define JB_SOURCE_RECORD_MAX_ENTRIES 64        /* as many as a manifest line may name */
+#define JB_SOURCE_RECORD_MAX_OPTIONS 64        /* as many as a kernel may be given */
+/* A record read and checked: pointers into `text` (owned). */
+typedef struct jb_source_record {
+    char *text;
+    const char *backend, *module;
+    jb_source_dialect dialect;
+    const char *entries[JB_SOURCE_RECORD_MAX_ENTRIES];
+    size_t num_entries;
+    unsigned flags;
+    const char *options[JB_SOURCE_RECORD_MAX_OPTIONS];
+    size_t num_options;
+    const char *target_arch; /* NULL: the device's */
+    const char *source;      /* source_bytes bytes, NUL-terminated, no NUL inside */
+    size_t source_bytes;
+} jb_source_record;
+/* The rules a parsed record must pass before it is returned (names, flags, options: the kernels
+ * layer's, handed down); JB_OK or the status and message of the first problem. */
+typedef int (*jb_source_record_rules)(const jb_source_record *record);
+/* Stores the record of a module built from `source` in the cache folder (best effort: false when
+ * it is not stored, one warning for a failing disk); its SHA-256 in `hex` (64 hex digits). */
+bool jb__source_record_store(const char *backend, jb_source_dialect dialect,
+                             const char *module_name, const char *const *entries,
+                             size_t num_entries, const jb_compile_options *options,
+                             const char *source, char hex[2 * JB_SHA256_BYTES + 1]);
+/* Reads the record named `digest` from the cache folder and checks it (on its handle, size,
+ * hash against the name, format, then `rules`): JB_OK with *out filled (free it with
+ * jb__source_record_free), else JB_ERR_INVALID_ARGUMENT (a bad or missing record) or
+ * JB_ERR_SYSTEM (the disk) with a message naming the record; nothing is changed on disk. */
+int jb__source_record_read(const unsigned char digest[JB_SHA256_BYTES],
+                           jb_source_record_rules rules, jb_source_record *out);
+void jb__source_record_free(jb_source_record *record);
 
 /* ---- bundles (bundle.c reads and imports them, bundle_export.c writes them) ---- */
 #define JB_BUNDLE_MAGIC "JBBUNDLE"
