@@ -5,6 +5,7 @@ mod bounds;
 mod cold;
 mod compile_options;
 mod decode;
+mod fleet;
 mod graph;
 mod launch;
 mod lookups;
@@ -98,8 +99,11 @@ pub fn bench_command(args: &[String]) -> Outcome {
         rows = rows
             .into_iter()
             .map(|row| match row.target {
-                Some(_) => row.not_judged("--quick: numbers not comparable"),
-                None => row,
+                // A skipped row keeps its own note (why it was skipped).
+                Some(_) if row.value.is_finite() => {
+                    row.not_judged("--quick: numbers not comparable")
+                }
+                _ => row,
             })
             .collect();
     }
