@@ -217,8 +217,7 @@ pub fn cold_with_store_stopped(
     dir: &Path,
     rows: &mut Vec<Row>,
 ) -> Result<(), jitbridge::Error> {
-    let measure =
-        format!("the same cold replica, its remote tier stopped (SIGSTOP) for the whole run");
+    let measure = "the same cold replica, its remote tier stopped (SIGSTOP) for the whole run";
     let target = Target {
         max_value: None,
         max_ratio: Some(1.1),
@@ -228,7 +227,7 @@ pub fn cold_with_store_stopped(
     let store = match store {
         Ok(store) => store,
         Err(why) => {
-            skipped(rows, measure, Unit::Ns, target, why);
+            skipped(rows, measure.into(), Unit::Ns, target, why);
             return Ok(());
         }
     };
