@@ -190,7 +190,7 @@ fn bench_without_redis_server_skips_the_fleet_rows() {
 fn bench_help_states_its_time_and_its_check() {
     let out = Command::new(env!("CARGO_BIN_EXE_jitbridge")).args(["bench", "--help"]).output();
     let text = String::from_utf8(out.unwrap().stdout).unwrap();
-    assert!(text.contains("It takes about 2.5 minutes (--quick: about 25 s)"), "{text}");
+    assert!(text.contains("It takes about 3 minutes (--quick: about 35 s)"), "{text}");
     assert!(text.contains("--check       exit with status 1 when a judged target is missed"));
     assert!(text.contains("docs/JSON.md"), "{text}");
 }
