@@ -35,7 +35,7 @@ fn bench_json_follows_the_schema_and_progress_is_redrawn_on_a_terminal() {
     // cost is one more target (section 11).
     let targeted: Vec<&Json> = rows.iter().filter(|r| r.get("target") != &Json::Null).collect();
     let nvrtc = usize::from(cfg!(feature = "cuda"));
-    assert_eq!(targeted.len(), 13 + nvrtc, "the thirteen targets (+ NVRTC's) each have a row");
+    assert_eq!(targeted.len(), 17 + nvrtc, "the seventeen targets (+ NVRTC's) each have a row");
     row(rows, "4-kernel step, one graph replay (+ a scalar) vs one launch");
     // The compile options, the cpu compiler's with or without NVRTC's.
     for flags in ["-O2 -fPIC -shared -w,", "-O2 -fPIC -shared -w -pipe,", "its own flags,"] {
@@ -48,12 +48,16 @@ fn bench_json_follows_the_schema_and_progress_is_redrawn_on_a_terminal() {
         let same = row(rows, "NVRTC the library's own options: cubins not the same");
         assert_eq!(same.get("value").number(), Some(0.0), "{same:?}");
     }
+    let redis = redis_server_found();
     for row in &targeted {
         assert!(!row.get("judged").flag(), "a --quick row was judged: {row:?}");
-        assert!(row.get("note").text().contains("--quick"), "{row:?}");
+        let skipped = !redis && row.get("section").text() == "9 start warm";
+        let note = row.get("note").text();
+        assert!(note.contains(if skipped { "skipped: " } else { "--quick" }), "{row:?}");
         assert!(row.at(&["target", "set_for"]).text().contains("H200"), "{row:?}");
     }
     assert_eq!(report.get("judged").number(), Some(0.0));
+    check_fleet_rows(rows, redis);
 
     // The cpu has no NVRTC (only section 11 runs it, in a build with the cuda backend); steps
     // timed inside the library are no fraction of the compiler; the rows say why the caller's
@@ -109,12 +113,84 @@ fn bench_json_follows_the_schema_and_progress_is_redrawn_on_a_terminal() {
     assert!(took.starts_with("bench: ") && took.ends_with(" s"), "the time taken: {stderr:?}");
 }
 
+/// redis-server as the bench finds it: `JITBRIDGE_REDIS_SERVER`, else on PATH.
+fn redis_server_found() -> bool {
+    if let Some(named) = std::env::var_os("JITBRIDGE_REDIS_SERVER").filter(|v| !v.is_empty()) {
+        return std::path::Path::new(&named).is_file();
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path).any(|d| d.join("redis-server").is_file())
+}
+
+/// Section 9's rows of a fleet sharing a Redis store (issue 36's targets), in a quick run (16
+/// kernels, 4 new ones): measured against the bench's own redis-server where one is found (CI
+/// installs it), each with its target and a met flag; otherwise skipped, saying why.
+fn check_fleet_rows(rows: &[Json], redis: bool) {
+    let fleet = [
+        ("new process, empty folder, 16 kernels from the remote tier, 8 threads", None, Some(2.0)),
+        ("  compiles in those (1 runs); remote hits, fewest ", Some(0.0), None),
+        (
+            "the same cold replica, its remote tier stopped (SIGSTOP) for the whole run",
+            None,
+            Some(1.1),
+        ),
+        ("8 replicas x 4 new kernels, each its own folder, one Redis: compiles", Some(4.0), None),
+    ];
+    for (measure, max_value, max_ratio) in fleet {
+        let measure = if redis { measure } else { measure.split(';').next().unwrap() };
+        let found = row(rows, measure);
+        assert_eq!(found.get("section").text(), "9 start warm", "{found:?}");
+        assert_eq!(found.at(&["target", "max_value"]).number(), max_value, "{found:?}");
+        assert_eq!(found.at(&["target", "max_ratio"]).number(), max_ratio, "{found:?}");
+        assert!(found.at(&["target", "set_for"]).text().contains("H200"), "{found:?}");
+        let unit = if max_ratio.is_some() { "ns" } else { "count" };
+        assert_eq!(found.get("unit").text(), unit, "{found:?}");
+        if redis {
+            assert!(found.get("value").number().is_some(), "not measured: {found:?}");
+            assert!(matches!(found.get("met"), Json::Bool(_)), "{found:?}");
+            if max_ratio.is_some() {
+                assert!(found.get("ratio").number().is_some(), "no baseline: {found:?}");
+            }
+        } else {
+            assert_eq!(found.get("value"), &Json::Null, "{found:?}");
+            assert!(found.get("note").text().contains("no redis-server"), "{found:?}");
+        }
+    }
+    // The remote rows' processes ran the tier: every kernel of the family a remote hit.
+    if redis {
+        row(rows, "  compiles in those (1 runs); remote hits, fewest 16 of 16");
+    }
+}
+
+/// Without a redis-server (`JITBRIDGE_REDIS_SERVER` naming none), the fleet's rows are
+/// reported as skipped with the reason: no value, no met flag, not judged; the rest still run.
+#[test]
+fn bench_without_redis_server_skips_the_fleet_rows() {
+    let out = Command::new(env!("CARGO_BIN_EXE_jitbridge"))
+        .args(["bench", "--json", "--quick", "--check", "--device", "cpu", "--sections", "9"])
+        .env("JITBRIDGE_DISK_CACHE", "0")
+        .env("JITBRIDGE_REDIS_SERVER", "/nonexistent/redis-server")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout} {}", String::from_utf8_lossy(&out.stderr));
+    let report = Reader::parse(&stdout).unwrap_or_else(|e| panic!("{e} in {stdout}"));
+    let rows = check_schema(&report, "bench");
+    let skipped: Vec<&Json> = rows.iter().filter(|r| r.get("value") == &Json::Null).collect();
+    assert_eq!(skipped.len(), 4, "{skipped:?}");
+    for row in skipped {
+        let note = row.get("note").text();
+        assert!(note.contains("JITBRIDGE_REDIS_SERVER=/nonexistent/redis-server"), "{note}");
+    }
+    row(rows, "new replica, 16 kernels, 8 threads, cold (no cache, no bundle)");
+}
+
 /// --help states how long a bench takes, both ways, and where the JSON is described.
 #[test]
 fn bench_help_states_its_time_and_its_check() {
     let out = Command::new(env!("CARGO_BIN_EXE_jitbridge")).args(["bench", "--help"]).output();
     let text = String::from_utf8(out.unwrap().stdout).unwrap();
-    assert!(text.contains("It takes about 2.5 minutes (--quick: about 25 s)"), "{text}");
+    assert!(text.contains("It takes about 3 minutes (--quick: about 35 s)"), "{text}");
     assert!(text.contains("--check       exit with status 1 when a judged target is missed"));
     assert!(text.contains("docs/JSON.md"), "{text}");
 }

@@ -121,6 +121,18 @@ impl Row {
         }
     }
 
+    /// A row that could not be measured here (its tool is missing): no value (JSON null), its
+    /// target shown but neither met nor judged, and `why` as its note.
+    pub fn skipped(
+        section: &str,
+        measure: impl Into<String>,
+        unit: Unit,
+        target: Target,
+        why: String,
+    ) -> Row {
+        Row::new(section, measure, f64::NAN, unit).target(target).not_judged(why)
+    }
+
     /// The value this one is compared with, in the same unit: the ratio is value / baseline.
     pub fn against(mut self, baseline: f64) -> Row {
         self.baseline = Some(baseline);
@@ -146,7 +158,8 @@ impl Row {
     }
 
     pub fn met(&self) -> Option<bool> {
-        self.target.map(|t| t.met(self.value, self.ratio()))
+        // A skipped row has no value to judge.
+        self.target.filter(|_| self.value.is_finite()).map(|t| t.met(self.value, self.ratio()))
     }
 
     /// A judged target this run missed: what `--check` fails on.
@@ -233,7 +246,7 @@ impl Results {
                 vec![
                     row.section.clone(),
                     row.measure.clone(),
-                    row.unit.show(row.value),
+                    if row.value.is_finite() { row.unit.show(row.value) } else { "skipped".into() },
                     row.baseline.map_or(String::new(), |b| row.unit.show(b)),
                     row.ratio().map_or(String::new(), pretty_ratio),
                     met.to_string(),
@@ -314,6 +327,9 @@ mod tests {
         assert_eq!(excused.note.as_deref(), Some("why"));
         let plain = Row::new("s", "m", 2.0, Unit::Ns);
         assert_eq!((plain.met(), plain.missed(), plain.judged), (None, false, false));
+        let skipped = Row::skipped("s", "m", Unit::Ns, AT_MOST_ONE, "no tool".into());
+        assert_eq!((skipped.met(), skipped.missed(), skipped.judged), (None, false, false));
+        assert_eq!((skipped.note.as_deref(), skipped.ratio()), (Some("no tool"), None));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! a prewarm; and many processes first-launch the same new kernels on one cache folder.
 //! The bench runs `jitbridge __warm-start` (below) and `jitbridge cache export` as its children.
 
-use super::{Context, Scale, fresh_variant, median};
+use super::{Context, Scale, fleet, fresh_variant, median};
 use crate::args::{Command, device_or_default, parse_args, print_help};
 use crate::rows::{H200, Row, Target, Unit};
 use crate::{Failure, Outcome};
@@ -54,35 +54,42 @@ fn launch_exact(input: &Array, salt: &str, k: usize) -> Result<bool, jitbridge::
 
 /// What one child process reported.
 #[derive(Debug, Default)]
-struct Report {
-    ns: f64,
+pub(super) struct Report {
+    pub ns: f64,
     prewarm_ns: f64,
-    builds: u64,
-    disk_hits: u64,
+    pub builds: u64,
+    pub disk_hits: u64,
     bundle_hits: u64,
-    waits: u64,
+    pub waits: u64,
+    pub remote_hits: u64,
+    pub remote_waits: u64,
+    pub breaker_trips: u64,
 }
 
-struct Runner<'a> {
+pub(super) struct Runner<'a> {
     exe: PathBuf,
     device: &'a str,
 }
 
 impl Runner<'_> {
-    fn command(&self, args: &[&str], cache: &Path) -> std::process::Command {
+    /// A child on the cache folder `cache`, with no bundle, manifest or remote tier of the
+    /// caller's (a row that wants a tier sets its own).
+    pub fn command(&self, args: &[&str], cache: &Path) -> std::process::Command {
         let mut cmd = std::process::Command::new(&self.exe);
         cmd.args(args)
             .env("JITBRIDGE_CACHE_DIR", cache)
             .env_remove("JITBRIDGE_DISK_CACHE")
             .env_remove("JITBRIDGE_CACHE_BUNDLE")
             .env_remove("JITBRIDGE_MANIFEST")
+            .env_remove("JITBRIDGE_REMOTE_CACHE")
+            .env_remove("JITBRIDGE_REMOTE_KEY_FILE")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         cmd
     }
 
-    fn launch(&self, salt: &str, count: usize, threads: usize) -> Vec<String> {
+    pub fn launch(&self, salt: &str, count: usize, threads: usize) -> Vec<String> {
         vec![
             "__warm-start".into(),
             self.device.into(),
@@ -93,12 +100,12 @@ impl Runner<'_> {
     }
 }
 
-fn failed(what: String) -> jitbridge::Error {
+pub(super) fn failed(what: String) -> jitbridge::Error {
     jitbridge::Error::new_other(what)
 }
 
 /// Waits for a child and reads its report line; it must have ended well, every output exact.
-fn report(child: Child) -> Result<Report, jitbridge::Error> {
+pub(super) fn report(child: Child) -> Result<Report, jitbridge::Error> {
     let out = child.wait_with_output().map_err(|e| failed(e.to_string()))?;
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let field = |name: &str| {
@@ -116,10 +123,13 @@ fn report(child: Child) -> Result<Report, jitbridge::Error> {
         disk_hits: number("disk_hits=") as u64,
         bundle_hits: number("bundle_hits=") as u64,
         waits: number("lease_waits=") as u64,
+        remote_hits: number("remote_hits=") as u64,
+        remote_waits: number("remote_lease_waits=") as u64,
+        breaker_trips: number("remote_breaker_trips=") as u64,
     })
 }
 
-fn spawn(cmd: &mut std::process::Command) -> Result<Child, jitbridge::Error> {
+pub(super) fn spawn(cmd: &mut std::process::Command) -> Result<Child, jitbridge::Error> {
     cmd.spawn().map_err(|e| failed(e.to_string()))
 }
 
@@ -157,14 +167,19 @@ fn measure(
     use std::os::unix::fs::PermissionsExt;
     let kernels = scale.warm_kernels;
     let salt = format!("warm {}", fresh_variant());
+    // The fleet's rows' store, when a redis-server is found.
+    let store = fleet::Store::start_if_found(dir)?;
     // Checkout A compiles the family: several processes on one folder, each starting at its own
-    // place, so that the leases spread the compiles over them.
+    // place, so that the leases spread the compiles over them; they fill the store as well.
     let made = dir.join("checkout-a/cache");
     let builders: Vec<Child> = (0..THREADS)
         .map(|p| {
             let mut args = runner.launch(&salt, kernels, 1);
             args.push(format!("--from={}", p * kernels / THREADS));
-            spawn(&mut runner.command(&args.iter().map(String::as_str).collect::<Vec<_>>(), &made))
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let mut cmd = runner.command(&args, &made);
+            fleet::serve_if_any(&store, &mut cmd);
+            spawn(&mut cmd)
         })
         .collect::<Result<_, _>>()?;
     let built: u64 =
@@ -220,13 +235,14 @@ fn measure(
     }
     let within =
         |ms: f64, text| Target { max_value: Some(ms * 1e6), max_ratio: None, text, set_for: H200 };
+    let in_place = median(from_bundle);
     rows.push(
         Row::new(
             SECTION,
             format!(
                 "new process, {kernels}-kernel bundle on a read-only folder, {THREADS} threads"
             ),
-            median(from_bundle),
+            in_place,
             Unit::Ns,
         )
         .against(median(from_disk))
@@ -284,6 +300,8 @@ fn measure(
         Unit::Ns,
     ));
     rows.push(Row::new(SECTION, "  per kernel", cold.ns / kernels as f64, Unit::Ns));
+    fleet::warm_from_store(runner, &store, scale, (&salt, kernels), in_place, dir, rows)?;
+    fleet::cold_with_store_stopped(runner, &store, kernels, cold.ns, dir, rows)?;
 
     // Many processes, one cache folder, the same new kernels: each compiled once.
     let (processes, new) = (scale.warm_processes, scale.warm_new_kernels);
@@ -294,39 +312,10 @@ fn measure(
     args.push(format!("--go={}", go.display()));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     std::fs::create_dir_all(dir.join("shared")).map_err(|e| failed(e.to_string()))?;
-    let mut children: Vec<Child> = (0..processes)
+    let children: Vec<Child> = (0..processes)
         .map(|_| spawn(&mut runner.command(&args, &shared)))
         .collect::<Result<_, _>>()?;
-    let start = Instant::now();
-    let ready = |n: usize| {
-        std::fs::read_dir(dir.join("shared"))
-            .map(|d| {
-                d.filter(|e| {
-                    e.as_ref().is_ok_and(|e| e.file_name().to_string_lossy().starts_with("go."))
-                })
-                .count()
-                    >= n
-            })
-            .unwrap_or(false)
-    };
-    while !ready(processes) {
-        let ended = children.iter_mut().position(|c| !matches!(c.try_wait(), Ok(None)));
-        if ended.is_some() || start.elapsed() > Duration::from_secs(300) {
-            for c in &mut children {
-                let _ = c.kill();
-            }
-            let why = ended.and_then(|i| report(children.remove(i)).err());
-            return Err(failed(format!(
-                "the processes never got ready: {}",
-                why.map(|e| e.to_string()).unwrap_or_default()
-            )));
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    std::fs::write(&go, b"").map_err(|e| failed(e.to_string()))?;
-    let started = Instant::now();
-    let reports: Vec<Report> = children.into_iter().map(report).collect::<Result<_, _>>()?;
-    let wall = started.elapsed().as_nanos() as f64;
+    let (reports, wall) = together(children, &go)?;
     let total = |f: fn(&Report) -> u64| reports.iter().map(f).sum::<u64>();
     rows.push(
         Row::new(
@@ -352,7 +341,47 @@ fn measure(
         wall,
         Unit::Ns,
     ));
-    Ok(())
+    fleet::replicas_through_one_store(runner, &store, new, dir, rows)
+}
+
+/// Waits until every child (each started with `--go=GO`) is ready, then creates GO, so that
+/// they first-launch at once; their reports and the time from GO to the last one's end.
+pub(super) fn together(
+    mut children: Vec<Child>,
+    go: &Path,
+) -> Result<(Vec<Report>, f64), jitbridge::Error> {
+    let folder = go.parent().unwrap_or(Path::new("."));
+    let mark = format!("{}.", go.file_name().unwrap_or_default().to_string_lossy());
+    let ready = |n: usize| {
+        std::fs::read_dir(folder)
+            .map(|d| {
+                d.filter(|e| {
+                    e.as_ref().is_ok_and(|e| e.file_name().to_string_lossy().starts_with(&mark))
+                })
+                .count()
+                    >= n
+            })
+            .unwrap_or(false)
+    };
+    let start = Instant::now();
+    while !ready(children.len()) {
+        let ended = children.iter_mut().position(|c| !matches!(c.try_wait(), Ok(None)));
+        if ended.is_some() || start.elapsed() > Duration::from_secs(300) {
+            for c in &mut children {
+                let _ = c.kill();
+            }
+            let why = ended.and_then(|i| report(children.remove(i)).err());
+            return Err(failed(format!(
+                "the processes never got ready: {}",
+                why.map(|e| e.to_string()).unwrap_or_default()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::fs::write(go, b"").map_err(|e| failed(e.to_string()))?;
+    let started = Instant::now();
+    let reports: Vec<Report> = children.into_iter().map(report).collect::<Result<_, _>>()?;
+    Ok((reports, started.elapsed().as_nanos() as f64))
 }
 
 /// For `jitbridge bench`: in a fresh process, first-launch COUNT kernels of the family SALT from
@@ -424,11 +453,14 @@ pub fn child(args: &[String]) -> Outcome {
     let c = Counters::read();
     out!(
         "ns={ns} prewarm_ns={prewarm_ns} builds={} disk_hits={} bundle_hits={} lease_waits={} \
-         exact={exact}",
+         remote_hits={} remote_lease_waits={} remote_breaker_trips={} exact={exact}",
         c.builds,
         c.disk_hits,
         c.bundle_hits,
-        c.lease_waits
+        c.lease_waits,
+        c.remote_hits,
+        c.remote_lease_waits,
+        c.remote_breaker_trips
     );
     Ok(exact)
 }
