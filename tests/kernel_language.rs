@@ -213,6 +213,38 @@ fn cases() -> Vec<Case> {
             Box::leak(format!("every_dtype_{}", dtype.name()).into_boxed_str());
         cases.push(Case { input: dtype, output: dtype, ..plain(name, body, values, want) });
     }
+    // Half arithmetic: f16 is an arithmetic type, computed in f32 and rounded to nearest even
+    // where stored (cast constants, a division, an f16 in and out, and an f16 in, f32 out).
+    let halves: Vec<f32> = (0..64).map(|i| (i as f32 - 31.0) * 0.377 + 1.0 / 1024.0).collect();
+    let as_f16: Vec<f32> = halves.iter().map(|&v| F16::from_f32(v).to_f32()).collect();
+    cases.push(Case {
+        input: DType::F16,
+        output: DType::F16,
+        ..plain(
+            "half_arithmetic_f16",
+            "const uint64_t i = thread_index(); f16 v = x[i]; f16 w = v * v - (f16)1 + v / (f16)3;\n\
+             w += (f16)0.25f; y[i] = i % 2 ? w : -w;",
+            halves.clone(),
+            as_f16
+                .iter()
+                .enumerate()
+                .flat_map(|(i, &v)| {
+                    let w = F16::from_f32(v * v - 1.0 + v / 3.0).to_f32();
+                    let w = F16::from_f32(w + 0.25).to_f32();
+                    F16::from_f32(if i % 2 == 1 { w } else { -w }).to_bits().to_le_bytes()
+                })
+                .collect(),
+        )
+    });
+    cases.push(Case {
+        input: DType::F16,
+        ..plain(
+            "half_arithmetic_f16_to_f32",
+            "const uint64_t i = thread_index(); y[i] = x[i] * 0.5f + x[i] * 0.25f + 1;",
+            halves.clone(),
+            f32_bytes(as_f16.iter().map(|&v| v * 0.5 + v * 0.25 + 1.0)),
+        )
+    });
     // Atomics: 64 threads add into 4 cells and take the maximum into 4 more, in each dtype with
     // atomics; small integers, so that every order of the adds gives the same sum.
     let counts: Vec<f32> = (0..64).map(|i| ((i * 37) % 61) as f32).collect();
