@@ -134,8 +134,10 @@ impl LaunchShape {
 /// dtype with `x_size` elements, each output `y` a writable pointer with `y_size`, and each
 /// scalar a value; a body that names `x_shape` or `x_ndim` also sees that array's dimensions.
 /// `return` ends one thread. The dtype names (`f32`, `bf16`, ...) are types in the body; `f16`
-/// and `bf16` are 16-bit storage types converted with `f16_to_f32`, `f32_to_f16`,
-/// `bf16_to_f32`, `f32_to_bf16` (round to nearest even). Threads that meet in one element use
+/// and `bf16` are arithmetic (computed in f32, rounded to nearest even where stored or cast) on
+/// GPUs and where the cpu compiler has `_Float16` and `__bf16`, else 16-bit storage types; all
+/// convert with `f16_to_f32`, `f32_to_f16`, `bf16_to_f32`, `f32_to_bf16`. A dtype parameter
+/// (`Param::DType`) makes one body serve several dtypes. Threads that meet in one element use
 /// `atomic_add(y, i, v)`, `atomic_exchange`, `atomic_min` and `atomic_max` (f32, i32, u32, i64
 /// and u64 outputs; each returns the old value). The crate documentation's "The kernel
 /// language" says the rest.

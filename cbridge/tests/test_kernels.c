@@ -3,7 +3,8 @@
  * bytes past it are never read; sizes the library cannot know are refused; every dtype has a
  * name and size; scalars, a compile-time parameter and an explicit stream in one launch; a
  * whole-source module with two entry points; an entry its source does not define refused (never
- * libc's function of that name); hostile inputs refused before anything is built.
+ * libc's function of that name); hostile inputs refused before anything is built; f16
+ * arithmetic in a body.
  */
 #include "check.h"
 #include "jitbridge.h"
@@ -180,6 +181,45 @@ static void wide_and_narrow_integers(void)
     jb_array_free(u16s);
     jb_array_free(args[0]);
     jb_array_free(args[1]);
+    jb_array_free(out[0]);
+    jb_custom_kernel_free(k);
+}
+
+/* f16 is arithmetic in a body: computed in f32 and rounded to nearest even where stored, so
+ * v * v may pass 65504 (f16's largest) on the way and still give a finite result. */
+static void half_arithmetic(void)
+{
+    const char *in[] = {"x"}, *outn[] = {"y"};
+    jb_dtype f16[] = {JB_F16};
+    jb_kernel_param params[] = {{"T", JB_PARAM_DTYPE, JB_F16}};
+    jb_kernel_spec spec = JB_KERNEL_SPEC_INIT;
+    spec.name = "c_half_arithmetic";
+    spec.input_names = in, spec.input_dtypes = f16, spec.num_inputs = 1;
+    spec.output_names = outn, spec.output_dtypes = f16, spec.num_outputs = 1;
+    spec.params = params, spec.num_params = 1;
+    spec.body = "const uint64_t i = thread_index(); T v = x[i]; y[i] = v * v / (T)7 - (T)0.5;";
+    jb_custom_kernel *k = NULL;
+    CHECK_OK(jb_custom_kernel_new(&k, &spec));
+    const char *gpu_source = k ? jb_custom_kernel_source(k, "cuda") : NULL;
+    CHECK(gpu_source && strstr(gpu_source, "operator float()"), "the GPU's f16 converts to float");
+    enum { N = 700 };
+    jb_array *x = NULL, *out[1] = {NULL};
+    CHECK_OK(jb_array_arange(&x, cpu, N, JB_F16));
+    int64_t n = N;
+    const int64_t *shapes[] = {&n};
+    int ndims[] = {1};
+    jb_launch_shape shape = {{0, 0, 0}, {0, 0, 0}, N};
+    uint16_t got[N];
+    if (k && x && jb_custom_kernel_launch_on(out, k, NULL, &x, 1, NULL, 0, shapes, ndims, &shape) ==
+                      JB_OK &&
+        jb_array_read(out[0], got, sizeof got) == JB_OK) {
+        int wrong = 0;
+        for (int i = 0; i < N; i++)
+            wrong += got[i] != jb_f32_to_f16_bits((float)i * (float)i / 7.0f - 0.5f);
+        CHECK(wrong == 0, "%d of %d f16 results wrong (y[600] = 0x%04x)", wrong, N, got[600]);
+    } else
+        CHECK(0, "the f16 kernel did not run: %s", jb_last_error_message());
+    jb_array_free(x);
     jb_array_free(out[0]);
     jb_custom_kernel_free(k);
 }
@@ -363,6 +403,7 @@ int main(void)
     dtypes();
     scalars_params_stream();
     wide_and_narrow_integers();
+    half_arithmetic();
     source_modules();
     foreign_entries();
     hostile_inputs();
