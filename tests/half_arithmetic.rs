@@ -3,7 +3,8 @@
 //! one body text (MLX's `T tmp = a[0];` with a dtype parameter `T`) runs for f32, f16 and bf16.
 //! Every expected value is computed here with the crate's own f16/bf16 conversions. On a cpu
 //! compiler without an arithmetic `__bf16` (gcc 12, clang 14) bf16 stays a storage type there,
-//! and a bf16 body doing arithmetic is a compile error at the body's line.
+//! and a bf16 body doing arithmetic is a compile error at the body's line. The GPU's source of
+//! every body compiles with nvcc where the toolkit is installed (a GPU build runs it too).
 
 mod common;
 
@@ -260,4 +261,64 @@ fn every_half_body_computes_the_hosts_values_on_the_gpu() {
     for t in [DType::F32, DType::F16, DType::Bf16] {
         check_dtype(gpu, t);
     }
+}
+
+/// Statements a GPU's half class must accept as C does: conversions from every number, `?:`
+/// of a half and its negation, a half from the other half type, increments and comparisons.
+const CONVERSIONS: &str = "{ const uint64_t i = thread_index(); T u = 0; u = 1.5; u = 3; \
+    u = (unsigned char)4; u = (long long)5; u = (size_t)6; u = true; if (u) u--; \
+    out[i] = u < a[i] ? u : -u; f16 h = u; bf16 b = h; h = (f16)b; out[i] += +b; }";
+
+/// Where nvcc is (`$CUDA_PATH/bin/nvcc`, else /usr/local/cuda's), if it is there.
+fn nvcc() -> Option<std::path::PathBuf> {
+    let root = std::env::var_os("CUDA_PATH").unwrap_or_else(|| "/usr/local/cuda".into());
+    let nvcc = std::path::Path::new(&root).join("bin/nvcc");
+    nvcc.is_file().then_some(nvcc)
+}
+
+/// The GPU source of every body above, for each dtype, checked and unchecked, compiles with
+/// nvcc for sm_75 (bf16 converted in integer code) and sm_90 (cvt.rn): this machine cannot run
+/// it, but the text is what NVRTC gets.
+#[test]
+fn every_half_body_compiles_for_nvidia_gpus() {
+    let Some(nvcc) = nvcc() else {
+        eprintln!("skipped: no nvcc under $CUDA_PATH or /usr/local/cuda");
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("jb-half-nvcc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut body: String = cases().iter().map(|c| format!("{{ {} }}\n", c.body)).collect();
+    body.push_str(CONVERSIONS);
+    for t in [DType::F32, DType::F16, DType::Bf16] {
+        for bounds_checks in [false, true] {
+            let name = format!("nvcc_{}_{bounds_checks}", t.name());
+            let kernel = common::vouched_kernel(&KernelSpec {
+                name: &name,
+                inputs: &[("a", t), ("s", DType::F32)],
+                outputs: &[("out", t)],
+                scalars: &[("n", DType::I32)],
+                params: &[("T", Param::DType(t))],
+                body: &body,
+                options: CompileOptions { bounds_checks, ..Default::default() },
+                ..Default::default()
+            })
+            .unwrap();
+            let source = dir.join(format!("{name}.cu"));
+            std::fs::write(&source, kernel.source("cuda").unwrap()).unwrap();
+            for arch in ["sm_75", "sm_90"] {
+                let out = std::process::Command::new(&nvcc)
+                    .args(["-ptx", "-arch", arch, "-o"])
+                    .arg(dir.join(format!("{name}_{arch}.ptx")))
+                    .arg(&source)
+                    .output()
+                    .unwrap();
+                assert!(
+                    out.status.success(),
+                    "{name} for {arch}:\n{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }
