@@ -398,8 +398,9 @@ JB_API int64_t jb_array_size(const jb_array *array);
  * assignment to a scalar is that thread's own, and no order of threads may be assumed (the cpu
  * runs them one after another, a GPU at once). New outputs are not initialised unless the spec
  * gives them an initial value (output_inits), but for bool outputs, which start false. The dtype names (f32, bf16, ...) are types in the
- * body; f16 and bf16 are 16-bit storage types on every backend (field `bits`), converted with
- * f16_to_f32, f32_to_f16, bf16_to_f32, f32_to_bf16 (round to nearest even). Threads that meet
+ * body; f16 and bf16 are arithmetic (computed in f32, rounded to nearest even where stored or
+ * cast) on GPUs and where the cpu compiler has _Float16/__bf16, else 16-bit storage types, and
+ * convert with f16_to_f32, f32_to_f16, bf16_to_f32, f32_to_bf16 everywhere. Threads that meet
  * in one element use atomic_add(y, i, v), atomic_exchange, atomic_min or atomic_max (f32, i32,
  * u32, i64, u64 outputs; each returns the old value; bounds-checked like a subscript). The
  * module is named after the kernel plus a hash of the generated source, which holds
