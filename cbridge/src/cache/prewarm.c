@@ -103,6 +103,33 @@ static int key_again(jb_device *dev, const stored *from, const jb_key_fields *fi
     return JB_OK;
 }
 
+/* The record bundle `b` carries for entry i (key text `key`), put into the cache folder's
+ * sources/: its hex in `hex`, or NULL when it carries none, or one refused (warned about). */
+static const char *bundle_record(const prewarm *pw, jb_bundle *b, size_t i,
+                                 const unsigned char *key, size_t key_bytes,
+                                 char hex[2 * JB_SHA256_BYTES + 1])
+{
+    if (!jb__bundle_source_count(b))
+        return NULL;
+    jb_saved_error saved; /* a record that cannot be named is only not named */
+    jb__error_save(&saved);
+    bool has = false;
+    unsigned char digest[JB_SHA256_BYTES];
+    jb_source_record r;
+    char *bytes = NULL;
+    size_t len = 0;
+    if (jb__bundle_source(b, i, key, key_bytes, pw->rules, &has, digest, &r) != JB_OK)
+        jb__warn("prewarm: %s; its manifest line names no source record",
+                 jb_last_error_message());
+    else if (has)
+        bytes = jb__source_record_bytes(&r, digest, &len);
+    bool put = bytes && jb__source_record_put(bytes, len, r.module, hex);
+    free(bytes);
+    jb__source_record_free(&r);
+    jb__error_restore(&saved);
+    return put ? hex : NULL;
+}
+
 /* Loads one stored module for the device, or counts why not. */
 static void load_one(prewarm *pw, const stored *from)
 {
@@ -119,6 +146,14 @@ static void load_one(prewarm *pw, const stored *from)
     int status = jb__key_fields_entries(&fields, &names);
     if (status == JB_OK)
         status = key_again(dev, from, &fields, names, &key, &same);
+    stored with_record; /* a bundle's entry: its record, looked for only for what loads here */
+    char record[2 * JB_SHA256_BYTES + 1];
+    if (status == JB_OK && same && !from->record && strcmp(from->how, "bundle") == 0) {
+        with_record = *from;
+        with_record.record = bundle_record(pw, from->ref.bundle, from->ref.entry, from->key,
+                                           from->key_bytes, record);
+        from = &with_record;
+    }
     if (status == JB_OK && same) {
         build_ctx ctx = {from, &fields, names, &key, false};
         jb_module *module;
@@ -142,32 +177,6 @@ static void load_one(prewarm *pw, const stored *from)
 
 /* ---- from a bundle ---- */
 
-/* The record bundle `b` carries for entry i (key text `key`), put into the cache folder's
- * sources/: its hex in `hex`, or NULL when it carries none or it is not whole and of the key. */
-static const char *bundle_record(const prewarm *pw, jb_bundle *b, size_t i,
-                                 const unsigned char *key, size_t key_bytes,
-                                 char hex[2 * JB_SHA256_BYTES + 1])
-{
-    if (!jb__bundle_source_count(b))
-        return NULL;
-    jb_saved_error saved; /* a record that cannot be named is only not named */
-    jb__error_save(&saved);
-    bool has = false;
-    unsigned char digest[JB_SHA256_BYTES];
-    jb_source_record r;
-    char *bytes = NULL;
-    size_t len = 0;
-    if (jb__bundle_source(b, i, key, key_bytes, pw->rules, &has, digest,
-                          &r) == JB_OK &&
-        has)
-        bytes = jb__source_record_bytes(&r, digest, &len);
-    bool put = bytes && jb__source_record_put(bytes, len, r.module, hex);
-    free(bytes);
-    jb__source_record_free(&r);
-    jb__error_restore(&saved);
-    return put ? hex : NULL;
-}
-
 static int prewarm_bundle(prewarm *pw, const char *path)
 {
     jb_bundle *b;
@@ -179,13 +188,11 @@ static int prewarm_bundle(prewarm *pw, const char *path)
             continue;
         }
         const jb_bundle_entry *e = jb__bundle_entry(b, i);
-        char record[2 * JB_SHA256_BYTES + 1];
         stored from = {.key = data,
                        .key_bytes = (size_t)e->key_bytes,
                        .payload = {data + e->key_bytes, (size_t)e->payload_bytes},
                        .how = "bundle",
-                       .ref = {b, i},
-                       .record = bundle_record(pw, b, i, data, (size_t)e->key_bytes, record)};
+                       .ref = {b, i}};
         load_one(pw, &from);
         free(data);
     }
@@ -285,9 +292,7 @@ static int manifest_line(void *p, const jb_manifest_line *line)
         size_t key_bytes;
         if (jb__bundle_find(line->digest, &data, &key_bytes, &payload, &ref)) {
             from = (stored){.key = data, .key_bytes = key_bytes, .payload = payload,
-                            .how = "bundle", .ref = ref,
-                            .record = bundle_record(pw, ref.bundle, ref.entry, data,
-                                                    key_bytes, record)};
+                            .how = "bundle", .ref = ref};
             load_one(pw, &from);
         } else {
             pw->result->missing++;
