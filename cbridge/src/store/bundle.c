@@ -502,9 +502,9 @@ int jb__bundle_source(jb_bundle *b, size_t i, const unsigned char *key, size_t k
         return jb__fail(status, "the bundle %s, entry %.32s: %s", b->path, entry, why);
     }
     jb_key_fields f;
-    bool of_key = jb__key_fields_parse(key, key_bytes, &f) == JB_OK;
-    of_key = of_key && jb__source_record_of_key(out, &f);
-    if (of_key)
+    bool parsed = jb__key_fields_parse(key, key_bytes, &f) == JB_OK;
+    bool of_key = parsed && jb__source_record_of_key(out, &f);
+    if (parsed)
         jb__key_fields_free(&f);
     if (!of_key) {
         status = jb__fail(JB_ERR_INVALID_ARGUMENT,
