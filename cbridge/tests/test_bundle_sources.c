@@ -432,6 +432,15 @@ int main(int argc, char **argv)
     CHECK(list.count == KERNELS && list.refused == 0, "the manifest's list: %zu, %llu refused",
           list.count, (unsigned long long)list.refused);
     jb__source_list_free(&list);
+    /* Two processes' lines of the same kernels: each kernel listed once. */
+    char twice[300], command[1200];
+    snprintf(twice, sizeof twice, "%s/twice.manifest", dir);
+    snprintf(command, sizeof command, "cat %s %s > %s", manifest, manifest, twice);
+    CHECK(system(command) == 0, "%s", command);
+    CHECK_OK(jb__source_list_read(&list, twice, jb__source_record_rules));
+    CHECK(list.count == KERNELS && list.repeated == KERNELS, "twice: %zu listed, %llu repeated",
+          list.count, (unsigned long long)list.repeated);
+    jb__source_list_free(&list);
     CHECK_OK(jb__source_list_read(&list, without, jb__source_record_rules));
     CHECK(list.count == 0 && list.without_record == KERNELS, "a bundle without records: %zu",
           list.count);
@@ -492,7 +501,6 @@ int main(int argc, char **argv)
     run_child(argv[0], linked_dir_args);
     CHECK(count_records(outside_dir) == 0, "records were written through the link at sources/");
 
-    char command[512];
     snprintf(command, sizeof command, "rm -rf %s", dir);
     CHECK(system(command) == 0, "rm -rf %s", dir);
     return check_summary("test_bundle_sources");

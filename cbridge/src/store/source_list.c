@@ -20,7 +20,32 @@ typedef struct list_ctx {
     size_t capacity;
     jb_source_record_rules rules;
     const char *path;
+    jb_table listed; /* the keys listed: each kernel once (a manifest names it once a process) */
 } list_ctx;
+
+static bool digest_equal(const void *stored, const void *key)
+{
+    return memcmp(stored, key, JB_SHA256_BYTES) == 0;
+}
+
+/* Whether the key `digest` was met before (counted as repeated); it is remembered now. */
+static int met_before(list_ctx *c, const unsigned char digest[JB_SHA256_BYTES], bool *met)
+{
+    uint64_t hash = jb__table_hash(digest, JB_SHA256_BYTES);
+    *met = jb__table_find(&c->listed, hash, digest, digest_equal) != NULL;
+    if (*met) {
+        c->list->repeated++;
+        return JB_OK;
+    }
+    unsigned char *copy = malloc(JB_SHA256_BYTES);
+    if (!copy || !jb__table_reserve(&c->listed)) {
+        free(copy);
+        return jb__fail(JB_ERR_OUT_OF_MEMORY, "no memory to list the kernels of %s", c->path);
+    }
+    memcpy(copy, digest, JB_SHA256_BYTES);
+    jb__table_add(&c->listed, hash, copy, copy);
+    return JB_OK;
+}
 
 /* A refused record: counted, and its error warned about once (the list goes on). */
 static void refuse(list_ctx *c, const char *module)
@@ -80,6 +105,10 @@ static bool same_entries(const jb_source_record *r, const char *line_entries)
 static int list_manifest_line(void *p, const jb_manifest_line *line)
 {
     list_ctx *c = p;
+    bool met;
+    JB_FORWARD_IF_ERROR(met_before(c, line->digest, &met));
+    if (met)
+        return JB_OK;
     if (!line->has_source) {
         c->list->without_record++;
         return JB_OK;
@@ -147,7 +176,7 @@ int jb__source_list_read(jb_source_list *out, const char *path, jb_source_record
     JB_RETURN_IF(!out || !path || !rules, JB_ERR_INVALID_ARGUMENT,
                  "listing source records: out, the path or the rules is NULL");
     memset(out, 0, sizeof *out);
-    list_ctx c = {out, 0, rules, path};
+    list_ctx c = {out, 0, rules, path, {0}};
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
     JB_RETURN_IF(fd < 0, JB_ERR_SYSTEM, "cannot open %s: %s", path, strerror(errno));
     char magic[8] = {0};
@@ -166,6 +195,9 @@ int jb__source_list_read(jb_source_list *out, const char *path, jb_source_record
         jb__disk_cache_usable(); /* a manifest's records are in the cache folder */
         status = jb__manifest_read(path, list_manifest_line, &c);
     }
+    for (size_t i = 0; i < c.listed.capacity; i++)
+        free(c.listed.slots[i].value);
+    free(c.listed.slots);
     if (status != JB_OK)
         jb__source_list_free(out);
     return status;

@@ -79,12 +79,14 @@ typedef struct jb_source_list {
     size_t count;
     uint64_t without_record; /* lines or entries that name no record (they cannot be rebuilt) */
     uint64_t refused;        /* records refused (bad, missing, another kernel's): one warning each */
+    uint64_t repeated;       /* manifest lines of a kernel listed already (each is listed once) */
 } jb_source_list;
 /* Every kernel of the manifest or bundle at `path` (told apart by the bundle's magic) whose
  * record passes `rules`, with its manifest line: a manifest's records are read from the cache
  * folder's sources/ (and must be of their line's backend, module and entries), a bundle's from
  * the bundle (and must be of their entry's key; the line is made from the key: how "bundle").
- * Nothing is compiled, loaded or written. JB_OK with *out (free it with jb__source_list_free)
+ * Each kernel (key) is listed once, from its first line. Nothing is compiled, loaded or written.
+ * JB_OK with *out (free it with jb__source_list_free)
  * also when records were refused (counted, each with one warning saying why); an error only
  * when the file cannot be read, the bundle is refused, or memory runs out. Any thread. */
 int jb__source_list_read(jb_source_list *out, const char *path, jb_source_record_rules rules);
