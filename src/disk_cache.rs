@@ -231,7 +231,10 @@ pub fn add_bundle(path: &Path) -> Result<(), Error> {
 /// Loads every kernel of the manifest or bundle at `path` that `device` can use into the
 /// module cache, compiling nothing, so that the first launch of each finds its module in
 /// memory. A manifest's kernels come from the cache folder, else from the bundles in use; a
-/// bundle given here is trusted and checked as those are (and not kept as a tier).
+/// bundle given here is trusted and checked as those are (and not kept as a tier). With a
+/// manifest written, each line prewarm writes names the kernel's source record where one
+/// passes the API's rules and is of its key (the given manifest's, or the given bundle's, put
+/// into the cache folder's `sources/`).
 pub fn prewarm(device: crate::Device, path: &Path) -> Result<PrewarmResult, Error> {
     let path = c_path(path)?;
     let mut result = PrewarmResult::default();
