@@ -318,10 +318,11 @@ int jb__source_record_check(const unsigned char digest[JB_SHA256_BYTES], unsigne
     jb__hex(digest, JB_SHA256_BYTES, hex);
     if (!rules || size > JB_SOURCE_RECORD_MAX_BYTES) {
         free(data);
+        JB_RETURN_IF(!rules, JB_ERR_INVALID_ARGUMENT, "source record %s: no rules to check it by",
+                     hex);
         return jb__fail(JB_ERR_INVALID_ARGUMENT,
-                        rules ? "source record %s is past the %u bytes a record may have; refused"
-                              : "source record %s: no rules to check it by",
-                        hex, (unsigned)JB_SOURCE_RECORD_MAX_BYTES);
+                        "source record %s is past the %u bytes a record may have; refused", hex,
+                        (unsigned)JB_SOURCE_RECORD_MAX_BYTES);
     }
     unsigned char actual[JB_SHA256_BYTES];
     jb__sha256(data, size, actual);
