@@ -83,6 +83,42 @@ static int working_child(const char *driver)
     return check_summary("test_fake_driver working child");
 }
 
+/* Warm probe launches, each output freed after the next launch (as the bench's loop keeps one in
+ * flight), counted after the pools filled; the calls of WARM_LAUNCHES launches go to stdout. */
+#define WARM_LAUNCHES 64
+static int counting_child(void)
+{
+    jb_device *device = NULL;
+    CHECK_OK(jb_device_lookup(&device, "cuda:0"));
+    if (!device)
+        return check_summary("test_fake_driver counting child");
+    CHECK_OK(jb_driver_call_counting(device, 1));
+    jb_array *input = f32_filled(device, 32, 1.0f), *last = NULL;
+    jb_driver_call_count calls[64];
+    size_t made = 0;
+    for (int round = 0; round < 3; round++) { /* the first two fill the pools */
+        CHECK_OK(jb_thread_driver_calls(device, calls, 64, &made, 1));
+        for (int i = 0; i < WARM_LAUNCHES; i++) {
+            jb_array *out = NULL;
+            CHECK_OK(jb_jit_race_probe_array(&out, input, 7));
+            jb_array_free(last);
+            last = out;
+        }
+    }
+    CHECK_OK(jb_thread_driver_calls(device, calls, 64, &made, 1));
+    printf("%d warm launches:", WARM_LAUNCHES);
+    for (size_t i = 0; i < made && i < 64; i++)
+        printf(" %s %llu", calls[i].name, (unsigned long long)calls[i].count);
+    printf(".\n");
+    /* Off: the driver's own entries again, nothing counted. */
+    CHECK_OK(jb_driver_call_counting(device, 0));
+    jb_array_free(last);
+    CHECK_OK(jb_thread_driver_calls(device, calls, 64, &made, 1));
+    CHECK(made == 0, "%zu calls counted with counting off", made);
+    jb_array_free(input);
+    return check_summary("test_fake_driver counting child");
+}
+
 static void note_device(void *user_data, const jb_coverage_kernel *kernel)
 {
     char *devices = user_data;
@@ -415,6 +451,12 @@ static void test_working_drivers(const char *self, const char *dir)
     text = working_driver(self, dir, "no-async", "-DNO_ASYNC", "FAKE_LIMIT=1");
     CHECK(strstr(text, "CUDA_ERROR_OUT_OF_MEMORY") && strstr(text, "alloc 1 free 1"),
           "out of memory, plain: %s", text);
+    /* A warm launch's driver calls, counted: a change that adds one to the warm path fails
+     * here, and says which. */
+    text = working_driver(self, dir, "pools", "", "FAKE_COUNT=1");
+    CHECK(strstr(text, "64 warm launches: cuEventRecord 1 cuEventQuery 1 cuLaunchKernel 64 "
+                       "cuCtxGetCurrent 66.\n"),
+          "warm launches: %s", text);
     /* The allocation is given back when the wait for it fails, and the failure is said. */
     text = working_driver(self, dir, "pools", "", "FAKE_FAIL_SYNC=1");
     char failed[64];
@@ -431,7 +473,8 @@ int main(int argc, char **argv)
         return child();
     if (argc > 2 && strcmp(argv[1], "working") == 0)
         return getenv("FAKE_COVERAGE")  ? coverage_child(getenv("FAKE_COVERAGE"))
-               : getenv("FAKE_FORK") ? forking_parent()
+               : getenv("FAKE_FORK")   ? forking_parent()
+               : getenv("FAKE_COUNT")  ? counting_child()
                                      : working_child(argv[2]);
 #if defined(JB_WITH_CUDA)
     void *real = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);

@@ -770,4 +770,6 @@ const jb_backend JB_GPU_PREFIXED(backend) = {
     .graph_set_launch = gpu_graph_set_launch,
     .graph_launch = gpu_graph_launch,
     .graph_destroy = gpu_graph_destroy,
+    .count_driver_calls = JB_GPU_PREFIXED(count_driver_calls),
+    .thread_driver_calls = JB_GPU_PREFIXED(thread_driver_calls),
 };
