@@ -86,7 +86,7 @@ static int working_child(const char *driver)
 /* Warm probe launches, each output freed after the next launch (as the bench's loop keeps one in
  * flight), counted after the pools filled; the calls of WARM_LAUNCHES launches go to stdout. */
 #define WARM_LAUNCHES 64
-static int counting_child(void)
+static int counting_child(const char *driver)
 {
     jb_device *device = NULL;
     CHECK_OK(jb_device_lookup(&device, "cuda:0"));
@@ -107,6 +107,22 @@ static int counting_child(void)
     }
     CHECK_OK(jb_thread_driver_calls(device, calls, 64, &made, 1));
     printf("%d warm launches:", WARM_LAUNCHES);
+    for (size_t i = 0; i < made && i < 64; i++)
+        printf(" %s %llu", calls[i].name, (unsigned long long)calls[i].count);
+    printf(".\n");
+    /* Another library switches this thread's context: the launch that the library made without
+     * asking fails, and is made again in its own context. */
+    void *fake = dlopen(driver, RTLD_NOW | RTLD_NOLOAD);
+    int (*set_current)(void *) = fake ? (int (*)(void *))dlsym(fake, "cuCtxSetCurrent") : NULL;
+    CHECK(set_current != NULL, "the fake has no cuCtxSetCurrent");
+    if (set_current)
+        set_current(NULL);
+    jb_array *out = NULL;
+    CHECK_OK(jb_jit_race_probe_array(&out, input, 7));
+    jb_array_free(last);
+    last = out;
+    CHECK_OK(jb_thread_driver_calls(device, calls, 64, &made, 1));
+    printf("after a switch:");
     for (size_t i = 0; i < made && i < 64; i++)
         printf(" %s %llu", calls[i].name, (unsigned long long)calls[i].count);
     printf(".\n");
@@ -292,11 +308,14 @@ static const char working_source[] =
     "OK(cuEventRecord) OK(cuEventSynchronize) OK(cuEventQuery) OK(cuStreamWaitEvent)\n"
     "OK(cuStreamQuery)\n"
     "R cuModuleLoadData(void **m, const void *code) { forked(__func__); (void)code;\n"
-    "  *m = malloc(1); return getenv(\"FAKE_LOAD_OOM\") ? 2 : 0; }\n"
+    "  *m = malloc(sizeof current); *(void **)*m = current;\n"
+    "  return getenv(\"FAKE_LOAD_OOM\") ? 2 : 0; }\n"
     "R cuModuleUnload(void *m) { forked(__func__); free(m); return 0; }\n"
     "R cuModuleGetFunction(void **f, void *m, const char *n) { forked(__func__); (void)n;\n"
     "  *f = m; return 0; }\n"
-    "OK(cuLaunchKernel) OK(cuFuncSetAttribute)\n"
+    "/* A launch in a context other than its module's fails, as the driver's does. */\n"
+    "R cuLaunchKernel(void **f) { forked(__func__); return *f == current ? 0 : 201; }\n"
+    "OK(cuFuncSetAttribute)\n"
     "OK(cuMemcpyDtoDAsync_v2) OK(cuMemsetD8Async) OK(cuMemsetD16Async) OK(cuMemsetD32Async)\n"
     "static R get(P *p, size_t n, int which) { forked(__func__);\n"
     "  if (getenv(\"FAKE_LIMIT\") && n > (1 << 20)) return 2;\n"
@@ -454,9 +473,10 @@ static void test_working_drivers(const char *self, const char *dir)
     /* A warm launch's driver calls, counted: a change that adds one to the warm path fails
      * here, and says which. */
     text = working_driver(self, dir, "pools", "", "FAKE_COUNT=1");
-    CHECK(strstr(text, "64 warm launches: cuEventRecord 1 cuEventQuery 1 cuLaunchKernel 64 "
-                       "cuCtxGetCurrent 66.\n"),
+    CHECK(strstr(text, "64 warm launches: cuEventRecord 1 cuEventQuery 1 cuLaunchKernel 64.\n"),
           "warm launches: %s", text);
+    CHECK(strstr(text, "after a switch: cuLaunchKernel 2 cuCtxGetCurrent 1 cuCtxSetCurrent 1.\n"),
+          "a launch after another library switched the context: %s", text);
     /* The allocation is given back when the wait for it fails, and the failure is said. */
     text = working_driver(self, dir, "pools", "", "FAKE_FAIL_SYNC=1");
     char failed[64];
@@ -474,7 +494,7 @@ int main(int argc, char **argv)
     if (argc > 2 && strcmp(argv[1], "working") == 0)
         return getenv("FAKE_COVERAGE")  ? coverage_child(getenv("FAKE_COVERAGE"))
                : getenv("FAKE_FORK")   ? forking_parent()
-               : getenv("FAKE_COUNT")  ? counting_child()
+               : getenv("FAKE_COUNT")  ? counting_child(argv[2])
                                      : working_child(argv[2]);
 #if defined(JB_WITH_CUDA)
     void *real = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
