@@ -83,6 +83,27 @@ static int working_child(const char *driver)
     return check_summary("test_fake_driver working child");
 }
 
+/* The library's locks a thread takes while it counts them: this program's own lock functions
+ * stand in for libc's for the library linked into it (a test's count, no cost in the library).
+ * Only where a fake driver runs: a sanitizer's build keeps its own lock functions. */
+static _Thread_local bool counting_locks;
+static _Thread_local long locks_taken;
+#if defined(JB_WITH_CUDA)
+#define COUNTED_LOCK(fn, type)                                                                     \
+    int fn(type *lock)                                                                             \
+    {                                                                                              \
+        static int (*_Atomic libc_fn)(type *);                                                     \
+        if (!libc_fn)                                                                              \
+            libc_fn = (int (*)(type *))dlsym(RTLD_NEXT, #fn);                                      \
+        locks_taken += counting_locks;                                                             \
+        return libc_fn(lock);                                                                      \
+    }
+COUNTED_LOCK(pthread_mutex_lock, pthread_mutex_t)
+COUNTED_LOCK(pthread_rwlock_rdlock, pthread_rwlock_t)
+COUNTED_LOCK(pthread_rwlock_wrlock, pthread_rwlock_t)
+#undef COUNTED_LOCK
+#endif
+
 /* Warm probe launches, each output freed after the next launch (as the bench's loop keeps one in
  * flight), counted after the pools filled; the calls of WARM_LAUNCHES launches go to stdout. */
 #define WARM_LAUNCHES 64
@@ -98,6 +119,8 @@ static int counting_child(const char *driver)
     size_t made = 0;
     for (int round = 0; round < 3; round++) { /* the first two fill the pools */
         CHECK_OK(jb_thread_driver_calls(device, calls, 64, &made, 1));
+        locks_taken = 0;
+        counting_locks = true;
         for (int i = 0; i < WARM_LAUNCHES; i++) {
             jb_array *out = NULL;
             CHECK_OK(jb_jit_race_probe_array(&out, input, 7));
@@ -105,11 +128,12 @@ static int counting_child(const char *driver)
             last = out;
         }
     }
+    counting_locks = false;
     CHECK_OK(jb_thread_driver_calls(device, calls, 64, &made, 1));
     printf("%d warm launches:", WARM_LAUNCHES);
     for (size_t i = 0; i < made && i < 64; i++)
         printf(" %s %llu", calls[i].name, (unsigned long long)calls[i].count);
-    printf(".\n");
+    printf(".\n%d warm launches took %ld locks.\n", WARM_LAUNCHES, locks_taken);
     /* Another library switches this thread's context: the launch that the library made without
      * asking fails, and is made again in its own context. */
     void *fake = dlopen(driver, RTLD_NOW | RTLD_NOLOAD);
@@ -475,6 +499,8 @@ static void test_working_drivers(const char *self, const char *dir)
     text = working_driver(self, dir, "pools", "", "FAKE_COUNT=1");
     CHECK(strstr(text, "64 warm launches: cuEventRecord 1 cuEventQuery 1 cuLaunchKernel 64.\n"),
           "warm launches: %s", text);
+    /* Two a launch (the buffer cache's, the stream's holds), 8 for the one look. */
+    CHECK(strstr(text, "64 warm launches took 136 locks.\n"), "warm launches' locks: %s", text);
     CHECK(strstr(text, "after a switch: cuLaunchKernel 2 cuCtxGetCurrent 1 cuCtxSetCurrent 1.\n"),
           "a launch after another library switched the context: %s", text);
     /* The allocation is given back when the wait for it fails, and the failure is said. */
