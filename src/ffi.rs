@@ -231,6 +231,14 @@ pub struct jb_bench_compile_cost {
     pub code_sha256: [u8; 32],
 }
 
+/// `jb_driver_call_count`: one driver call and how many times the calling thread made it.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct jb_driver_call_count {
+    pub name: *const c_char,
+    pub count: u64,
+}
+
 /// `jb_bench_cold_steps`: where one cold first launch of the probe spent its time, in
 /// nanoseconds.
 #[repr(C)]
@@ -553,4 +561,12 @@ unsafe extern "C" {
     pub fn jb_counters_reset();
     pub fn jb_forget_build_failures() -> c_int;
     pub fn jb_removed_locks() -> c_int;
+    pub fn jb_driver_call_counting(device: *mut jb_device, enabled: c_int) -> c_int;
+    pub fn jb_thread_driver_calls(
+        device: *mut jb_device,
+        out: *mut jb_driver_call_count,
+        capacity: usize,
+        out_count: *mut usize,
+        reset: c_int,
+    ) -> c_int;
 }
