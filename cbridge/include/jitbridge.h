@@ -1240,7 +1240,8 @@ typedef struct jb_prewarm_build_result {
  * pid, also in a host that ignores SIGCHLD or reaps children itself: results come over the
  * pipe, never from an exit status. JB_ERR_INVALID_ARGUMENT for a NULL, a jobs count out of
  * range or a worker that is not a path; JB_ERR_UNSUPPORTED in a setuid or setgid program (its
- * caller must not choose what is compiled or run) or with the cache folder off; JB_ERR_SYSTEM
+ * caller must not choose what is compiled or run) or with the cache folder off; JB_ERR_SEALED
+ * in a process sealed to refuse (jb_seal: no compiler starts, in workers neither); JB_ERR_SYSTEM
  * when the manifest cannot be read or no worker can be started. A kernel a worker could not
  * build costs one compile at its first use, nothing else. May be called from any thread;
  * blocks the calling thread until the workers are done. */

@@ -323,6 +323,13 @@ int main(int argc, char **argv)
               r.workers == 0,
           "setuid: status %d, '%s'", status, jb_last_error_message());
 
+    /* A process sealed to refuse starts no compiler, in workers neither. */
+    CHECK_OK(jb_seal(JB_SEAL_ERROR));
+    status = jb_prewarm_build(&r, dev, manifest, 2, self);
+    CHECK_OK(jb_seal(JB_SEAL_OFF));
+    CHECK(status == JB_ERR_SEALED && r.workers == 0, "sealed: status %d, '%s'", status,
+          jb_last_error_message());
+
     /* Bad arguments. */
     struct {
         unsigned jobs;

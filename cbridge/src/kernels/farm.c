@@ -340,6 +340,9 @@ jb_status jb_prewarm_build(jb_prewarm_build_result *out, jb_device *device, cons
                  "the compile farm is refused in a setuid (or setgid, or capability-raised) "
                  "program: its caller must not choose the programs it starts or what they "
                  "compile");
+    JB_RETURN_IF(jb_seal_mode_get() == JB_SEAL_ERROR, JB_ERR_SEALED,
+                 "jb_prewarm_build: the process is sealed (JB_SEAL_ERROR): it starts no compiler, "
+                 "in worker processes neither; build before sealing");
     if (!worker_program)
         worker_program = getenv("JITBRIDGE_BUILD_WORKER");
     JB_RETURN_IF(!worker_program || !strchr(worker_program, '/'), JB_ERR_INVALID_ARGUMENT,
