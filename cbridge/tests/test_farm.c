@@ -306,6 +306,16 @@ int main(int argc, char **argv)
           (unsigned long long)r.built, (unsigned long long)r.failed, (unsigned long long)late,
           (unsigned long long)took_ms);
 
+    /* A kernel without pidfds: workers signalled and reaped by their pids, a hang killed. */
+    jb__test_set_farm_no_pidfd(true);
+    setenv("JITBRIDGE_COMPILE_TIMEOUT_MS", "3000", 1);
+    r = farm_set(dev, "no_pidfd", 2, 1, "hang:1", &late);
+    setenv("JITBRIDGE_COMPILE_TIMEOUT_MS", "20000", 1);
+    jb__test_set_farm_no_pidfd(false);
+    CHECK(r.built == 1 && r.failed == 1 && late == 1,
+          "without pidfds: built %llu, failed %llu, compiled at launch %llu",
+          (unsigned long long)r.built, (unsigned long long)r.failed, (unsigned long long)late);
+
     /* A host that ignores SIGCHLD: its children are reaped by the kernel, results still come. */
     ignore_sigchld = true;
     r = farm_set(dev, "ignored", 3, 2, NULL, &late);

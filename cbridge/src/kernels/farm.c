@@ -36,13 +36,17 @@ extern char **environ;
 #define EXIT_WAIT_MS 2000       /* a worker's exit after its pipe closed */
 
 #ifdef JB_TEST_HOOKS
-static bool test_secure;
+static bool test_secure, test_no_pidfd;
 void jb__test_set_farm_secure(bool secure)
 {
     test_secure = secure;
 }
+void jb__test_set_farm_no_pidfd(bool no_pidfd)
+{
+    test_no_pidfd = no_pidfd;
+}
 #else
-static const bool test_secure = false;
+static const bool test_secure = false, test_no_pidfd = false;
 #endif
 
 typedef struct worker {
@@ -162,7 +166,7 @@ static int start_worker(farm *f, size_t first, size_t count, worker *w)
     if (fds[1] >= 0)
         close(fds[1]); /* the pipe ends when the worker does */
     if (w->pid > 0) {
-        w->pidfd = (int)syscall(SYS_pidfd_open, (long)w->pid, 0L);
+        w->pidfd = test_no_pidfd ? -1 : (int)syscall(SYS_pidfd_open, (long)w->pid, 0L);
         w->pipe = fds[0];
         w->built = f->built;
         w->deadline_ns = jb__now_ns() + f->timeout_ns;
@@ -228,6 +232,7 @@ static void kill_worker(worker *w)
  * host that ignores SIGCHLD, or reaps children itself) means it is gone already. */
 static void reap_worker(worker *w)
 {
+    bool by_pid = w->pidfd < 0;
     if (w->pidfd >= 0) {
         struct pollfd p = {w->pidfd, POLLIN, 0};
         int n;
@@ -236,13 +241,15 @@ static void reap_worker(worker *w)
         if (n == 0)
             kill_worker(w);
         siginfo_t info;
-        while (waitid(P_PIDFD, (id_t)w->pidfd, &info, WEXITED) < 0 && errno == EINTR)
+        int reaped;
+        while ((reaped = waitid(P_PIDFD, (id_t)w->pidfd, &info, WEXITED)) < 0 && errno == EINTR)
             ;
+        /* EINVAL: a kernel with pidfd_open but without P_PIDFD (5.3): by its pid below. */
+        by_pid = reaped < 0 && errno == EINVAL;
         close(w->pidfd);
-    } else {
-        while (waitpid(w->pid, NULL, 0) < 0 && errno == EINTR)
-            ;
     }
+    while (by_pid && waitpid(w->pid, NULL, 0) < 0 && errno == EINTR)
+        ;
     w->pid = -1;
     w->pidfd = -1;
 }
@@ -264,7 +271,11 @@ static int run_workers(farm *f, unsigned jobs)
     batch = batch < 1 ? 1 : batch > BATCH_MAX ? BATCH_MAX : batch;
     worker *workers = calloc(jobs, sizeof *workers);
     struct pollfd *polls = calloc(jobs, sizeof *polls);
-    JB_RETURN_IF(!workers || !polls, JB_ERR_OUT_OF_MEMORY, "no memory for the compile farm");
+    if (!workers || !polls) {
+        free(workers);
+        free(polls);
+        return jb__fail(JB_ERR_OUT_OF_MEMORY, "no memory for the compile farm");
+    }
     for (unsigned j = 0; j < jobs; j++)
         workers[j].pipe = -1;
     int start_status = JB_OK;

@@ -75,6 +75,8 @@ void jb__farm_list_free(jb_farm_list *list);
 #ifdef JB_TEST_HOOKS
 /* true: the farm takes this process for a setuid one (its refusal, without a setuid binary). */
 void jb__test_set_farm_secure(bool secure);
+/* true: workers are watched as on a kernel without pidfds (signalled and reaped by pid). */
+void jb__test_set_farm_no_pidfd(bool no_pidfd);
 #endif
 /* ---- atomics in bodies (atomics.c) ---- */
 /* Whether the `len` bytes at `name` are atomic_add, atomic_exchange, atomic_min or atomic_max. */
