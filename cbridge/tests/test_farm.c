@@ -281,6 +281,7 @@ int main(int argc, char **argv)
     srand((unsigned)time(NULL) ^ (unsigned)getpid());
     int point = rand() % 2;
     printf("test_farm: workers fail at their kernel %d\n", point);
+    fflush(stdout); /* before any child: a copy of the buffer must not reach its output */
     const char *faults[] = {"kill", "built", "quiet"};
     for (int i = 0; i < 3; i++) {
         char fault[32], set[32];

@@ -360,6 +360,11 @@ jb_status jb_prewarm_build(jb_prewarm_build_result *out, jb_device *device, cons
                  "jb_prewarm_build: the worker program must be a path (a '/' in it; it is "
                  "never looked for in PATH), given or in JITBRIDGE_BUILD_WORKER, not '%s'",
                  worker_program ? worker_program : "(none)");
+    /* Checked before any worker starts: some posix_spawn implementations (and valgrind's)
+     * report a program that cannot run only by the child's exit status 127. */
+    JB_RETURN_IF(access(worker_program, X_OK) != 0, JB_ERR_SYSTEM,
+                 "cannot start the compile farm worker '%s': %s", worker_program,
+                 strerror(errno));
     JB_RETURN_IF(!jb__disk_cache_usable(), JB_ERR_UNSUPPORTED,
                  "jb_prewarm_build: the workers store into the cache folder, which is off");
     jb__bundles_present();
