@@ -296,6 +296,20 @@ int main(int argc, char **argv)
               (unsigned long long)r.failed, (unsigned long long)r.built,
               (unsigned long long)r.load.loaded, (unsigned long long)late);
     }
+    /* Workers ended at a random moment (SIGALRM's default action): in a compile, a store, a
+     * report. Every kernel is loaded or compiled at its launch, every output exact. */
+    for (int round = 0; round < 3; round++) {
+        char fault[32], set[32];
+        snprintf(fault, sizeof fault, "after:%d", rand() % 400);
+        snprintf(set, sizeof set, "random%d", round);
+        printf("test_farm: workers end %s ms after their start\n", fault + 6);
+        fflush(stdout);
+        r = farm_set(dev, set, 4, 2, fault, &late);
+        CHECK(r.built + r.failed == 4 && r.load.loaded + late == 4 && late <= r.failed,
+              "%s: built %llu, failed %llu, loaded %llu, compiled at launch %llu", fault,
+              (unsigned long long)r.built, (unsigned long long)r.failed,
+              (unsigned long long)r.load.loaded, (unsigned long long)late);
+    }
     /* A worker that hangs is killed past the compile timeout. */
     setenv("JITBRIDGE_COMPILE_TIMEOUT_MS", "3000", 1);
     uint64_t start = jb__now_ns();

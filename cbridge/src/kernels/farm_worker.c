@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 typedef struct record_build {
@@ -73,14 +74,21 @@ static bool report(const char *line)
 #ifdef JB_TEST_HOOKS
 /* JITBRIDGE_TEST_FARM_FAULT=<kind>:<n>: at the worker's n-th kernel (from 0), "kill" (SIGKILL
  * before building it), "built" (SIGKILL after building it, before its report), "hang" (sleeps
- * before building it) or "quiet" (exits 0 without a report). */
+ * before building it) or "quiet" (exits 0 without a report); "after:<ms>": SIGALRM's default
+ * action ends the worker <ms> after its first kernel starts, wherever it is then. */
 static void test_fault(size_t index, bool built)
 {
     const char *fault = getenv("JITBRIDGE_TEST_FARM_FAULT");
     const char *colon = fault ? strchr(fault, ':') : NULL;
+    size_t kind = colon ? (size_t)(colon - fault) : 0;
+    if (colon && !built && index == 0 && strncmp(fault, "after", kind) == 0) {
+        unsigned long ms = strtoul(colon + 1, NULL, 10);
+        struct itimerval at = {{0, 0}, {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000}};
+        setitimer(ITIMER_REAL, &at, NULL);
+        return;
+    }
     if (!colon || strtoul(colon + 1, NULL, 10) != index)
         return;
-    size_t kind = (size_t)(colon - fault);
     if (built && strncmp(fault, "built", kind) == 0)
         raise(SIGKILL);
     if (built)
