@@ -310,6 +310,11 @@ int main(int argc, char **argv)
               (unsigned long long)r.built, (unsigned long long)r.failed,
               (unsigned long long)r.load.loaded, (unsigned long long)late);
     }
+    /* Malformed reports build nothing. */
+    r = farm_set(dev, "lie", 2, 1, "lie:0", &late);
+    CHECK(r.built == 0 && r.failed == 2 && late == 2,
+          "malformed reports: built %llu, failed %llu, compiled at launch %llu",
+          (unsigned long long)r.built, (unsigned long long)r.failed, (unsigned long long)late);
     /* A worker that hangs is killed past the compile timeout. */
     setenv("JITBRIDGE_COMPILE_TIMEOUT_MS", "3000", 1);
     uint64_t start = jb__now_ns();

@@ -17,6 +17,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -54,6 +55,7 @@ typedef struct worker {
     int pidfd; /* -1 where pidfd_open is missing */
     int pipe;  /* the read end; -1 once it ended */
     size_t first, count;
+    size_t reported; /* its kernels reported, built or not: the next is the one it is on */
     bool *built; /* of the farm's items */
     uint64_t deadline_ns; /* last progress plus the compile timeout */
     char line[REPORT_BYTES];
@@ -185,9 +187,13 @@ static void take_report(farm *f, worker *w, char *line)
     char *end;
     bool ok = strncmp(line, "ok ", 3) == 0;
     bool failed = strncmp(line, "failed ", 7) == 0;
-    unsigned long index = strtoul(line + (ok ? 3 : 7), &end, 10);
-    if ((!ok && !failed) || index >= w->count || w->built[w->first + index])
+    const char *number = line + (ok ? 3 : 7);
+    unsigned long index = (ok || failed) && *number >= '0' && *number <= '9'
+                              ? strtoul(number, &end, 10)
+                              : ULONG_MAX;
+    if (index >= w->count || w->built[w->first + index] || *end != (ok ? '\0' : ' '))
         return; /* not a line of ours: nothing counts as built */
+    w->reported++;
     if (ok)
         w->built[w->first + index] = true;
     else
@@ -300,7 +306,11 @@ static int run_workers(farm *f, unsigned jobs)
             if (workers[j].deadline_ns <= now) {
                 jb__warn("cache build: a worker took past the compile timeout on module '%s' "
                          "and was killed (JITBRIDGE_COMPILE_TIMEOUT_MS sets it)",
-                         f->list->items[workers[j].first].module);
+                         f->list->items[workers[j].first +
+                                        (workers[j].reported < workers[j].count
+                                             ? workers[j].reported
+                                             : workers[j].count - 1)]
+                             .module);
                 kill_worker(&workers[j]);
                 end_worker(f, &workers[j]);
                 continue;
