@@ -224,6 +224,30 @@ pub struct PrewarmResult {
     pub failed: u64,
 }
 
+/// What [`prewarm_build`](crate::disk_cache::prewarm_build) did with a manifest's kernels. Laid
+/// out as the C `jb_prewarm_build_result`.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PrewarmBuildResult {
+    /// Compiled by a worker process and stored in the cache folder.
+    pub built: u64,
+    /// In the module cache or the cache folder already: not built again.
+    pub present: u64,
+    /// Not built by a worker (a failed compile, a crash, a hang past the compile timeout, a
+    /// kill): compiled in this process at its first use, with a warning each.
+    pub failed: u64,
+    /// A bad source record: never reaches a compiler; a warning each.
+    pub refused: u64,
+    /// Lines naming no source record: compiled at their first use.
+    pub without_source: u64,
+    /// Lines of another backend or architecture: left alone.
+    pub other: u64,
+    /// Worker processes started.
+    pub workers: u64,
+    /// The prewarm that followed the builds.
+    pub load: PrewarmResult,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -40,7 +40,7 @@ use crate::ffi;
 use std::ffi::{c_char, c_void};
 use std::path::Path;
 
-pub use crate::counters::PrewarmResult;
+pub use crate::counters::{PrewarmBuildResult, PrewarmResult};
 pub use crate::coverage::{Coverage, CoverageSource, CoveredKernel, coverage};
 
 /// The folder ("" when none could be chosen).
@@ -242,6 +242,74 @@ pub fn prewarm(device: crate::Device, path: &Path) -> Result<PrewarmResult, Erro
     // for the process) and a NUL-terminated path that outlives the call.
     check_status(unsafe { ffi::jb_prewarm(&mut result, device.raw(), path.as_ptr()) })?;
     Ok(result)
+}
+
+/// The first argument that makes a program a compile farm worker ([`build_worker_main`]).
+pub const BUILD_WORKER_ARG: &str = "__build-worker";
+/// The most worker processes [`prewarm_build`] runs at once.
+pub const MAX_BUILD_JOBS: usize = 1024;
+
+/// The number of processors this process may run on (`sched_getaffinity`), at least 1.
+pub fn usable_processors() -> usize {
+    // SAFETY: no arguments; reads the calling thread's affinity only.
+    unsafe { ffi::jb_usable_processors() as usize }
+}
+
+/// The compile farm: builds every kernel of the manifest at `path` that `device` lacks (in
+/// neither the module cache nor the cache folder) from its source record, in up to `jobs`
+/// worker processes at once (`None`: [`usable_processors`]), each storing into the cache
+/// folder under the host's leases; then loads the manifest's kernels as [`prewarm`] does, so
+/// that this process compiles nothing for what the workers built. A worker is the program at
+/// `worker` (`None`: `$JITBRIDGE_BUILD_WORKER`), started with `posix_spawn` and
+/// [`BUILD_WORKER_ARG`] (the `jitbridge` command is one; another program's `main` calls
+/// [`build_worker_main`]). A kernel a worker did not build (failed, crashed, hung past the
+/// compile timeout, killed) compiles at its first use here, nothing else. `InvalidArgument` for
+/// `jobs` out of 1 to [`MAX_BUILD_JOBS`] or a worker that is not a path; `Unsupported` in a
+/// setuid or setgid program, or with the cache folder off; `System` when the manifest cannot be
+/// read or no worker can start. Blocks until the workers are done.
+pub fn prewarm_build(
+    device: crate::Device,
+    path: &Path,
+    jobs: Option<usize>,
+    worker: Option<&Path>,
+) -> Result<PrewarmBuildResult, Error> {
+    let path = c_path(path)?;
+    let worker = worker.map(c_path).transpose()?;
+    // Out of range stays out of range (the C library refuses it), never wraps into range.
+    let jobs = jobs.unwrap_or_else(usable_processors);
+    let jobs = u32::try_from(jobs).unwrap_or(u32::MAX);
+    let mut result = PrewarmBuildResult::default();
+    // SAFETY: a valid out pointer laid out as jb_prewarm_build_result, a device handle (devices
+    // live for the process), NUL-terminated strings (or NULL) that outlive the call.
+    check_status(unsafe {
+        ffi::jb_prewarm_build(
+            &mut result,
+            device.raw(),
+            path.as_ptr(),
+            jobs,
+            worker.as_ref().map_or(std::ptr::null(), |w| w.as_ptr()),
+        )
+    })?;
+    Ok(result)
+}
+
+/// A compile farm worker's whole `main`, for a program started by [`prewarm_build`]: `args` is
+/// its whole argument list (the program, [`BUILD_WORKER_ARG`], the device, then the kernels).
+/// Reports each kernel on stdout; returns the exit status (2 for arguments it cannot use).
+pub fn build_worker_main(args: &[String]) -> i32 {
+    let Ok(owned) =
+        args.iter().map(|a| std::ffi::CString::new(a.as_str())).collect::<Result<Vec<_>, _>>()
+    else {
+        return 2; // an argument with a NUL is none the farm wrote
+    };
+    let Ok(argc) = i32::try_from(owned.len()) else {
+        return 2;
+    };
+    let mut argv: Vec<*mut c_char> = owned.iter().map(|a| a.as_ptr().cast_mut()).collect();
+    argv.push(std::ptr::null_mut());
+    // SAFETY: argc NUL-terminated strings that outlive the call, then a NULL; the C function
+    // only reads them.
+    unsafe { ffi::jb_prewarm_build_worker_main(argc, argv.as_mut_ptr()) }
 }
 
 /// Reads and checks every source record the manifest at `path` names (what rebuilds each

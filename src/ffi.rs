@@ -116,6 +116,8 @@ pub type jb_counters = crate::counters::Counters;
 pub type jb_memory_stats = crate::counters::MemoryStats;
 /// Laid out as `jb_prewarm_result`; the crate's own type, re-exported by `disk_cache`.
 pub type jb_prewarm_result = crate::counters::PrewarmResult;
+/// Laid out as `jb_prewarm_build_result`; re-exported by `disk_cache`.
+pub type jb_prewarm_build_result = crate::counters::PrewarmBuildResult;
 
 #[repr(C)]
 #[derive(Debug, Default, Clone, Copy)]
@@ -551,6 +553,15 @@ unsafe extern "C" {
         device: *mut jb_device,
         path: *const c_char,
     ) -> c_int;
+    pub fn jb_prewarm_build(
+        out: *mut jb_prewarm_build_result,
+        device: *mut jb_device,
+        path: *const c_char,
+        jobs: std::ffi::c_uint,
+        worker: *const c_char,
+    ) -> c_int;
+    pub fn jb_usable_processors() -> std::ffi::c_uint;
+    pub fn jb_prewarm_build_worker_main(argc: c_int, argv: *mut *mut c_char) -> c_int;
     pub fn jb_manifest_sources_check(
         checked: *mut u64,
         keyed: *mut u64,

@@ -1229,6 +1229,53 @@ typedef struct jb_prewarm_result {
  * cache folder), or the one the given bundle carries (put into the cache folder's sources/).
  * An error when the file cannot be read or the bundle is refused. */
 JB_API jb_status jb_prewarm(jb_prewarm_result *out, jb_device *device, const char *path);
+
+/* The compile farm. What jb_prewarm_build did with a manifest's kernels. */
+typedef struct jb_prewarm_build_result {
+    uint64_t built;   /* compiled by a worker process and stored in the cache folder */
+    uint64_t present; /* in the module cache or the cache folder already: not built again */
+    uint64_t failed;  /* a worker's compile failed, or the worker crashed, hung (killed past
+                       * the compile timeout) or was killed first: compiled in this process at
+                       * its first use, with a warning each */
+    uint64_t refused; /* a bad source record (hash, size, names, options, another kernel's,
+                       * another key): never reaches a compiler; a warning each */
+    uint64_t without_source; /* lines naming no source record: compiled at their first use */
+    uint64_t other;   /* lines of another backend or architecture: left alone */
+    uint64_t workers; /* worker processes started */
+    jb_prewarm_result load; /* the jb_prewarm that followed the builds */
+} jb_prewarm_build_result;
+/* The most worker processes jb_prewarm_build runs at once. */
+#define JB_PREWARM_BUILD_MAX_JOBS 1024
+/* The first argument that makes a worker program's main call jb_prewarm_build_worker_main. */
+#define JB_BUILD_WORKER_ARG "__build-worker"
+/* Builds every kernel of the manifest at `path` that `device` lacks (in neither the module
+ * cache nor the cache folder) from its source record (README.md, "The compile farm"), in up to
+ * `jobs` (1 to JB_PREWARM_BUILD_MAX_JOBS) worker processes at once, each storing into the cache
+ * folder under the host's leases; then loads the manifest's kernels as jb_prewarm does, so that
+ * this process compiles nothing for the kernels the workers built. The workers are the program
+ * `worker` (a path; NULL: $JITBRIDGE_BUILD_WORKER), whose main hands its arguments to
+ * jb_prewarm_build_worker_main; each is started with posix_spawn (never a fork of this
+ * process), with only its result pipe (stdin and stderr on /dev/null), an empty signal mask,
+ * default signal actions and this environment less JITBRIDGE_MANIFEST; is killed when a kernel
+ * takes it past the compile timeout (JITBRIDGE_COMPILE_TIMEOUT_MS); and is reaped by its own
+ * pid, also in a host that ignores SIGCHLD or reaps children itself: results come over the
+ * pipe, never from an exit status. JB_ERR_INVALID_ARGUMENT for a NULL, a jobs count out of
+ * range or a worker that is not a path; JB_ERR_UNSUPPORTED in a setuid or setgid program (its
+ * caller must not choose what is compiled or run) or with the cache folder off; JB_ERR_SEALED
+ * in a process sealed to refuse (jb_seal: no compiler starts, in workers neither); JB_ERR_SYSTEM
+ * when the manifest cannot be read or no worker can be started. A kernel a worker could not
+ * build costs one compile at its first use, nothing else. May be called from any thread;
+ * blocks the calling thread until the workers are done. */
+JB_API jb_status jb_prewarm_build(jb_prewarm_build_result *out, jb_device *device,
+                                  const char *path, unsigned jobs, const char *worker);
+/* The number of processors this process may run on (sched_getaffinity), at least 1: the
+ * command's default jobs count. */
+JB_API unsigned jb_usable_processors(void);
+/* A worker's whole main, for a program whose argv[1] is JB_BUILD_WORKER_ARG: argv[2] names the
+ * device, each later argument a kernel ("<key's 64 hex>:<record's 64 hex>"); each record is
+ * read and checked again, built (cache folder, leases, compiler) and reported on stdout, one
+ * line per kernel. Returns the exit status (0; 2 for arguments it cannot use). */
+JB_API int jb_prewarm_build_worker_main(int argc, char **argv);
 /* Reads and checks every source record the manifest at `path` names (its lines' "source="
  * fields; README.md, "Manifests"), compiling and loading nothing: each record is read from the
  * cache folder without following a link or blocking, hashed against its name, held to at most

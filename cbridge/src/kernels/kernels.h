@@ -47,6 +47,37 @@ int jb__compile_options_check(const char *owner, unsigned flags, unsigned also_a
  * jb__source_record_read): names, flags, options, and options stated in the source's first line. */
 int jb__source_record_rules(const jb_source_record *record);
 /* jb_manifest_sources_check (jitbridge.h) checks every record a manifest names with them. */
+/* JB_OK when the record is of the line's backend, module and entry names. */
+int jb__source_record_of_line(const jb_source_record *record, const jb_manifest_line *line);
+/* JB_OK when the record, built on `dev`, has the key whose SHA-256 is `key_digest`. */
+int jb__source_record_key_check(jb_device *dev, const jb_source_record *record,
+                                const unsigned char key_digest[JB_SHA256_BYTES]);
+/* ---- the compile farm: its input (farm_items.c), parent (farm.c) and worker (farm_worker.c) */
+/* One kernel to build: a manifest line's key and the source record that rebuilds it (read and
+ * checked, then let go: a worker reads and checks it again from the cache folder). */
+typedef struct jb_farm_item {
+    unsigned char key[JB_SHA256_BYTES];
+    unsigned char record[JB_SHA256_BYTES];
+    char module[160]; /* for messages: the name (at most 128), "_", 16 hex digits */
+} jb_farm_item;
+typedef struct jb_farm_list {
+    jb_farm_item *items;
+    size_t count, capacity;
+} jb_farm_list;
+/* The one reader of a farm's input: the kernels of the manifest at `path` that `dev` lacks
+ * (in neither its module cache nor the cache folder), each with a record that passed the rules,
+ * is its line's and rebuilds its line's key on `dev`, once per key. What is not listed is
+ * counted in `out` (present, refused with a warning each, without_source, other). An error
+ * when the manifest cannot be read or memory runs out. Free the list with jb__farm_list_free. */
+int jb__farm_items_read(jb_device *dev, const char *path, jb_farm_list *list,
+                        jb_prewarm_build_result *out);
+void jb__farm_list_free(jb_farm_list *list);
+#ifdef JB_TEST_HOOKS
+/* true: the farm takes this process for a setuid one (its refusal, without a setuid binary). */
+void jb__test_set_farm_secure(bool secure);
+/* true: workers are watched as on a kernel without pidfds (signalled and reaped by pid). */
+void jb__test_set_farm_no_pidfd(bool no_pidfd);
+#endif
 /* ---- atomics in bodies (atomics.c) ---- */
 /* Whether the `len` bytes at `name` are atomic_add, atomic_exchange, atomic_min or atomic_max. */
 bool jb__is_atomic_word(const char *name, size_t len);

@@ -122,6 +122,32 @@ static bool same_entries(const jb_source_record *r, const char *line_entries)
     return true;
 }
 
+int jb__source_record_of_line(const jb_source_record *r, const jb_manifest_line *line)
+{
+    JB_RETURN_IF(strcmp(r->backend, line->backend) != 0 || strcmp(r->module, line->module) != 0 ||
+                     !same_entries(r, line->entries),
+                 JB_ERR_INVALID_ARGUMENT,
+                 "the source record of module '%s' is of another kernel (%s module '%s')",
+                 line->module, r->backend, r->module);
+    return JB_OK;
+}
+
+int jb__source_record_key_check(jb_device *dev, const jb_source_record *r,
+                                const unsigned char key_digest[JB_SHA256_BYTES])
+{
+    JB_RETURN_IF(strcmp(r->backend, dev->backend->name) != 0, JB_ERR_INVALID_ARGUMENT,
+                 "the source record of module '%s' is for the %s backend, not %s's", r->module,
+                 r->backend, dev->name);
+    jb_disk_key key = {0};
+    int status = jb__module_disk_key(dev, r->module, r->entries, r->num_entries, r->source, &key);
+    if (status == JB_OK && memcmp(key.digest, key_digest, JB_SHA256_BYTES) != 0)
+        status = jb__fail(JB_ERR_INVALID_ARGUMENT,
+                          "the source record of module '%s' does not rebuild its line's key on %s",
+                          r->module, dev->name);
+    jb__disk_key_free(&key);
+    return status;
+}
+
 typedef struct sources_check {
     uint64_t checked, keyed;
 } sources_check;
@@ -137,23 +163,10 @@ static int check_line(void *p, const jb_manifest_line *line)
         return JB_OK;
     jb_source_record r;
     JB_FORWARD_IF_ERROR(jb__source_record_read(line->source_digest, jb__source_record_rules, &r));
-    int status = JB_OK;
-    if (strcmp(r.backend, line->backend) != 0 || strcmp(r.module, line->module) != 0 ||
-        !same_entries(&r, line->entries))
-        status = jb__fail(JB_ERR_INVALID_ARGUMENT,
-                          "the source record of module '%s' is of another kernel (%s module "
-                          "'%s')",
-                          line->module, r.backend, r.module);
+    int status = jb__source_record_of_line(&r, line);
     jb_device *dev = status == JB_OK ? device_of(line->backend, line->target) : NULL;
-    jb_disk_key key = {0};
     if (dev) {
-        status = jb__module_disk_key(dev, r.module, r.entries, r.num_entries, r.source, &key);
-        if (status == JB_OK && memcmp(key.digest, line->digest, JB_SHA256_BYTES) != 0)
-            status = jb__fail(JB_ERR_INVALID_ARGUMENT,
-                              "the source record of module '%s' does not rebuild its line's key "
-                              "on %s",
-                              line->module, dev->name);
-        jb__disk_key_free(&key);
+        status = jb__source_record_key_check(dev, &r, line->digest);
         c->keyed += status == JB_OK;
     }
     jb__source_record_free(&r);

@@ -5,6 +5,7 @@ mod bounds;
 mod cold;
 mod compile_options;
 mod decode;
+mod farm;
 mod fleet;
 mod graph;
 mod launch;

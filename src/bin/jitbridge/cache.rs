@@ -9,7 +9,8 @@ use std::path::Path;
 pub const CACHE: Command = Command {
     name: "cache",
     usage: "jitbridge cache [show | clear | prune SIZE | verify [--fix] \
-            | export FILE [--manifest M] [--with-sources] | import FILE | prewarm FILE [--device D] | coverage MANIFEST [--device D] \
+            | export FILE [--manifest M] [--with-sources] | import FILE | prewarm FILE [--device D] \
+            | build MANIFEST [--device D] [--jobs N] | coverage MANIFEST [--device D] \
             | remote [export [BUNDLE] | import MANIFEST]]",
     about: "show or maintain the disk cache of compiled code",
     details:
@@ -31,6 +32,13 @@ pub const CACHE: Command = Command {
   prewarm FILE  load every kernel of the manifest or bundle FILE into this process's memory,
                 as a server does at start with jb_prewarm, compiling nothing, and say what it
                 found and how long it took (exit status 1 if any was bad)
+  build MANIFEST
+                the compile farm: build every kernel of the manifest that the device lacks
+                from its source record, in N worker processes at once (--jobs N, 1 to 1024;
+                the default: the processors this process may use), each storing into the
+                cache folder, then load them as prewarm does, and say what each step did and
+                how long it took (exit status 1 if a kernel was not built or a record was
+                bad: those compile at their first use)
   coverage MANIFEST
                 for each kernel the manifest names, where a launch would get it from in a
                 new process (the cache folder, a bundle) or that it would compile, loading
@@ -89,6 +97,7 @@ pub fn cache_command(args: &[String]) -> Outcome {
         Opt { flag: "--manifest", value: Some("a manifest (JITBRIDGE_MANIFEST's file)") },
         Opt { flag: "--with-sources", value: None },
         DEVICE_OPT,
+        Opt { flag: "--jobs", value: Some("worker processes at once, 1 to 1024") },
     ];
     let Some(args) = parse_args(&CACHE, args, &opts)? else {
         print_help(&CACHE);
@@ -115,9 +124,10 @@ pub fn cache_command(args: &[String]) -> Outcome {
         ("--manifest", "export"),
         ("--with-sources", "export"),
         ("--device", "prewarm"),
+        ("--jobs", "build"),
     ];
     for (flag, owner) in owners {
-        let shared = flag == "--device" && action == "coverage";
+        let shared = flag == "--device" && (action == "coverage" || action == "build");
         if args.has(flag) && action != owner && !shared {
             return Err(usage(format!("{flag} belongs to `cache {owner}`, not `cache {action}`")));
         }
@@ -219,6 +229,12 @@ pub fn cache_command(args: &[String]) -> Outcome {
             out!("failed   {}", r.failed);
             Ok(r.failed == 0)
         }
+        "build" => {
+            let file = file()?;
+            let jobs = crate::cache_build::parse_jobs(args.get("--jobs")).map_err(usage)?;
+            let device = device_or_default(args.get("--device"))?;
+            crate::cache_build::build(file, device, jobs)
+        }
         "remote" => crate::cache_remote::remote(rest),
         "coverage" => {
             let file = file()?;
@@ -253,7 +269,7 @@ pub fn cache_command(args: &[String]) -> Outcome {
         }
         other => Err(usage(format!(
             "unknown cache action '{other}' (show, clear, prune SIZE, verify [--fix], export FILE, \
-             import FILE, prewarm FILE, coverage MANIFEST or remote)"
+             import FILE, prewarm FILE, build MANIFEST, coverage MANIFEST or remote)"
         ))),
     }
 }

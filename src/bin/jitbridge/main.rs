@@ -21,6 +21,7 @@ macro_rules! note {
 mod args;
 mod bench;
 mod cache;
+mod cache_build;
 mod cache_remote;
 mod help;
 mod histogram;
@@ -85,6 +86,7 @@ fn dispatch(args: &[String]) -> Outcome {
         Some("info") => info::info_command(rest),
         Some("__first-launch") => bench::new_process::first_launch(rest),
         Some("__warm-start") => bench::warm_start::child(rest),
+        Some(jitbridge::disk_cache::BUILD_WORKER_ARG) => cache_build::worker(rest),
         // `jitbridge` alone, or with run's options only, runs.
         None => run::run_command(args),
         Some(first) if run::takes_option(first) => run::run_command(args),

@@ -56,7 +56,7 @@ fn launch_exact(input: &Array, salt: &str, k: usize) -> Result<bool, jitbridge::
 #[derive(Debug, Default)]
 pub(super) struct Report {
     pub ns: f64,
-    prewarm_ns: f64,
+    pub prewarm_ns: f64,
     pub builds: u64,
     pub disk_hits: u64,
     bundle_hits: u64,
@@ -66,7 +66,7 @@ pub(super) struct Report {
     pub breaker_trips: u64,
 }
 
-pub(super) struct Runner<'a> {
+pub struct Runner<'a> {
     exe: PathBuf,
     device: &'a str,
 }
@@ -148,7 +148,8 @@ pub fn start_warm(context: &mut Context<'_>, rows: &mut Vec<Row>) -> Result<(), 
     let runner = Runner { exe, device: &spec };
     let dir = std::env::temp_dir().join(format!("jb-bench-warm-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let outcome = measure(&runner, device, scale, &dir, rows);
+    let outcome = super::farm::farm_rows(&runner, scale.warm_kernels, &dir, rows)
+        .and_then(|()| measure(&runner, device, scale, &dir, rows));
     let _ = std::fs::set_permissions(
         dir.join("image"),
         std::os::unix::fs::PermissionsExt::from_mode(0o755),
@@ -384,14 +385,33 @@ pub(super) fn together(
     Ok((reports, started.elapsed().as_nanos() as f64))
 }
 
+/// The compile farm's build of `file` with `jobs` workers (this program): its time; every
+/// kernel must be built and loaded.
+fn farm(device: Device, file: &Path, jobs: Option<&str>, count: usize) -> Result<u128, Failure> {
+    let jobs = crate::cache_build::parse_jobs(jobs).map_err(Failure::Error)?;
+    let exe = std::env::current_exe().map_err(|e| Failure::Error(e.to_string()))?;
+    let start = Instant::now();
+    let r = disk_cache::prewarm_build(device, file, jobs, Some(&exe))?;
+    if r.built != count as u64 || r.load.loaded != count as u64 {
+        return Err(Failure::Error(format!(
+            "the farm built {} and loaded {} of {count}",
+            r.built, r.load.loaded
+        )));
+    }
+    Ok(start.elapsed().as_nanos())
+}
+
 /// For `jitbridge bench`: in a fresh process, first-launch COUNT kernels of the family SALT from
 /// THREADS threads (kernel k on thread k % THREADS; with --from=F, one thread from kernel F on,
-/// round), after a prewarm of FILE (--prewarm=FILE, timed apart) and once the file GO exists
-/// (--go=GO); print the time to the last output, the prewarm's, and the counters.
+/// round), after a prewarm of FILE (--prewarm=FILE, timed apart) or a compile farm's build of
+/// the manifest FILE with N workers (--farm=FILE --jobs=N, timed apart, every kernel built and
+/// loaded) and once the file GO exists (--go=GO); print the time to the last output, the
+/// prewarm's or farm's, and the counters.
 pub fn child(args: &[String]) -> Outcome {
     const HIDDEN: Command = Command {
         name: "__warm-start",
-        usage: "jitbridge __warm-start DEVICE SALT COUNT THREADS [--from=F] [--prewarm=FILE] [--go=GO]",
+        usage: "jitbridge __warm-start DEVICE SALT COUNT THREADS [--from=F] [--prewarm=FILE] \
+                [--farm=FILE --jobs=N] [--go=GO]",
         about: "(internal, for bench) first-launch a family of kernels in this process",
         details: "",
     };
@@ -399,6 +419,8 @@ pub fn child(args: &[String]) -> Outcome {
         crate::args::Opt { flag: "--from", value: Some("the first kernel") },
         crate::args::Opt { flag: "--prewarm", value: Some("a bundle or manifest") },
         crate::args::Opt { flag: "--go", value: Some("a file to wait for") },
+        crate::args::Opt { flag: "--farm", value: Some("a manifest with source records") },
+        crate::args::Opt { flag: "--jobs", value: Some("the farm's workers") },
     ];
     let Some(args) = parse_args(&HIDDEN, args, &opts)? else {
         print_help(&HIDDEN);
@@ -430,7 +452,10 @@ pub fn child(args: &[String]) -> Outcome {
             }
             start.elapsed().as_nanos()
         }
-        None => 0,
+        None => match args.get("--farm") {
+            Some(file) => farm(device, Path::new(file), args.get("--jobs"), count)?,
+            None => 0,
+        },
     };
     let start = Instant::now();
     let exact = std::thread::scope(|s| {
