@@ -342,13 +342,7 @@ static int case_lines(const lease_case *c, const char *name)
 {
     char path[PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/%s", c->dir, name);
-    FILE *f = fopen(path, "r");
-    int lines = 0;
-    for (int ch; f && (ch = fgetc(f)) != EOF;)
-        lines += ch == '\n';
-    if (f)
-        fclose(f);
-    return lines;
+    return lines_in(path);
 }
 
 /* A child's exit status, 120 s at most (then it is killed: a wait that never ended). */
