@@ -93,21 +93,12 @@ static jb_lease_outcome fall_back(const char *why, const char *detail)
 
 /* The cache folder's leases/, made 0700 if missing; it must be ours and closed to others. What
  * else stands at its name (a file, a link) is removed from a folder marked as the cache's own. */
-#define LEASE_DIR_FLAGS (O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
 static int open_lease_dir(int dir)
 {
-    int fd = openat(dir, JB_LEASE_DIR, LEASE_DIR_FLAGS);
+    int fd = jb__disk_open_own_folder(dir, JB_LEASE_DIR, true, 077);
     if (fd < 0 && (errno == ENOTDIR || errno == ELOOP) && jb__disk_folder_is_ours() &&
-        unlinkat(dir, JB_LEASE_DIR, 0) == 0)
-        errno = ENOENT;
-    if (fd < 0 && errno == ENOENT && (mkdirat(dir, JB_LEASE_DIR, 0700) == 0 || errno == EEXIST))
-        fd = openat(dir, JB_LEASE_DIR, LEASE_DIR_FLAGS);
-    struct stat st;
-    if (fd >= 0 && (fstat(fd, &st) != 0 || st.st_uid != geteuid() || (st.st_mode & 077))) {
-        close(fd);
-        errno = EPERM;
-        return -1;
-    }
+        (unlinkat(dir, JB_LEASE_DIR, 0) == 0 || errno == ENOENT))
+        fd = jb__disk_open_own_folder(dir, JB_LEASE_DIR, true, 077);
     return fd;
 }
 

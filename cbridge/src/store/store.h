@@ -21,6 +21,11 @@ bool jb__path_from_start(const char *path, char *out, size_t len);
  * also while storing is stopped). */
 int jb__disk_dir_fd(void);
 int jb__disk_tmp_fd(void);
+/* The folder `name` in `dir` (made 0700 when missing and `create`), opened without following a
+ * link or blocking and checked on its handle: ours, with none of the mode bits `refused` (077:
+ * closed to others). Its fd, or -1 with errno: ENOENT (none, not made), EPERM (not ours so),
+ * ENOTDIR or ELOOP (something else stands at the name), or the step's that failed. */
+int jb__disk_open_own_folder(int dir, const char *name, bool create, mode_t refused);
 /* Whether the folder is marked as the cache's own (CACHEDIR.TAG): only then may anything in it
  * be removed, or replaced by what is not an entry's newer copy. */
 bool jb__disk_folder_is_ours(void);
