@@ -185,17 +185,24 @@ jb_lease_outcome jb__remote_lease_acquire(const jb_disk_key *key, jb_remote_leas
     return JB_LEASE_BUSY;
 }
 
+/* A poll's answer to the command `argv`: 1 for a positive integer, 0 for another, -1 when the
+ * store cannot say (it failed, or answered no integer). */
+static int poll_answer(int argc, const char **argv, const size_t *lens)
+{
+    jb_redis_reply reply;
+    if (jb__remote_call("poll a lease", argc, argv, lens, &reply) != JB_OK)
+        return -1;
+    int answer = reply.type == JB_REDIS_INTEGER ? reply.integer > 0 : -1;
+    jb__redis_reply_free(&reply);
+    return answer;
+}
+
 /* Whether the Redis key `name` exists: 1, 0, or -1 when the store cannot say. */
 static int exists(const char *name)
 {
     const char *argv[] = {"EXISTS", name};
     size_t lens[] = {6, strlen(name)};
-    jb_redis_reply reply;
-    if (jb__remote_call("poll a lease", 2, argv, lens, &reply) != JB_OK)
-        return -1;
-    int found = reply.type == JB_REDIS_INTEGER ? reply.integer > 0 : -1;
-    jb__redis_reply_free(&reply);
-    return found;
+    return poll_answer(2, argv, lens);
 }
 
 /* Whether the lease `name` is held by a holder: 1, 0 (none, or what stood there was removed),
@@ -204,12 +211,7 @@ static int lease_held(const char *name)
 {
     const char *argv[] = {"EVAL", held_script, "1", name};
     size_t lens[] = {4, strlen(held_script), 1, strlen(name)};
-    jb_redis_reply reply;
-    if (jb__remote_call("poll a lease", 4, argv, lens, &reply) != JB_OK)
-        return -1;
-    int held = reply.type == JB_REDIS_INTEGER ? reply.integer > 0 : -1;
-    jb__redis_reply_free(&reply);
-    return held;
+    return poll_answer(4, argv, lens);
 }
 
 bool jb__remote_entry_exists(const jb_disk_key *key)
