@@ -17,8 +17,8 @@
  *   runs, so a holder killed at any point holds the fleet up for 10 s at most, never for the
  *   compile timeout (10 minutes by default). Not while the holding thread is stopped or has a
  *   stop pending (keeper.c's rule, as for the host's lease): a stopped holder's lease expires
- *   like a dead one's. A holder cut off from the store for longer loses
- *   its lease: at worst the kernel is compiled twice and stored twice with the same content.
+ *   like a dead one's. A holder cut off from the store for longer loses its lease: at worst the
+ *   kernel is compiled twice and stored twice with the same content.
  * - The holder deletes its lease once the value is stored, or once the compile failed (so the
  *   next host compiles and sees the error itself), with a script that deletes it only while it
  *   still holds this holder's token: a lease that expired and was taken by another host stays.
