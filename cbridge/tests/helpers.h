@@ -1,8 +1,8 @@
 /*
  * What several C tests share: kernels of one f32 input `inp` and one f32 output `out`, their
  * one-dimensional launch, f32 arrays filled with one value, the check that every element holds
- * one value, and the device the hook tests run on. static inline: a test that uses only some of
- * them stays -Wall clean.
+ * one value, the device the hook tests run on, and a compiler wrapper that counts its compiles.
+ * static inline: a test that uses only some of them stays -Wall clean.
  */
 #ifndef JB_TEST_HELPERS_H
 #define JB_TEST_HELPERS_H
@@ -10,10 +10,15 @@
 #include "check.h"
 #include "jitbridge.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* `hook` and `user_data` go to the spec's configure fields (NULL: none). */
 static inline jb_custom_kernel *f32_kernel_configured(const char *name, const char *body,
@@ -145,6 +150,54 @@ static inline jb_device *test_device(void)
 static inline void default_stream_first(jb_device *device)
 {
     jb_array_free(f32_filled(device, 1, 0.0f));
+}
+
+/* Writes `text` to `path` (made anew, 0600 while written) and gives it `mode`: whether it all
+ * went. */
+static inline bool write_text_file(const char *path, const char *text, mode_t mode)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    bool ok = fd >= 0;
+    for (size_t done = 0, len = strlen(text); ok && done < len;) {
+        ssize_t n = write(fd, text + done, len - done);
+        ok = n > 0 || (n < 0 && errno == EINTR);
+        done += n > 0 ? (size_t)n : 0;
+    }
+    ok = ok && fchmod(fd, mode) == 0;
+    if (fd >= 0)
+        close(fd);
+    return ok;
+}
+
+/* Writes `path`, a wrapper of the compiler `cc` for $CC (run by /bin/sh): each compile (any run
+ * but the library's `--version` query) appends a line to `marks`, then runs the shell lines
+ * `before` ("" for none: a pause, a kill while a flag file exists), then becomes `cc`. Paths
+ * absolute: the compiler runs with an environment the library chose. Whether it was written. */
+static inline bool write_compiler_wrapper(const char *path, const char *cc, const char *marks,
+                                          const char *before)
+{
+    size_t len = 2 * strlen(cc) + strlen(marks) + strlen(before) + 128;
+    char *script = malloc(len);
+    bool ok = script &&
+              (size_t)snprintf(script, len,
+                               "#!/bin/sh\n[ \"$1\" = --version ] && exec '%s' \"$@\"\n"
+                               "echo compile >> '%s'\n%sexec '%s' \"$@\"\n",
+                               cc, marks, before, cc) < len &&
+              write_text_file(path, script, 0700);
+    free(script);
+    return ok;
+}
+
+/* The lines of the file at `path` (the compiles a wrapper noted there); 0 when it is missing. */
+static inline int lines_in(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    int lines = 0;
+    for (int c; f && (c = fgetc(f)) != EOF;)
+        lines += c == '\n';
+    if (f)
+        fclose(f);
+    return lines;
 }
 
 #endif

@@ -27,36 +27,22 @@ static bool find_cc(char *out, size_t len)
     return found;
 }
 
+/* $CC: a wrapper of `cc` that notes each compile, dies by SIGKILL while the kill marker exists
+ * and sleeps while the slow one does. */
 static void write_wrapper(const char *cc)
 {
-    char script[300];
+    char script[300], markers[700];
     snprintf(script, sizeof script, "%s/cc-wrapper", dir);
-    FILE *f = fopen(script, "w");
-    CHECK(f != NULL, "cannot write %s", script);
-    if (!f)
-        return;
-    /* Every path absolute: the compiler may run with an environment the library chose. */
-    fprintf(f,
-            "#!/bin/sh\n"
-            "case \" $* \" in *' -shared '*) echo compile >> '%s' ;; esac\n"
-            "[ -e '%s' ] && kill -9 $$\n"
-            "[ -e '%s' ] && exec /bin/sleep 30\n"
-            "exec '%s' \"$@\"\n",
-            log_path, kill_path, slow_path, cc);
-    fclose(f);
-    chmod(script, 0700);
+    snprintf(markers, sizeof markers,
+             "[ -e '%s' ] && kill -9 $$\n[ -e '%s' ] && exec /bin/sleep 30\n", kill_path,
+             slow_path);
+    CHECK(write_compiler_wrapper(script, cc, log_path, markers), "cannot write %s", script);
     setenv("CC", script, 1);
 }
 
 static int compiles(void)
 {
-    FILE *f = fopen(log_path, "r");
-    int lines = 0;
-    for (int c; f && (c = fgetc(f)) != EOF;)
-        lines += c == '\n';
-    if (f)
-        fclose(f);
-    return lines;
+    return lines_in(log_path);
 }
 
 static void touch(const char *path, bool present)

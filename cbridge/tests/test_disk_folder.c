@@ -3,7 +3,7 @@
  * - a folder that is not the cache's own ($HOME, ".") loses nothing: no sweep, no file named
  *   tmp replaced, no prune, clear or fix; a folder the cache makes, or finds holding only its
  *   kinds of files, is marked with CACHEDIR.TAG and managed, and a link named tmp in it is never
- *   followed;
+ *   followed, nor a tmp/ its group may write used (one it may only read is);
  * - a transient failure (here: out of descriptors) while loading evicts nothing, nor does one
  *   that makes the loader refuse a good entry, while storing it stops nothing, and while setting
  *   up turns nothing off: the cache is set up at a later build;
@@ -319,6 +319,26 @@ static void own_folder_sweeps_only_temporaries(const char *dir)
     CHECK(strcmp(read_file(dir, "tmp/notes.tmp"), "not a temporary") == 0,
           "a file not named like a temporary was swept");
     CHECK(exists(dir, "tmp/old-folder"), "a folder in tmp/ was removed");
+}
+
+/* A marked folder's tmp/ that its group may read (0750) holds the temporaries: a store sweeps
+ * its stale one. */
+static void own_tmp_the_group_reads_is_used(const char *dir)
+{
+    CHECK_OK(build_salted(6));
+    char name[128];
+    snprintf(name, sizeof name, "tmp/%s", stale_temporary);
+    CHECK(!exists(dir, name), "a tmp/ its group may only read was not used");
+}
+
+/* One its group may write (0770) is not: the entry is stored beside, nothing in it swept. */
+static void own_tmp_the_group_writes_is_left(const char *dir)
+{
+    CHECK_OK(build_salted(6));
+    CHECK(count_entries(dir) == 1, "%d entries", count_entries(dir));
+    char name[128];
+    snprintf(name, sizeof name, "tmp/%s", stale_temporary);
+    CHECK(exists(dir, name), "a tmp/ its group may write was used and swept");
 }
 
 /* Another folder of ours, which the cache folder's tmp links to, and its time before (any name
@@ -677,6 +697,22 @@ int main(void)
     write_file(own, "tmp/notes.tmp", "not a temporary", 7200);
     make_dir(own, "tmp/old-folder", 7200);
     run_case("4. a marked folder's sweep", own, own_folder_sweeps_only_temporaries);
+
+    const mode_t tmp_modes[] = {0750, 0770};
+    void (*tmp_cases[])(const char *) = {own_tmp_the_group_reads_is_used,
+                                         own_tmp_the_group_writes_is_left};
+    for (int i = 0; i < 2; i++) {
+        char *own_mode = new_folder(i == 0 ? "own-tmp-0750" : "own-tmp-0770", 0700);
+        write_file(own_mode, "CACHEDIR.TAG", TAG_SIGNATURE "\n", 0);
+        make_dir(own_mode, "tmp", 0);
+        snprintf(name, sizeof name, "tmp/%s", stale_temporary);
+        write_file(own_mode, name, "left by a killed writer", 7200);
+        path_of(name, sizeof name, own_mode, "tmp");
+        CHECK(chmod(name, tmp_modes[i]) == 0, "chmod %s", name);
+        run_case(i == 0 ? "4. a marked folder's tmp/ its group may read"
+                        : "4. a marked folder's tmp/ its group may write",
+                 own_mode, tmp_cases[i]);
+    }
 
     snprintf(linked_to, sizeof linked_to, "%s", new_folder("linked-to", 0700));
     write_file(linked_to, stale_temporary, "another folder's", 7200);

@@ -4,8 +4,9 @@
  * waits, nothing fails. Built with JB_TEST_HOOKS (the lock's failure is injected). Then failure
  * marks, stopped holders (each thread stopped, or the process by kill -STOP while it compiles),
  * a slow holder never robbed, two waiters one compile, a taker stopped between its lock and its
- * touch, a failed takeover that naps, folders at a lease's name. More many-process cases (one
- * compile among eight, killed holders, junk at a lease's name) are in tests/lease.rs.
+ * touch, a failed takeover that naps, folders at a lease's name, a leases/ others may read.
+ * More many-process cases (one compile among eight, killed holders, junk at a lease's name) are
+ * in tests/lease.rs.
  */
 #include "../src/kernels/kernels.h"
 #include "helpers.h"
@@ -342,13 +343,7 @@ static int case_lines(const lease_case *c, const char *name)
 {
     char path[PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/%s", c->dir, name);
-    FILE *f = fopen(path, "r");
-    int lines = 0;
-    for (int ch; f && (ch = fgetc(f)) != EOF;)
-        lines += ch == '\n';
-    if (f)
-        fclose(f);
-    return lines;
+    return lines_in(path);
 }
 
 /* A child's exit status, 120 s at most (then it is killed: a wait that never ended). */
@@ -748,6 +743,30 @@ static void folder_at_a_lease_name(const char *cache)
     }
 }
 
+/* leases/ that others may read: not ours alone, so no lease is taken in it (the kernel
+ * compiles alone, counted); made 0700 again, the lease is taken. */
+static void leases_folder_open_to_others(const char *cache)
+{
+    char text[] = "a key whose leases/ others may read";
+    jb_disk_key key = {.text = text, .bytes = sizeof text - 1};
+    jb__disk_key_name(&key);
+    char leases[PATH_MAX + 16];
+    snprintf(leases, sizeof leases, "%s/leases", cache);
+    jb_lease lease;
+    jb_counters c;
+    CHECK(chmod(leases, 0750) == 0, "chmod %s: %s", leases, strerror(errno));
+    jb_counters_reset();
+    CHECK(take(&key, jb__now_ns() + 1000000000ULL, &lease) == JB_LEASE_NONE,
+          "a lease was taken in a leases/ others may read");
+    jb_counters_get(&c, sizeof c);
+    CHECK(c.lease_fallbacks == 1, "a leases/ others may read: fallbacks %llu (1)",
+          (unsigned long long)c.lease_fallbacks);
+    CHECK(chmod(leases, 0700) == 0, "chmod %s: %s", leases, strerror(errno));
+    CHECK(take(&key, jb__now_ns() + 1000000000ULL, &lease) == JB_LEASE_HELD,
+          "no lease in a leases/ closed again");
+    jb__lease_release(&lease, false);
+}
+
 /* (f) A taker stopped between its lock and its first touch of the lease (here: paused at the
  * point until the waiter is done, on a file a killed holder left an hour old) looks stopped,
  * and a waiter takes the lease over; the taker then finds its file gone from the name and waits
@@ -1015,6 +1034,7 @@ int main(int argc, char **argv)
     sweep_leaves_a_name_made_anew(cache);
     known_failure_does_not_wait(device, cache);
     folder_at_a_lease_name(cache);
+    leases_folder_open_to_others(cache);
     taker_stopped_before_its_touch(cache);
     failed_takeover_naps(cache);
     poll_takes_no_lock(cache);

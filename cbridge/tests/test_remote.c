@@ -18,6 +18,7 @@
 #include "../src/kernels/kernels.h"
 #include "../src/store/store.h"
 #include "helpers.h"
+#include "redis_server.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -107,37 +108,6 @@ static bool launch(jb_device *device, int salt)
     jb_array_free(x);
     jb_custom_kernel_free(k);
     return exact;
-}
-
-/* A socket connected to the Unix socket at `path`, or -1. */
-static int connect_to(const char *path)
-{
-    struct sockaddr_un addr = {.sun_family = AF_UNIX};
-    if (!path || strlen(path) >= sizeof addr.sun_path)
-        return -1;
-    memcpy(addr.sun_path, path, strlen(path) + 1);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd >= 0 && connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
-        close(fd);
-        fd = -1;
-    }
-    return fd;
-}
-
-/* Whether a connection to the Unix socket at `path` is accepted. */
-static bool socket_answers(const char *path)
-{
-    int fd = connect_to(path);
-    if (fd >= 0)
-        close(fd);
-    return fd >= 0;
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&t, &t) != 0 && errno == EINTR)
-        ;
 }
 
 /* argv: child SALTS ACTION. SALTS: launched in order ("1,2"); ACTION "kill-after-first": the
@@ -234,17 +204,7 @@ static pid_t server_pid;
 
 static void stop_server(void)
 {
-    if (server_pid > 0) {
-        kill(server_pid, SIGKILL);
-        waitpid(server_pid, NULL, 0);
-        server_pid = 0;
-    }
-}
-
-static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st, (void)flag, (void)ftw;
-    return remove(path);
+    redis_server_stop(&server_pid);
 }
 
 static void stop_fake(void);
@@ -253,40 +213,13 @@ static void clean_up(void)
 {
     stop_fake();
     stop_server();
-    if (folder[0])
-        nftw(folder, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+    remove_tree(folder);
 }
 
 static bool start_server(void)
 {
-    unlink(socket_path);
-    char log[PATH_MAX + 16];
-    snprintf(log, sizeof log, "%s/redis.log", folder);
-    pid_t pid = fork();
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlives a test that crashed */
-        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-        }
-        execlp("redis-server", "redis-server", "--port", "0", "--unixsocket", socket_path,
-               "--unixsocketperm", "700", "--save", "", "--appendonly", "no", "--dir", folder,
-               (char *)NULL);
-        _exit(127);
-    }
-    server_pid = pid;
-    for (int i = 0; i < 1000; i++) { /* 10 s at most for it to listen */
-        if (socket_answers(socket_path))
-            return true;
-        int status;
-        if (waitpid(pid, &status, WNOHANG) == pid) {
-            server_pid = 0;
-            return false;
-        }
-        sleep_ms(10);
-    }
-    return false;
+    server_pid = redis_server_start(folder, socket_path);
+    return server_pid > 0;
 }
 
 static bool redis_server_found(void)
@@ -676,16 +609,7 @@ static outcome run_child_hooked(const char *cache, const char *url, const char *
     if (pid == 0) {
         dup2(pipe_fds[1], 1);
         close(pipe_fds[0]);
-        setenv("JITBRIDGE_CACHE_DIR", cache, 1);
-        unsetenv("JITBRIDGE_DISK_CACHE"); /* each case reads its folder (valgrind's run sets 0) */
-        if (url)
-            setenv("JITBRIDGE_REMOTE_CACHE", url, 1);
-        else
-            unsetenv("JITBRIDGE_REMOTE_CACHE");
-        if (key_file)
-            setenv("JITBRIDGE_REMOTE_KEY_FILE", key_file, 1);
-        else
-            unsetenv("JITBRIDGE_REMOTE_KEY_FILE");
+        host_environment(cache, url, key_file);
         if (timing)
             setenv("JB_TEST_REMOTE_TIMING", timing, 1);
         setenv("JB_TEST_REDIS_PID", pid_text, 1);
@@ -698,13 +622,7 @@ static outcome run_child_hooked(const char *cache, const char *url, const char *
         _exit(127);
     }
     close(pipe_fds[1]);
-    size_t got = 0;
-    ssize_t r;
-    while (got + 1 < sizeof o.text &&
-           (r = read(pipe_fds[0], o.text + got, sizeof o.text - 1 - got)) > 0)
-        got += (size_t)r;
-    o.text[got] = '\0';
-    close(pipe_fds[0]);
+    read_host_output(pipe_fds[0], o.text, sizeof o.text);
     int status = 0;
     waitpid(pid, &status, 0);
     o.elapsed_ms = (long long)((jb__now_ns() - start) / 1000000);
@@ -746,13 +664,10 @@ static int entries_in(const char *cache)
     return n;
 }
 
+/* A key file, written as the tests write every file (helpers.h). */
 static bool write_key(const char *path, const char *text, mode_t mode)
 {
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    bool ok = fd >= 0 && jb__write_all(fd, text, strlen(text)) && fchmod(fd, mode) == 0;
-    if (fd >= 0)
-        close(fd);
-    return ok;
+    return write_text_file(path, text, mode);
 }
 
 static void api_refusals(const char *key1, const char *group_key, const char *short_key)

@@ -24,6 +24,7 @@
  */
 #include "../src/kernels/kernels.h"
 #include "helpers.h"
+#include "redis_server.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -50,13 +51,6 @@ static uint64_t now_ms(void)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&t, &t) != 0 && errno == EINTR)
-        ;
 }
 
 /* ---- child mode: waits for its go (its stdin ends), launches, prints one line ---- */
@@ -181,65 +175,10 @@ static char folder[128], socket_path[160], self[PATH_MAX], compiler[PATH_MAX], s
     marks[PATH_MAX], stalling[PATH_MAX], stall_flag[PATH_MAX];
 static pid_t server_pid;
 
-static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st, (void)flag, (void)ftw;
-    return remove(path);
-}
-
 static void clean_up(void)
 {
-    if (server_pid > 0) {
-        kill(server_pid, SIGKILL);
-        waitpid(server_pid, NULL, 0);
-    }
-    if (folder[0])
-        nftw(folder, remove_one, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static int connect_to_server(void)
-{
-    struct sockaddr_un addr = {.sun_family = AF_UNIX};
-    memcpy(addr.sun_path, socket_path, strlen(socket_path) + 1);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd >= 0 && connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
-        close(fd);
-        fd = -1;
-    }
-    return fd;
-}
-
-static bool start_server(void)
-{
-    char log[PATH_MAX];
-    snprintf(log, sizeof log, "%s/redis.log", folder);
-    pid_t pid = fork();
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlives a test that crashed */
-        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-        }
-        execlp("redis-server", "redis-server", "--port", "0", "--unixsocket", socket_path,
-               "--unixsocketperm", "700", "--save", "", "--appendonly", "no", "--dir", folder,
-               (char *)NULL);
-        _exit(127);
-    }
-    server_pid = pid;
-    for (int i = 0; i < 1000; i++) { /* 10 s at most for it to listen */
-        int fd = connect_to_server();
-        if (fd >= 0) {
-            close(fd);
-            return true;
-        }
-        if (waitpid(pid, NULL, WNOHANG) == pid) {
-            server_pid = 0;
-            return false;
-        }
-        sleep_ms(10);
-    }
-    return false;
+    redis_server_stop(&server_pid);
+    remove_tree(folder);
 }
 
 /* One command of plain words to the server: the first line of its answer (a bulk string's
@@ -247,7 +186,7 @@ static bool start_server(void)
 static void command(char *answer, size_t len, int argc, const char **argv)
 {
     answer[0] = '\0';
-    int fd = connect_to_server();
+    int fd = connect_to(socket_path);
     if (fd < 0)
         return;
     char request[1024];
@@ -344,13 +283,7 @@ static host start_host(const char *what, const char *url, const char *cc, const 
         dup2(out[1], 1);
         close(in[1]);
         close(out[0]);
-        setenv("JITBRIDGE_CACHE_DIR", cache, 1);
-        unsetenv("JITBRIDGE_DISK_CACHE");
-        if (url)
-            setenv("JITBRIDGE_REMOTE_CACHE", url, 1);
-        else
-            unsetenv("JITBRIDGE_REMOTE_CACHE");
-        setenv("JITBRIDGE_REMOTE_KEY_FILE", key_file, 1);
+        host_environment(cache, url, key_file);
         if (cc)
             setenv("CC", cc, 1);
         else
@@ -378,14 +311,7 @@ static void let_go(int *go)
 static outcome finish_host(host h)
 {
     outcome o = {0};
-    size_t got = 0;
-    ssize_t r;
-    while (h.output >= 0 && got + 1 < sizeof o.text &&
-           (r = read(h.output, o.text + got, sizeof o.text - 1 - got)) > 0)
-        got += (size_t)r;
-    o.text[got] = '\0';
-    if (h.output >= 0)
-        close(h.output);
+    read_host_output(h.output, o.text, sizeof o.text);
     int status = 0;
     if (h.pid > 0)
         waitpid(h.pid, &status, 0);
@@ -409,22 +335,7 @@ static outcome run_host(const char *what, const char *url, const char *cc, const
 
 static int compiles(void)
 {
-    FILE *f = fopen(marks, "r");
-    int lines = 0;
-    for (int c; f && (c = fgetc(f)) != EOF;)
-        lines += c == '\n';
-    if (f)
-        fclose(f);
-    return lines;
-}
-
-static bool write_file(const char *path, const char *text, mode_t mode)
-{
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    bool ok = fd >= 0 && jb__write_all(fd, text, strlen(text)) && fchmod(fd, mode) == 0;
-    if (fd >= 0)
-        close(fd);
-    return ok;
+    return lines_in(marks);
 }
 
 /* The content key of kernel `what` built by the compiler `cc`, from a host with no tier. */
@@ -451,38 +362,27 @@ int main(int argc, char **argv)
         return 1;
     atexit(clean_up);
     snprintf(socket_path, sizeof socket_path, "%s/redis.sock", folder);
-    if (!start_server()) {
+    server_pid = redis_server_start(folder, socket_path);
+    if (!server_pid) {
         fprintf(stderr, "test_remote_lease: redis-server did not start (is it installed? "
                         "apt-get install redis-server; see %s/redis.log)\n", folder);
         printf("test_remote_lease: 0 passed, 1 failed\n");
         return 1;
     }
-    char key_file[PATH_MAX], script[2 * PATH_MAX + 256];
+    char key_file[PATH_MAX], stall[PATH_MAX + 32];
     snprintf(key_file, sizeof key_file, "%s/fleet.key", folder);
     snprintf(compiler, sizeof compiler, "%s/slow-gcc", folder);
-    snprintf(marks, sizeof marks, "%s/compiles", folder);
-    snprintf(script, sizeof script,
-             "#!/bin/sh\n[ \"$1\" = --version ] && exec gcc \"$@\"\necho compile >> %s\n"
-             "sleep 0.4\nexec gcc \"$@\"\n",
-             marks);
-    char slower_script[sizeof script];
     snprintf(slower, sizeof slower, "%s/slower-gcc", folder);
-    snprintf(slower_script, sizeof slower_script,
-             "#!/bin/sh\n[ \"$1\" = --version ] && exec gcc \"$@\"\necho compile >> %s\n"
-             "sleep 1.5\nexec gcc \"$@\"\n",
-             marks);
+    snprintf(marks, sizeof marks, "%s/compiles", folder);
     /* Sleeps 4 s while the flag file exists: a long compile that a test can shorten. */
-    char stalling_script[sizeof script + PATH_MAX];
     snprintf(stalling, sizeof stalling, "%s/stalling-gcc", folder);
     snprintf(stall_flag, sizeof stall_flag, "%s/stall", folder);
-    snprintf(stalling_script, sizeof stalling_script,
-             "#!/bin/sh\n[ \"$1\" = --version ] && exec gcc \"$@\"\necho compile >> %s\n"
-             "[ -e %s ] && sleep 4\nexec gcc \"$@\"\n",
-             marks, stall_flag);
-    CHECK(write_file(key_file, "the fleet's key: 0123456789abcdef0123456789abcdef", 0600) &&
-              write_file(compiler, script, 0700) && write_file(slower, slower_script, 0700) &&
-              write_file(stalling, stalling_script, 0700),
-          "writing the key file and the compiler: %s", strerror(errno));
+    snprintf(stall, sizeof stall, "[ -e '%s' ] && sleep 4\n", stall_flag);
+    CHECK(write_text_file(key_file, "the fleet's key: 0123456789abcdef0123456789abcdef", 0600) &&
+              write_compiler_wrapper(compiler, "gcc", marks, "sleep 0.4\n") &&
+              write_compiler_wrapper(slower, "gcc", marks, "sleep 1.5\n") &&
+              write_compiler_wrapper(stalling, "gcc", marks, stall),
+          "writing the key file and the compilers: %s", strerror(errno));
     char url[PATH_MAX], read_only[PATH_MAX + 32], value[128];
     snprintf(url, sizeof url, "unix://%s", socket_path);
     snprintf(read_only, sizeof read_only, "unix://%s?mode=read-only", socket_path);
@@ -542,7 +442,7 @@ int main(int argc, char **argv)
      * (4 s) ends. */
     char key[80];
     CHECK(key_of("11", stalling, key, sizeof key), "the key of kernel 11");
-    CHECK(write_file(stall_flag, "", 0600), "the stall flag: %s", strerror(errno));
+    CHECK(write_text_file(stall_flag, "", 0600), "the stall flag: %s", strerror(errno));
     setenv("JB_TEST_REMOTE_LEASE_TTL_MS", "900", 1);
     a = start_host("11", url, stalling, NULL, go);
     let_go(go);

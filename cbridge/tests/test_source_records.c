@@ -3,8 +3,8 @@
  * folder's sources/ (its name the SHA-256 of its content) holding what rebuilds it; the record
  * read back passes the API's rules and makes the line's key again. Hostile records (another
  * hash, cut short, too large, a bad name, a refused option, options the source does not state,
- * a link or a FIFO at the name, another kernel's) are refused with a clear error, and the cache
- * folder is left as it was. Readers of manifests (coverage, prewarm) still read the lines.
+ * a link or a FIFO at the name, another kernel's, a sources/ others may read) are refused with a
+ * clear error, and the cache folder is left as it was. Readers of manifests (coverage, prewarm) still read the lines.
  */
 #include "helpers.h"
 #include "jitbridge_sys.h"
@@ -326,6 +326,18 @@ int main(void)
     CHECK(mkfifo(path, 0600) == 0, "mkfifo: %s", strerror(errno));
     refused("a FIFO", "is a FIFO");
     unlink(path);
+    /* A sources/ others may read: not ours alone, so no record in it is trusted; made 0700
+     * again, its good record passes. */
+    hostile_line(opts, opts->record);
+    CHECK(chmod(sources, 0750) == 0, "chmod sources/: %s", strerror(errno));
+    uint64_t passed = 99;
+    int status = jb_manifest_sources_check(&passed, &keyed, hostile_manifest);
+    CHECK(status == JB_ERR_SYSTEM && strstr(jb_last_error_message(), "is not ours alone"),
+          "a sources/ open to its group: status %d (%s)", status, jb_last_error_message());
+    CHECK(chmod(sources, 0700) == 0, "chmod sources/: %s", strerror(errno));
+    CHECK_OK(jb_manifest_sources_check(&passed, &keyed, hostile_manifest));
+    CHECK(passed == 1, "the good record under a closed sources/: %llu passed",
+          (unsigned long long)passed);
     /* A malformed reference in the manifest line. */
     hostile_line(opts, "not-hex");
     refused("a malformed reference", "malformed field");

@@ -366,15 +366,7 @@ int jb__child_run(jb_child *c)
     if (fds[3] >= 0)
         close(fds[3]); /* then the report pipe ends when the intermediate does */
     report r[2] = {{0, 0}, {0, 0}};
-    size_t got = 0;
-    while (pid > 0 && got < sizeof r) {
-        ssize_t n = read(fds[2], (char *)r + got, sizeof r - got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break;
-        got += (size_t)n;
-    }
+    size_t got = pid > 0 ? jb__read_up_to(fds[2], r, sizeof r) : 0;
     int reaped = 0;
     while (pid > 0 && (reaped = waitpid(pid, NULL, __WCLONE)) < 0 && errno == EINTR)
         ;

@@ -650,13 +650,11 @@ void jb__disk_stop_storing(const char *fmt, const char *detail)
         jb__warn("%s; new compiled code is not stored on disk", why);
 }
 
-/* The marked folder's tmp/, made 0700 if missing: its handle, or -1 (errno). Whatever else
- * sits at that name is left as it is: temporaries then go beside the entries. */
-static int open_tmp(int dir)
+int jb__disk_open_own_folder(int dir, const char *name, bool create, mode_t refused)
 {
-    int fd = openat(dir, "tmp", DIR_OPEN_FLAGS);
-    if (fd < 0 && errno == ENOENT && (mkdirat(dir, "tmp", 0700) == 0 || errno == EEXIST))
-        fd = openat(dir, "tmp", DIR_OPEN_FLAGS);
+    int fd = openat(dir, name, DIR_OPEN_FLAGS);
+    if (fd < 0 && errno == ENOENT && create && (mkdirat(dir, name, 0700) == 0 || errno == EEXIST))
+        fd = openat(dir, name, DIR_OPEN_FLAGS);
     struct stat st;
     if (fd >= 0 && fstat(fd, &st) != 0) {
         int err = errno;
@@ -664,12 +662,20 @@ static int open_tmp(int dir)
         errno = err;
         return -1;
     }
-    if (fd >= 0 && (st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH)))) {
+    if (fd >= 0 && (st.st_uid != geteuid() || (st.st_mode & refused))) {
         close(fd);
         errno = EPERM;
         return -1;
     }
     return fd;
+}
+
+/* The marked folder's tmp/, made 0700 if missing, written by no one else: its handle, or -1
+ * (errno). Whatever else sits at that name is left as it is: temporaries then go beside the
+ * entries. */
+static int open_tmp(int dir)
+{
+    return jb__disk_open_own_folder(dir, "tmp", true, S_IWGRP | S_IWOTH);
 }
 
 /* Temporaries (by name, regular files) old enough that no live writer can still own them: left

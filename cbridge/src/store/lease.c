@@ -48,11 +48,11 @@
  *   threads' hits and loads go on meanwhile.
  */
 #include "store.h"
+#include "../base/keeper.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,21 +93,12 @@ static jb_lease_outcome fall_back(const char *why, const char *detail)
 
 /* The cache folder's leases/, made 0700 if missing; it must be ours and closed to others. What
  * else stands at its name (a file, a link) is removed from a folder marked as the cache's own. */
-#define LEASE_DIR_FLAGS (O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
 static int open_lease_dir(int dir)
 {
-    int fd = openat(dir, JB_LEASE_DIR, LEASE_DIR_FLAGS);
+    int fd = jb__disk_open_own_folder(dir, JB_LEASE_DIR, true, 077);
     if (fd < 0 && (errno == ENOTDIR || errno == ELOOP) && jb__disk_folder_is_ours() &&
-        unlinkat(dir, JB_LEASE_DIR, 0) == 0)
-        errno = ENOENT;
-    if (fd < 0 && errno == ENOENT && (mkdirat(dir, JB_LEASE_DIR, 0700) == 0 || errno == EEXIST))
-        fd = openat(dir, JB_LEASE_DIR, LEASE_DIR_FLAGS);
-    struct stat st;
-    if (fd >= 0 && (fstat(fd, &st) != 0 || st.st_uid != geteuid() || (st.st_mode & 077))) {
-        close(fd);
-        errno = EPERM;
-        return -1;
-    }
+        (unlinkat(dir, JB_LEASE_DIR, 0) == 0 || errno == ENOENT))
+        fd = jb__disk_open_own_folder(dir, JB_LEASE_DIR, true, 077);
     return fd;
 }
 
@@ -305,128 +296,20 @@ void jb__test_set_lease_stale_ms(uint64_t ms)
 }
 #endif
 
-struct jb_lease_keeper {
-    pthread_mutex_t mutex;
-    pthread_cond_t wake; /* on CLOCK_MONOTONIC */
-    bool stop;
-    int fd;
-    pid_t holder; /* the thread that took the lease and compiles */
-    pthread_t thread;
-};
-
-/* A signal mask's line of a /proc status text ("SigPnd:\t<hex>"); 0 when it has none. */
-static uint64_t status_mask(const char *text, const char *line)
+/* The keeper's tick: the lease file's time moves, which its waiters watch. */
+static void touch(void *state)
 {
-    const char *at = strstr(text, line);
-    return at ? strtoull(at + strlen(line), NULL, 16) : 0;
+    futimens(*(const int *)state, NULL);
 }
 
-static uint64_t signal_bit(int sig)
-{
-    return 1ULL << (sig - 1);
-}
-
-/* Whether the holding thread is stopped (a job stop, a debugger's) or a stop is pending for it:
- * a thread that sleeps in the compiler's vfork takes a SIGSTOP only once the compile ends, and
- * the process's other threads (this keeper among them) run on meanwhile. A stopped holder
- * stores nothing: its lease is left to go stale. Without /proc, it counts as running. */
-bool jb__thread_stopping(pid_t holder)
-{
-    char path[64], text[4096];
-    snprintf(path, sizeof path, "/proc/self/task/%d/status", (int)holder);
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
-    ssize_t n = fd >= 0 ? read(fd, text, sizeof text - 1) : -1;
-    if (fd >= 0)
-        close(fd);
-    if (n <= 0)
-        return false;
-    text[n] = '\0';
-    const char *state = strstr(text, "\nState:\t");
-    if (state && (state[8] == 'T' || state[8] == 't'))
-        return true;
-    uint64_t pending = status_mask(text, "\nSigPnd:\t") | status_mask(text, "\nShdPnd:\t"),
-             blocked = status_mask(text, "\nSigBlk:\t"), stops = signal_bit(SIGSTOP);
-    /* The terminal's stops stop only where their action is the default and they are let in. */
-    static const int job_stops[] = {SIGTSTP, SIGTTIN, SIGTTOU};
-    for (size_t i = 0; i < sizeof job_stops / sizeof *job_stops; i++) {
-        struct sigaction action;
-        if (!(blocked & signal_bit(job_stops[i])) && sigaction(job_stops[i], NULL, &action) == 0 &&
-            !(action.sa_flags & SA_SIGINFO) && action.sa_handler == SIG_DFL)
-            stops |= signal_bit(job_stops[i]);
-    }
-    return (pending & stops) != 0;
-}
-
-static void *keeper_main(void *arg)
-{
-    struct jb_lease_keeper *k = arg;
-    uint64_t every = atomic_load(&stale_ns) / 5;
-    pthread_mutex_lock(&k->mutex);
-    while (!k->stop) {
-        struct timespec at;
-        clock_gettime(CLOCK_MONOTONIC, &at);
-        uint64_t ns = (uint64_t)at.tv_nsec + every;
-        at.tv_sec += (time_t)(ns / 1000000000ULL);
-        at.tv_nsec = (long)(ns % 1000000000ULL);
-        if (pthread_cond_timedwait(&k->wake, &k->mutex, &at) == ETIMEDOUT && !k->stop &&
-            !jb__thread_stopping(k->holder))
-            futimens(k->fd, NULL);
-    }
-    pthread_mutex_unlock(&k->mutex);
-    return NULL;
-}
-
-/* Touches the held lease now and starts the thread that keeps touching it while it is held,
+/* Touches the held lease now and starts the keeper that keeps touching it while it is held,
  * whatever the compile does (a child compiler, or a GPU compiler in this process). Without the
- * thread (no memory, no threads left), a compile past STALE may be done twice: never worse. */
+ * keeper (no memory, no threads left), a compile past STALE may be done twice: never worse. */
 static void keep_fresh(jb_lease *lease)
 {
     futimens(lease->fd, NULL);
-    struct jb_lease_keeper *k = calloc(1, sizeof *k);
-    pthread_condattr_t attr;
-    if (!k || pthread_condattr_init(&attr) != 0) {
-        free(k);
-        return;
-    }
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    bool made = pthread_cond_init(&k->wake, &attr) == 0;
-    pthread_condattr_destroy(&attr);
-    if (!made || pthread_mutex_init(&k->mutex, NULL) != 0) {
-        if (made)
-            pthread_cond_destroy(&k->wake);
-        free(k);
-        return;
-    }
-    k->fd = lease->fd;
-    k->holder = gettid();
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old); /* no handler of the host runs on it */
-    int err = pthread_create(&k->thread, NULL, keeper_main, k);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (err != 0) {
-        pthread_mutex_destroy(&k->mutex);
-        pthread_cond_destroy(&k->wake);
-        free(k);
-        return;
-    }
-    lease->keeper = k;
-}
-
-static void stop_keeping(jb_lease *lease)
-{
-    struct jb_lease_keeper *k = lease->keeper;
-    if (!k)
-        return;
-    pthread_mutex_lock(&k->mutex);
-    k->stop = true;
-    pthread_cond_signal(&k->wake);
-    pthread_mutex_unlock(&k->mutex);
-    pthread_join(k->thread, NULL);
-    pthread_mutex_destroy(&k->mutex);
-    pthread_cond_destroy(&k->wake);
-    free(k);
-    lease->keeper = NULL;
+    lease->keeper =
+        jb__keeper_start(touch, &lease->fd, sizeof lease->fd, atomic_load(&stale_ns) / 5);
 }
 
 static bool same_time(const struct timespec *a, const struct timespec *b)
@@ -657,7 +540,8 @@ void jb__lease_release(jb_lease *lease, bool compile_failed)
 {
     if (lease->fd < 0)
         return;
-    stop_keeping(lease);
+    jb__keeper_stop(lease->keeper);
+    lease->keeper = NULL;
     /* Still held: no one else can be using this file; but a holder stopped long enough to be
      * taken over finds another's lease at the name, and leaves it. A failed compile's mark
      * stays. */

@@ -16,8 +16,9 @@
  *   that is shorter): a thread of the holder's renews it every third of that while the compile
  *   runs, so a holder killed at any point holds the fleet up for 10 s at most, never for the
  *   compile timeout (10 minutes by default). Not while the holding thread is stopped or has a
- *   stop pending (as lease.c's keeper): a stopped holder's lease expires like a dead one's. A holder cut off from the store for longer loses
- *   its lease: at worst the kernel is compiled twice and stored twice with the same content.
+ *   stop pending (keeper.c's rule, as for the host's lease): a stopped holder's lease expires
+ *   like a dead one's. A holder cut off from the store for longer loses its lease: at worst the
+ *   kernel is compiled twice and stored twice with the same content.
  * - The holder deletes its lease once the value is stored, or once the compile failed (so the
  *   next host compiles and sees the error itself), with a script that deletes it only while it
  *   still holds this holder's token: a lease that expired and was taken by another host stays.
@@ -27,14 +28,12 @@
  * - A read-only tier never takes a lease: it stores nothing, so no one could wait for it.
  */
 #include "store.h"
+#include "../base/keeper.h"
 
-#include <errno.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <time.h>
 #include <unistd.h>
 
 #define LEASE_PREFIX "jb:lease:"
@@ -112,106 +111,36 @@ static void new_token(char out[33])
 
 /* ---- a holder renews its lease while it compiles ---- */
 
-struct jb_remote_lease_keeper {
-    pthread_mutex_t mutex;
-    pthread_cond_t wake; /* on CLOCK_MONOTONIC */
-    bool stop;
+/* What the keeper renews: the lease's name and token, copied (the holder's may move). */
+struct renewal {
     char name[64], token[33];
-    pid_t holder; /* the thread that took the lease and compiles */
-    pthread_t thread;
-    struct held_warning *warnings; /* the breaker's, given to the holder once joined */
+    uint64_t lifetime_ms;
 };
 
-static void renew(const char *name, const char *token, uint64_t lifetime_ms)
+/* Renews the lease; a warning of the store's (the breaker's) goes to the holder, whose log
+ * callback may build while it holds the module cache's write lock (keeper.h). */
+static void renew(void *state)
 {
+    const struct renewal *r = state;
     char expiry[24];
-    snprintf(expiry, sizeof expiry, "%llu", (unsigned long long)lifetime_ms);
-    const char *argv[] = {"EVAL", renew_script, "1", name, token, expiry};
-    size_t lens[] = {4, strlen(renew_script), 1, strlen(name), strlen(token), strlen(expiry)};
+    snprintf(expiry, sizeof expiry, "%llu", (unsigned long long)r->lifetime_ms);
+    const char *argv[] = {"EVAL", renew_script, "1", r->name, r->token, expiry};
+    size_t lens[] = {4, strlen(renew_script), 1, strlen(r->name), strlen(r->token),
+                     strlen(expiry)};
     jb_redis_reply reply;
     if (jb__remote_call("renew a lease", 6, argv, lens, &reply) == JB_OK)
         jb__redis_reply_free(&reply);
 }
 
-static void *keeper_main(void *arg)
-{
-    struct jb_remote_lease_keeper *k = arg;
-    uint64_t lifetime = lease_lifetime_ms(), every_ns = lifetime * 1000000ULL / 3;
-    /* A renewal's warning (the breaker's) goes to the holder: the log callback may build, and
-     * the holder waits for this thread with the module cache's write lock held. */
-    jb__warn_hold();
-    pthread_mutex_lock(&k->mutex);
-    while (!k->stop) {
-        struct timespec at;
-        clock_gettime(CLOCK_MONOTONIC, &at);
-        uint64_t ns = (uint64_t)at.tv_nsec + every_ns;
-        at.tv_sec += (time_t)(ns / 1000000000ULL);
-        at.tv_nsec = (long)(ns % 1000000000ULL);
-        /* Not for a stopped holder (lease.c's rule): one that sleeps in the compiler's vfork
-         * stops only when the compile ends, and this thread would run on meanwhile. */
-        if (pthread_cond_timedwait(&k->wake, &k->mutex, &at) == ETIMEDOUT && !k->stop &&
-            !jb__thread_stopping(k->holder)) {
-            pthread_mutex_unlock(&k->mutex); /* a stop is not held up by the store's answer */
-            renew(k->name, k->token, lifetime);
-            pthread_mutex_lock(&k->mutex);
-        }
-    }
-    pthread_mutex_unlock(&k->mutex);
-    k->warnings = jb__warn_release_taken();
-    return NULL;
-}
-
-/* Starts the thread that renews the held lease. Without it (no memory, no threads left) the
- * lease lives its one lifetime: a compile longer than that may be done twice, never worse. */
+/* Starts the keeper that renews the held lease every third of its lifetime. Without it (no
+ * memory, no threads left) the lease lives its one lifetime: a compile longer than that may be
+ * done twice, never worse. */
 static void keep_renewed(jb_remote_lease *lease)
 {
-    struct jb_remote_lease_keeper *k = calloc(1, sizeof *k);
-    pthread_condattr_t attr;
-    if (!k || pthread_condattr_init(&attr) != 0) {
-        free(k);
-        return;
-    }
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    bool made = pthread_cond_init(&k->wake, &attr) == 0;
-    pthread_condattr_destroy(&attr);
-    if (!made || pthread_mutex_init(&k->mutex, NULL) != 0) {
-        if (made)
-            pthread_cond_destroy(&k->wake);
-        free(k);
-        return;
-    }
-    memcpy(k->name, lease->name, sizeof k->name);
-    memcpy(k->token, lease->token, sizeof k->token);
-    k->holder = gettid();
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old); /* no handler of the host runs on it */
-    int err = pthread_create(&k->thread, NULL, keeper_main, k);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (err != 0) {
-        pthread_mutex_destroy(&k->mutex);
-        pthread_cond_destroy(&k->wake);
-        free(k);
-        return;
-    }
-    lease->keeper = k;
-}
-
-static void stop_renewing(jb_remote_lease *lease)
-{
-    struct jb_remote_lease_keeper *k = lease->keeper;
-    if (!k)
-        return;
-    pthread_mutex_lock(&k->mutex);
-    k->stop = true;
-    pthread_cond_signal(&k->wake);
-    pthread_mutex_unlock(&k->mutex);
-    pthread_join(k->thread, NULL);
-    jb__warn_pass(k->warnings); /* held by the holder until it lets go of its lock */
-    pthread_mutex_destroy(&k->mutex);
-    pthread_cond_destroy(&k->wake);
-    free(k);
-    lease->keeper = NULL;
+    struct renewal r = {.lifetime_ms = lease_lifetime_ms()};
+    memcpy(r.name, lease->name, sizeof r.name);
+    memcpy(r.token, lease->token, sizeof r.token);
+    lease->keeper = jb__keeper_start(renew, &r, sizeof r, r.lifetime_ms * 1000000ULL / 3);
 }
 
 /* ---- taking, waiting, letting go ---- */
@@ -256,17 +185,24 @@ jb_lease_outcome jb__remote_lease_acquire(const jb_disk_key *key, jb_remote_leas
     return JB_LEASE_BUSY;
 }
 
+/* A poll's answer to the command `argv`: 1 for a positive integer, 0 for another, -1 when the
+ * store cannot say (it failed, or answered no integer). */
+static int poll_answer(int argc, const char **argv, const size_t *lens)
+{
+    jb_redis_reply reply;
+    if (jb__remote_call("poll a lease", argc, argv, lens, &reply) != JB_OK)
+        return -1;
+    int answer = reply.type == JB_REDIS_INTEGER ? reply.integer > 0 : -1;
+    jb__redis_reply_free(&reply);
+    return answer;
+}
+
 /* Whether the Redis key `name` exists: 1, 0, or -1 when the store cannot say. */
 static int exists(const char *name)
 {
     const char *argv[] = {"EXISTS", name};
     size_t lens[] = {6, strlen(name)};
-    jb_redis_reply reply;
-    if (jb__remote_call("poll a lease", 2, argv, lens, &reply) != JB_OK)
-        return -1;
-    int found = reply.type == JB_REDIS_INTEGER ? reply.integer > 0 : -1;
-    jb__redis_reply_free(&reply);
-    return found;
+    return poll_answer(2, argv, lens);
 }
 
 /* Whether the lease `name` is held by a holder: 1, 0 (none, or what stood there was removed),
@@ -275,12 +211,7 @@ static int lease_held(const char *name)
 {
     const char *argv[] = {"EVAL", held_script, "1", name};
     size_t lens[] = {4, strlen(held_script), 1, strlen(name)};
-    jb_redis_reply reply;
-    if (jb__remote_call("poll a lease", 4, argv, lens, &reply) != JB_OK)
-        return -1;
-    int held = reply.type == JB_REDIS_INTEGER ? reply.integer > 0 : -1;
-    jb__redis_reply_free(&reply);
-    return held;
+    return poll_answer(4, argv, lens);
 }
 
 bool jb__remote_entry_exists(const jb_disk_key *key)
@@ -318,7 +249,8 @@ void jb__remote_lease_release(jb_remote_lease *lease)
 {
     if (!lease->held)
         return;
-    stop_renewing(lease);
+    jb__keeper_stop(lease->keeper); /* its warnings held by the holder until it lets go */
+    lease->keeper = NULL;
     const char *argv[] = {"EVAL", release_script, "1", lease->name, lease->token};
     size_t lens[] = {4, strlen(release_script), 1, strlen(lease->name), strlen(lease->token)};
     jb_redis_reply reply;

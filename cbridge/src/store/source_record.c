@@ -27,7 +27,6 @@
 #include <unistd.h>
 
 #define RECORD_TAG "jbs1"
-#define DIR_FLAGS (O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
 
 static const char *dialect_word(jb_source_dialect dialect)
 {
@@ -49,17 +48,7 @@ static bool value_ok(const char *s, size_t len)
  * its fd, or -1 with errno (ENOENT: none yet; EPERM: not ours alone). */
 static int open_sources_dir(int dir, bool create)
 {
-    int fd = openat(dir, JB_SOURCE_RECORD_DIR, DIR_FLAGS);
-    if (fd < 0 && errno == ENOENT && create &&
-        (mkdirat(dir, JB_SOURCE_RECORD_DIR, 0700) == 0 || errno == EEXIST))
-        fd = openat(dir, JB_SOURCE_RECORD_DIR, DIR_FLAGS);
-    struct stat st;
-    if (fd >= 0 && (fstat(fd, &st) != 0 || st.st_uid != geteuid() || (st.st_mode & 077))) {
-        close(fd);
-        errno = EPERM;
-        return -1;
-    }
-    return fd;
+    return jb__disk_open_own_folder(dir, JB_SOURCE_RECORD_DIR, create, 077);
 }
 
 /* The record's text: false when a field could not be written as one line (or no memory). */

@@ -21,6 +21,11 @@ bool jb__path_from_start(const char *path, char *out, size_t len);
  * also while storing is stopped). */
 int jb__disk_dir_fd(void);
 int jb__disk_tmp_fd(void);
+/* The folder `name` in `dir` (made 0700 when missing and `create`), opened without following a
+ * link or blocking and checked on its handle: ours, with none of the mode bits `refused` (077:
+ * closed to others). Its fd, or -1 with errno: ENOENT (none, not made), EPERM (not ours so),
+ * ENOTDIR or ELOOP (something else stands at the name), or the step's that failed. */
+int jb__disk_open_own_folder(int dir, const char *name, bool create, mode_t refused);
 /* Whether the folder is marked as the cache's own (CACHEDIR.TAG): only then may anything in it
  * be removed, or replaced by what is not an entry's newer copy. */
 bool jb__disk_folder_is_ours(void);
@@ -264,7 +269,7 @@ bool jb__lease_is_name(const char *name);
 typedef struct jb_lease {
     int fd, dir; /* the locked lease file and leases/; -1 when none is held */
     char name[64];
-    struct jb_lease_keeper *keeper; /* the thread that keeps it fresh while held, or NULL */
+    struct jb_keeper *keeper; /* the thread that keeps it fresh while held, or NULL */
 } jb_lease;
 typedef enum jb_lease_outcome {
     JB_LEASE_HELD, /* ours: compile, store, then release */
@@ -447,16 +452,12 @@ int jb__remote_call(const char *what, int argc, const char **argv, const size_t 
 void jb__test_set_remote_timing(int connect_ms, int operation_ms, int breaker_ms);
 #endif
 
-/* Whether the thread `tid` of this process is stopped or has a stop pending (lease.c): a stopped
- * holder's lease is no longer kept fresh, the host's nor the fleet's. */
-bool jb__thread_stopping(pid_t tid);
-
 /* ---- the fleet's lease (remote_lease.c): one compile per key across a remote tier's hosts ---- */
 typedef struct jb_remote_lease {
     bool held;
     char name[64];  /* its Redis key */
     char token[33]; /* this holder's random value: only it renews or deletes the lease */
-    struct jb_remote_lease_keeper *keeper; /* the thread that renews it while held, or NULL */
+    struct jb_keeper *keeper; /* the thread that renews it while held, or NULL */
 } jb_remote_lease;
 /* Takes the fleet's lease of `key` after the host's (SET NX PX: 10 s, renewed while held, or
  * the compile timeout when shorter): HELD (compile, store, release), BUSY (another host
