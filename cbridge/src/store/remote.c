@@ -10,8 +10,8 @@
  *   Without a key nothing could be verified, so without one the tier is not used at all.
  * - The fleet key comes from a file only its owner (this user) can read or write, of at least
  *   32 bytes, read once when the tier is configured.
- * - A slow or dead store costs no more than a cold cache: connects, lookups and each whole
- *   command are bounded, replies are capped and must be of the type asked for
+ * - A slow or dead store costs no more than a cold cache: connects, lookups, each whole
+ *   command and its reply's first byte are bounded, replies are capped and must be of the type asked for
  *   (remote_client.c), and after a failure a breaker skips the tier for a while (one warning
  *   per trip), then tries again. No SIGPIPE reaches the host.
  * - No lock of the library is held during a remote call other than the build's write lock
@@ -41,6 +41,13 @@
  * for the largest entry on a slow link, short enough that a stopped store costs one compile's
  * worth of waiting before the breaker opens. */
 #define OPERATION_TIMEOUT_MS 2000
+/* A reply's first byte, counted from the end of the send. A healthy store on the same network
+ * starts a GET's reply in well under a millisecond (a busy one in a few), and one whose round
+ * trip nears this is slower than the compile it would save (30 ms a kernel on an H100, here
+ * too); a stopped or hung one trips the breaker after this wait, not after the 2 s meant for a
+ * large value's transfer (1.35x a 6 s cold run on an H100), and a spurious trip costs compiles
+ * for one breaker pause, never an error. Once bytes flow, the command's deadline alone holds. */
+#define FIRST_BYTE_TIMEOUT_MS 250
 /* After a failure the tier is skipped this long: a dead store costs one timeout per pause, and
  * a restarted one is used again soon. */
 #define BREAKER_PAUSE_MS 15000
@@ -435,8 +442,8 @@ static idle_connection *connection_take(const remote_config *c, char *why, size_
     }
     conn->generation = c->generation;
     if (jb__redis_connect(c->host, c->port, c->unix_path[0] ? c->unix_path : NULL,
-                          atomic_load(&connect_ms), atomic_load(&operation_ms), &conn->redis,
-                          why, why_len) != JB_OK) {
+                          atomic_load(&connect_ms), atomic_load(&operation_ms),
+                          FIRST_BYTE_TIMEOUT_MS, &conn->redis, why, why_len) != JB_OK) {
         free(conn);
         return NULL;
     }

@@ -368,10 +368,12 @@ bool jb__redis_client_load(const char **why);
 /* Connects to host:port, or to unix_path when not NULL: the host name is looked up in a
  * thread of its own, and its addresses (IPv4 ones first, at most 8) are tried in turn,
  * connect_ms each, until one answers or the lookup and the connects together have taken
- * operation_ms; every later command (send and reply together) takes operation_ms at most.
+ * operation_ms; every later command (send and reply together) takes operation_ms at most, and
+ * its reply's first byte comes within first_byte_ms of the send (0: no bound of its own).
  * JB_ERR_UNSUPPORTED when hiredis cannot be loaded. */
 int jb__redis_connect(const char *host, int port, const char *unix_path, int connect_ms,
-                      int operation_ms, jb_redis **out, char *why, size_t why_len);
+                      int operation_ms, int first_byte_ms, jb_redis **out, char *why,
+                      size_t why_len);
 /* Whether this process made the connection and has not forked since (a fork child must not
  * use its parent's: jb__redis_command refuses it). */
 bool jb__redis_owned_here(const jb_redis *r);
