@@ -90,9 +90,6 @@ int jb__module_disk_key(jb_device *dev, const char *module_name, const char *con
 int jb__module_build(jb_device *dev, const char *module_name, const char *source,
                      const jb_compile_options *options, const char *const *kernel_names,
                      size_t num_kernels, bool use_disk_cache, jb_module **out, bool *from_disk);
-/* Writes the cache folder's copy of the calling thread's last remote hit, if one is waiting:
- * called once the build has let go of the cache's write lock. */
-void jb__module_store_remote_copy(void);
 /* What jb__module_build (and so a builder) returns when another process holds the key's lease:
  * nothing was built; the caller lets go of the cache's write lock, calls jb__lease_wait, takes
  * the lock again and looks again from the top (another thread may have built it). */

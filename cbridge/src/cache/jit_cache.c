@@ -300,7 +300,7 @@ static int cache_lookup_or_build(thread_state *ts, jb_device *dev, const char *n
         jb__remote_lease_wait();
     }
     CACHE_UNLOCK(cache);
-    jb__module_store_remote_copy(); /* out of the lock: the other threads' builds go on */
+    jb__disk_store_pending(); /* out of the lock: the other threads' builds go on */
     jb__warn_release();
     jb__events_release();
     if (key != stack_key)

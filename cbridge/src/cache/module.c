@@ -328,28 +328,10 @@ static bool load_from_bundles(jb_device *dev, const jb_disk_key *key, const char
     return false;
 }
 
-/* A remote hit's code and key, for the cache folder once the build has let go of the module
- * cache's lock (jb__module_store_remote_copy): a file written there under the lock would hold up
- * the process's other builds, and the copy is only for the next process. */
-typedef struct remote_copy {
-    jb_disk_key key; /* its text moved here at the end of the build (jb__module_build) */
-    jb_blob code;
-} remote_copy;
-static _Thread_local remote_copy pending_copy;
-
-void jb__module_store_remote_copy(void)
-{
-    if (pending_copy.code.data && pending_copy.key.text)
-        jb__disk_store_copy(&pending_copy.key, &pending_copy.code);
-    free(pending_copy.code.data);
-    jb__disk_key_free(&pending_copy.key);
-    memset(&pending_copy, 0, sizeof pending_copy);
-}
-
 /* A module from the remote tier: true when one loaded. The code is loaded from the fetched bytes,
  * which jb__remote_load verified (MAC, checksum, key, size), never from a file written and read
- * back; once loaded it is kept for the cache folder's copy, written after the build
- * (pending_copy). Code the loader refuses is counted and raised as rejected, and not stored;
+ * back; once loaded it is kept for the cache folder's copy, written once the build has let go of
+ * the module cache's lock (jb__disk_store_later). Code the loader refuses is counted and raised as rejected, and not stored;
  * the compile that follows replaces it. */
 static bool load_from_remote(jb_device *dev, const jb_disk_key *key, const char *module_name,
                              const char *source, const char *const *kernel_names,
@@ -360,12 +342,9 @@ static bool load_from_remote(jb_device *dev, const jb_disk_key *key, const char 
     if (!jb__remote_load(key, &code))
         return false;
     int status = jb__module_create(dev, &code, source, kernel_names, num_kernels, out);
-    if (status == JB_OK) {
-        jb__module_store_remote_copy(); /* one left by a build that ended elsewhere */
-        pending_copy.code = code;
-    } else {
-        free(code.data);
-    }
+    if (status == JB_OK)
+        jb__disk_store_later(key, &code);
+    free(code.data);
     if (status == JB_OK) {
         jb__remote_accept();
         jb__event_raise(JB_CACHE_EVENT_REMOTE_HIT, jb__now_ns() - start, JB_OK, NULL);
@@ -541,10 +520,6 @@ int jb__module_build(jb_device *dev, const char *module_name, const char *source
     if (status == JB_OK && keyed)
         jb__manifest_record(dev->backend->name, dev->arch, &key, module_name, kernel_names,
                             num_kernels, how, recorded ? record : NULL);
-    if (pending_copy.code.data && !pending_copy.key.text) { /* a remote hit of this build's */
-        pending_copy.key = key;
-        key.text = NULL;
-    }
     jb__disk_key_free(&key);
     return status;
 }

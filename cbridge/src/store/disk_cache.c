@@ -347,9 +347,32 @@ bool jb__disk_store(const jb_disk_key *key, const jb_blob *code)
     return store_entry(key, code, true);
 }
 
-bool jb__disk_store_copy(const jb_disk_key *key, const jb_blob *code)
+/* The calling thread's copy waiting for jb__disk_store_pending. */
+static _Thread_local struct {
+    jb_disk_key key;
+    jb_blob code;
+} later;
+
+void jb__disk_store_later(const jb_disk_key *key, jb_blob *code)
 {
-    return store_entry(key, code, false);
+    jb__disk_store_pending(); /* one left by a build that ended elsewhere */
+    later.key = *key;
+    later.key.text = malloc(key->bytes + 1);
+    if (later.key.text) {
+        memcpy(later.key.text, key->text, key->bytes);
+        later.key.text[key->bytes] = '\0';
+        later.code = *code;
+        *code = (jb_blob){0};
+    }
+}
+
+void jb__disk_store_pending(void)
+{
+    if (later.code.data)
+        store_entry(&later.key, &later.code, false);
+    free(later.code.data);
+    free(later.key.text);
+    memset(&later, 0, sizeof later);
 }
 
 void jb__disk_counters(uint64_t *hits, uint64_t *misses, uint64_t *rejected)

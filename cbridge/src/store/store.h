@@ -322,9 +322,13 @@ void jb__disk_reject(const jb_disk_key *key);
 /* Stores compiled code: true once the entry is in place; a failing disk stops storing with one
  * warning. Also stores a record (its key from jb__disk_record_key), written as an entry is. */
 bool jb__disk_store(const jb_disk_key *key, const jb_blob *code);
-/* jb__disk_store for a copy of code another tier keeps (a remote hit): not fsynced, since an
- * entry a crash leaves torn fails its checks on load, a miss the tier serves again. */
-bool jb__disk_store_copy(const jb_disk_key *key, const jb_blob *code);
+/* Keeps a copy of code another tier holds (a remote hit; *code is taken) for the calling
+ * thread's next jb__disk_store_pending, which stores it as jb__disk_store does but not fsynced:
+ * an entry a crash leaves torn fails its checks on load, a miss the tier serves again. The
+ * build calls it under the module cache's lock, where a file's creation would hold up the
+ * process's other builds; the cache calls jb__disk_store_pending once it let go. */
+void jb__disk_store_later(const jb_disk_key *key, jb_blob *code);
+void jb__disk_store_pending(void);
 /* A record's content when one is stored under `key` and passes an entry's checks (regular,
  * ours, not writable by others, one link; magic, whole key, checksum); false otherwise. Counts
  * nothing, removes nothing and raises no event: a record missing or bad is only not known. */
