@@ -330,9 +330,9 @@ static bool load_from_bundles(jb_device *dev, const jb_disk_key *key, const char
 
 /* A module from the remote tier: true when one loaded. The code is loaded from the fetched bytes,
  * which jb__remote_load verified (MAC, checksum, key, size), never from a file written and read
- * back; once loaded it is kept for the cache folder's copy, written once the build has let go of
- * the module cache's lock (jb__disk_store_later). Code the loader refuses is counted and raised as rejected, and not stored;
- * the compile that follows replaces it. */
+ * back; once loaded it is kept for the cache folder's copy, written once the build has let go
+ * of the module cache's lock (jb__disk_store_later). Code the loader refuses is counted and
+ * raised as rejected, and not stored; the compile that follows replaces it. */
 static bool load_from_remote(jb_device *dev, const jb_disk_key *key, const char *module_name,
                              const char *source, const char *const *kernel_names,
                              size_t num_kernels, jb_module **out)

@@ -11,9 +11,9 @@
  * - The fleet key comes from a file only its owner (this user) can read or write, of at least
  *   32 bytes, read once when the tier is configured.
  * - A slow or dead store costs no more than a cold cache: connects, lookups, each whole
- *   command and its reply's first byte are bounded, replies are capped and must be of the type asked for
- *   (remote_client.c), and after a failure a breaker skips the tier for a while (one warning
- *   per trip), then tries again. No SIGPIPE reaches the host.
+ *   command and its reply's first byte are bounded, replies are capped and must be of the type
+ *   asked for (remote_client.c), and after a failure a breaker skips the tier for a while (one
+ *   warning per trip), then tries again. No SIGPIPE reaches the host.
  * - No lock of the library is held during a remote call other than the build's write lock
  *   (every call is made from a build): the idle connection is taken out of its slot with an
  *   atomic exchange, and a fork child finds its parent's connection marked with another pid or
