@@ -897,7 +897,7 @@ int main(int argc, char **argv)
      * the server never sees it, and the parent's connection goes on. */
     jb_redis *redis = NULL;
     char why[256] = "";
-    CHECK_OK(jb__redis_connect(NULL, 0, socket_path, 100, 2000, &redis, why, sizeof why));
+    CHECK_OK(jb__redis_connect(NULL, 0, socket_path, 100, 2000, 0, &redis, why, sizeof why));
     int verdict[2];
     if (redis && pipe(verdict) == 0) {
         /* The child's verdict comes through a pipe: under valgrind its exit status is
@@ -939,7 +939,8 @@ int main(int argc, char **argv)
     snprintf(fake_path, sizeof fake_path, "%s/fake.sock", folder);
     CHECK(start_fake("dribble-read"), "the fake store (dribble-read) did not start");
     waiting_command waiting = {0};
-    CHECK_OK(jb__redis_connect(NULL, 0, fake_path, 100, 3000, &waiting.redis, why, sizeof why));
+    CHECK_OK(
+        jb__redis_connect(NULL, 0, fake_path, 100, 3000, 0, &waiting.redis, why, sizeof why));
     pthread_t waiter;
     int child_sockets = -1;
     if (waiting.redis && pthread_create(&waiter, NULL, command_thread, &waiting) == 0) {
@@ -1079,5 +1080,21 @@ int main(int argc, char **argv)
               o.remote_stores == 1 && entries_in(cache) == 3,
           "with the server killed (signal %d, %d entries):\n%s", o.signal, entries_in(cache),
           o.text);
+
+    /* A stopped server under the real deadlines (2 s a command): the first read gives up when
+     * no reply has begun within 250 ms, so the breaker trips and the launch compiles in far
+     * less than the command's 2 s (the whole child, compile included: 1 s, 5 s under
+     * valgrind). */
+    long long stopped_bound_ms = getenv("JB_TEST_UNDER_VALGRIND") ? 5000 : 1000;
+    stop_server(); /* the one killed above, reaped */
+    CHECK(start_server(), "redis-server did not start again (see %s/redis.log)", folder);
+    kill(server_pid, SIGSTOP);
+    o = run_child(new_cache(cache, sizeof cache), url, key1, "42", NULL, "100,0,60000");
+    kill(server_pid, SIGCONT);
+    CHECK(o.exited && o.exact && o.builds == 1 && o.trips == 1 && o.remote_misses == 0 &&
+              o.remote_hits == 0 && o.elapsed_ms < stopped_bound_ms &&
+              strstr(o.text, "no first byte of a reply within 250 ms"),
+          "a stopped server held the first miss %lld ms (at most %lld):\n%s", o.elapsed_ms,
+          stopped_bound_ms, o.text);
     return check_summary("test_remote");
 }

@@ -300,6 +300,7 @@ static int cache_lookup_or_build(thread_state *ts, jb_device *dev, const char *n
         jb__remote_lease_wait();
     }
     CACHE_UNLOCK(cache);
+    jb__disk_store_pending(); /* out of the lock: the other threads' builds go on */
     jb__warn_release();
     jb__events_release();
     if (key != stack_key)

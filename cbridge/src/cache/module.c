@@ -328,10 +328,11 @@ static bool load_from_bundles(jb_device *dev, const jb_disk_key *key, const char
     return false;
 }
 
-/* A module from the remote tier: true when one loaded. The verified code is first stored in the
- * cache folder (the next process on the host reads the disk) and read back from it as a disk
- * entry is, with the same checks; where it cannot be stored it is loaded as fetched. Code the
- * loader refuses is counted and raised as rejected; the compile that follows replaces it. */
+/* A module from the remote tier: true when one loaded. The code is loaded from the fetched bytes,
+ * which jb__remote_load verified (MAC, checksum, key, size), never from a file written and read
+ * back; once loaded it is kept for the cache folder's copy, written once the build has let go
+ * of the module cache's lock (jb__disk_store_later). Code the loader refuses is counted and
+ * raised as rejected, and not stored; the compile that follows replaces it. */
 static bool load_from_remote(jb_device *dev, const jb_disk_key *key, const char *module_name,
                              const char *source, const char *const *kernel_names,
                              size_t num_kernels, jb_module **out)
@@ -340,13 +341,9 @@ static bool load_from_remote(jb_device *dev, const jb_disk_key *key, const char 
     uint64_t start = jb__now_ns();
     if (!jb__remote_load(key, &code))
         return false;
-    if (jb__disk_store(key, &code)) {
-        free(code.data);
-        code = (jb_blob){0};
-        if (!jb__disk_load(key, &code))
-            return false;
-    }
     int status = jb__module_create(dev, &code, source, kernel_names, num_kernels, out);
+    if (status == JB_OK)
+        jb__disk_store_later(key, &code);
     free(code.data);
     if (status == JB_OK) {
         jb__remote_accept();
@@ -463,12 +460,8 @@ static int compile_under_lease(jb_device *dev, const char *module_name, const ch
         *how = "disk";
         return JB_OK;
     }
-    /* Under the host's lease: one process per host asks the remote tier. */
-    if (load_from_remote(dev, key, module_name, source, kernel_names, num_kernels, out)) {
-        jb__lease_release(&lease, false);
-        *how = "remote";
-        return JB_OK;
-    }
+    /* The remote tier was asked before the lease (jb__module_build); a value stored since is
+     * found by compile_under_remote_lease's look under the fleet's lease. */
     status = compile_under_remote_lease(dev, module_name, source, options, kernel_names,
                                         num_kernels, key, out, how);
     /* Let go also when another host compiles it (BUSY): this host's others then wait on the
@@ -504,12 +497,14 @@ int jb__module_build(jb_device *dev, const char *module_name, const char *source
     else if (use_bundles && load_from_bundles(dev, &key, module_name, source, kernel_names,
                                               num_kernels, out))
         how = "bundle";
-    else if (use_disk)
-        status = compile_under_lease(dev, module_name, source, options, kernel_names, num_kernels,
-                                     &key, out, &how);
+    /* Asked before the host's lease: a hit then costs one round trip, not a lease file's
+     * creation too; processes of one host that ask at once each fetch the same value. */
     else if (use_remote && keyed &&
              load_from_remote(dev, &key, module_name, source, kernel_names, num_kernels, out))
         how = "remote";
+    else if (use_disk)
+        status = compile_under_lease(dev, module_name, source, options, kernel_names, num_kernels,
+                                     &key, out, &how);
     else if (use_remote && keyed)
         status = compile_under_remote_lease(dev, module_name, source, options, kernel_names,
                                             num_kernels, &key, out, &how);

@@ -7,8 +7,9 @@
  * - An entry's file name is a hash of its content key (cache_key.c), never of compiler output.
  *   The whole key is also stored in the entry and compared on read, so a collision is a miss.
  * - One file per entry: magic, format version, key length, payload length, checksum, key,
- *   payload. Written to the cache's own tmp/, fsynced, then renamed into place; no lock files
- *   (a killed process would leave one behind and hang every later run).
+ *   payload. Written to the cache's own tmp/, fsynced (not a remote hit's copy), then renamed
+ *   into place; no lock files (a killed process would leave one behind and hang every later
+ *   run).
  * - The folder and the trust in it are disk_dir.c's; every operation here goes through its
  *   handles (openat/renameat/unlinkat). Each entry is checked on its own open handle before a
  *   byte is read (regular, ours, not writable by others, one link, at most
@@ -289,9 +290,10 @@ static void fault_remove_tmp(int dir, int tmp, const char *name)
     }
 }
 
-/* Writes and publishes one entry: 0, or the failing step's errno with *what saying which. */
+/* Writes and publishes one entry (fsynced before the rename when `durable`): 0, or the failing
+ * step's errno with *what saying which. */
 static int write_entry(int dir, int tmp, const jb_disk_key *key, const jb_blob *code,
-                       const char **what)
+                       bool durable, const char **what)
 {
     char name[64];
     int fd = jb__disk_create_temporary(tmp, name, sizeof name);
@@ -306,7 +308,7 @@ static int write_entry(int dir, int tmp, const jb_disk_key *key, const jb_blob *
     h.payload_bytes = code->size;
     h.checksum = entry_checksum(key->text, key->bytes, code->data, code->size);
     bool ok = write_all(fd, &h, sizeof h) && write_all(fd, key->text, key->bytes) &&
-              write_all(fd, code->data, code->size) && fsync(fd) == 0;
+              write_all(fd, code->data, code->size) && (!durable || fsync(fd) == 0);
     int err = errno;
     ok = close(fd) == 0 && ok;
     if (ok)
@@ -322,7 +324,7 @@ static int write_entry(int dir, int tmp, const jb_disk_key *key, const jb_blob *
     return err ? err : EIO;
 }
 
-bool jb__disk_store(const jb_disk_key *key, const jb_blob *code)
+static bool store_entry(const jb_disk_key *key, const jb_blob *code, bool durable)
 {
     int dir = jb__disk_dir_fd(), tmp = jb__disk_tmp_fd();
     size_t bytes;
@@ -330,14 +332,47 @@ bool jb__disk_store(const jb_disk_key *key, const jb_blob *code)
         !jb__add_size(bytes, sizeof(entry_header), &bytes) || bytes > JB_DISK_ENTRY_MAX_BYTES)
         return false; /* the cap also keeps the key's length within its 32-bit field */
     const char *what;
-    int err = write_entry(dir, tmp, key, code, &what);
+    int err = write_entry(dir, tmp, key, code, durable, &what);
     /* The folder or its tmp/ was removed (a cache cleaner) before the temporary was made or
      * before it was renamed into place: once more, in the folder set up again. */
     if (err == ENOENT && jb__disk_reattach())
-        err = write_entry(jb__disk_dir_fd(), jb__disk_tmp_fd(), key, code, &what);
+        err = write_entry(jb__disk_dir_fd(), jb__disk_tmp_fd(), key, code, durable, &what);
     if (err && !jb__errno_is_transient(err)) /* a transient one skips this store only */
         jb__disk_stop_storing(what, strerror(err));
     return err == 0;
+}
+
+bool jb__disk_store(const jb_disk_key *key, const jb_blob *code)
+{
+    return store_entry(key, code, true);
+}
+
+/* The calling thread's copy waiting for jb__disk_store_pending. */
+static _Thread_local struct {
+    jb_disk_key key;
+    jb_blob code;
+} later;
+
+void jb__disk_store_later(const jb_disk_key *key, jb_blob *code)
+{
+    jb__disk_store_pending(); /* one left by a build that ended elsewhere */
+    later.key = *key;
+    later.key.text = malloc(key->bytes + 1);
+    if (later.key.text) {
+        memcpy(later.key.text, key->text, key->bytes);
+        later.key.text[key->bytes] = '\0';
+        later.code = *code;
+        *code = (jb_blob){0};
+    }
+}
+
+void jb__disk_store_pending(void)
+{
+    if (later.code.data)
+        store_entry(&later.key, &later.code, false);
+    free(later.code.data);
+    free(later.key.text);
+    memset(&later, 0, sizeof later);
 }
 
 void jb__disk_counters(uint64_t *hits, uint64_t *misses, uint64_t *rejected)

@@ -10,10 +10,10 @@
  *   Without a key nothing could be verified, so without one the tier is not used at all.
  * - The fleet key comes from a file only its owner (this user) can read or write, of at least
  *   32 bytes, read once when the tier is configured.
- * - A slow or dead store costs no more than a cold cache: connects, lookups and each whole
- *   command are bounded, replies are capped and must be of the type asked for
- *   (remote_client.c), and after a failure a breaker skips the tier for a while (one warning
- *   per trip), then tries again. No SIGPIPE reaches the host.
+ * - A slow or dead store costs no more than a cold cache: connects, lookups, each whole
+ *   command and its reply's first byte are bounded, replies are capped and must be of the type
+ *   asked for (remote_client.c), and after a failure a breaker skips the tier for a while (one
+ *   warning per trip), then tries again. No SIGPIPE reaches the host.
  * - No lock of the library is held during a remote call other than the build's write lock
  *   (every call is made from a build): the idle connection is taken out of its slot with an
  *   atomic exchange, and a fork child finds its parent's connection marked with another pid or
@@ -41,6 +41,13 @@
  * for the largest entry on a slow link, short enough that a stopped store costs one compile's
  * worth of waiting before the breaker opens. */
 #define OPERATION_TIMEOUT_MS 2000
+/* A reply's first byte, counted from the end of the send. A healthy store on the same network
+ * starts a GET's reply in well under a millisecond (a busy one in a few), and one whose round
+ * trip nears this is slower than the compile it would save (30 ms a kernel on an H100, here
+ * too); a stopped or hung one trips the breaker after this wait, not after the 2 s meant for a
+ * large value's transfer (1.35x a 6 s cold run on an H100), and a spurious trip costs compiles
+ * for one breaker pause, never an error. Once bytes flow, the command's deadline alone holds. */
+#define FIRST_BYTE_TIMEOUT_MS 250
 /* After a failure the tier is skipped this long: a dead store costs one timeout per pause, and
  * a restarted one is used again soon. */
 #define BREAKER_PAUSE_MS 15000
@@ -435,8 +442,8 @@ static idle_connection *connection_take(const remote_config *c, char *why, size_
     }
     conn->generation = c->generation;
     if (jb__redis_connect(c->host, c->port, c->unix_path[0] ? c->unix_path : NULL,
-                          atomic_load(&connect_ms), atomic_load(&operation_ms), &conn->redis,
-                          why, why_len) != JB_OK) {
+                          atomic_load(&connect_ms), atomic_load(&operation_ms),
+                          FIRST_BYTE_TIMEOUT_MS, &conn->redis, why, why_len) != JB_OK) {
         free(conn);
         return NULL;
     }
@@ -596,7 +603,15 @@ static void redis_key(const jb_disk_key *key, char out[64])
 
 static _Thread_local bool last_load_missed; /* the store answered: no value under the key */
 
-bool jb__remote_load(const jb_disk_key *key, jb_blob *out)
+/* Why the value `value` (`size` bytes) must not be loaded, or NULL with *payload_at set; the
+ * context is the caller's (the key it must be filed under, or how to find it). */
+typedef const char *value_check(const remote_config *c, const unsigned char *value, size_t size,
+                                void *context, size_t *payload_at);
+
+/* The payload of the value at the Redis key `name` into *out, once `check` passes it: true.
+ * False for a miss (counted, last_load_missed), a rejection (counted and raised as an event),
+ * or a store that failed (the breaker has tripped). */
+static bool read_verified(const char *name, value_check *check, void *context, jb_blob *out)
 {
     last_load_missed = false;
     remote_config c;
@@ -604,16 +619,14 @@ bool jb__remote_load(const jb_disk_key *key, jb_blob *out)
         memset(&c.key, 0, sizeof c.key);
         return false;
     }
-    char name[64], last[24];
-    redis_key(key, name);
     /* GETRANGE bounds what an honest store sends (its end is inclusive); the client refuses a
      * longer reply from a dishonest one unread. */
+    char last[24];
     size_t max_bytes = jb__redis_reply_max_bytes();
     snprintf(last, sizeof last, "%zu", max_bytes - 1);
     const char *argv[] = {"GETRANGE", name, "0", last};
     size_t lens[] = {8, strlen(name), 1, strlen(last)};
     jb_redis_reply reply;
-    bool loaded = false;
     int status =
         remote_command_expecting(&c, "read an entry", 4, argv, lens, JB_REDIS_STRING, &reply);
     if (status != JB_OK && status != JB_ERR_INVALID_ARGUMENT) {
@@ -622,6 +635,7 @@ bool jb__remote_load(const jb_disk_key *key, jb_blob *out)
     }
     const char *problem = NULL;
     size_t payload_at = 0;
+    bool loaded = false;
     if (status == JB_ERR_INVALID_ARGUMENT) {
         problem = "is not a string (the key was made another type: the store is shared)";
     } else if (reply.len == 0) {
@@ -629,17 +643,18 @@ bool jb__remote_load(const jb_disk_key *key, jb_blob *out)
         last_load_missed = true;
     } else if (reply.len >= max_bytes) { /* the longest value stored is shorter (remote_store) */
         problem = "is larger than the entry cap";
-    } else if (!(problem = value_problem(&c, key, (const unsigned char *)reply.str, reply.len,
-                                         &payload_at))) {
+    } else if (!(problem = check(&c, (const unsigned char *)reply.str, reply.len, context,
+                                 &payload_at))) {
         size_t bytes = reply.len - payload_at;
-        out->data = malloc(bytes);
+        out->data = malloc(bytes ? bytes : 1);
         if (out->data) {
             memcpy(out->data, reply.str + payload_at, bytes);
             out->size = bytes;
             loaded = true;
         }
     }
-    jb__redis_reply_free(&reply);
+    if (status == JB_OK)
+        jb__redis_reply_free(&reply);
     memset(&c.key, 0, sizeof c.key);
     if (problem) {
         atomic_fetch_add(&counter_rejected, 1);
@@ -648,6 +663,20 @@ bool jb__remote_load(const jb_disk_key *key, jb_blob *out)
         jb__event_raise(JB_CACHE_EVENT_REMOTE_REJECTED, 0, JB_OK, why);
     }
     return loaded;
+}
+
+/* value_check for a value that must be of the key `context` (a jb_disk_key). */
+static const char *keyed_problem(const remote_config *c, const unsigned char *value, size_t size,
+                                 void *context, size_t *payload_at)
+{
+    return value_problem(c, context, value, size, payload_at);
+}
+
+bool jb__remote_load(const jb_disk_key *key, jb_blob *out)
+{
+    char name[64];
+    redis_key(key, name);
+    return read_verified(name, keyed_problem, (void *)key, out);
 }
 
 void jb__remote_accept(void)
@@ -855,79 +884,50 @@ int jb__remote_usable(bool for_writing)
     return JB_OK;
 }
 
+/* A manifest's value: the key text it names must hash to `digest`; it becomes *key. */
+typedef struct named_value {
+    const unsigned char *digest;
+    jb_disk_key *key;
+} named_value;
+
+/* value_check for a value filed under a manifest's digest (`context`, a named_value): the key
+ * text the value names must be the one the manifest names; then it is checked as a load checks
+ * a value for that key (lengths, checksum, the fleet's MAC). */
+static const char *named_problem(const remote_config *c, const unsigned char *value, size_t size,
+                                 void *context, size_t *payload_at)
+{
+    named_value *named = context;
+    if (size < VALUE_HEADER_BYTES || get_le(value + 12, 4) > size - VALUE_HEADER_BYTES)
+        return "is not a jitbridge remote entry, or is cut short";
+    size_t key_bytes = (size_t)get_le(value + 12, 4);
+    unsigned char hashed[JB_SHA256_BYTES];
+    jb__sha256(value + VALUE_HEADER_BYTES, key_bytes, hashed);
+    if (memcmp(hashed, named->digest, sizeof hashed) != 0)
+        return "holds another key than the one it is filed under";
+    jb_disk_key *key = named->key;
+    key->text = malloc(key_bytes + 1);
+    if (!key->text)
+        return "cannot be checked (no memory for its key)";
+    memcpy(key->text, value + VALUE_HEADER_BYTES, key_bytes);
+    key->text[key_bytes] = '\0';
+    key->bytes = key_bytes;
+    jb__disk_key_name(key);
+    return value_problem(c, key, value, size, payload_at);
+}
+
 bool jb__remote_load_named(const unsigned char digest[JB_SHA256_BYTES], jb_disk_key *key,
                            jb_blob *out)
 {
     memset(key, 0, sizeof *key);
     out->data = NULL;
     out->size = 0;
-    last_load_missed = false;
-    remote_config c;
-    if (!snapshot(&c) || breaker_open()) {
-        memset(&c.key, 0, sizeof c.key);
-        return false;
-    }
-    char hex[2 * JB_SHA256_BYTES + 1], name[64], last[24];
+    char hex[2 * JB_SHA256_BYTES + 1], name[64];
     jb__hex(digest, JB_SHA256_BYTES, hex);
     snprintf(name, sizeof name, "%s%.*s", REDIS_KEY_PREFIX, JB_DISK_ENTRY_HEX, hex);
-    size_t max_bytes = jb__redis_reply_max_bytes();
-    snprintf(last, sizeof last, "%zu", max_bytes - 1);
-    const char *argv[] = {"GETRANGE", name, "0", last};
-    size_t lens[] = {8, strlen(name), 1, strlen(last)};
-    jb_redis_reply reply;
-    int status =
-        remote_command_expecting(&c, "read an entry", 4, argv, lens, JB_REDIS_STRING, &reply);
-    if (status != JB_OK && status != JB_ERR_INVALID_ARGUMENT) {
-        memset(&c.key, 0, sizeof c.key);
-        return false;
-    }
-    const char *problem = NULL;
-    const unsigned char *value = status == JB_OK ? (const unsigned char *)reply.str : NULL;
-    size_t payload_at = 0;
-    if (status == JB_ERR_INVALID_ARGUMENT) {
-        problem = "is not a string (the key was made another type: the store is shared)";
-    } else if (reply.len == 0) {
-        atomic_fetch_add(&counter_misses, 1);
-        last_load_missed = true;
-    } else if (reply.len < VALUE_HEADER_BYTES ||
-               get_le(value + 12, 4) > reply.len - VALUE_HEADER_BYTES) {
-        problem = "is not a jitbridge remote entry, or is cut short";
-    } else {
-        /* The key text the value names must be the one the manifest names; then it is checked
-         * as a load checks a value for that key (lengths, checksum, the fleet's MAC). */
-        size_t key_bytes = (size_t)get_le(value + 12, 4);
-        unsigned char named[JB_SHA256_BYTES];
-        jb__sha256(value + VALUE_HEADER_BYTES, key_bytes, named);
-        key->text = memcmp(named, digest, sizeof named) == 0 ? malloc(key_bytes + 1) : NULL;
-        if (memcmp(named, digest, sizeof named) != 0) {
-            problem = "holds another key than the one it is filed under";
-        } else if (key->text) {
-            memcpy(key->text, value + VALUE_HEADER_BYTES, key_bytes);
-            key->text[key_bytes] = '\0';
-            key->bytes = key_bytes;
-            jb__disk_key_name(key);
-            problem = value_problem(&c, key, value, reply.len, &payload_at);
-        }
-        size_t bytes = reply.len - payload_at;
-        out->data = key->text && !problem ? malloc(bytes ? bytes : 1) : NULL;
-        if (out->data) {
-            memcpy(out->data, value + payload_at, bytes);
-            out->size = bytes;
-        }
-    }
-    if (status == JB_OK)
-        jb__redis_reply_free(&reply);
-    memset(&c.key, 0, sizeof c.key);
-    if (problem) {
-        atomic_fetch_add(&counter_rejected, 1);
-        char why[512];
-        snprintf(why, sizeof why, "remote entry %s %s", name, problem);
-        jb__event_raise(JB_CACHE_EVENT_REMOTE_REJECTED, 0, JB_OK, why);
-    }
-    if (!out->data) {
-        free(key->text);
-        memset(key, 0, sizeof *key);
-        return false;
-    }
-    return true;
+    named_value named = {digest, key};
+    if (read_verified(name, named_problem, &named, out))
+        return true;
+    free(key->text);
+    memset(key, 0, sizeof *key);
+    return false;
 }

@@ -9,9 +9,10 @@
  * hiredis connects and closes; the library writes each command and reads its reply on the
  * socket itself, because hiredis's own timeout is per read or write: a store that answers one
  * byte at a time, or announces a reply of gigabytes, would hold a build for as long as it likes.
- * Here a whole command (send and reply) has one deadline, a reply longer than a stored value
- * may be is refused from its length line without allocating it, and anything but the reply
- * types this library asks for ends the connection. A host name is looked up in a thread of its
+ * Here a whole command (send and reply) has one deadline, and its reply's first byte a shorter
+ * one of its own (a stopped store is given up on sooner than a large value is sent), a reply
+ * longer than a stored value may be is refused from its length line without allocating it, and
+ * anything but the reply types this library asks for ends the connection. A host name is looked up in a thread of its
  * own, waited for until the same deadline, so a dead resolver cannot hold a build either, and
  * each of its addresses is tried in turn (IPv4 first) while that deadline lasts.
  *
@@ -388,6 +389,7 @@ struct jb_redis {
     pid_t owner;                /* the process that connected ... */
     unsigned fork_generation;   /* ... and the forks it descends from: a child never uses it */
     int operation_ms;           /* the deadline of one whole command */
+    int first_byte_ms;          /* ... and of its reply's first byte, from the send (0: none) */
     size_t start, end;          /* what `buffer` holds, not yet parsed */
     struct jb_redis *prev, *next; /* in `connections` */
     char buffer[READ_BUFFER_BYTES];
@@ -447,7 +449,8 @@ static struct timeval timeval_of_ms(int ms)
 }
 
 int jb__redis_connect(const char *host, int port, const char *unix_path, int connect_ms,
-                      int operation_ms, jb_redis **out, char *why, size_t why_len)
+                      int operation_ms, int first_byte_ms, jb_redis **out, char *why,
+                      size_t why_len)
 {
     *out = NULL;
     const char *load_why;
@@ -500,6 +503,7 @@ int jb__redis_connect(const char *host, int port, const char *unix_path, int con
     r->owner = getpid();
     r->fork_generation = atomic_load(&jb__fork_generation);
     r->operation_ms = operation_ms;
+    r->first_byte_ms = first_byte_ms;
     r->start = r->end = 0;
     pthread_mutex_lock(&connections_mutex);
     JB_LIST_PUSH(connections, r);
@@ -533,8 +537,10 @@ void jb__redis_free(jb_redis *r)
 
 /* ---- one command under one deadline ---- */
 
-/* Waits until `fd` is ready for `events` before the deadline: 0, or -1 with *why. */
-static int wait_ready(jb_redis *r, short events, uint64_t deadline_ns, char *why, size_t why_len)
+/* Waits until `fd` is ready for `events` before the deadline, which is `ms` away at most: 0, or
+ * -1 with *why (that no `awaited` came within `ms`). */
+static int wait_ready_for(jb_redis *r, short events, uint64_t deadline_ns, const char *awaited,
+                          int ms, char *why, size_t why_len)
 {
     for (;;) {
         int left = ms_left(deadline_ns);
@@ -547,9 +553,15 @@ static int wait_ready(jb_redis *r, short events, uint64_t deadline_ns, char *why
         if (n < 0)
             snprintf(why, why_len, "poll: %s", strerror(errno));
         else
-            snprintf(why, why_len, "no answer within %d ms", r->operation_ms);
+            snprintf(why, why_len, "no %s within %d ms", awaited, ms);
         return -1;
     }
+}
+
+/* wait_ready_for under the whole command's deadline. */
+static int wait_ready(jb_redis *r, short events, uint64_t deadline_ns, char *why, size_t why_len)
+{
+    return wait_ready_for(r, events, deadline_ns, "answer", r->operation_ms, why, why_len);
 }
 
 #define MAX_ARGS 16
@@ -767,6 +779,10 @@ int jb__redis_command(jb_redis *r, int argc, const char **argv, const size_t *le
     }
     uint64_t deadline_ns = jb__now_ns() + (uint64_t)r->operation_ms * 1000000ULL;
     int failed = send_command(r, argc, argv, lens, deadline_ns, why, why_len);
+    uint64_t first_byte_ns = jb__now_ns() + (uint64_t)r->first_byte_ms * 1000000ULL;
+    if (!failed && r->first_byte_ms > 0 && first_byte_ns < deadline_ns && r->end == r->start)
+        failed = wait_ready_for(r, POLLIN, first_byte_ns, "first byte of a reply",
+                                r->first_byte_ms, why, why_len);
     if (!failed)
         failed = read_reply(r, out, deadline_ns, why, why_len);
     if (!failed && r->end != r->start) {

@@ -335,6 +335,13 @@ void jb__disk_reject(const jb_disk_key *key);
 /* Stores compiled code: true once the entry is in place; a failing disk stops storing with one
  * warning. Also stores a record (its key from jb__disk_record_key), written as an entry is. */
 bool jb__disk_store(const jb_disk_key *key, const jb_blob *code);
+/* Keeps a copy of code another tier holds (a remote hit; *code is taken) for the calling
+ * thread's next jb__disk_store_pending, which stores it as jb__disk_store does but not fsynced:
+ * an entry a crash leaves torn fails its checks on load, a miss the tier serves again. The
+ * build calls it under the module cache's lock, where a file's creation would hold up the
+ * process's other builds; the cache calls jb__disk_store_pending once it let go. */
+void jb__disk_store_later(const jb_disk_key *key, jb_blob *code);
+void jb__disk_store_pending(void);
 /* A record's content when one is stored under `key` and passes an entry's checks (regular,
  * ours, not writable by others, one link; magic, whole key, checksum); false otherwise. Counts
  * nothing, removes nothing and raises no event: a record missing or bad is only not known. */
@@ -378,10 +385,12 @@ bool jb__redis_client_load(const char **why);
 /* Connects to host:port, or to unix_path when not NULL: the host name is looked up in a
  * thread of its own, and its addresses (IPv4 ones first, at most 8) are tried in turn,
  * connect_ms each, until one answers or the lookup and the connects together have taken
- * operation_ms; every later command (send and reply together) takes operation_ms at most.
+ * operation_ms; every later command (send and reply together) takes operation_ms at most, and
+ * its reply's first byte comes within first_byte_ms of the send (0: no bound of its own).
  * JB_ERR_UNSUPPORTED when hiredis cannot be loaded. */
 int jb__redis_connect(const char *host, int port, const char *unix_path, int connect_ms,
-                      int operation_ms, jb_redis **out, char *why, size_t why_len);
+                      int operation_ms, int first_byte_ms, jb_redis **out, char *why,
+                      size_t why_len);
 /* Whether this process made the connection and has not forked since (a fork child must not
  * use its parent's: jb__redis_command refuses it). */
 bool jb__redis_owned_here(const jb_redis *r);

@@ -8,6 +8,7 @@
 use super::warm_start::{Report, Runner, failed, report, spawn, together};
 use super::{Scale, fresh_variant, median};
 use crate::rows::{H200, Row, Target, Unit};
+use std::ffi::{OsStr, OsString};
 use std::io::Read;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -25,6 +26,8 @@ pub struct Store {
     process: Child,
     folder: PathBuf,
     socket: PathBuf,
+    /// `unix://` and the socket's path: the remote tier's URL.
+    url: OsString,
     key: PathBuf,
 }
 
@@ -89,7 +92,9 @@ impl Store {
             .stderr(log)
             .spawn()
             .map_err(|e| failed(format!("{}: {e}", server.display())))?;
-        let mut store = Store { process, folder, socket, key };
+        let mut url = OsString::from("unix://");
+        url.push(&socket);
+        let mut store = Store { process, folder, socket, url, key };
         let start = Instant::now();
         while std::os::unix::net::UnixStream::connect(&store.socket).is_err() {
             let ended = !matches!(store.process.try_wait(), Ok(None));
@@ -106,10 +111,12 @@ impl Store {
         Ok(store)
     }
 
-    /// Gives a child this store as its remote tier.
-    fn serve(&self, cmd: &mut std::process::Command) {
-        cmd.env("JITBRIDGE_REMOTE_CACHE", format!("unix://{}", self.socket.display()))
-            .env("JITBRIDGE_REMOTE_KEY_FILE", &self.key);
+    /// The variables that give a child this store as its remote tier.
+    fn env(&self) -> [(&'static str, &OsStr); 2] {
+        [
+            ("JITBRIDGE_REMOTE_CACHE", self.url.as_os_str()),
+            ("JITBRIDGE_REMOTE_KEY_FILE", self.key.as_os_str()),
+        ]
     }
 
     /// Sends the server STOP or CONT.
@@ -130,24 +137,10 @@ impl Drop for Store {
     }
 }
 
-/// A child of `runner` on `cache`, served by `store`.
-fn command_served(
-    runner: &Runner,
-    args: &[String],
-    cache: &Path,
-    store: &Store,
-) -> std::process::Command {
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut cmd = runner.command(&args, cache);
-    store.serve(&mut cmd);
-    cmd
-}
-
-/// Gives children started by the caller (the builders of the section's family) the store.
-pub fn serve_if_any(store: &Result<Store, String>, cmd: &mut std::process::Command) {
-    if let Ok(store) = store {
-        store.serve(cmd);
-    }
+/// The variables that give children the store, when there is one (the builders of the
+/// section's family fill it).
+pub fn env_if_any(store: &Result<Store, String>) -> Vec<(&'static str, &OsStr)> {
+    store.as_ref().map(|s| s.env().to_vec()).unwrap_or_default()
 }
 
 fn skipped(rows: &mut Vec<Row>, measure: String, unit: Unit, target: Target, why: &str) {
@@ -189,7 +182,7 @@ pub fn warm_from_store(
     let (mut times, mut builds, mut fewest_hits) = (Vec::new(), 0, u64::MAX);
     for round in 0..rounds {
         let cache = dir.join(format!("remote-warm/cache-{round}"));
-        let r = report(spawn(&mut command_served(runner, &args, &cache, store))?)?;
+        let r = runner.run(&args, &cache, &store.env())?;
         times.push(r.ns);
         builds += r.builds;
         fewest_hits = fewest_hits.min(r.remote_hits);
@@ -232,7 +225,7 @@ pub fn cold_with_store_stopped(
         }
     };
     let args = runner.launch(&format!("cold {}", fresh_variant()), kernels, THREADS);
-    let mut cmd = command_served(runner, &args, &dir.join("cold-stopped/cache"), store);
+    let mut cmd = runner.warm_start(&args, &dir.join("cold-stopped/cache"), &store.env());
     store.signal("STOP")?;
     let child = spawn(&mut cmd);
     let ended = child.and_then(report);
@@ -278,7 +271,7 @@ pub fn replicas_through_one_store(
     args.push(format!("--go={}", go.display()));
     let children: Vec<Child> = (0..REPLICAS)
         .map(|p| {
-            spawn(&mut command_served(runner, &args, &fleet.join(format!("cache-{p}")), store))
+            spawn(&mut runner.warm_start(&args, &fleet.join(format!("cache-{p}")), &store.env()))
         })
         .collect::<Result<_, _>>()?;
     let (reports, wall) = together(children, &go)?;

@@ -10,6 +10,7 @@ use crate::{Failure, Outcome};
 use jitbridge::{
     Array, Counters, CustomKernel, DType, Device, KernelSpec, LaunchShape, disk_cache,
 };
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -87,6 +88,29 @@ impl Runner<'_> {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         cmd
+    }
+
+    /// A `__warm-start` child (`args` from `launch`) on `cache`, with `env` set.
+    pub fn warm_start(
+        &self,
+        args: &[String],
+        cache: &Path,
+        env: &[(&str, &OsStr)],
+    ) -> std::process::Command {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut cmd = self.command(&args, cache);
+        cmd.envs(env.iter().copied());
+        cmd
+    }
+
+    /// Runs a `__warm-start` child to its end: its report.
+    pub fn run(
+        &self,
+        args: &[String],
+        cache: &Path,
+        env: &[(&str, &OsStr)],
+    ) -> Result<Report, jitbridge::Error> {
+        report(spawn(&mut self.warm_start(args, cache, env))?)
     }
 
     pub fn launch(&self, salt: &str, count: usize, threads: usize) -> Vec<String> {
@@ -173,14 +197,12 @@ fn measure(
     // Checkout A compiles the family: several processes on one folder, each starting at its own
     // place, so that the leases spread the compiles over them; they fill the store as well.
     let made = dir.join("checkout-a/cache");
+    let served = fleet::env_if_any(&store);
     let builders: Vec<Child> = (0..THREADS)
         .map(|p| {
             let mut args = runner.launch(&salt, kernels, 1);
             args.push(format!("--from={}", p * kernels / THREADS));
-            let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            let mut cmd = runner.command(&args, &made);
-            fleet::serve_if_any(&store, &mut cmd);
-            spawn(&mut cmd)
+            spawn(&mut runner.warm_start(&args, &made, &served))
         })
         .collect::<Result<_, _>>()?;
     let built: u64 =
@@ -206,30 +228,23 @@ fn measure(
     // Checkout B: another folder, working directory and (cpu) spelling of the compiler.
     let other = dir.join("checkout-b");
     let launch_args = runner.launch(&salt, kernels, THREADS);
-    let launch_args: Vec<&str> = launch_args.iter().map(String::as_str).collect();
+    let cc = compiler_by_another_name().filter(|_| device.backend() == "cpu");
     let (mut from_bundle, mut from_disk) = (Vec::new(), Vec::new());
     let (mut prewarms, mut prewarmed) = (Vec::new(), Vec::new());
     let mut hits_min = u64::MAX;
     let mut compiles = 0;
     for round in 0..scale.new_process_rounds {
         let cache = other.join(format!("cache-{round}"));
-        let mut cmd = runner.command(&launch_args, &cache);
-        cmd.env("JITBRIDGE_CACHE_BUNDLE", &bundle).current_dir(dir);
-        if device.backend() == "cpu"
-            && let Some(cc) = compiler_by_another_name()
-        {
-            cmd.env("CC", cc);
-        }
-        let r = report(spawn(&mut cmd)?)?;
+        let mut env = vec![("JITBRIDGE_CACHE_BUNDLE", bundle.as_os_str())];
+        env.extend(cc.as_ref().map(|cc| ("CC", cc.as_os_str())));
+        let r = report(spawn(runner.warm_start(&launch_args, &cache, &env).current_dir(dir))?)?;
         hits_min = hits_min.min(r.bundle_hits);
         compiles += r.builds;
         from_bundle.push(r.ns);
-        from_disk.push(report(spawn(&mut runner.command(&launch_args, &made))?)?.ns);
+        from_disk.push(runner.run(&launch_args, &made, &[])?.ns);
         let mut args = launch_args.clone();
-        let prewarm = format!("--prewarm={}", bundle.display());
-        args.push(&prewarm);
-        let cache = other.join(format!("prewarm-{round}"));
-        let r = report(spawn(&mut runner.command(&args, &cache))?)?;
+        args.push(format!("--prewarm={}", bundle.display()));
+        let r = runner.run(&args, &other.join(format!("prewarm-{round}")), &[])?;
         compiles += r.builds;
         prewarms.push(r.prewarm_ns);
         prewarmed.push(r.ns);
@@ -289,8 +304,7 @@ fn measure(
     // cache's write lock, while its threads wait.
     let cold_salt = format!("cold {}", fresh_variant());
     let cold_args = runner.launch(&cold_salt, kernels, THREADS);
-    let cold_args: Vec<&str> = cold_args.iter().map(String::as_str).collect();
-    let cold = report(spawn(&mut runner.command(&cold_args, &dir.join("cold/cache")))?)?;
+    let cold = runner.run(&cold_args, &dir.join("cold/cache"), &[])?;
     if cold.builds != kernels as u64 {
         return Err(failed(format!("a cold replica made {} compiles of {kernels}", cold.builds)));
     }
@@ -311,10 +325,9 @@ fn measure(
     let salt = format!("warm {}", fresh_variant());
     let mut args = runner.launch(&salt, new, 1);
     args.push(format!("--go={}", go.display()));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     std::fs::create_dir_all(dir.join("shared")).map_err(|e| failed(e.to_string()))?;
     let children: Vec<Child> = (0..processes)
-        .map(|_| spawn(&mut runner.command(&args, &shared)))
+        .map(|_| spawn(&mut runner.warm_start(&args, &shared, &[])))
         .collect::<Result<_, _>>()?;
     let (reports, wall) = together(children, &go)?;
     let total = |f: fn(&Report) -> u64| reports.iter().map(f).sum::<u64>();
