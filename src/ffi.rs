@@ -459,6 +459,30 @@ unsafe extern "C" {
         num_args: usize,
         shape: *const jb_launch_shape,
     ) -> c_int;
+    pub fn jb_source_module_global_size(
+        module: *mut jb_source_module,
+        device: *mut jb_device,
+        name: *const c_char,
+        out_size: *mut usize,
+    ) -> c_int;
+    pub fn jb_source_module_global_write(
+        module: *mut jb_source_module,
+        device: *mut jb_device,
+        stream: *mut jb_stream,
+        name: *const c_char,
+        offset: usize,
+        src: *const c_void,
+        bytes: usize,
+    ) -> c_int;
+    pub fn jb_source_module_global_read(
+        module: *mut jb_source_module,
+        device: *mut jb_device,
+        stream: *mut jb_stream,
+        name: *const c_char,
+        offset: usize,
+        dst: *mut c_void,
+        bytes: usize,
+    ) -> c_int;
     pub fn jb_f32_to_f16_bits(value: f32) -> u16;
     pub fn jb_f16_bits_to_f32(bits: u16) -> f32;
     pub fn jb_f32_to_bf16_bits(value: f32) -> u16;

@@ -824,6 +824,28 @@ JB_API jb_status jb_source_module_launch(jb_source_module *module, jb_stream *st
                                          const char *entry, const jb_arg *args, size_t num_args,
                                          const jb_launch_shape *shape);
 
+/*
+ * Module globals (CuPy's RawModule.get_global): a variable the module's own source defines at
+ * file scope, by name, on one device (the module is built there first, as by
+ * jb_source_module_prepare): on a GPU a `__device__` or `__constant__` variable, on the cpu one
+ * with external linkage (not `static`, not `_Thread_local`; a `const` one is read, never
+ * written). A name that is not a C identifier, a name the module does not define as a variable
+ * (a function, another object's symbol), and bytes past the variable's end are
+ * JB_ERR_INVALID_ARGUMENT, with nothing copied. The size is the variable's in bytes.
+ * A read or write copies `bytes` bytes at byte `offset` of the variable after the work queued on
+ * `stream` so far (NULL: the calling thread's default stream of `device`; with both, the stream
+ * must be on `device`) and before its later work: it returns once the copy is done. Work on
+ * other streams is not waited for: order it with events. Refused while `stream` captures.
+ */
+JB_API jb_status jb_source_module_global_size(jb_source_module *module, jb_device *device,
+                                              const char *name, size_t *out_size);
+JB_API jb_status jb_source_module_global_write(jb_source_module *module, jb_device *device,
+                                               jb_stream *stream, const char *name,
+                                               size_t offset, const void *src, size_t bytes);
+JB_API jb_status jb_source_module_global_read(jb_source_module *module, jb_device *device,
+                                              jb_stream *stream, const char *name,
+                                              size_t offset, void *dst, size_t bytes);
+
 /* ---------------------------------------------------------------------------------------------
  * The race probe: kernel "mlxcel_jit_race_probe_v<variant>", out[i] = inp[i] * 2 + 1, one block
  * of n threads where n is the element count of the f32 input (1 <= n <= 1024), variant >= 0.

@@ -135,6 +135,11 @@ struct jb_backend {
     /* Queues one replay of the graph on `stream`. */
     int (*graph_launch)(jb_device *dev, void *graph, void *stream);
     void (*graph_destroy)(jb_device *dev, void *graph);
+    /* A global variable the module itself defines (not a function, not another object's):
+     * its address on the device, its size in bytes, and whether the host may write it (a cpu
+     * `const` object sits in read-only pages). JB_ERR_INVALID_ARGUMENT when it has none. */
+    int (*module_global)(jb_device *dev, void *module, const char *name, void **out_ptr,
+                         size_t *out_size, bool *out_writable);
 };
 
 extern const jb_backend jb__cpu_backend;

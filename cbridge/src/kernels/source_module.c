@@ -391,3 +391,87 @@ jb_status jb_source_module_launch(jb_source_module *m, jb_stream *stream, const 
     jb__event_release(done);
     return JB_OK;
 }
+
+/* Global `name` of the module on `dev`, with [offset, offset + bytes) inside it (and writable
+ * when `writing`): its address at `offset`, its whole size. */
+static int global_range(jb_source_module *m, jb_device *dev, const char *verb, const char *name,
+                        size_t offset, size_t bytes, bool writing, void **out_addr,
+                        size_t *out_size)
+{
+    const char *problem;
+    JB_RETURN_IF(!jb__identifier_ok(name, &problem), JB_ERR_INVALID_ARGUMENT,
+                 "%s: module '%s': the global's name %s", verb, m->name, problem);
+    JB_RETURN_IF(!m->sources[dev->backend->dialect], JB_ERR_UNSUPPORTED,
+                 "module '%s' has no source for the %s backend", m->name, dev->backend->name);
+    jb_module *module;
+    JB_FORWARD_IF_ERROR(module_on(m, dev, &module));
+    void *addr;
+    size_t size;
+    bool writable;
+    JB_FORWARD_IF_ERROR(jb__module_global(module, name, &addr, &size, &writable));
+    JB_RETURN_IF(offset > size || bytes > size - offset, JB_ERR_INVALID_ARGUMENT,
+                 "%s: module '%s': bytes [%zu, %zu + %zu) lie outside global '%s' of %zu bytes",
+                 verb, m->module_name, offset, offset, bytes, name, size);
+    JB_RETURN_IF(writing && !writable, JB_ERR_INVALID_ARGUMENT,
+                 "%s: module '%s': global '%s' is const (its pages are read-only)", verb,
+                 m->module_name, name);
+    *out_addr = (unsigned char *)addr + offset;
+    *out_size = size;
+    return JB_OK;
+}
+
+jb_status jb_source_module_global_size(jb_source_module *m, jb_device *device, const char *name,
+                                       size_t *out_size)
+{
+    const char *verb = "jb_source_module_global_size";
+    JB_RETURN_IF(!m || !device || !out_size, JB_ERR_INVALID_ARGUMENT,
+                 "%s: module, device or out_size is NULL", verb);
+    *out_size = 0;
+    void *addr;
+    return global_range(m, device, verb, name, 0, 0, false, &addr, out_size);
+}
+
+/* A copy to or from global `name`, after `stream`'s launches so far and before its later ones
+ * (NULL: the thread's default stream of `device`; both given: on the same device). The cpu's
+ * copies are not queued, so the stream is waited for first on every backend. */
+static int global_copy(jb_source_module *m, jb_device *device, jb_stream *stream,
+                       const char *name, size_t offset, void *host, size_t bytes, bool writing)
+{
+    const char *verb = writing ? "jb_source_module_global_write" : "jb_source_module_global_read";
+    JB_RETURN_IF(!m, JB_ERR_INVALID_ARGUMENT, "%s: module is NULL", verb);
+    JB_RETURN_IF(bytes && !host, JB_ERR_INVALID_ARGUMENT, "%s: the host data is NULL", verb);
+    JB_RETURN_IF(!device && !stream, JB_ERR_INVALID_ARGUMENT,
+                 "%s: module '%s': no device and no stream", verb, m->name);
+    if (stream)
+        JB_FORWARD_IF_ERROR(jb__stream_check_process(stream, verb));
+    JB_RETURN_IF(device && stream && stream->device != device, JB_ERR_INVALID_ARGUMENT,
+                 "%s: module '%s': the stream is on another device", verb, m->name);
+    jb_device *dev = stream ? stream->device : device;
+    void *global;
+    size_t size;
+    JB_FORWARD_IF_ERROR(global_range(m, dev, verb, name, offset, bytes, writing, &global, &size));
+    if (!stream)
+        JB_FORWARD_IF_ERROR(jb__current_stream(dev, &stream));
+    JB_RETURN_IF(atomic_load_explicit(&stream->capture, memory_order_acquire) != NULL,
+                 JB_ERR_UNSUPPORTED,
+                 "%s: the stream is capturing a graph, which holds no copies (copy outside it)",
+                 verb);
+    if (!bytes)
+        return JB_OK;
+    JB_FORWARD_IF_ERROR(dev->backend->stream_synchronize(dev, stream->native));
+    return writing ? dev->backend->memcpy_htod(dev, stream->native, global, host, bytes)
+                   : dev->backend->memcpy_dtoh(dev, host, global, bytes);
+}
+
+jb_status jb_source_module_global_write(jb_source_module *m, jb_device *device,
+                                        jb_stream *stream, const char *name, size_t offset,
+                                        const void *src, size_t bytes)
+{
+    return global_copy(m, device, stream, name, offset, (void *)src, bytes, true);
+}
+
+jb_status jb_source_module_global_read(jb_source_module *m, jb_device *device, jb_stream *stream,
+                                       const char *name, size_t offset, void *dst, size_t bytes)
+{
+    return global_copy(m, device, stream, name, offset, dst, bytes, false);
+}
