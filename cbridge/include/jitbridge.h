@@ -748,6 +748,20 @@ typedef struct jb_entry_signature {
     size_t num_args;
 } jb_entry_signature;
 
+/* A module's code built ahead of time (CuPy's RawModule(path=...)), for one dialect instead of
+ * its source: `bytes` (`size` of them), or, with `bytes` NULL, the file at absolute `path`, read
+ * whole when the module is made and trusted as the disk cache trusts its entries: a regular
+ * file (not a link) of this user's, writable by no group or other user, one link, 1 byte to
+ * 64 MiB, in a folder that no one but this user and root can change (each folder from "/" on).
+ * cpu: a shared object for this machine (loaded as a compiled module is, with dlopen); a GPU:
+ * what the driver loads (cuModuleLoadData: a cubin, a fatbin or PTX text; hipModuleLoadData: a
+ * code object), refused at the first load with JB_ERR_LOAD where the driver rejects it. */
+typedef struct jb_module_code {
+    const void *bytes;
+    size_t size;
+    const char *path;
+} jb_module_code;
+
 typedef struct jb_source_module_spec {
     size_t struct_size;             /* sizeof(jb_source_module_spec): JB_SOURCE_MODULE_SPEC_INIT */
     const char *name;               /* identifier */
@@ -780,6 +794,11 @@ typedef struct jb_source_module_spec {
     const char *const *include_dirs;
     size_t num_include_dirs;
     const char *target_arch;
+    /* Optional: precompiled code instead of cpu_source or gpu_source (one of the two per
+     * dialect); the module's identity is the code's bytes. Defines, dtypes and compiler options
+     * apply to sources only. */
+    jb_module_code cpu_code;
+    jb_module_code gpu_code;
 } jb_source_module_spec;
 
 #define JB_SOURCE_MODULE_SPEC_INIT {.struct_size = sizeof(jb_source_module_spec)}
