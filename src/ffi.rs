@@ -58,6 +58,16 @@ pub struct jb_source_module_spec {
     pub include_dirs: *const *const c_char,
     pub num_include_dirs: usize,
     pub target_arch: *const c_char,
+    pub cpu_code: jb_module_code,
+    pub gpu_code: jb_module_code,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct jb_module_code {
+    pub bytes: *const c_void,
+    pub size: usize,
+    pub path: *const c_char,
 }
 
 #[repr(C)]

@@ -10,6 +10,7 @@ use crate::dtype::Scalar;
 use crate::error::{Error, ErrorCode, c_str, check};
 use crate::ffi;
 use crate::kernel::{CompileOptions, LaunchShape, c_string};
+use crate::module_code::{ModuleCode, raw_code};
 use crate::stream::Stream;
 
 /// Describes a whole-source module; start from `Default`. GPU source is CUDA C++ whose entries
@@ -28,6 +29,10 @@ pub struct SourceModuleSpec<'a> {
     pub cpu_source: Option<&'a str>,
     /// Source for cuda and rocm devices.
     pub gpu_source: Option<&'a str>,
+    /// Precompiled code for the cpu device instead of `cpu_source` (not both).
+    pub cpu_code: Option<ModuleCode<'a>>,
+    /// Precompiled code for cuda and rocm devices instead of `gpu_source` (not both).
+    pub gpu_code: Option<ModuleCode<'a>>,
     /// The entry points' names: each a function the source defines (a name it only uses, such
     /// as `memcpy`, fails the first launch with [`ErrorCode::Load`](crate::ErrorCode::Load)).
     pub entries: &'a [&'a str],
@@ -115,7 +120,8 @@ impl SourceModule {
     ///
     /// # Safety
     ///
-    /// For each signature, in every source of `spec` (cpu and GPU), its entry takes exactly its
+    /// For each signature, in every source and precompiled code of `spec` (cpu and GPU; a file's
+    /// contents as read when the module is made), its entry takes exactly its
     /// arguments, in order (an array as a pointer to elements of its dtype, a scalar by value of
     /// its dtype), then one `u64` element count per array argument, and, for every launch shape and
     /// every value of those arguments, reads only inside its arrays and the module's global
@@ -148,6 +154,8 @@ impl SourceModule {
             .map(|e| c_string("entry name", e))
             .collect::<Result<Vec<_>, _>>()?;
         let options = spec.options.c_strings()?;
+        let (cpu_code, _cpu_path) = raw_code(spec.cpu_code.as_ref())?;
+        let (gpu_code, _gpu_path) = raw_code(spec.gpu_code.as_ref())?;
         let entry_ptrs: Vec<_> = entries.iter().map(|s| s.as_ptr()).collect();
         let decls = declarations(spec, signatures)?;
         let c_signatures: Vec<ffi::jb_entry_signature> = decls
@@ -179,6 +187,8 @@ impl SourceModule {
             include_dirs: options.include_ptrs.as_ptr(),
             num_include_dirs: options.include_ptrs.len(),
             target_arch: options.target_arch(),
+            cpu_code,
+            gpu_code,
         };
         let mut raw = std::ptr::null_mut();
         // SAFETY: every pointer lives until the call returns; the library copies.
