@@ -157,14 +157,66 @@ pub fn export(path: &Path, manifest: Option<&Path>) -> Result<(u64, u64), Error>
     Ok((exported, skipped))
 }
 
-/// Checks every entry of the bundle at `path` and stores the good ones in the cache folder
-/// (created if needed). Returns (entries imported, bad entries skipped).
-pub fn import(path: &Path) -> Result<(u64, u64), Error> {
+/// [`export`], and the bundle also carries each exported entry's source record (what rebuilds
+/// it, from the cache folder's `sources/`), each held to the rules of a kernel made through the
+/// API first (one that fails is left out, its entry is not). Returns (entries written, entries
+/// skipped, records carried). Every reader opens such a bundle; older ones pass the records by.
+pub fn export_with_sources(path: &Path, manifest: Option<&Path>) -> Result<(u64, u64, u64), Error> {
     let path = c_path(path)?;
-    let (mut imported, mut skipped) = (0, 0);
+    let manifest = manifest.map(c_path).transpose()?;
+    let (mut exported, mut skipped, mut records) = (0, 0, 0);
+    let manifest_ptr = manifest.as_ref().map_or(std::ptr::null(), |m| m.as_ptr());
+    // SAFETY: valid out pointers and NUL-terminated strings (or NULL) that outlive the call.
+    check_status(unsafe {
+        ffi::jb_disk_cache_export_sources(
+            &mut exported,
+            &mut skipped,
+            &mut records,
+            path.as_ptr(),
+            manifest_ptr,
+        )
+    })?;
+    Ok((exported, skipped, records))
+}
+
+/// What an import of a bundle did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BundleImport {
+    /// Entries stored in the cache folder.
+    pub imported: u64,
+    /// Bad entries left out, each with a warning.
+    pub skipped: u64,
+    /// Source records the bundle carried, checked and put into the cache folder's `sources/`.
+    pub records: u64,
+    /// Source records refused (another hash, too large, a name or option the API refuses,
+    /// another kernel's), each with a warning; their entries are imported all the same.
+    pub refused: u64,
+}
+
+/// Checks every entry of the bundle at `path` and stores the good ones in the cache folder
+/// (created if needed), with the source records it carries, each checked (at most 4 MiB, its
+/// hash, the API's rules, of its entry's very key; never run) before it is put into `sources/`.
+/// Returns (entries imported, bad entries skipped); [`import_with_sources`] also counts records.
+pub fn import(path: &Path) -> Result<(u64, u64), Error> {
+    let report = import_with_sources(path)?;
+    Ok((report.imported, report.skipped))
+}
+
+/// [`import`], saying how many source records were put into `sources/` and how many refused.
+pub fn import_with_sources(path: &Path) -> Result<BundleImport, Error> {
+    let path = c_path(path)?;
+    let mut r = BundleImport::default();
     // SAFETY: valid out pointers and a NUL-terminated path that outlives the call.
-    check_status(unsafe { ffi::jb_disk_cache_import(&mut imported, &mut skipped, path.as_ptr()) })?;
-    Ok((imported, skipped))
+    check_status(unsafe {
+        ffi::jb_disk_cache_import_sources(
+            &mut r.imported,
+            &mut r.skipped,
+            &mut r.records,
+            &mut r.refused,
+            path.as_ptr(),
+        )
+    })?;
+    Ok(r)
 }
 
 /// Uses the bundle at `path` in place as a read-only tier behind the cache folder, for the rest
@@ -179,7 +231,10 @@ pub fn add_bundle(path: &Path) -> Result<(), Error> {
 /// Loads every kernel of the manifest or bundle at `path` that `device` can use into the
 /// module cache, compiling nothing, so that the first launch of each finds its module in
 /// memory. A manifest's kernels come from the cache folder, else from the bundles in use; a
-/// bundle given here is trusted and checked as those are (and not kept as a tier).
+/// bundle given here is trusted and checked as those are (and not kept as a tier). With a
+/// manifest written, each line prewarm writes names the kernel's source record where one
+/// passes the API's rules and is of its key (the given manifest's, or the given bundle's, put
+/// into the cache folder's `sources/`).
 pub fn prewarm(device: crate::Device, path: &Path) -> Result<PrewarmResult, Error> {
     let path = c_path(path)?;
     let mut result = PrewarmResult::default();

@@ -8,6 +8,8 @@ mod cache_files;
 pub use cache_files::*;
 mod remote;
 pub use remote::*;
+mod source_modules;
+pub use source_modules::*;
 
 use std::os::raw::{c_char, c_int, c_void};
 
@@ -28,60 +30,12 @@ pub struct jb_custom_kernel {
     _private: [u8; 0],
 }
 #[repr(C)]
-pub struct jb_source_module {
-    _private: [u8; 0],
-}
-#[repr(C)]
 pub struct jb_graph {
     _private: [u8; 0],
 }
 #[repr(C)]
 pub struct jb_bench_raw_launcher {
     _private: [u8; 0],
-}
-
-#[repr(C)]
-pub struct jb_source_module_spec {
-    pub struct_size: usize,
-    pub name: *const c_char,
-    pub cpu_source: *const c_char,
-    pub gpu_source: *const c_char,
-    pub entry_names: *const *const c_char,
-    pub num_entries: usize,
-    pub compile_flags: u32,
-    pub defines: *const *const c_char,
-    pub num_defines: usize,
-    pub dtypes: c_int,
-    pub signatures: *const jb_entry_signature,
-    pub compiler_options: *const *const c_char,
-    pub num_compiler_options: usize,
-    pub include_dirs: *const *const c_char,
-    pub num_include_dirs: usize,
-    pub target_arch: *const c_char,
-    pub cpu_code: jb_module_code,
-    pub gpu_code: jb_module_code,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct jb_module_code {
-    pub bytes: *const c_void,
-    pub size: usize,
-    pub path: *const c_char,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct jb_arg_decl {
-    pub role: c_int,
-    pub dtype: c_int,
-}
-
-#[repr(C)]
-pub struct jb_entry_signature {
-    pub declared: c_int,
-    pub args: *const jb_arg_decl,
-    pub num_args: usize,
 }
 
 pub const JB_ARG_IN: c_int = 1;
@@ -239,6 +193,14 @@ pub struct jb_bench_compile_cost {
     pub load_ns: f64,
     pub code_bytes: usize,
     pub code_sha256: [u8; 32],
+}
+
+/// `jb_driver_call_count`: one driver call and how many times the calling thread made it.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct jb_driver_call_count {
+    pub name: *const c_char,
+    pub count: u64,
 }
 
 /// `jb_bench_cold_steps`: where one cold first launch of the probe spent its time, in
@@ -587,4 +549,12 @@ unsafe extern "C" {
     pub fn jb_counters_reset();
     pub fn jb_forget_build_failures() -> c_int;
     pub fn jb_removed_locks() -> c_int;
+    pub fn jb_driver_call_counting(device: *mut jb_device, enabled: c_int) -> c_int;
+    pub fn jb_thread_driver_calls(
+        device: *mut jb_device,
+        out: *mut jb_driver_call_count,
+        capacity: usize,
+        out_count: *mut usize,
+        reset: c_int,
+    ) -> c_int;
 }

@@ -34,6 +34,39 @@ pub fn raw_probe_launches(input: &Array, variant: i32, launches: i32) -> Result<
     Ok(ns)
 }
 
+/// Switches the counting of `device`'s driver calls on or off for the whole process (off: the
+/// driver is called directly, at no cost). `Unsupported` for the cpu and for ROCm.
+pub fn count_driver_calls(device: Device, enabled: bool) -> Result<(), Error> {
+    // SAFETY: a library device.
+    check(unsafe { ffi::jb_driver_call_counting(device.raw(), i32::from(enabled)) })
+}
+
+/// The driver calls the calling thread made into `device`'s driver while counting was on, since
+/// the last call of this (which starts its counts again): (name, count), in a fixed order.
+pub fn take_thread_driver_calls(device: Device) -> Result<Vec<(String, u64)>, Error> {
+    let mut room = 0;
+    // SAFETY: no room given, so only the count is written; nothing is reset.
+    check(unsafe {
+        ffi::jb_thread_driver_calls(device.raw(), std::ptr::null_mut(), 0, &mut room, 0)
+    })?;
+    let mut calls: Vec<ffi::jb_driver_call_count> = Vec::with_capacity(room);
+    let mut made = 0;
+    // SAFETY: room for `room` entries; the thread made no call in between, so all fit.
+    check(unsafe {
+        ffi::jb_thread_driver_calls(device.raw(), calls.as_mut_ptr(), room, &mut made, 1)
+    })?;
+    // SAFETY: the library wrote min(made, room) entries.
+    unsafe { calls.set_len(made.min(room)) };
+    Ok(calls
+        .iter()
+        .map(|call| {
+            // SAFETY: a static NUL-terminated name of the library.
+            let name = unsafe { std::ffi::CStr::from_ptr(call.name) };
+            (name.to_string_lossy().into_owned(), call.count)
+        })
+        .collect())
+}
+
 /// Nanoseconds the backend's compiler alone takes for the kernel's source on `device`.
 pub fn compile_only(kernel: &CustomKernel, device: Device) -> Result<f64, Error> {
     let mut ns = 0.0;

@@ -107,3 +107,87 @@ fn each_action_takes_its_own_file_and_options() {
     assert!(err.contains("none.jbb") && err.contains("No such file"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+const SOURCES_CHILD: &str = "JB_BUNDLE_SOURCES_CHILD";
+
+/// In a child (JITBRIDGE_MANIFEST set): with JB_BUNDLE_SOURCES_CHILD empty, compiles the three
+/// kernels, so that its cache folder keeps their source records; else checks the records the
+/// manifest it names names, in this folder, compiling nothing.
+#[test]
+fn sources_child_entry() {
+    let Ok(manifest) = std::env::var(SOURCES_CHILD) else { return };
+    if manifest.is_empty() {
+        compiled_folder();
+    } else {
+        let (checked, keyed) = jitbridge::disk_cache::check_sources(Path::new(&manifest)).unwrap();
+        println!("SOURCES checked={checked} keyed={keyed}");
+    }
+}
+
+fn sources_child(cache: &Path, manifest: &Path, check: &str) -> String {
+    let output = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "sources_child_entry", "--nocapture", "--test-threads=1"])
+        .env(SOURCES_CHILD, check)
+        .env("JITBRIDGE_CACHE_DIR", cache)
+        .env("JITBRIDGE_MANIFEST", manifest)
+        .env_remove("JITBRIDGE_DISK_CACHE")
+        .env_remove("JITBRIDGE_CACHE_BUNDLE")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "child failed: {stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+fn records_in(folder: &Path) -> usize {
+    std::fs::read_dir(folder.join("sources")).map_or(0, |d| {
+        d.filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".jbs")).count()
+    })
+}
+
+/// `export --with-sources` carries each entry's source record; `import` into an empty folder
+/// puts them into its sources/, where they pass the check of the exporter's manifest.
+#[test]
+fn export_with_sources_carries_the_records_to_another_folder() {
+    let dir = fresh("sources");
+    let (made, manifest) = (dir.join("made"), dir.join("made.manifest"));
+    sources_child(&made, &manifest, "");
+    assert_eq!(records_in(&made), 3);
+    let bundle = dir.join("with.jbb");
+    let (status, out, err) = cache(&made, &["export", bundle.to_str().unwrap(), "--with-sources"]);
+    assert_eq!(status, 0, "{out}{err}");
+    assert!(
+        out.contains("records  3 source records carried") && out.contains("exported 3"),
+        "{out}"
+    );
+
+    let other = dir.join("other");
+    let (status, out, err) = cache(&other, &["import", bundle.to_str().unwrap()]);
+    assert_eq!(status, 0, "{out}{err}");
+    assert!(
+        out.contains("imported 3 entries") && out.contains("records  3 source records"),
+        "{out}"
+    );
+    assert_eq!(records_in(&other), 3);
+    let checked = sources_child(&other, &dir.join("other.manifest"), manifest.to_str().unwrap());
+    assert!(checked.contains("SOURCES checked=3 keyed=3"), "{checked}");
+
+    // Without --with-sources: the bundle as before, no records imported.
+    let plain = dir.join("plain.jbb");
+    let (status, out, err) = cache(&made, &["export", plain.to_str().unwrap()]);
+    assert_eq!(status, 0, "{out}{err}");
+    assert!(!out.contains("records"), "{out}");
+    let third = dir.join("third");
+    let (status, out, err) = cache(&third, &["import", plain.to_str().unwrap()]);
+    assert_eq!(status, 0, "{out}{err}");
+    assert!(out.contains("imported 3 entries") && !out.contains("records"), "{out}");
+    assert_eq!(records_in(&third), 0);
+    let (status, _, err) = cache(&third, &["import", "x", "--with-sources"]);
+    assert_eq!(status, 2, "{err}");
+    assert!(err.contains("--with-sources belongs to `cache export`"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1221,10 +1221,27 @@ JB_API jb_seal_mode jb_seal_mode_get(void);
  * names). */
 JB_API jb_status jb_disk_cache_export(uint64_t *exported, uint64_t *skipped, const char *path,
                                       const char *manifest);
+/* jb_disk_cache_export, and the bundle also carries each exported entry's source record
+ * (README.md, "Source records"): the record in the cache folder's sources/ of that very kernel
+ * (backend, module, entry names, source), read and held to the API's rules as
+ * jb_manifest_sources_check holds it; a record that fails is left out (its entry is not).
+ * *records counts the records carried (each content once). A bundle with records opens in
+ * every reader: those that predate records pass them by. */
+JB_API jb_status jb_disk_cache_export_sources(uint64_t *exported, uint64_t *skipped,
+                                              uint64_t *records, const char *path,
+                                              const char *manifest);
 /* Checks every entry of the bundle at `path` and stores each good one in the cache folder
- * (created if needed); bad ones are counted in *skipped, each with a warning. An error when the
- * bundle is refused or the cache folder cannot take the entries. */
+ * (created if needed); bad ones are counted in *skipped, each with a warning. A bundle that
+ * carries source records has each imported entry's record checked (at most 4 MiB, hashed
+ * against its name, parsed, held to the API's rules and of that entry's very key; never run)
+ * and put into the cache folder's sources/, where later manifest lines name it. An error when
+ * the bundle is refused or the cache folder cannot take the entries. */
 JB_API jb_status jb_disk_cache_import(uint64_t *imported, uint64_t *skipped, const char *path);
+/* jb_disk_cache_import, counting the source records put into sources/ (*records) and those
+ * refused (*refused; each with a warning saying why, and its entry imported all the same). */
+JB_API jb_status jb_disk_cache_import_sources(uint64_t *imported, uint64_t *skipped,
+                                              uint64_t *records, uint64_t *refused,
+                                              const char *path);
 /* Adds the bundle at `path` as a read-only tier: a module not in memory nor in the cache folder
  * is loaded from the first bundle that holds its key, before any compile, and nothing is
  * copied. JITBRIDGE_CACHE_BUNDLE=FILE[:FILE...] adds bundles the same way at the first build
@@ -1247,8 +1264,11 @@ typedef struct jb_prewarm_result {
  * each finds its module in memory. A manifest's kernels come from the cache folder, else from
  * the bundles in use (jb_disk_cache_add_bundle, JITBRIDGE_CACHE_BUNDLE); a bundle given here
  * is trusted and checked as those are, and is not kept as a tier. Only code this process would
- * load under its own key is loaded (the same compiler, architecture and library ABI). An error
- * when the file cannot be read or the bundle is refused. */
+ * load under its own key is loaded (the same compiler, architecture and library ABI). With a
+ * manifest written, each line prewarm writes names the kernel's source record where one passes
+ * the API's rules and is of the kernel's key: the record the given manifest's line names (in the
+ * cache folder), or the one the given bundle carries (put into the cache folder's sources/).
+ * An error when the file cannot be read or the bundle is refused. */
 JB_API jb_status jb_prewarm(jb_prewarm_result *out, jb_device *device, const char *path);
 /* Reads and checks every source record the manifest at `path` names (its lines' "source="
  * fields; README.md, "Manifests"), compiling and loading nothing: each record is read from the

@@ -31,6 +31,23 @@ JB_API int jb_lookaside_enabled(void);
  * 4 kernel configure. */
 JB_API int jb_removed_locks(void);
 
+/* ---- driver-call counting (jitbridge bench, tests) ---- */
+/* One driver call and how many times the calling thread made it, in the CUDA spelling. */
+typedef struct jb_driver_call_count {
+    const char *name;   /* "cuLaunchKernel": a static string */
+    uint64_t count;
+} jb_driver_call_count;
+/* Switches the counting of `device`'s driver calls on (nonzero) or off, for every thread of the
+ * process; off by default, when the driver's entries are called directly, at no cost. Switch it
+ * while no other thread calls into that backend. JB_ERR_UNSUPPORTED for the cpu and for ROCm. */
+JB_API jb_status jb_driver_call_counting(jb_device *device, int enabled);
+/* The calls the calling thread made into `device`'s driver while counting was on, since its last
+ * reset: writes at most `capacity` (name, count) pairs in a fixed order, and in *out_count how
+ * many calls were made at all (more than `capacity` means some were left out). `reset` nonzero:
+ * the thread's counts start again from zero. */
+JB_API jb_status jb_thread_driver_calls(jb_device *device, jb_driver_call_count *out,
+                                        size_t capacity, size_t *out_count, int reset);
+
 /* ---- benchmark support (jitbridge bench) ---- */
 /* The probe's module is prepared, then `launches` bare backend launches of it, each followed by
  * an event record, run on the thread's default stream into one preallocated output; writes the

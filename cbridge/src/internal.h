@@ -135,6 +135,10 @@ struct jb_backend {
     /* Queues one replay of the graph on `stream`. */
     int (*graph_launch)(jb_device *dev, void *graph, void *stream);
     void (*graph_destroy)(jb_device *dev, void *graph);
+    /* The driver-call counter (gpu/driver_counts.c): on or off for the process; the calling
+     * thread's counts (see jb_thread_driver_calls). NULL where there is no driver (the cpu). */
+    int (*count_driver_calls)(bool on);
+    size_t (*thread_driver_calls)(jb_driver_call_count *out, size_t capacity, bool reset);
     /* A global variable the module itself defines (not a function, not another object's):
      * its address on the device, its size in bytes, and whether the host may write it (a cpu
      * `const` object sits in read-only pages). JB_ERR_INVALID_ARGUMENT when it has none. */

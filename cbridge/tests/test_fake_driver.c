@@ -109,6 +109,82 @@ static int working_child(const char *driver)
     return check_summary("test_fake_driver working child");
 }
 
+/* The library's locks a thread takes while it counts them: this program's own lock functions
+ * stand in for libc's for the library linked into it (a test's count, no cost in the library).
+ * Only where a fake driver runs: a sanitizer's build keeps its own lock functions. */
+static _Thread_local bool counting_locks;
+static _Thread_local long locks_taken;
+#if defined(JB_WITH_CUDA)
+#define COUNTED_LOCK(fn, type)                                                                     \
+    int fn(type *lock)                                                                             \
+    {                                                                                              \
+        static int (*_Atomic libc_fn)(type *);                                                     \
+        if (!libc_fn)                                                                              \
+            libc_fn = (int (*)(type *))dlsym(RTLD_NEXT, #fn);                                      \
+        locks_taken += counting_locks;                                                             \
+        return libc_fn(lock);                                                                      \
+    }
+COUNTED_LOCK(pthread_mutex_lock, pthread_mutex_t)
+COUNTED_LOCK(pthread_rwlock_rdlock, pthread_rwlock_t)
+COUNTED_LOCK(pthread_rwlock_wrlock, pthread_rwlock_t)
+#undef COUNTED_LOCK
+#endif
+
+/* Warm probe launches, each output freed after the next launch (as the bench's loop keeps one in
+ * flight), counted after the pools filled; the calls of WARM_LAUNCHES launches go to stdout. */
+#define WARM_LAUNCHES 64
+static int counting_child(const char *driver)
+{
+    jb_device *device = NULL;
+    CHECK_OK(jb_device_lookup(&device, "cuda:0"));
+    if (!device)
+        return check_summary("test_fake_driver counting child");
+    CHECK_OK(jb_driver_call_counting(device, 1));
+    jb_array *input = f32_filled(device, 32, 1.0f), *last = NULL;
+    jb_driver_call_count calls[64];
+    size_t made = 0;
+    for (int round = 0; round < 3; round++) { /* the first two fill the pools */
+        CHECK_OK(jb_thread_driver_calls(device, calls, 64, &made, 1));
+        locks_taken = 0;
+        counting_locks = true;
+        for (int i = 0; i < WARM_LAUNCHES; i++) {
+            jb_array *out = NULL;
+            CHECK_OK(jb_jit_race_probe_array(&out, input, 7));
+            jb_array_free(last);
+            last = out;
+        }
+    }
+    counting_locks = false;
+    CHECK_OK(jb_thread_driver_calls(device, calls, 64, &made, 1));
+    printf("%d warm launches:", WARM_LAUNCHES);
+    for (size_t i = 0; i < made && i < 64; i++)
+        printf(" %s %llu", calls[i].name, (unsigned long long)calls[i].count);
+    printf(".\n%d warm launches took %ld locks.\n", WARM_LAUNCHES, locks_taken);
+    /* Another library switches this thread's context: the launch that the library made without
+     * asking fails, and is made again in its own context. */
+    void *fake = dlopen(driver, RTLD_NOW | RTLD_NOLOAD);
+    int (*set_current)(void *) = fake ? (int (*)(void *))dlsym(fake, "cuCtxSetCurrent") : NULL;
+    CHECK(set_current != NULL, "the fake has no cuCtxSetCurrent");
+    if (set_current)
+        set_current(NULL);
+    jb_array *out = NULL;
+    CHECK_OK(jb_jit_race_probe_array(&out, input, 7));
+    jb_array_free(last);
+    last = out;
+    CHECK_OK(jb_thread_driver_calls(device, calls, 64, &made, 1));
+    printf("after a switch:");
+    for (size_t i = 0; i < made && i < 64; i++)
+        printf(" %s %llu", calls[i].name, (unsigned long long)calls[i].count);
+    printf(".\n");
+    /* Off: the driver's own entries again, nothing counted. */
+    CHECK_OK(jb_driver_call_counting(device, 0));
+    jb_array_free(last);
+    CHECK_OK(jb_thread_driver_calls(device, calls, 64, &made, 1));
+    CHECK(made == 0, "%zu calls counted with counting off", made);
+    jb_array_free(input);
+    return check_summary("test_fake_driver counting child");
+}
+
 static void note_device(void *user_data, const jb_coverage_kernel *kernel)
 {
     char *devices = user_data;
@@ -283,11 +359,14 @@ static const char working_source[] =
     "OK(cuEventRecord) OK(cuEventSynchronize) OK(cuEventQuery) OK(cuStreamWaitEvent)\n"
     "OK(cuStreamQuery)\n"
     "R cuModuleLoadData(void **m, const void *code) { forked(__func__); (void)code;\n"
-    "  *m = malloc(1); return getenv(\"FAKE_LOAD_OOM\") ? 2 : 0; }\n"
+    "  *m = malloc(sizeof current); *(void **)*m = current;\n"
+    "  return getenv(\"FAKE_LOAD_OOM\") ? 2 : 0; }\n"
     "R cuModuleUnload(void *m) { forked(__func__); free(m); return 0; }\n"
     "R cuModuleGetFunction(void **f, void *m, const char *n) { forked(__func__); (void)n;\n"
     "  *f = m; return 0; }\n"
-    "OK(cuLaunchKernel) OK(cuFuncSetAttribute)\n"
+    "/* A launch in a context other than its module's fails, as the driver's does. */\n"
+    "R cuLaunchKernel(void **f) { forked(__func__); return *f == current ? 0 : 201; }\n"
+    "OK(cuFuncSetAttribute)\n"
     "OK(cuMemcpyDtoDAsync_v2) OK(cuMemsetD8Async) OK(cuMemsetD16Async) OK(cuMemsetD32Async)\n"
     "static R get(P *p, size_t n, int which) { forked(__func__);\n"
     "  if (getenv(\"FAKE_LIMIT\") && n > (1 << 20)) return 2;\n"
@@ -460,6 +539,15 @@ static void test_working_drivers(const char *self, const char *dir)
     text = working_driver(self, dir, "no-async", "-DNO_ASYNC", "FAKE_LIMIT=1");
     CHECK(strstr(text, "CUDA_ERROR_OUT_OF_MEMORY") && strstr(text, "alloc 1 free 1"),
           "out of memory, plain: %s", text);
+    /* A warm launch's driver calls, counted: a change that adds one to the warm path fails
+     * here, and says which. */
+    text = working_driver(self, dir, "pools", "", "FAKE_COUNT=1");
+    CHECK(strstr(text, "64 warm launches: cuEventRecord 1 cuEventQuery 1 cuLaunchKernel 64.\n"),
+          "warm launches: %s", text);
+    /* Two a launch (the buffer cache's, the stream's holds), 8 for the one look. */
+    CHECK(strstr(text, "64 warm launches took 136 locks.\n"), "warm launches' locks: %s", text);
+    CHECK(strstr(text, "after a switch: cuLaunchKernel 2 cuCtxGetCurrent 1 cuCtxSetCurrent 1.\n"),
+          "a launch after another library switched the context: %s", text);
     /* The allocation is given back when the wait for it fails, and the failure is said. */
     text = working_driver(self, dir, "pools", "", "FAKE_FAIL_SYNC=1");
     char failed[64];
@@ -476,7 +564,8 @@ int main(int argc, char **argv)
         return child();
     if (argc > 2 && strcmp(argv[1], "working") == 0)
         return getenv("FAKE_COVERAGE")  ? coverage_child(getenv("FAKE_COVERAGE"))
-               : getenv("FAKE_FORK") ? forking_parent()
+               : getenv("FAKE_FORK")   ? forking_parent()
+               : getenv("FAKE_COUNT")  ? counting_child(argv[2])
                                      : working_child(argv[2]);
 #if defined(JB_WITH_CUDA)
     void *real = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);

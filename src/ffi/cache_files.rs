@@ -63,6 +63,20 @@ unsafe extern "C" {
         skipped: *mut u64,
         path: *const c_char,
     ) -> c_int;
+    pub fn jb_disk_cache_export_sources(
+        exported: *mut u64,
+        skipped: *mut u64,
+        records: *mut u64,
+        path: *const c_char,
+        manifest: *const c_char,
+    ) -> c_int;
+    pub fn jb_disk_cache_import_sources(
+        imported: *mut u64,
+        skipped: *mut u64,
+        records: *mut u64,
+        refused: *mut u64,
+        path: *const c_char,
+    ) -> c_int;
     pub fn jb_disk_cache_add_bundle(path: *const c_char) -> c_int;
     pub fn jb_coverage_source_name(source: c_int) -> *const c_char;
 }

@@ -17,6 +17,10 @@ bool jb__folder_entry_key(const unsigned char *digest, unsigned char **data,
  * when the key cannot be made here. */
 int jb__stored_key_is_ours(jb_device *dev, const unsigned char *key, size_t key_bytes,
                            bool *ours);
+/* jb_prewarm (jitbridge.h), its lines naming source records that pass `rules` (the kernels
+ * layer's, which defines jb_prewarm). */
+int jb__prewarm(jb_prewarm_result *out, jb_device *device, const char *path,
+                jb_source_record_rules rules);
 
 
 /* ---- the JIT module cache (jit_cache.c) and modules (module.c) ---- */

@@ -8,8 +8,15 @@
  * only code this process would itself have found under that key is loaded (same compiler,
  * architecture, library ABI); the source the module keeps is the key's, the very text a kernel
  * object with that module name has, so a later launch finds its module as if it had built it.
+ *
+ * A prewarm's manifest line names the kernel's source record where one is known: the record
+ * the manifest's own line names, when it is in the cache folder whole and of the very key, or
+ * the record a bundle carries for the entry (put into the cache folder's sources/ first), each
+ * checked by the rules the kernels layer hands down (jb__prewarm) and of the very key. A record
+ * that fails is only not named: the kernel is loaded all the same.
  */
 #include "cache.h"
+#include "../store/sources.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -22,6 +29,7 @@
 typedef struct prewarm {
     jb_device *dev;
     jb_prewarm_result *result;
+    jb_source_record_rules rules; /* what a record must pass before a line names it */
 } prewarm;
 
 /* Where a key text and payload came from, to count a hit or throw a refused payload out. */
@@ -31,6 +39,7 @@ typedef struct stored {
     jb_blob payload;
     const char *how;    /* "disk" or "bundle" */
     jb_bundle_ref ref;  /* a bundle's entry */
+    const char *record; /* its source record's 64 hex digits, or NULL: none known */
 } stored;
 
 typedef struct build_ctx {
@@ -76,7 +85,7 @@ static int prewarm_builder(void *p, jb_device *dev, const char *name, jb_module 
     jb__event_raise(disk ? JB_CACHE_EVENT_DISK_HIT : JB_CACHE_EVENT_BUNDLE_HIT,
                     jb__now_ns() - start, JB_OK, NULL);
     jb__manifest_record(dev->backend->name, dev->arch, ctx->key, ctx->fields->module, (const char *const *)ctx->names,
-                        ctx->fields->num_entries, "prewarm", NULL);
+                        ctx->fields->num_entries, "prewarm", ctx->from->record);
     return JB_OK;
 }
 
@@ -92,6 +101,33 @@ static int key_again(jb_device *dev, const stored *from, const jb_key_fields *fi
                                      fields->num_entries, fields->source, key));
     *same = key->bytes == from->key_bytes && memcmp(key->text, from->key, key->bytes) == 0;
     return JB_OK;
+}
+
+/* The record bundle `b` carries for entry i (key text `key`), put into the cache folder's
+ * sources/: its hex in `hex`, or NULL when it carries none, or one refused (warned about). */
+static const char *bundle_record(const prewarm *pw, jb_bundle *b, size_t i,
+                                 const unsigned char *key, size_t key_bytes,
+                                 char hex[2 * JB_SHA256_BYTES + 1])
+{
+    if (!jb__bundle_source_count(b))
+        return NULL;
+    jb_saved_error saved; /* a record that cannot be named is only not named */
+    jb__error_save(&saved);
+    bool has = false;
+    unsigned char digest[JB_SHA256_BYTES];
+    jb_source_record r;
+    char *bytes = NULL;
+    size_t len = 0;
+    if (jb__bundle_source(b, i, key, key_bytes, pw->rules, &has, digest, &r) != JB_OK)
+        jb__warn("prewarm: %s; its manifest line names no source record",
+                 jb_last_error_message());
+    else if (has)
+        bytes = jb__source_record_bytes(&r, digest, &len);
+    bool put = bytes && jb__source_record_put(bytes, len, r.module, hex);
+    free(bytes);
+    jb__source_record_free(&r);
+    jb__error_restore(&saved);
+    return put ? hex : NULL;
 }
 
 /* Loads one stored module for the device, or counts why not. */
@@ -110,6 +146,14 @@ static void load_one(prewarm *pw, const stored *from)
     int status = jb__key_fields_entries(&fields, &names);
     if (status == JB_OK)
         status = key_again(dev, from, &fields, names, &key, &same);
+    stored with_record; /* a bundle's entry: its record, looked for only for what loads here */
+    char record[2 * JB_SHA256_BYTES + 1];
+    if (status == JB_OK && same && !from->record && strcmp(from->how, "bundle") == 0) {
+        with_record = *from;
+        with_record.record = bundle_record(pw, from->ref.bundle, from->ref.entry, from->key,
+                                           from->key_bytes, record);
+        from = &with_record;
+    }
     if (status == JB_OK && same) {
         build_ctx ctx = {from, &fields, names, &key, false};
         jb_module *module;
@@ -232,7 +276,15 @@ static int manifest_line(void *p, const jb_manifest_line *line)
     }
     unsigned char *data = NULL;
     stored from;
+    char record[2 * JB_SHA256_BYTES + 1];
     if (from_folder(line->digest, &data, &from)) {
+        /* The record this line names, when it is whole in the cache folder and of this key. */
+        if (line->has_source &&
+            jb__source_record_names_key(line->source_digest, from.key, from.key_bytes,
+                                        pw->rules)) {
+            jb__hex(line->source_digest, JB_SHA256_BYTES, record);
+            from.record = record;
+        }
         load_one(pw, &from);
     } else {
         jb_blob payload;
@@ -250,7 +302,8 @@ static int manifest_line(void *p, const jb_manifest_line *line)
     return JB_OK;
 }
 
-jb_status jb_prewarm(jb_prewarm_result *out, jb_device *device, const char *path)
+int jb__prewarm(jb_prewarm_result *out, jb_device *device, const char *path,
+                jb_source_record_rules rules)
 {
     JB_RETURN_IF(!out, JB_ERR_INVALID_ARGUMENT, "jb_prewarm: out is NULL");
     memset(out, 0, sizeof *out);
@@ -265,7 +318,7 @@ jb_status jb_prewarm(jb_prewarm_result *out, jb_device *device, const char *path
                   memcmp(magic, JB_BUNDLE_MAGIC, sizeof magic) == 0;
     close(fd);
     JB_RETURN_IF(!regular, JB_ERR_INVALID_ARGUMENT, "prewarm: %s is not a regular file", path);
-    prewarm pw = {device, out};
+    prewarm pw = {device, out, rules};
     jb__disk_cache_usable(); /* set up (one warning if refused) before any entry is looked for */
     jb__bundles_present();
     return bundle ? prewarm_bundle(&pw, path) : jb__manifest_read(path, manifest_line, &pw);

@@ -450,3 +450,22 @@ uint64_t jb_device_total_memory(const jb_device *device)
 {
     return device ? device->total_memory : 0;
 }
+
+jb_status jb_driver_call_counting(jb_device *device, int enabled)
+{
+    JB_RETURN_IF(!device, JB_ERR_INVALID_ARGUMENT, "jb_driver_call_counting: device is NULL");
+    JB_RETURN_IF(!device->backend->count_driver_calls, JB_ERR_UNSUPPORTED,
+                 "jb_driver_call_counting: %s has no driver to count", device->name);
+    return device->backend->count_driver_calls(enabled != 0);
+}
+
+jb_status jb_thread_driver_calls(jb_device *device, jb_driver_call_count *out, size_t capacity,
+                                 size_t *out_count, int reset)
+{
+    JB_RETURN_IF(!device || !out_count || (capacity && !out), JB_ERR_INVALID_ARGUMENT,
+                 "jb_thread_driver_calls: bad arguments");
+    JB_RETURN_IF(!device->backend->thread_driver_calls, JB_ERR_UNSUPPORTED,
+                 "jb_thread_driver_calls: %s has no driver to count", device->name);
+    *out_count = device->backend->thread_driver_calls(out, capacity, reset != 0);
+    return JB_OK;
+}

@@ -55,10 +55,15 @@ static int gpu_fail(CUresult result, const char *call)
  * one that set it up) holds the parent's driver state, on which every call is invalid. */
 static unsigned setup_generation;
 
+/* The context this thread last made current through make_current: the driver keeps the current
+ * context per thread, and only another library's call on this thread changes it behind ours. */
+static _Thread_local jb_gpu_context thread_context;
+static _Thread_local bool thread_context_known;
+
 /* Every driver call but the set-up's comes after this: in a forked child it refuses, so that the
  * child never calls the driver on its parent's contexts, streams, events or memory (a read, a
  * free, a trim, a thread's exit). */
-static int make_current(jb_device *dev)
+static int refuse_forked(jb_device *dev)
 {
     JB_RETURN_IF(setup_generation !=
                      atomic_load_explicit(&jb__fork_generation, memory_order_relaxed),
@@ -67,9 +72,33 @@ static int make_current(jb_device *dev)
                  "cannot use its parent's GPU state; use the cpu here (a process forked before "
                  "its first use of %s may use it)",
                  dev->name, JB_GPU_BACKEND_NAME, JB_GPU_BACKEND_NAME);
+    return JB_OK;
+}
+
+static int make_current(jb_device *dev)
+{
+    JB_FORWARD_IF_ERROR(refuse_forked(dev));
     CUresult r = jb_gpu_context_make_current(contexts[dev->ordinal]);
+    thread_context_known = r == CUDA_SUCCESS;
+    thread_context = contexts[dev->ordinal];
     return r == CUDA_SUCCESS ? JB_OK : gpu_fail(r, JB_GPU_STR(JB_GPU_MAKE_CURRENT_CALL));
 }
+
+/* For a call that names only objects of the device's context (a launch on its stream, an event's
+ * record or query), made in whatever context this thread last made current, asking the driver
+ * nothing: made in another context (another library switched this thread's), such a call fails
+ * rather than act there. */
+static int trust_current(jb_device *dev, bool *trusted)
+{
+    JB_FORWARD_IF_ERROR(refuse_forked(dev));
+    *trusted = thread_context_known && thread_context == contexts[dev->ordinal];
+    return *trusted ? JB_OK : make_current(dev);
+}
+
+/* `result = call` in the context trust_current trusted; failed there, once more after the driver
+ * was asked which context is current and ours made so: the failure may be another library's
+ * switch. A call that failed queued nothing, so the second is no repeat. */
+#define TRUSTING_CURRENT(dev, result, call)                                                            do {                                                                                                   bool trusted_;                                                                                     JB_FORWARD_IF_ERROR(trust_current(dev, &trusted_));                                                result = (call);                                                                                   if (result != CUDA_SUCCESS && result != CUDA_ERROR_NOT_READY && trusted_) {                            JB_FORWARD_IF_ERROR(make_current(dev));                                                            result = (call);                                                                               }                                                                                              } while (0)
 
 int JB_GPU_PREFIXED(enumerate)(jb_device *devices, int max, int *out_count, char *why,
                                size_t why_len)
@@ -144,6 +173,7 @@ int JB_GPU_PREFIXED(enumerate)(jb_device *devices, int max, int *out_count, char
                  JB_GPU_BACKEND_NAME, count, first_failed, jb_gpu_error_name(first_failure),
                  jb_gpu_error_text(first_failure));
     *out_count = found;
+    thread_context_known = false; /* the set-up made contexts current without make_current */
     return found ? JB_OK : JB_ERR_NO_DEVICE;
 }
 
@@ -423,9 +453,9 @@ static void gpu_event_destroy(jb_device *dev, void *event)
 
 static int gpu_event_record(jb_device *dev, void *event, void *stream)
 {
-    JB_FORWARD_IF_ERROR(make_current(dev));
-    GPU_CHECK(cuEventRecord, (CUevent)event, (CUstream)stream);
-    return JB_OK;
+    CUresult r;
+    TRUSTING_CURRENT(dev, r, JB_GPU(cuEventRecord)((CUevent)event, (CUstream)stream));
+    return r == CUDA_SUCCESS ? JB_OK : gpu_fail(r, JB_GPU_STR(cuEventRecord));
 }
 
 static int gpu_event_synchronize(jb_device *dev, void *event)
@@ -435,12 +465,18 @@ static int gpu_event_synchronize(jb_device *dev, void *event)
     return JB_OK;
 }
 
+/* A query's answer: the status as a negative number when the context could not be made. */
+static int query_event(jb_device *dev, void *event, CUresult *out)
+{
+    TRUSTING_CURRENT(dev, *out, JB_GPU(cuEventQuery)((CUevent)event));
+    return JB_OK;
+}
+
 static int gpu_event_query(jb_device *dev, void *event)
 {
-    int status = make_current(dev);
-    if (status != JB_OK)
-        return -status;
-    return query_answer(JB_GPU(cuEventQuery)((CUevent)event), JB_GPU_STR(cuEventQuery));
+    CUresult r;
+    int status = query_event(dev, event, &r);
+    return status != JB_OK ? -status : query_answer(r, JB_GPU_STR(cuEventQuery));
 }
 
 static int gpu_mem_alloc(jb_device *dev, size_t bytes, void **out_ptr)
@@ -603,13 +639,14 @@ static int launch_params(const jb_launch_args *args, uint64_t *total, void **par
 static int gpu_launch(jb_device *dev, void *stream, void *fn, const uint32_t grid[3],
                       const uint32_t block[3], uint32_t shared_bytes, const jb_launch_args *args)
 {
-    JB_FORWARD_IF_ERROR(make_current(dev));
     void *params[MAX_PARAMS];
     uint64_t total;
     JB_FORWARD_IF_ERROR(launch_params(args, &total, params));
-    CUresult r = JB_GPU(cuLaunchKernel)((CUfunction)fn, grid[0], grid[1], grid[2], block[0],
-                                        block[1], block[2], shared_bytes, (CUstream)stream,
-                                        params, NULL);
+    CUresult r;
+    TRUSTING_CURRENT(dev, r,
+                     JB_GPU(cuLaunchKernel)((CUfunction)fn, grid[0], grid[1], grid[2], block[0],
+                                            block[1], block[2], shared_bytes, (CUstream)stream,
+                                            params, NULL));
     JB_RETURN_IF(r != CUDA_SUCCESS, JB_ERR_LAUNCH, "launching on %s: %s (%s)", dev->name,
                  jb_gpu_error_name(r), jb_gpu_error_text(r));
     return JB_OK;
@@ -791,5 +828,7 @@ const jb_backend JB_GPU_PREFIXED(backend) = {
     .graph_set_launch = gpu_graph_set_launch,
     .graph_launch = gpu_graph_launch,
     .graph_destroy = gpu_graph_destroy,
+    .count_driver_calls = JB_GPU_PREFIXED(count_driver_calls),
+    .thread_driver_calls = JB_GPU_PREFIXED(thread_driver_calls),
     .module_global = gpu_module_global,
 };

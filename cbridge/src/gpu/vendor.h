@@ -251,6 +251,11 @@ int JB_GPU_PREFIXED(load)(char *why, size_t why_len);
 /* Loads the runtime compiler alone (once per process; no driver needed) and resolves its calls:
  * JB_OK, else JB_ERR_NO_DEVICE with what was not found in `why`. */
 int JB_GPU_PREFIXED(load_compiler)(char *why, size_t why_len);
+/* The driver-call counter (driver_counts.c): swaps the table's entries for counting wrappers
+ * (on) or back (off); the calling thread's counts, most `capacity` written, how many made. */
+int JB_GPU_PREFIXED(count_driver_calls)(bool on);
+size_t JB_GPU_PREFIXED(thread_driver_calls)(jb_driver_call_count *out, size_t capacity,
+                                           bool reset);
 
 #if defined(JB_VENDOR_CUDA)
 

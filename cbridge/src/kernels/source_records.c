@@ -3,9 +3,12 @@
  * compiler: the same as for a kernel or whole-source module made through the API (identifiers,
  * flags, compiler options), and its options must be the ones its source's first line states, so
  * that they are part of the kernel's key. Also the check of every record a manifest names: each
- * read and checked, matching its line, and rebuilding the line's key on a device of this host.
+ * read and checked, matching its line, and rebuilding the line's key on a device of this host;
+ * and the public calls whose records the layers below check by these rules (prewarm, export
+ * and import of bundles with their records).
  */
 #include "kernels.h"
+#include "../store/sources.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -172,4 +175,36 @@ jb_status jb_manifest_sources_check(uint64_t *out_checked, uint64_t *out_keyed,
     *out_checked = c.checked;
     *out_keyed = c.keyed;
     return status;
+}
+
+/* ---- the API whose records are checked by these rules (store/ and cache/ are handed them) ---- */
+
+jb_status jb_prewarm(jb_prewarm_result *out, jb_device *device, const char *path)
+{
+    return jb__prewarm(out, device, path, jb__source_record_rules);
+}
+
+jb_status jb_disk_cache_export_sources(uint64_t *exported, uint64_t *skipped, uint64_t *records,
+                                       const char *path, const char *manifest)
+{
+    JB_RETURN_IF(!exported || !skipped || !records, JB_ERR_INVALID_ARGUMENT,
+                 "jb_disk_cache_export_sources: NULL out");
+    return jb__bundle_export(exported, skipped, records, path, manifest, jb__source_record_rules);
+}
+
+jb_status jb_disk_cache_import_sources(uint64_t *imported, uint64_t *skipped, uint64_t *records,
+                                       uint64_t *refused, const char *path)
+{
+    JB_RETURN_IF(!imported || !skipped || !records || !refused, JB_ERR_INVALID_ARGUMENT,
+                 "jb_disk_cache_import_sources: NULL out");
+    return jb__bundle_import(imported, skipped, records, refused, path, jb__source_record_rules);
+}
+
+jb_status jb_disk_cache_import(uint64_t *imported, uint64_t *skipped, const char *path)
+{
+    uint64_t records, refused;
+    JB_RETURN_IF(!imported || !skipped, JB_ERR_INVALID_ARGUMENT,
+                 "jb_disk_cache_import: NULL out");
+    return jb__bundle_import(imported, skipped, &records, &refused, path,
+                             jb__source_record_rules);
 }

@@ -14,6 +14,12 @@
  *   index: JB_BUNDLE_INDEX_BYTES per entry, sorted by key digest: the SHA-256 of the key text,
  *     the SHA-256 of the key text followed by the payload, u64 offset, u64 key bytes, u64 payload
  *     bytes, u64 zero.
+ *   Source records (export --with-sources): a fingerprint line "sources <offset> <count> <hex>"
+ *     names a table among the entries (sources.h has its rows), each row an entry's key digest
+ *     and its record's SHA-256, offset and bytes; the records themselves lie among the entries,
+ *     each once. Readers before it pass the line by, so the format's number stays 1, and a
+ *     bundle without the line is read as before. A record is data: checked (size, hash, format,
+ *     the kernels' rules, of its entry's very key) before it is used, never run here.
  *
  * Trust, as for the cache folder: the file must be ours or root's and writable by no one else,
  * and so must every folder above it (or be sticky). It is opened once and read through that
@@ -23,7 +29,7 @@
  * bytes checked in a mapping could change before the loader reads them. A bad entry, or one
  * the loader refuses, is skipped for the life of the process with one warning.
  */
-#include "store.h"
+#include "sources.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -48,6 +54,9 @@ struct jb_bundle {
     jb_bundle_entry *entries;
     atomic_bool *bad; /* per entry: failed a check or refused by the loader (warned once) */
     char *fingerprints;
+    uint64_t entries_end; /* where the entries' part of the file ends (the fingerprints begin) */
+    jb_bundle_source *sources; /* sorted by entry digest; NULL when it carries none */
+    size_t num_sources;
 };
 
 static _Atomic(jb_bundle *) tiers[MAX_BUNDLES];
@@ -184,6 +193,7 @@ void jb__bundle_free(jb_bundle *b)
     free(b->entries);
     free(b->bad);
     free(b->fingerprints);
+    free(b->sources);
     free(b);
 }
 
@@ -253,11 +263,80 @@ static const char *read_tables(jb_bundle *b, const struct stat *st)
             bad = "has an index that is not sorted by key";
     }
     free(tables);
+    b->entries_end = h.fingerprints_offset;
     char wanted[64];
     snprintf(wanted, sizeof wanted, "\nkey-format %d\n", JB_KEY_FORMAT);
     if (!bad && !strstr(b->fingerprints, wanted))
         bad = "holds keys of another format (made by another jitbridge version)";
     return bad;
+}
+
+void jb__bundle_source_encode(unsigned char out[JB_BUNDLE_SOURCE_BYTES],
+                              const jb_bundle_source *s)
+{
+    memcpy(out, s->entry, JB_SHA256_BYTES);
+    memcpy(out + 32, s->record, JB_SHA256_BYTES);
+    put64(out + 64, s->offset);
+    put64(out + 72, s->bytes);
+}
+
+/* The table of source records the fingerprints name, or NULL: what is wrong with it. */
+static const char *read_sources_rows(jb_bundle *b, const char *line)
+{
+    unsigned long long offset, count;
+    char hex[2 * JB_SHA256_BYTES + 2];
+    unsigned char digest[JB_SHA256_BYTES], actual[JB_SHA256_BYTES];
+    if (sscanf(line, JB_BUNDLE_SOURCES_LINE "%llu %llu %65s", &offset, &count, hex) != 3 ||
+        !jb__hex_digest(hex, digest))
+        return "names its source records in a malformed line";
+    if (count == 0 || count > b->count ||
+        !inside(offset, count * JB_BUNDLE_SOURCE_BYTES, JB_BUNDLE_HEADER_BYTES, b->entries_end))
+        return "has a table of source records outside its entries";
+    size_t bytes = (size_t)count * JB_BUNDLE_SOURCE_BYTES;
+    unsigned char *rows = malloc(bytes);
+    b->sources = calloc((size_t)count, sizeof *b->sources);
+    if (!rows || !b->sources) {
+        free(rows);
+        return "has a table of source records too large for memory";
+    }
+    const char *bad = NULL;
+    if (!pread_all(b->fd, rows, bytes, offset))
+        bad = "has a table of source records that cannot be read";
+    if (!bad) {
+        jb__sha256(rows, bytes, actual);
+        if (memcmp(actual, digest, sizeof digest) != 0)
+            bad = "has a table of source records that fails its SHA-256 check";
+    }
+    for (size_t i = 0; !bad && i < (size_t)count; i++) {
+        jb_bundle_source *s = &b->sources[i];
+        const unsigned char *row = rows + i * JB_BUNDLE_SOURCE_BYTES;
+        memcpy(s->entry, row, JB_SHA256_BYTES);
+        memcpy(s->record, row + 32, JB_SHA256_BYTES);
+        s->offset = get64(row + 64);
+        s->bytes = get64(row + 72);
+        if (i && memcmp(b->sources[i - 1].entry, s->entry, JB_SHA256_BYTES) >= 0)
+            bad = "has a table of source records not sorted by entry";
+    }
+    free(rows);
+    if (!bad)
+        b->num_sources = (size_t)count;
+    return bad;
+}
+
+/* A bundle whose table of records is bad still serves its compiled entries: its records are
+ * left out, with one warning. */
+static void read_sources_table(jb_bundle *b)
+{
+    const char *line = strstr(b->fingerprints, "\n" JB_BUNDLE_SOURCES_LINE);
+    if (!line)
+        return; /* written without sources, or before them */
+    const char *bad = read_sources_rows(b, line + 1);
+    if (bad) {
+        free(b->sources);
+        b->sources = NULL;
+        jb__warn("the bundle %s %s; its source records are left out (its entries are not)",
+                 b->path, bad);
+    }
 }
 
 int jb__bundle_open(const char *path, const char *variable, jb_bundle **out)
@@ -286,6 +365,8 @@ int jb__bundle_open(const char *path, const char *variable, jb_bundle **out)
                                                : untrusted_file(&st);
     if (!bad)
         bad = read_tables(b, &st);
+    if (!bad)
+        read_sources_table(b);
     if (bad) {
         jb__bundle_free(b);
         return jb__fail(JB_ERR_INVALID_ARGUMENT, "refusing the bundle %s: it %s", path, bad);
@@ -368,6 +449,71 @@ int jb__bundle_read_entry(jb_bundle *b, size_t i, unsigned char **out)
 const jb_bundle_entry *jb__bundle_entry(const jb_bundle *b, size_t i)
 {
     return &b->entries[i];
+}
+
+size_t jb__bundle_source_count(const jb_bundle *b)
+{
+    return b->num_sources;
+}
+
+static int by_entry(const void *digest, const void *row)
+{
+    return memcmp(digest, ((const jb_bundle_source *)row)->entry, JB_SHA256_BYTES);
+}
+
+int jb__bundle_source(jb_bundle *b, size_t i, const unsigned char *key, size_t key_bytes,
+                      jb_source_record_rules rules, bool *has,
+                      unsigned char record[JB_SHA256_BYTES], jb_source_record *out)
+{
+    memset(out, 0, sizeof *out);
+    const jb_bundle_source *s =
+        b->num_sources ? bsearch(b->entries[i].digest, b->sources, b->num_sources,
+                                 sizeof *b->sources, by_entry)
+                       : NULL;
+    *has = s != NULL;
+    if (!s)
+        return JB_OK;
+    memcpy(record, s->record, JB_SHA256_BYTES);
+    char entry[2 * JB_SHA256_BYTES + 1], hex[2 * JB_SHA256_BYTES + 1];
+    jb__hex(b->entries[i].digest, JB_SHA256_BYTES, entry);
+    jb__hex(s->record, JB_SHA256_BYTES, hex);
+    JB_RETURN_IF(s->bytes > JB_SOURCE_RECORD_MAX_BYTES, JB_ERR_INVALID_ARGUMENT,
+                 "the bundle %s: source record %s of entry %.32s is %llu bytes, past the %u a "
+                 "record may have; refused, nothing read",
+                 b->path, hex, entry, (unsigned long long)s->bytes,
+                 (unsigned)JB_SOURCE_RECORD_MAX_BYTES);
+    JB_RETURN_IF(!inside(s->offset, s->bytes, JB_BUNDLE_HEADER_BYTES, b->entries_end),
+                 JB_ERR_INVALID_ARGUMENT,
+                 "the bundle %s: source record %s of entry %.32s lies outside its entries; "
+                 "refused, nothing read",
+                 b->path, hex, entry);
+    unsigned char *data = malloc(s->bytes ? (size_t)s->bytes : 1);
+    JB_RETURN_IF(!data, JB_ERR_OUT_OF_MEMORY, "no memory to read a bundle's source record");
+    if (!read_entry_bytes(b->fd, data, (size_t)s->bytes, s->offset)) {
+        int err = errno;
+        free(data);
+        return jb__fail(JB_ERR_SYSTEM, "the bundle %s: source record %s cannot be read: %s",
+                        b->path, hex, err ? strerror(err) : "the bundle was cut short");
+    }
+    int status = jb__source_record_check(s->record, data, (size_t)s->bytes, rules, out);
+    if (status != JB_OK) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", jb_last_error_message());
+        return jb__fail(status, "the bundle %s, entry %.32s: %s", b->path, entry, why);
+    }
+    jb_key_fields f;
+    bool parsed = jb__key_fields_parse(key, key_bytes, &f) == JB_OK;
+    bool of_key = parsed && jb__source_record_of_key(out, &f);
+    if (parsed)
+        jb__key_fields_free(&f);
+    if (!of_key) {
+        status = jb__fail(JB_ERR_INVALID_ARGUMENT,
+                          "the bundle %s: source record %s is not of entry %.32s's kernel (%s "
+                          "module '%s', or another source); refused",
+                          b->path, hex, entry, out->backend, out->module);
+        jb__source_record_free(out);
+    }
+    return status;
 }
 
 /* The entry filed under `digest`, or -1. */
@@ -542,11 +688,33 @@ void jb__bundle_counters_reset(void)
 
 /* ---- import ---- */
 
-jb_status jb_disk_cache_import(uint64_t *imported, uint64_t *skipped, const char *path)
+/* Puts entry i's record (if the bundle carries one) into sources/: counted in *records, or,
+ * refused, in *refused with one warning. The entry is imported either way. */
+static void import_source(jb_bundle *b, size_t i, const unsigned char *key, size_t key_bytes,
+                          jb_source_record_rules rules, uint64_t *records, uint64_t *refused)
 {
-    JB_RETURN_IF(!imported || !skipped, JB_ERR_INVALID_ARGUMENT,
-                 "jb_disk_cache_import: NULL out");
-    *imported = *skipped = 0;
+    bool has;
+    unsigned char digest[JB_SHA256_BYTES];
+    jb_source_record r;
+    if (jb__bundle_source(b, i, key, key_bytes, rules, &has, digest, &r) != JB_OK) {
+        (*refused)++;
+        jb__warn("%s; it is not imported", jb_last_error_message());
+        return;
+    }
+    if (!has)
+        return;
+    size_t len;
+    char *bytes = jb__source_record_bytes(&r, digest, &len), hex[2 * JB_SHA256_BYTES + 1];
+    if (bytes && jb__source_record_put(bytes, len, r.module, hex))
+        (*records)++;
+    free(bytes);
+    jb__source_record_free(&r);
+}
+
+int jb__bundle_import(uint64_t *imported, uint64_t *skipped, uint64_t *records,
+                      uint64_t *refused, const char *path, jb_source_record_rules rules)
+{
+    *imported = *skipped = *records = *refused = 0;
     jb_bundle *b;
     JB_FORWARD_IF_ERROR(jb__bundle_open(path, "the bundle's path", &b));
     int status = JB_OK;
@@ -572,16 +740,19 @@ jb_status jb_disk_cache_import(uint64_t *imported, uint64_t *skipped, const char
         jb__disk_key_name(&key);
         jb_blob code = {data + e->key_bytes, (size_t)e->payload_bytes};
         jb__disk_store(&key, &code);
-        free(data);
         struct stat st; /* a store that failed says so only through the state: look */
         if (jb__disk_tmp_fd() < 0 ||
             fstatat(jb__disk_dir_fd(), key.file, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
-            !S_ISREG(st.st_mode))
+            !S_ISREG(st.st_mode)) {
             status = jb__fail(JB_ERR_SYSTEM, "importing %s stopped after %llu entries: the disk "
                               "cache is %s", path, (unsigned long long)*imported,
                               jb_disk_cache_state());
-        else
+        } else {
             (*imported)++;
+            if (rules)
+                import_source(b, i, data, (size_t)e->key_bytes, rules, records, refused);
+        }
+        free(data);
     }
     jb__bundle_free(b);
     return status;

@@ -14,8 +14,12 @@
  * description's, which dies with it) for as long as the file has a temporary name; a sweep
  * removes only temporaries of an export's name that are ours, regular, of one link, and whose
  * lock it takes (never a live export's), checked again at the name just before the unlink.
+ *
+ * With sources (export --with-sources), each entry's record in the cache folder's sources/
+ * (the one of its very key, checked by the kernels' rules) follows the entries, each content
+ * once, then their table, which a fingerprint line names (bundle.c has the format).
  */
-#include "store.h"
+#include "sources.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -39,6 +43,12 @@ typedef struct export_state {
     uint64_t skipped;
     int error;     /* errno of a failed write; 0 */
     bool too_many; /* more entries than a reader opens: nothing written */
+    jb_source_record_rules rules; /* NULL: no source records carried */
+    jb_source_index records;      /* the folder's, by kernel */
+    jb_bundle_source *rows;       /* an exported entry and its record; offsets set once written */
+    size_t num_rows, rows_capacity;
+    uint64_t records_written; /* records carried (each content once) */
+    char sources_line[160]; /* the fingerprint line naming the table, or "" */
 } export_state;
 
 static bool write_out(export_state *x, const void *data, size_t bytes)
@@ -80,9 +90,11 @@ static void add_entry(export_state *x, int dir, const char *name, const unsigned
     const unsigned char *key = payload_at ? jb__disk_entry_key(data, payload_at, &key_bytes) : 0;
     jb_key_fields fields;
     jb_bundle_entry e = {0};
-    bool ok = key && jb__key_fields_parse(key, key_bytes, &fields) == JB_OK;
+    jb_bundle_source row = {0};
+    bool ok = key && jb__key_fields_parse(key, key_bytes, &fields) == JB_OK, has_record = false;
     if (ok) {
         note_kind(x, &fields);
+        has_record = x->rules && jb__source_index_find(&x->records, &fields, row.record);
         jb__key_fields_free(&fields);
         jb__sha256(key, key_bytes, e.digest);
         char hex[2 * JB_SHA256_BYTES + 1];
@@ -123,6 +135,21 @@ static void add_entry(export_state *x, int dir, const char *name, const unsigned
     if (write_out(x, key, key_bytes + payload_bytes))
         x->index[x->count++] = e;
     free(data);
+    if (has_record && x->error == 0) {
+        memcpy(row.entry, e.digest, JB_SHA256_BYTES);
+        if (x->num_rows == x->rows_capacity) {
+            size_t capacity = x->rows_capacity ? 2 * x->rows_capacity : 64;
+            jb_bundle_source *grown = realloc(x->rows, capacity * sizeof *grown);
+            if (grown) {
+                x->rows = grown;
+                x->rows_capacity = capacity;
+            } else {
+                x->error = ENOMEM;
+            }
+        }
+        if (x->error == 0)
+            x->rows[x->num_rows++] = row;
+    }
 }
 
 static int by_digest(const void *a, const void *b)
@@ -193,6 +220,68 @@ static int add_from_manifest(export_state *x, int dir, const char *manifest)
     return status;
 }
 
+static int by_entry(const void *a, const void *b)
+{
+    return memcmp(((const jb_bundle_source *)a)->entry, ((const jb_bundle_source *)b)->entry,
+                  JB_SHA256_BYTES);
+}
+
+/* Each row's record (read and checked again: it is copied as it is now), each content once,
+ * then their table; a record that no longer passes is left out, its entry kept. */
+static void add_sources(export_state *x)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < x->num_rows && x->error == 0; i++) {
+        jb_bundle_source *row = &x->rows[i];
+        const jb_bundle_source *same = NULL;
+        for (size_t j = 0; !same && j < kept; j++)
+            if (memcmp(x->rows[j].record, row->record, JB_SHA256_BYTES) == 0)
+                same = &x->rows[j];
+        if (same) {
+            row->offset = same->offset;
+            row->bytes = same->bytes;
+            x->rows[kept++] = *row;
+            continue;
+        }
+        jb_saved_error saved; /* a record gone bad since the index is only left out */
+        jb__error_save(&saved);
+        jb_source_record r;
+        size_t len = 0;
+        char *bytes = jb__source_record_read(row->record, x->rules, &r) == JB_OK
+                          ? jb__source_record_bytes(&r, row->record, &len)
+                          : NULL;
+        jb__source_record_free(&r);
+        jb__error_restore(&saved);
+        if (!bytes)
+            continue;
+        row->offset = x->at;
+        row->bytes = len;
+        if (write_out(x, bytes, len)) {
+            x->rows[kept++] = *row;
+            x->records_written++;
+        }
+        free(bytes);
+    }
+    x->num_rows = kept;
+    if (!kept || x->error)
+        return;
+    qsort(x->rows, kept, sizeof *x->rows, by_entry);
+    unsigned char *table = malloc(kept * JB_BUNDLE_SOURCE_BYTES), digest[JB_SHA256_BYTES];
+    if (!table) {
+        x->error = ENOMEM;
+        return;
+    }
+    for (size_t i = 0; i < kept; i++)
+        jb__bundle_source_encode(table + i * JB_BUNDLE_SOURCE_BYTES, &x->rows[i]);
+    jb__sha256(table, kept * JB_BUNDLE_SOURCE_BYTES, digest);
+    char hex[2 * JB_SHA256_BYTES + 1];
+    jb__hex(digest, JB_SHA256_BYTES, hex);
+    snprintf(x->sources_line, sizeof x->sources_line, JB_BUNDLE_SOURCES_LINE "%llu %zu %s\n",
+             (unsigned long long)x->at, kept, hex);
+    write_out(x, table, kept * JB_BUNDLE_SOURCE_BYTES);
+    free(table);
+}
+
 /* The fingerprints, the index and the header, after the entries. */
 static void finish(export_state *x)
 {
@@ -203,6 +292,7 @@ static void finish(export_state *x)
                        JB_VERSION_STRING, JB_ABI_VERSION, JB_KEY_FORMAT);
     for (size_t i = 0; i < x->num_built; i++)
         jb__strbuf_append(&fp, x->built[i]);
+    jb__strbuf_append(&fp, x->sources_line);
     unsigned char *index = malloc(x->count ? x->count * JB_BUNDLE_INDEX_BYTES : 1);
     if (fp.failed || !index) {
         x->error = ENOMEM;
@@ -307,9 +397,16 @@ static int open_folder_of(const char *path, const char **base)
 jb_status jb_disk_cache_export(uint64_t *exported, uint64_t *skipped, const char *path,
                                const char *manifest)
 {
+    uint64_t records;
     JB_RETURN_IF(!exported || !skipped, JB_ERR_INVALID_ARGUMENT,
                  "jb_disk_cache_export: NULL out");
-    *exported = *skipped = 0;
+    return jb__bundle_export(exported, skipped, &records, path, manifest, NULL);
+}
+
+int jb__bundle_export(uint64_t *exported, uint64_t *skipped, uint64_t *records,
+                      const char *path, const char *manifest, jb_source_record_rules rules)
+{
+    *exported = *skipped = *records = 0;
     JB_RETURN_IF(!path || !*path, JB_ERR_INVALID_ARGUMENT, "jb_disk_cache_export: no path");
     const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
     JB_RETURN_IF(!*base || strcmp(base, ".") == 0 || strcmp(base, "..") == 0 ||
@@ -325,7 +422,7 @@ jb_status jb_disk_cache_export(uint64_t *exported, uint64_t *skipped, const char
     int dir;
     bool ours; /* only read here: whether the folder is marked does not matter */
     JB_FORWARD_IF_ERROR(jb__disk_open_for_maintenance(&dir, &ours));
-    export_state x = {.at = JB_BUNDLE_HEADER_BYTES};
+    export_state x = {.at = JB_BUNDLE_HEADER_BYTES, .rules = rules};
     char name[64]; /* the file's temporary name in the folder, once `named` */
     bool named = false, placed = false; /* placed: linked at `path` itself */
     int folder = open_folder_of(path, &base);
@@ -348,8 +445,13 @@ jb_status jb_disk_cache_export(uint64_t *exported, uint64_t *skipped, const char
     unsigned char zeros[JB_BUNDLE_HEADER_BYTES] = {0};
     if (status == JB_OK && !jb__write_all(x.out, zeros, sizeof zeros))
         x.error = errno ? errno : EIO;
+    /* Records are read through the cache folder's own handle (set up if it exists). */
+    if (status == JB_OK && rules && dir >= 0 && jb__disk_cache_usable())
+        status = jb__source_index_build(&x.records, rules);
     if (status == JB_OK)
         status = manifest ? add_from_manifest(&x, dir, manifest) : add_all(&x, dir);
+    if (status == JB_OK && x.error == 0)
+        add_sources(&x);
     if (status == JB_OK && x.error == 0)
         finish(&x);
     if (status == JB_OK && x.too_many)
@@ -380,6 +482,7 @@ jb_status jb_disk_cache_export(uint64_t *exported, uint64_t *skipped, const char
         fsync(folder); /* the link or rename itself survives a crash */
         *exported = x.count;
         *skipped = x.skipped;
+        *records = x.records_written;
     } else if (named) {
         unlinkat(folder, name, 0);
     }
@@ -394,5 +497,7 @@ jb_status jb_disk_cache_export(uint64_t *exported, uint64_t *skipped, const char
     for (size_t i = 0; i < x.num_built; i++)
         free(x.built[i]);
     free(x.index);
+    free(x.rows);
+    jb__source_index_free(&x.records);
     return status;
 }

@@ -141,25 +141,30 @@ bool jb__source_record_store(const char *backend, jb_source_dialect dialect,
                              size_t num_entries, const jb_compile_options *options,
                              const char *source, char hex[2 * JB_SHA256_BYTES + 1])
 {
+    jb_strbuf sb = {0};
+    bool ok = record_text(&sb, backend, dialect, module_name, entries, num_entries, options,
+                          source) &&
+              jb__source_record_put(sb.data, sb.len, module_name, hex);
+    jb__strbuf_free(&sb);
+    return ok;
+}
+
+bool jb__source_record_put(const char *data, size_t len, const char *module_name,
+                           char hex[2 * JB_SHA256_BYTES + 1])
+{
     /* Only in a folder marked as the cache's own: a shared one ($HOME) gets no sources/. */
     int dir = jb__disk_dir_fd();
-    if (dir < 0 || !jb__disk_folder_is_ours())
+    if (dir < 0 || !jb__disk_folder_is_ours() || len > JB_SOURCE_RECORD_MAX_BYTES)
         return false;
-    jb_strbuf sb = {0};
-    if (!record_text(&sb, backend, dialect, module_name, entries, num_entries, options, source)) {
-        jb__strbuf_free(&sb);
-        return false;
-    }
     unsigned char digest[JB_SHA256_BYTES];
-    jb__sha256(sb.data, sb.len, digest);
+    jb__sha256(data, len, digest);
     jb__hex(digest, JB_SHA256_BYTES, hex);
     char file[2 * JB_SHA256_BYTES + sizeof JB_SOURCE_RECORD_SUFFIX];
     snprintf(file, sizeof file, "%s%s", hex, JB_SOURCE_RECORD_SUFFIX);
     int sources = open_sources_dir(dir, true);
-    int err = sources < 0 ? errno : write_record(sources, file, sb.data, sb.len);
+    int err = sources < 0 ? errno : write_record(sources, file, data, len);
     if (sources >= 0)
         close(sources);
-    jb__strbuf_free(&sb);
     if (err && !jb__errno_is_transient(err) && err != EROFS &&
         !atomic_exchange(&store_warned, true))
         jb__warn("the source record of module '%s' could not be stored in the cache folder's "
@@ -302,6 +307,23 @@ int jb__source_record_read(const unsigned char digest[JB_SHA256_BYTES],
     close(fd);
     JB_RETURN_IF(!data, read_errno == ENOMEM ? JB_ERR_OUT_OF_MEMORY : JB_ERR_SYSTEM,
                  "source record %s cannot be read: %s", hex, strerror(read_errno));
+    return jb__source_record_check(digest, data, size, rules, out);
+}
+
+int jb__source_record_check(const unsigned char digest[JB_SHA256_BYTES], unsigned char *data,
+                            size_t size, jb_source_record_rules rules, jb_source_record *out)
+{
+    memset(out, 0, sizeof *out);
+    char hex[2 * JB_SHA256_BYTES + 1];
+    jb__hex(digest, JB_SHA256_BYTES, hex);
+    if (!rules || size > JB_SOURCE_RECORD_MAX_BYTES) {
+        free(data);
+        JB_RETURN_IF(!rules, JB_ERR_INVALID_ARGUMENT, "source record %s: no rules to check it by",
+                     hex);
+        return jb__fail(JB_ERR_INVALID_ARGUMENT,
+                        "source record %s is past the %u bytes a record may have; refused", hex,
+                        (unsigned)JB_SOURCE_RECORD_MAX_BYTES);
+    }
     unsigned char actual[JB_SHA256_BYTES];
     jb__sha256(data, size, actual);
     if (memcmp(actual, digest, JB_SHA256_BYTES) != 0) {

@@ -176,6 +176,14 @@ bool jb__source_record_store(const char *backend, jb_source_dialect dialect,
  * JB_ERR_SYSTEM (the disk) with a message naming the record; nothing is changed on disk. */
 int jb__source_record_read(const unsigned char digest[JB_SHA256_BYTES],
                            jb_source_record_rules rules, jb_source_record *out);
+/* The checks of jb__source_record_read on a record's bytes already in memory (`data`, malloc'd,
+ * taken over: freed or kept in out->text), such as a bundle's: size, hash, format, `rules`. */
+int jb__source_record_check(const unsigned char digest[JB_SHA256_BYTES], unsigned char *data,
+                            size_t size, jb_source_record_rules rules, jb_source_record *out);
+/* Stores a record's bytes (checked before) in sources/ as jb__source_record_store does: false
+ * when not stored; its SHA-256 in `hex`. `module_name` is for the one warning. */
+bool jb__source_record_put(const char *data, size_t len, const char *module_name,
+                           char hex[2 * JB_SHA256_BYTES + 1]);
 void jb__source_record_free(jb_source_record *record);
 
 /* ---- bundles (bundle.c reads and imports them, bundle_export.c writes them) ---- */

@@ -8,8 +8,8 @@ use std::path::Path;
 
 pub const CACHE: Command = Command {
     name: "cache",
-    usage: "jitbridge cache [show | clear | prune SIZE | verify [--fix] | export FILE [--manifest M] \
-            | import FILE | prewarm FILE [--device D] | coverage MANIFEST [--device D] \
+    usage: "jitbridge cache [show | clear | prune SIZE | verify [--fix] \
+            | export FILE [--manifest M] [--with-sources] | import FILE | prewarm FILE [--device D] | coverage MANIFEST [--device D] \
             | remote [export [BUNDLE] | import MANIFEST]]",
     about: "show or maintain the disk cache of compiled code",
     details:
@@ -21,9 +21,13 @@ pub const CACHE: Command = Command {
   verify --fix  the same, removing each bad entry
   export FILE   write every entry into the bundle FILE (one file, each entry with a SHA-256),
                 replaced once whole; with --manifest M, only the kernels the manifest M names
-                (exit status 1 if some of them were not in the cache)
+                (exit status 1 if some of them were not in the cache); with --with-sources,
+                each entry's source record (what rebuilds it, from the folder's sources/)
+                rides along, checked as a kernel made through the API is
   import FILE   check every entry of the bundle FILE and store the good ones in the cache
-                folder, creating it (exit status 1 if any was bad)
+                folder, creating it, with the source records it carries, each checked
+                (hash, size, the API's rules, of its entry) before it is put into sources/
+                (exit status 1 if any entry or record was bad)
   prewarm FILE  load every kernel of the manifest or bundle FILE into this process's memory,
                 as a server does at start with jb_prewarm, compiling nothing, and say what it
                 found and how long it took (exit status 1 if any was bad)
@@ -83,6 +87,7 @@ pub fn cache_command(args: &[String]) -> Outcome {
     let opts = [
         Opt { flag: "--fix", value: None },
         Opt { flag: "--manifest", value: Some("a manifest (JITBRIDGE_MANIFEST's file)") },
+        Opt { flag: "--with-sources", value: None },
         DEVICE_OPT,
     ];
     let Some(args) = parse_args(&CACHE, args, &opts)? else {
@@ -105,7 +110,12 @@ pub fn cache_command(args: &[String]) -> Outcome {
         None => Ok(()),
         Some(extra) => Err(usage(format!("unexpected argument '{extra}' after `cache {action}`"))),
     };
-    let owners = [("--fix", "verify"), ("--manifest", "export"), ("--device", "prewarm")];
+    let owners = [
+        ("--fix", "verify"),
+        ("--manifest", "export"),
+        ("--with-sources", "export"),
+        ("--device", "prewarm"),
+    ];
     for (flag, owner) in owners {
         let shared = flag == "--device" && action == "coverage";
         if args.has(flag) && action != owner && !shared {
@@ -155,7 +165,13 @@ pub fn cache_command(args: &[String]) -> Outcome {
         "export" => {
             let file = file()?;
             let manifest = args.get("--manifest").map(Path::new);
-            let (exported, skipped) = disk_cache::export(file, manifest)?;
+            let (exported, skipped) = if args.has("--with-sources") {
+                let (exported, skipped, records) = disk_cache::export_with_sources(file, manifest)?;
+                out!("records  {records} source records carried");
+                (exported, skipped)
+            } else {
+                disk_cache::export(file, manifest)?
+            };
             out!("exported {exported} entries to {}", file.display());
             if skipped > 0 {
                 let why =
@@ -165,12 +181,21 @@ pub fn cache_command(args: &[String]) -> Outcome {
             Ok(skipped == 0)
         }
         "import" => {
-            let (imported, skipped) = disk_cache::import(file()?)?;
-            out!("imported {imported} entries into {}", disk_cache::dir());
-            if skipped > 0 {
-                out!("skipped  {skipped} bad entries");
+            let r = disk_cache::import_with_sources(file()?)?;
+            out!("imported {} entries into {}", r.imported, disk_cache::dir());
+            if r.records > 0 {
+                out!("records  {} source records into its sources/", r.records);
             }
-            Ok(skipped == 0)
+            if r.skipped > 0 {
+                out!("skipped  {} bad entries", r.skipped);
+            }
+            if r.refused > 0 {
+                out!(
+                    "refused  {} source records (each warned about; their entries imported)",
+                    r.refused
+                );
+            }
+            Ok(r.skipped == 0 && r.refused == 0)
         }
         "prewarm" => {
             let file = file()?;

@@ -59,5 +59,53 @@ pub fn probe_launch_path(
         Row::new(section, "per call, the first loop (pools filling up)", cold_pools_ns, Unit::Ns)
             .against(raw_ns),
     );
+    // The driver's calls per warm launch, where the backend counts them (cuda): the difference
+    // of 1 + n launches and 1, so that each loop's own start and end cancel.
+    if sys_tools::count_driver_calls(device, true).is_err() {
+        return Ok(());
+    }
+    let raw_launches = |n| sys_tools::raw_probe_launches(&input, variant, n);
+    let counts = calls_per_launch(device, block, &full_launches)
+        .and_then(|full| Ok((full, calls_per_launch(device, block, &raw_launches)?)));
+    sys_tools::count_driver_calls(device, false)?;
+    let (full, raw) = counts?;
+    let total = |calls: &[(String, f64)]| calls.iter().map(|(_, count)| count).sum::<f64>();
+    rows.push(
+        Row::new(
+            section,
+            "driver calls per warm launch, full path vs raw",
+            total(&full),
+            Unit::Count,
+        )
+        .against(total(&raw)),
+    );
+    for (path, calls) in [("full path", &full), ("raw", &raw)] {
+        for (name, count) in calls {
+            let measure = format!("driver calls per warm launch, {path}: {name}");
+            rows.push(Row::new(section, measure, *count, Unit::Count));
+        }
+    }
     Ok(())
+}
+
+/// Each driver call per launch of `run` (which makes that many launches) on this thread: the
+/// calls of 1 + `launches` launches less those of 1.
+fn calls_per_launch(
+    device: jitbridge::Device,
+    launches: i32,
+    run: &dyn Fn(i32) -> Result<f64, jitbridge::Error>,
+) -> Result<Vec<(String, f64)>, jitbridge::Error> {
+    sys_tools::take_thread_driver_calls(device)?;
+    run(1)?;
+    let one = sys_tools::take_thread_driver_calls(device)?;
+    run(1 + launches)?;
+    let many = sys_tools::take_thread_driver_calls(device)?;
+    Ok(many
+        .into_iter()
+        .filter_map(|(name, count)| {
+            let less = one.iter().find(|(n, _)| *n == name).map_or(0, |(_, c)| *c);
+            let extra = count.saturating_sub(less);
+            (extra > 0).then(|| (name, extra as f64 / f64::from(launches)))
+        })
+        .collect())
 }
