@@ -816,7 +816,8 @@ typedef struct jb_arg {
     jb_scalar scalar;
 } jb_arg;
 
-/* Validates the spec and copies it; nothing is compiled until the first launch. */
+/* Validates the spec and copies it (a code file is read now); nothing is compiled or loaded
+ * until the first launch. */
 JB_API jb_status jb_source_module_new(jb_source_module **out, const jb_source_module_spec *spec);
 JB_API void jb_source_module_free(jb_source_module *module);
 /* "<name>_<16 hex digits of the hash>"; owned by the module. */
