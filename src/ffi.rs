@@ -8,6 +8,8 @@ mod cache_files;
 pub use cache_files::*;
 mod remote;
 pub use remote::*;
+mod source_modules;
+pub use source_modules::*;
 
 use std::os::raw::{c_char, c_int, c_void};
 
@@ -28,50 +30,12 @@ pub struct jb_custom_kernel {
     _private: [u8; 0],
 }
 #[repr(C)]
-pub struct jb_source_module {
-    _private: [u8; 0],
-}
-#[repr(C)]
 pub struct jb_graph {
     _private: [u8; 0],
 }
 #[repr(C)]
 pub struct jb_bench_raw_launcher {
     _private: [u8; 0],
-}
-
-#[repr(C)]
-pub struct jb_source_module_spec {
-    pub struct_size: usize,
-    pub name: *const c_char,
-    pub cpu_source: *const c_char,
-    pub gpu_source: *const c_char,
-    pub entry_names: *const *const c_char,
-    pub num_entries: usize,
-    pub compile_flags: u32,
-    pub defines: *const *const c_char,
-    pub num_defines: usize,
-    pub dtypes: c_int,
-    pub signatures: *const jb_entry_signature,
-    pub compiler_options: *const *const c_char,
-    pub num_compiler_options: usize,
-    pub include_dirs: *const *const c_char,
-    pub num_include_dirs: usize,
-    pub target_arch: *const c_char,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct jb_arg_decl {
-    pub role: c_int,
-    pub dtype: c_int,
-}
-
-#[repr(C)]
-pub struct jb_entry_signature {
-    pub declared: c_int,
-    pub args: *const jb_arg_decl,
-    pub num_args: usize,
 }
 
 pub const JB_ARG_IN: c_int = 1;
@@ -468,6 +432,30 @@ unsafe extern "C" {
         args: *const jb_arg,
         num_args: usize,
         shape: *const jb_launch_shape,
+    ) -> c_int;
+    pub fn jb_source_module_global_size(
+        module: *mut jb_source_module,
+        device: *mut jb_device,
+        name: *const c_char,
+        out_size: *mut usize,
+    ) -> c_int;
+    pub fn jb_source_module_global_write(
+        module: *mut jb_source_module,
+        device: *mut jb_device,
+        stream: *mut jb_stream,
+        name: *const c_char,
+        offset: usize,
+        src: *const c_void,
+        bytes: usize,
+    ) -> c_int;
+    pub fn jb_source_module_global_read(
+        module: *mut jb_source_module,
+        device: *mut jb_device,
+        stream: *mut jb_stream,
+        name: *const c_char,
+        offset: usize,
+        dst: *mut c_void,
+        bytes: usize,
     ) -> c_int;
     pub fn jb_f32_to_f16_bits(value: f32) -> u16;
     pub fn jb_f16_bits_to_f32(bits: u16) -> f32;

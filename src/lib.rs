@@ -87,6 +87,7 @@ mod graph;
 mod kernel;
 mod launch;
 mod logging;
+mod module_code;
 mod probe;
 mod seal;
 mod source_module;
@@ -129,6 +130,7 @@ pub use kernel::{
 };
 pub use launch::{Launch, Output};
 pub use logging::{clear_log_callback, set_log_callback};
+pub use module_code::ModuleCode;
 pub use probe::jit_race_probe_array;
 pub use seal::{SealMode, seal, seal_mode};
 pub use source_module::{Arg, ArgDecl, Signature, SourceModule, SourceModuleSpec};

@@ -10,6 +10,7 @@ use crate::dtype::Scalar;
 use crate::error::{Error, ErrorCode, c_str, check};
 use crate::ffi;
 use crate::kernel::{CompileOptions, LaunchShape, c_string};
+use crate::module_code::{ModuleCode, raw_code};
 use crate::stream::Stream;
 
 /// Describes a whole-source module; start from `Default`. GPU source is CUDA C++ whose entries
@@ -28,6 +29,10 @@ pub struct SourceModuleSpec<'a> {
     pub cpu_source: Option<&'a str>,
     /// Source for cuda and rocm devices.
     pub gpu_source: Option<&'a str>,
+    /// Precompiled code for the cpu device instead of `cpu_source` (not both).
+    pub cpu_code: Option<ModuleCode<'a>>,
+    /// Precompiled code for cuda and rocm devices instead of `gpu_source` (not both).
+    pub gpu_code: Option<ModuleCode<'a>>,
     /// The entry points' names: each a function the source defines (a name it only uses, such
     /// as `memcpy`, fails the first launch with [`ErrorCode::Load`](crate::ErrorCode::Load)).
     pub entries: &'a [&'a str],
@@ -115,12 +120,13 @@ impl SourceModule {
     ///
     /// # Safety
     ///
-    /// For each signature, in every source of `spec` (cpu and GPU), its entry takes exactly its
+    /// For each signature, in every source and precompiled code of `spec` (cpu and GPU; a file's
+    /// contents as read when the module is made), its entry takes exactly its
     /// arguments, in order (an array as a pointer to elements of its dtype, a scalar by value of
     /// its dtype), then one `u64` element count per array argument, and, for every launch shape and
-    /// every value of those arguments, reads and writes only inside its arrays (it bounds its
-    /// indexes by the counts it is given, never by a scalar the caller picks) and writes only the
-    /// arrays declared [`ArgDecl::Out`], a bool array only with 0 or 1. Beyond its arrays, a
+    /// every value of those arguments, reads only inside its arrays and the module's global
+    /// variables, writes only inside its arrays (it bounds its indexes by the counts it is
+    /// given, never by a scalar the caller picks), and writes only the arrays declared [`ArgDecl::Out`], a bool array only with 0 or 1. Beyond its arrays, a
     /// declared entry does nothing undefined (in C11 on the cpu, CUDA C++ / HIP on a GPU) for any
     /// such launch, and neither does any code of the sources (with the options' defines, include
     /// folders and compiler options) that runs when the compiled module is loaded (a cpu module's
@@ -148,6 +154,8 @@ impl SourceModule {
             .map(|e| c_string("entry name", e))
             .collect::<Result<Vec<_>, _>>()?;
         let options = spec.options.c_strings()?;
+        let (cpu_code, _cpu_path) = raw_code(spec.cpu_code.as_ref())?;
+        let (gpu_code, _gpu_path) = raw_code(spec.gpu_code.as_ref())?;
         let entry_ptrs: Vec<_> = entries.iter().map(|s| s.as_ptr()).collect();
         let decls = declarations(spec, signatures)?;
         let c_signatures: Vec<ffi::jb_entry_signature> = decls
@@ -179,6 +187,8 @@ impl SourceModule {
             include_dirs: options.include_ptrs.as_ptr(),
             num_include_dirs: options.include_ptrs.len(),
             target_arch: options.target_arch(),
+            cpu_code,
+            gpu_code,
         };
         let mut raw = std::ptr::null_mut();
         // SAFETY: every pointer lives until the call returns; the library copies.
@@ -228,7 +238,8 @@ impl SourceModule {
     ///
     /// The entry takes exactly `args` (in number, order and type) and, run with them for every
     /// thread of `shape`, reads and writes only inside their arrays, writes only the arrays passed
-    /// as [`Arg::Out`] (a bool array only with 0 or 1), and does nothing else undefined; when this
+    /// as [`Arg::Out`] (a bool array only with 0 or 1), writes no global variable of the module
+    /// that a [`SourceModule::read_global`] may copy meanwhile, and does nothing else undefined; when this
     /// launch is the module's first on the device, neither does the code of the sources that
     /// loading it runs (a cpu module's constructors). The library cannot see the entry's
     /// parameters: on the cpu a mismatch or an access outside an array corrupts this process's
@@ -265,15 +276,7 @@ impl SourceModule {
     /// that loading runs); an `InvalidArgument` error for any other (see
     /// [`SourceModule::prepare_unchecked`]).
     pub fn prepare(&self, device: Device) -> Result<(), Error> {
-        if self.declared.is_empty() {
-            return Err(Error::new(
-                ErrorCode::InvalidArgument,
-                format!(
-                    "module '{}' declares no entry, so nothing vouches for the code that loading                      it runs: make it with SourceModule::new_declared, or use the unsafe                      prepare_unchecked",
-                    self.module_name()
-                ),
-            ));
-        }
+        self.refuse_unvouched("prepare_unchecked")?;
         // SAFETY: new_declared's promise covers the code that loading the module runs.
         unsafe { self.prepare_unchecked(device) }
     }
@@ -287,6 +290,157 @@ impl SourceModule {
     pub unsafe fn prepare_unchecked(&self, device: Device) -> Result<(), Error> {
         // SAFETY: live module and library device; the caller vouches for the load-time code.
         check(unsafe { ffi::jb_source_module_prepare(self.raw, device.raw()) })
+    }
+
+    /// The size in bytes of global variable `name` of the module on `device` (built there
+    /// first, as by [`SourceModule::prepare`]): on a GPU a `__device__` or `__constant__`
+    /// variable, on the cpu one with external linkage (not `static`). An `InvalidArgument` error
+    /// for a name that is not a C identifier or that the module does not define as a variable,
+    /// and for a module made with [`SourceModule::new`] (nothing vouches for its load-time code).
+    pub fn global_size(&self, device: Device, name: &str) -> Result<usize, Error> {
+        self.refuse_unvouched("prepare_unchecked first")?;
+        let name = c_string("global name", name)?;
+        let mut size = 0usize;
+        // SAFETY: live module and device; new_declared's promise covers the load-time code.
+        check(unsafe {
+            ffi::jb_source_module_global_size(self.raw, device.raw(), name.as_ptr(), &mut size)
+        })?;
+        Ok(size)
+    }
+
+    /// Copies `out.len()` bytes of global `name` at byte `offset` into `out`, after the work
+    /// queued so far on the thread's default stream of `device` (work on other streams is not
+    /// waited for). Bytes past the variable's end are an `InvalidArgument` error, with nothing
+    /// copied; otherwise as [`SourceModule::global_size`].
+    pub fn read_global(
+        &self,
+        device: Device,
+        name: &str,
+        offset: usize,
+        out: &mut [u8],
+    ) -> Result<(), Error> {
+        self.read_global_raw(device.raw(), std::ptr::null_mut(), name, offset, out)
+    }
+
+    /// [`SourceModule::read_global`] after the work queued so far on `stream`.
+    pub fn read_global_on(
+        &self,
+        stream: &Stream,
+        name: &str,
+        offset: usize,
+        out: &mut [u8],
+    ) -> Result<(), Error> {
+        self.read_global_raw(std::ptr::null_mut(), stream.raw(), name, offset, out)
+    }
+
+    fn read_global_raw(
+        &self,
+        device: *mut ffi::jb_device,
+        stream: *mut ffi::jb_stream,
+        name: &str,
+        offset: usize,
+        out: &mut [u8],
+    ) -> Result<(), Error> {
+        self.refuse_unvouched("prepare_unchecked first")?;
+        let name = c_string("global name", name)?;
+        // SAFETY: `out` is writable for its length; the library checks the range against the
+        // variable's size. No kernel of a declared module writes a global (new_declared's
+        // promise), and an unchecked launch or write promises not to race this copy.
+        check(unsafe {
+            ffi::jb_source_module_global_read(
+                self.raw,
+                device,
+                stream,
+                name.as_ptr(),
+                offset,
+                out.as_mut_ptr().cast(),
+                out.len(),
+            )
+        })
+    }
+
+    /// Copies `bytes` into global `name` at byte `offset` on `device`, after the work queued so
+    /// far on the thread's default stream of the device and before its later launches. Bytes
+    /// past the variable's end, and a `const` variable of a cpu module, are an
+    /// `InvalidArgument` error, with nothing written; otherwise as
+    /// [`SourceModule::global_size`], for any module.
+    ///
+    /// # Safety
+    ///
+    /// Every entry launched after the write, and run for every launch it is given, does nothing
+    /// undefined with the variable holding these bytes (a pointer, an index or a bool a global
+    /// holds is the caller's to keep valid: no check sees it); no kernel on another stream reads
+    /// or writes the variable while the copy runs, nor does another thread's read or write of it;
+    /// and, if this is the module's first use on the device, the code that loading it runs does
+    /// nothing undefined (as for [`SourceModule::prepare_unchecked`]).
+    pub unsafe fn write_global(
+        &self,
+        device: Device,
+        name: &str,
+        offset: usize,
+        bytes: &[u8],
+    ) -> Result<(), Error> {
+        // SAFETY: the caller's promise.
+        unsafe { self.write_global_raw(device.raw(), std::ptr::null_mut(), name, offset, bytes) }
+    }
+
+    /// [`SourceModule::write_global`] ordered on `stream`.
+    ///
+    /// # Safety
+    ///
+    /// As for [`SourceModule::write_global`].
+    pub unsafe fn write_global_on(
+        &self,
+        stream: &Stream,
+        name: &str,
+        offset: usize,
+        bytes: &[u8],
+    ) -> Result<(), Error> {
+        // SAFETY: the caller's promise.
+        unsafe { self.write_global_raw(std::ptr::null_mut(), stream.raw(), name, offset, bytes) }
+    }
+
+    /// # Safety
+    ///
+    /// As for [`SourceModule::write_global`].
+    unsafe fn write_global_raw(
+        &self,
+        device: *mut ffi::jb_device,
+        stream: *mut ffi::jb_stream,
+        name: &str,
+        offset: usize,
+        bytes: &[u8],
+    ) -> Result<(), Error> {
+        let name = c_string("global name", name)?;
+        // SAFETY: `bytes` is readable for its length; the library checks the range and that
+        // the variable is writable; the caller vouches for what the kernels do with it.
+        check(unsafe {
+            ffi::jb_source_module_global_write(
+                self.raw,
+                device,
+                stream,
+                name.as_ptr(),
+                offset,
+                bytes.as_ptr().cast(),
+                bytes.len(),
+            )
+        })
+    }
+
+    /// An error unless `new_declared`'s promise covers the code that loading the module runs;
+    /// `unchecked` names the unsafe way round.
+    fn refuse_unvouched(&self, unchecked: &str) -> Result<(), Error> {
+        if !self.declared.is_empty() {
+            return Ok(());
+        }
+        Err(Error::new(
+            ErrorCode::InvalidArgument,
+            format!(
+                "module '{}' declares no entry, so nothing vouches for the code that loading it \
+                 runs: make it with SourceModule::new_declared, or use the unsafe {unchecked}",
+                self.module_name()
+            ),
+        ))
     }
 
     fn refuse_undeclared(&self, entry: &str) -> Result<(), Error> {

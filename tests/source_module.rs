@@ -68,6 +68,7 @@ fn module(weight: &str) -> SourceModule {
         entries: &["scale", "accumulate", "slow_fill"],
         options: CompileOptions { defines: &[&define], ..Default::default() },
         dtypes: true,
+        ..Default::default()
     })
     .unwrap()
 }

@@ -748,6 +748,20 @@ typedef struct jb_entry_signature {
     size_t num_args;
 } jb_entry_signature;
 
+/* A module's code built ahead of time (CuPy's RawModule(path=...)), for one dialect instead of
+ * its source: `bytes` (`size` of them), or, with `bytes` NULL, the file at absolute `path`, read
+ * whole when the module is made and trusted as the disk cache trusts its entries: a regular
+ * file (not a link) of this user's, writable by no group or other user, one link, 1 byte to
+ * 64 MiB, in a folder that no one but this user and root can change (each folder from "/" on).
+ * cpu: a shared object for this machine (loaded as a compiled module is, with dlopen); a GPU:
+ * what the driver loads (cuModuleLoadData: a cubin, a fatbin or PTX text; hipModuleLoadData: a
+ * code object), refused at the first load with JB_ERR_LOAD where the driver rejects it. */
+typedef struct jb_module_code {
+    const void *bytes;
+    size_t size;
+    const char *path;
+} jb_module_code;
+
 typedef struct jb_source_module_spec {
     size_t struct_size;             /* sizeof(jb_source_module_spec): JB_SOURCE_MODULE_SPEC_INIT */
     const char *name;               /* identifier */
@@ -780,6 +794,11 @@ typedef struct jb_source_module_spec {
     const char *const *include_dirs;
     size_t num_include_dirs;
     const char *target_arch;
+    /* Optional: precompiled code instead of cpu_source or gpu_source (one of the two per
+     * dialect); the module's identity is the code's bytes. Defines, dtypes and compiler options
+     * apply to sources only. */
+    jb_module_code cpu_code;
+    jb_module_code gpu_code;
 } jb_source_module_spec;
 
 #define JB_SOURCE_MODULE_SPEC_INIT {.struct_size = sizeof(jb_source_module_spec)}
@@ -797,7 +816,8 @@ typedef struct jb_arg {
     jb_scalar scalar;
 } jb_arg;
 
-/* Validates the spec and copies it; nothing is compiled until the first launch. */
+/* Validates the spec and copies it (a code file is read now); nothing is compiled or loaded
+ * until the first launch. */
 JB_API jb_status jb_source_module_new(jb_source_module **out, const jb_source_module_spec *spec);
 JB_API void jb_source_module_free(jb_source_module *module);
 /* "<name>_<16 hex digits of the hash>"; owned by the module. */
@@ -823,6 +843,28 @@ JB_API jb_status jb_source_module_prepare(jb_source_module *module, jb_device *d
 JB_API jb_status jb_source_module_launch(jb_source_module *module, jb_stream *stream,
                                          const char *entry, const jb_arg *args, size_t num_args,
                                          const jb_launch_shape *shape);
+
+/*
+ * Module globals (CuPy's RawModule.get_global): a variable the module's own source defines at
+ * file scope, by name, on one device (the module is built there first, as by
+ * jb_source_module_prepare): on a GPU a `__device__` or `__constant__` variable, on the cpu one
+ * with external linkage (not `static`, not `_Thread_local`; a `const` one is read, never
+ * written). A name that is not a C identifier, a name the module does not define as a variable
+ * (a function, another object's symbol), and bytes past the variable's end are
+ * JB_ERR_INVALID_ARGUMENT, with nothing copied. The size is the variable's in bytes.
+ * A read or write copies `bytes` bytes at byte `offset` of the variable after the work queued on
+ * `stream` so far (NULL: the calling thread's default stream of `device`; with both, the stream
+ * must be on `device`) and before its later work: it returns once the copy is done. Work on
+ * other streams is not waited for: order it with events. Refused while `stream` captures.
+ */
+JB_API jb_status jb_source_module_global_size(jb_source_module *module, jb_device *device,
+                                              const char *name, size_t *out_size);
+JB_API jb_status jb_source_module_global_write(jb_source_module *module, jb_device *device,
+                                               jb_stream *stream, const char *name,
+                                               size_t offset, const void *src, size_t bytes);
+JB_API jb_status jb_source_module_global_read(jb_source_module *module, jb_device *device,
+                                              jb_stream *stream, const char *name,
+                                              size_t offset, void *dst, size_t bytes);
 
 /* ---------------------------------------------------------------------------------------------
  * The race probe: kernel "mlxcel_jit_race_probe_v<variant>", out[i] = inp[i] * 2 + 1, one block

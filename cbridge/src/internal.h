@@ -139,6 +139,11 @@ struct jb_backend {
      * thread's counts (see jb_thread_driver_calls). NULL where there is no driver (the cpu). */
     int (*count_driver_calls)(bool on);
     size_t (*thread_driver_calls)(jb_driver_call_count *out, size_t capacity, bool reset);
+    /* A global variable the module itself defines (not a function, not another object's):
+     * its address on the device, its size in bytes, and whether the host may write it (a cpu
+     * `const` object sits in read-only pages). JB_ERR_INVALID_ARGUMENT when it has none. */
+    int (*module_global)(jb_device *dev, void *module, const char *name, void **out_ptr,
+                         size_t *out_size, bool *out_writable);
 };
 
 extern const jb_backend jb__cpu_backend;

@@ -4,7 +4,8 @@
  * the cpu is still the default and works, and asking for cuda says what the driver said. Then a
  * working fake (host memory for device memory) with and without the stream-ordered allocator:
  * which calls buffers use, data intact, every allocation freed, out-of-memory and a failed wait
- * mapped, and a module load out of memory said as JB_ERR_OUT_OF_MEMORY (not a rejected module).
+ * mapped, a module load out of memory said as JB_ERR_OUT_OF_MEMORY (not a rejected module), and
+ * a module's global copied through cuModuleGetGlobal's address (refused where the driver lacks it).
  * Runs where no real driver loads (CI); elsewhere, and in builds without cuda, it says it
  * skipped and why.
  */
@@ -28,6 +29,29 @@ static int child(void)
     printf("status %d count %d: %s\n", (int)status, count, jb_last_error_message());
     CHECK(jb_device_lookup(&device, "cuda:0") == JB_ERR_NO_DEVICE, "cuda:0 is no device");
     return check_summary("test_fake_driver child");
+}
+
+/* In the child of a working fake, FAKE_GLOBALS: a source module's global written and read back
+ * through cuModuleGetGlobal's address; an unknown name and bytes past the end refused; each
+ * status printed ("globals S S S S"). */
+static void module_globals(jb_device *device)
+{
+    const char *entries[] = {"weigh"};
+    jb_source_module_spec spec = JB_SOURCE_MODULE_SPEC_INIT;
+    spec.name = "fake_globals", spec.gpu_source = "__constant__ float coeffs[4];";
+    spec.entry_names = entries, spec.num_entries = 1;
+    jb_source_module *m = NULL;
+    CHECK_OK(jb_source_module_new(&m, &spec));
+    const float coeffs[4] = {2, 3, 4, 5};
+    float back[4] = {0};
+    int write = jb_source_module_global_write(m, device, NULL, "coeffs", 0, coeffs, sizeof coeffs);
+    int read = jb_source_module_global_read(m, device, NULL, "coeffs", 4, back, 12);
+    int unknown = jb_source_module_global_read(m, device, NULL, "other", 0, back, 4);
+    int past = jb_source_module_global_write(m, device, NULL, "coeffs", 4, coeffs, 16);
+    printf("globals %d %d %d %d: %s\n", write, read, unknown, past, jb_last_error_message());
+    if (read == JB_OK)
+        CHECK(back[0] == 3 && back[2] == 5, "read back %g %g", back[0], back[2]);
+    jb_source_module_free(m);
 }
 
 /* In the child of a working fake: a round trip through device memory, a trim, then what the
@@ -72,6 +96,8 @@ static int working_child(const char *driver)
         jb_array_free(in);
         jb_custom_kernel_free(k);
     }
+    if (getenv("FAKE_GLOBALS"))
+        module_globals(device);
     CHECK_OK(jb_device_trim(NULL, device));
     void *fake = dlopen(driver, RTLD_NOW | RTLD_NOLOAD);
     CHECK(fake != NULL, "%s is not loaded", driver);
@@ -290,7 +316,8 @@ static int forking_parent(void)
 /* A driver that works on host memory, and counts the allocator's calls. FAKE_POOLS=0: the device
  * has no memory pools; FAKE_LIMIT: 1 MiB of memory; FAKE_FAIL_SYNC: waiting for the allocation
  * stream fails; FAKE_LOAD_OOM: loading a module finds the device out of memory; built with
- * NO_ASYNC: no cuMemAllocAsync/cuMemFreeAsync at all. Its NVRTC "compiles" any source. */
+ * NO_ASYNC: no cuMemAllocAsync/cuMemFreeAsync at all; NO_GLOBALS: no cuModuleGetGlobal_v2.
+ * Its NVRTC "compiles" any source. */
 static const char working_source[] =
     "#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n#include <unistd.h>\n"
     "typedef int R; typedef unsigned long long P;\n"
@@ -353,6 +380,12 @@ static const char working_source[] =
     "#ifndef NO_ASYNC\n"
     "R cuMemAllocAsync(P *p, size_t n, void *s) { alloc_stream = s; return get(p, n, 2); }\n"
     "R cuMemFreeAsync(P p, void *s) { alloc_stream = s; return put(p, 3); }\n"
+    "#endif\n"
+    "#ifndef NO_GLOBALS\n"
+    "static float fake_global[4]; /* every module's one global, \"coeffs\" */\n"
+    "R cuModuleGetGlobal_v2(P *p, size_t *n, void *m, const char *name) { forked(__func__);\n"
+    "  (void)m; if (strcmp(name, \"coeffs\")) return 500;\n"
+    "  *p = (P)fake_global; *n = sizeof fake_global; return 0; }\n"
     "#endif\n"
     "R cuMemcpyHtoDAsync_v2(P d, const void *s, size_t n, void *st) { forked(__func__);\n"
     "  (void)st;\n"
@@ -491,6 +524,18 @@ static void test_working_drivers(const char *self, const char *dir)
     CHECK(strstr(text, "coverage child: ") && strstr(text, "coverage: 2 compile, 3 other") &&
               strstr(text, "cpu alone: 1 compile, 0 other"),
           "coverage with cuda:0 the default: %s", text);
+    text = working_driver(self, dir, "pools", "", "FAKE_GLOBALS=1 JITBRIDGE_DISK_CACHE=0");
+    char globals[64];
+    snprintf(globals, sizeof globals, "globals 0 0 %d %d: ", (int)JB_ERR_INVALID_ARGUMENT,
+             (int)JB_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(text, globals) && strstr(text, "outside global 'coeffs' of 16 bytes"),
+          "module globals: %s", text);
+    text = working_driver(self, dir, "no-globals", "-DNO_GLOBALS",
+                          "FAKE_GLOBALS=1 JITBRIDGE_DISK_CACHE=0");
+    snprintf(globals, sizeof globals, "globals %d %d %d %d: ", (int)JB_ERR_UNSUPPORTED,
+             (int)JB_ERR_UNSUPPORTED, (int)JB_ERR_UNSUPPORTED, (int)JB_ERR_UNSUPPORTED);
+    CHECK(strstr(text, globals) && strstr(text, "has no cuModuleGetGlobal_v2"),
+          "a driver without module globals: %s", text);
     text = working_driver(self, dir, "no-async", "-DNO_ASYNC", "FAKE_LIMIT=1");
     CHECK(strstr(text, "CUDA_ERROR_OUT_OF_MEMORY") && strstr(text, "alloc 1 free 1"),
           "out of memory, plain: %s", text);

@@ -63,6 +63,9 @@ int jb__module_check_source(const jb_module *module, const char *module_name,
                             const char *source);
 /* The kernel named `name` in the module, looked up without a lock. */
 jb_kernel_entry *jb__module_kernel(jb_module *module, const char *name);
+/* The module's global variable `name`, through its backend's module_global. */
+int jb__module_global(jb_module *module, const char *name, void **out_ptr, size_t *out_size,
+                      bool *out_writable);
 /* One kernel object's configured state on one device: the hook's result, stored before
  * `configured` is published. Starts zeroed. */
 typedef struct jb_kernel_state {

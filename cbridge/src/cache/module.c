@@ -123,6 +123,14 @@ jb_kernel_entry *jb__module_kernel(jb_module *module, const char *name)
     return NULL;
 }
 
+int jb__module_global(jb_module *module, const char *name, void **out_ptr, size_t *out_size,
+                      bool *out_writable)
+{
+    jb_device *dev = module->device;
+    return dev->backend->module_global(dev, module->native, name, out_ptr, out_size,
+                                       out_writable);
+}
+
 /* Claims, publishes, and a function's shared-memory limit; never held across a hook. */
 static pthread_mutex_t configure_mutex = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t configure_done = PTHREAD_COND_INITIALIZER;

@@ -26,6 +26,8 @@ int jb__cpu_compile_flags(char *const *flags, size_t num_flags, const char *modu
                           const char *source, const jb_compile_options *options, jb_blob *out);
 int jb__cpu_module_load(jb_device *dev, const jb_blob *code, void **out_module);
 int jb__cpu_module_function(jb_device *dev, void *module, const char *name, void **out_fn);
+int jb__cpu_module_global(jb_device *dev, void *module, const char *name, void **out_ptr,
+                          size_t *out_size, bool *out_writable);
 void jb__cpu_module_unload(jb_device *dev, void *module);
 
 #endif /* JB_CPU_H */

@@ -662,4 +662,5 @@ const jb_backend jb__cpu_backend = {
     .graph_set_launch = cpu_graph_set_launch,
     .graph_launch = cpu_graph_launch,
     .graph_destroy = cpu_graph_destroy,
+    .module_global = jb__cpu_module_global,
 };

@@ -607,26 +607,95 @@ int jb__cpu_module_load(jb_device *dev, const jb_blob *code, void **out_module)
 }
 
 /* dlsym on a module's handle also searches the objects it depends on (libc, libm): an entry the
- * source lacks would bind to libc's abort. Only a function the module itself defines counts. */
-int jb__cpu_module_function(jb_device *dev, void *module, const char *name, void **out_fn)
+ * source lacks would bind to libc's abort. Only a symbol the module itself defines counts; a
+ * missing one is `missing` (the status), named a `what`; its ELF entry goes to *out_symbol. */
+static int own_symbol(void *module, const char *name, const char *what, int missing,
+                      void **out_addr,
+                      const ElfW(Sym) **out_symbol, struct link_map **out_own)
 {
-    (void)dev;
     dlerror();
-    void *fn = dlsym(module, name);
-    JB_RETURN_IF(!fn, JB_ERR_LOAD, "the module has no function '%s'", name);
+    void *addr = dlsym(module, name);
+    JB_RETURN_IF(!addr, missing, "the module has no %s '%s'", what, name);
     struct link_map *own = NULL, *found = NULL;
     const ElfW(Sym) *symbol = NULL;
     Dl_info in_object, at_symbol;
     bool located = dlinfo(module, RTLD_DI_LINKMAP, &own) == 0 &&
-                   dladdr1(fn, &in_object, (void **)&found, RTLD_DL_LINKMAP) != 0 &&
-                   dladdr1(fn, &at_symbol, (void **)&symbol, RTLD_DL_SYMENT) != 0;
-    JB_RETURN_IF(!located || !own || found != own, JB_ERR_LOAD,
+                   dladdr1(addr, &in_object, (void **)&found, RTLD_DL_LINKMAP) != 0 &&
+                   dladdr1(addr, &at_symbol, (void **)&symbol, RTLD_DL_SYMENT) != 0;
+    JB_RETURN_IF(!located || !own || found != own, missing,
                  "the module's source does not define '%s' (the name is %s's)", name,
                  located && in_object.dli_fname ? in_object.dli_fname : "another object");
-    int type = symbol ? ELF64_ST_TYPE(symbol->st_info) : STT_NOTYPE; /* ELF32_ST_TYPE is the same */
-    JB_RETURN_IF(at_symbol.dli_saddr != fn || (type != STT_FUNC && type != STT_GNU_IFUNC),
-                 JB_ERR_LOAD, "the module's '%s' is not a function", name);
+    JB_RETURN_IF(at_symbol.dli_saddr != addr || !symbol, missing,
+                 "the module's '%s' is not the start of a symbol", name);
+    *out_addr = addr;
+    *out_symbol = symbol;
+    *out_own = own;
+    return JB_OK;
+}
+
+int jb__cpu_module_function(jb_device *dev, void *module, const char *name, void **out_fn)
+{
+    (void)dev;
+    void *fn;
+    const ElfW(Sym) *symbol;
+    struct link_map *own;
+    JB_FORWARD_IF_ERROR(own_symbol(module, name, "function", JB_ERR_LOAD, &fn, &symbol, &own));
+    int type = ELF64_ST_TYPE(symbol->st_info); /* ELF32_ST_TYPE is the same */
+    JB_RETURN_IF(type != STT_FUNC && type != STT_GNU_IFUNC, JB_ERR_LOAD,
+                 "the module's '%s' is not a function", name);
     *out_fn = fn;
+    return JB_OK;
+}
+
+/* Where in a loaded object [start, end) lies, and whether its pages stay writable. */
+typedef struct object_range {
+    const struct link_map *object;
+    uintptr_t start, end;
+    bool found, writable;
+} object_range;
+
+static int find_range(struct dl_phdr_info *info, size_t size, void *ctx)
+{
+    (void)size;
+    object_range *range = ctx;
+    if (info->dlpi_addr != range->object->l_addr ||
+        strcmp(info->dlpi_name ? info->dlpi_name : "", range->object->l_name) != 0)
+        return 0;
+    bool in_relro = false;
+    for (ElfW(Half) i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
+        if (ph->p_type == PT_LOAD && range->start >= lo && range->end <= hi) {
+            range->found = true;
+            range->writable = (ph->p_flags & PF_W) != 0;
+        }
+        /* The loader makes these pages read-only once it has relocated them. */
+        if (ph->p_type == PT_GNU_RELRO && range->start < hi && range->end > lo)
+            in_relro = true;
+    }
+    range->writable = range->writable && !in_relro;
+    return 1;
+}
+
+/* A data object the module defines (a thread-local one has no one address: refused). */
+int jb__cpu_module_global(jb_device *dev, void *module, const char *name, void **out_ptr,
+                          size_t *out_size, bool *out_writable)
+{
+    (void)dev;
+    void *addr;
+    const ElfW(Sym) *symbol;
+    struct link_map *own;
+    JB_FORWARD_IF_ERROR(own_symbol(module, name, "global variable", JB_ERR_INVALID_ARGUMENT,
+                                      &addr, &symbol, &own));
+    JB_RETURN_IF(ELF64_ST_TYPE(symbol->st_info) != STT_OBJECT, JB_ERR_INVALID_ARGUMENT,
+                 "the module's '%s' is not a global variable", name);
+    object_range range = {own, (uintptr_t)addr, (uintptr_t)addr + symbol->st_size, false, false};
+    dl_iterate_phdr(find_range, &range);
+    JB_RETURN_IF(!range.found, JB_ERR_LOAD,
+                 "the module's global '%s' lies outside its loaded segments", name);
+    *out_ptr = addr;
+    *out_size = symbol->st_size;
+    *out_writable = range.writable;
     return JB_OK;
 }
 

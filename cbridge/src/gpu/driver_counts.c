@@ -96,6 +96,8 @@ COUNTED(cuDeviceGetAttribute, (int *value, CUdevice_attribute attribute, CUdevic
 COUNTED(cuMemAllocAsync, (CUdeviceptr *ptr, size_t bytes, CUstream stream), (ptr, bytes, stream))
 COUNTED(cuMemFreeAsync, (CUdeviceptr ptr, CUstream stream), (ptr, stream))
 COUNTED(cuModuleUnload, (CUmodule module), (module))
+COUNTED(cuModuleGetGlobal, (CUdeviceptr *ptr, size_t *bytes, CUmodule module, const char *name),
+        (ptr, bytes, module, name))
 COUNTED(cuStreamBeginCapture, (CUstream stream, CUstreamCaptureMode mode), (stream, mode))
 COUNTED(cuStreamEndCapture, (CUstream stream, CUgraph *graph), (stream, graph))
 COUNTED(cuStreamGetCaptureInfo,

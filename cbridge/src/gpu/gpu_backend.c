@@ -775,6 +775,27 @@ static void gpu_graph_destroy(jb_device *dev, void *graph)
     free(g);
 }
 
+/* A `__device__` or `__constant__` variable of the module: a device address the copies reach.
+ * A driver without the call (it is optional) refuses every global. */
+static int gpu_module_global(jb_device *dev, void *module, const char *name, void **out_ptr,
+                             size_t *out_size, bool *out_writable)
+{
+    JB_RETURN_IF(!JB_GPU(cuModuleGetGlobal), JB_ERR_UNSUPPORTED,
+                 "the %s driver has no %s: module globals need a newer driver",
+                 JB_GPU_BACKEND_NAME, JB_GPU_STR(cuModuleGetGlobal));
+    JB_FORWARD_IF_ERROR(make_current(dev));
+    CUdeviceptr ptr;
+    size_t bytes = 0;
+    CUresult r = JB_GPU(cuModuleGetGlobal)(&ptr, &bytes, (CUmodule)module, name);
+    JB_RETURN_IF(r != CUDA_SUCCESS, JB_ERR_INVALID_ARGUMENT,
+                 "the module has no global variable '%s': %s: %s", name,
+                 JB_GPU_STR(cuModuleGetGlobal), jb_gpu_error_name(r));
+    *out_ptr = (void *)ptr;
+    *out_size = bytes;
+    *out_writable = true; /* __constant__ is read-only to kernels, not to the host's copies */
+    return JB_OK;
+}
+
 const jb_backend JB_GPU_PREFIXED(backend) = {
     .name = JB_GPU_BACKEND_NAME,
     .dialect = JB_DIALECT_CUDA,
@@ -809,4 +830,5 @@ const jb_backend JB_GPU_PREFIXED(backend) = {
     .graph_destroy = gpu_graph_destroy,
     .count_driver_calls = JB_GPU_PREFIXED(count_driver_calls),
     .thread_driver_calls = JB_GPU_PREFIXED(thread_driver_calls),
+    .module_global = gpu_module_global,
 };

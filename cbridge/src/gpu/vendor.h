@@ -95,6 +95,7 @@ typedef CUcontext jb_gpu_context;
 #define cuModuleLoadData hipModuleLoadData
 #define cuModuleGetFunction hipModuleGetFunction
 #define cuModuleUnload hipModuleUnload
+#define cuModuleGetGlobal hipModuleGetGlobal
 #define cuStreamCreate hipStreamCreateWithFlags
 #define cuStreamCreateWithPriority hipStreamCreateWithPriority
 #define cuStreamGetPriority hipStreamGetPriority
@@ -212,10 +213,11 @@ typedef int jb_gpu_context;
 
 /* Calls used where the driver has them: a missing one leaves its entry NULL, never fails the
  * load (the stream-ordered allocator came with CUDA 11.2 and ROCm 5.2; without an unload, a
- * module whose entries did not all resolve stays loaded). */
+ * module whose entries did not all resolve stays loaded; without a global lookup, module
+ * globals are refused). */
 #define JB_GPU_OPTIONAL_CALLS(X)                                                                   \
-    X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuModuleUnload) JB_GPU_GRAPH_CALLS(X)                  \
-        JB_GPU_OPTIONAL_VENDOR_CALLS(X)
+    X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuModuleUnload) X(cuModuleGetGlobal)                  \
+        JB_GPU_GRAPH_CALLS(X) JB_GPU_OPTIONAL_VENDOR_CALLS(X)
 
 /* The runtime compiler's calls (NVRTC; hiprtc, inside libamdhip64 before ROCm 6). */
 #define JB_GPU_COMPILER_CALLS(X)                                                                   \

@@ -190,4 +190,13 @@ int jb__launch_end(jb_staged_launch *launch, int status, jb_array **outputs);
 void jb__test_set_source_module_name(jb_source_module *m, const char *module_name);
 #endif
 
+/* ---- precompiled module code (module_code.c) ---- */
+/* Whether the caller gave code (bytes or a path). */
+bool jb__module_code_given(const jb_module_code *code);
+/* Copies the code (bytes, or the trusted file read whole) into *out, with one NUL past its
+ * `size`; `owner` names the module in errors. */
+int jb__module_code_copy(const char *owner, const jb_module_code *code, jb_blob *out);
+/* What stands for a source: "precompiled code: N bytes, sha256 HEX" (malloc'd; NULL: no memory). */
+char *jb__module_code_marker(const jb_blob *code);
+
 #endif /* JB_KERNELS_KERNELS_H */

@@ -18,7 +18,8 @@ struct jb_source_module {
     size_t num_entries;
     char **entry_names;
     jb_compile_options options; /* flags and the caller's compiler options (owned) */
-    char *sources[JB_DIALECT_COUNT]; /* NULL where the caller gave none */
+    char *sources[JB_DIALECT_COUNT]; /* NULL where the caller gave none; for code, its marker */
+    jb_blob code[JB_DIALECT_COUNT];  /* precompiled code (owned), else empty */
     jb_entry_signature *signatures;  /* NULL, or one per entry, args copied */
     atomic_bool checked[JB_MAX_DEVICES]; /* by device index: the module is this source's code */
 };
@@ -38,8 +39,10 @@ void jb_source_module_free(jb_source_module *m)
         free((void *)m->signatures[i].args);
     free(m->signatures);
     jb__compile_options_free(&m->options);
-    for (int d = 0; d < JB_DIALECT_COUNT; d++)
+    for (int d = 0; d < JB_DIALECT_COUNT; d++) {
         free(m->sources[d]);
+        free(m->code[d].data);
+    }
     free(m->name);
     free(m->module_name);
     free(m);
@@ -50,8 +53,15 @@ static int spec_check(const jb_source_module_spec *spec)
     const char *problem;
     JB_RETURN_IF(!jb__identifier_ok(spec->name, &problem), JB_ERR_INVALID_ARGUMENT,
                  "the module name %s; it must be a C identifier and not reserved", problem);
-    JB_RETURN_IF(!spec->cpu_source && !spec->gpu_source, JB_ERR_INVALID_ARGUMENT,
-                 "module '%s' has neither a cpu nor a gpu source", spec->name);
+    bool cpu_code = jb__module_code_given(&spec->cpu_code);
+    bool gpu_code = jb__module_code_given(&spec->gpu_code);
+    JB_RETURN_IF(!spec->cpu_source && !spec->gpu_source && !cpu_code && !gpu_code,
+                 JB_ERR_INVALID_ARGUMENT, "module '%s' has neither a cpu nor a gpu source or code",
+                 spec->name);
+    JB_RETURN_IF((spec->cpu_source && cpu_code) || (spec->gpu_source && gpu_code),
+                 JB_ERR_INVALID_ARGUMENT,
+                 "module '%s' has both a source and precompiled code for the %s", spec->name,
+                 spec->cpu_source && cpu_code ? "cpu" : "gpu");
     JB_RETURN_IF(spec->num_entries < 1 || spec->num_entries > JB_KERNEL_MAX_ARRAYS ||
                      !spec->entry_names,
                  JB_ERR_INVALID_ARGUMENT, "module '%s' needs 1 to %d entry names", spec->name,
@@ -169,13 +179,25 @@ jb_status jb_source_module_new(jb_source_module **out, const jb_source_module_sp
         ok = (m->entry_names[i] = jb__strdup(spec.entry_names[i])) != NULL;
     const char *texts[JB_DIALECT_COUNT] = {[JB_DIALECT_C] = spec.cpu_source,
                                            [JB_DIALECT_CUDA] = spec.gpu_source};
+    const jb_module_code *codes[JB_DIALECT_COUNT] = {[JB_DIALECT_C] = &spec.cpu_code,
+                                                     [JB_DIALECT_CUDA] = &spec.gpu_code};
+    for (int d = 0; ok && d < JB_DIALECT_COUNT; d++) {
+        if (!jb__module_code_given(codes[d]))
+            continue;
+        int status = jb__module_code_copy(spec.name, codes[d], &m->code[d]);
+        if (status != JB_OK) {
+            jb_source_module_free(m);
+            return status;
+        }
+        ok = (m->sources[d] = jb__module_code_marker(&m->code[d])) != NULL;
+    }
     /* Every dialect's source, a missing one as a marker: the hash covers them all. */
     uint64_t hash = JB_FNV_SEED;
     for (int d = 0; ok && d < JB_DIALECT_COUNT; d++) {
         if (texts[d])
             ok = (m->sources[d] = module_source(&spec, &m->options, (jb_source_dialect)d,
                                                 texts[d])) != NULL;
-        const char *hashed = texts[d] ? m->sources[d] : "(none)";
+        const char *hashed = m->sources[d] ? m->sources[d] : "(none)";
         if (ok)
             hash = jb__fnv1a64(hashed, strlen(hashed) + 1, hash);
     }
@@ -214,6 +236,12 @@ static int build_source_module(void *ctx, jb_device *dev, const char *module_nam
                                jb_module **out, bool *from_disk)
 {
     jb_source_module *m = ctx;
+    const jb_blob *code = &m->code[dev->backend->dialect];
+    if (code->data) { /* nothing to compile, nothing to keep on disk: the caller has the code */
+        *from_disk = false;
+        return jb__module_create(dev, code, m->sources[dev->backend->dialect],
+                                 (const char *const *)m->entry_names, m->num_entries, out);
+    }
     return jb__module_build(dev, module_name, m->sources[dev->backend->dialect], &m->options,
                             (const char *const *)m->entry_names, m->num_entries, true, out,
                             from_disk);
@@ -390,4 +418,88 @@ jb_status jb_source_module_launch(jb_source_module *m, jb_stream *stream, const 
         }
     jb__event_release(done);
     return JB_OK;
+}
+
+/* Global `name` of the module on `dev`, with [offset, offset + bytes) inside it (and writable
+ * when `writing`): its address at `offset`, its whole size. */
+static int global_range(jb_source_module *m, jb_device *dev, const char *verb, const char *name,
+                        size_t offset, size_t bytes, bool writing, void **out_addr,
+                        size_t *out_size)
+{
+    const char *problem;
+    JB_RETURN_IF(!jb__identifier_ok(name, &problem), JB_ERR_INVALID_ARGUMENT,
+                 "%s: module '%s': the global's name %s", verb, m->name, problem);
+    JB_RETURN_IF(!m->sources[dev->backend->dialect], JB_ERR_UNSUPPORTED,
+                 "module '%s' has no source for the %s backend", m->name, dev->backend->name);
+    jb_module *module;
+    JB_FORWARD_IF_ERROR(module_on(m, dev, &module));
+    void *addr;
+    size_t size;
+    bool writable;
+    JB_FORWARD_IF_ERROR(jb__module_global(module, name, &addr, &size, &writable));
+    JB_RETURN_IF(offset > size || bytes > size - offset, JB_ERR_INVALID_ARGUMENT,
+                 "%s: module '%s': bytes [%zu, %zu + %zu) lie outside global '%s' of %zu bytes",
+                 verb, m->module_name, offset, offset, bytes, name, size);
+    JB_RETURN_IF(writing && !writable, JB_ERR_INVALID_ARGUMENT,
+                 "%s: module '%s': global '%s' is const (its pages are read-only)", verb,
+                 m->module_name, name);
+    *out_addr = (unsigned char *)addr + offset;
+    *out_size = size;
+    return JB_OK;
+}
+
+jb_status jb_source_module_global_size(jb_source_module *m, jb_device *device, const char *name,
+                                       size_t *out_size)
+{
+    const char *verb = "jb_source_module_global_size";
+    JB_RETURN_IF(!m || !device || !out_size, JB_ERR_INVALID_ARGUMENT,
+                 "%s: module, device or out_size is NULL", verb);
+    *out_size = 0;
+    void *addr;
+    return global_range(m, device, verb, name, 0, 0, false, &addr, out_size);
+}
+
+/* A copy to or from global `name`, after `stream`'s launches so far and before its later ones
+ * (NULL: the thread's default stream of `device`; both given: on the same device). The cpu's
+ * copies are not queued, so the stream is waited for first on every backend. */
+static int global_copy(jb_source_module *m, jb_device *device, jb_stream *stream,
+                       const char *name, size_t offset, void *host, size_t bytes, bool writing)
+{
+    const char *verb = writing ? "jb_source_module_global_write" : "jb_source_module_global_read";
+    JB_RETURN_IF(!m, JB_ERR_INVALID_ARGUMENT, "%s: module is NULL", verb);
+    JB_RETURN_IF(bytes && !host, JB_ERR_INVALID_ARGUMENT, "%s: the host data is NULL", verb);
+    JB_RETURN_IF(!device && !stream, JB_ERR_INVALID_ARGUMENT,
+                 "%s: module '%s': no device and no stream", verb, m->name);
+    if (stream)
+        JB_FORWARD_IF_ERROR(jb__stream_check_process(stream, verb));
+    JB_RETURN_IF(device && stream && stream->device != device, JB_ERR_INVALID_ARGUMENT,
+                 "%s: module '%s': the stream is on another device", verb, m->name);
+    jb_device *dev = stream ? stream->device : device;
+    void *global;
+    size_t size;
+    JB_FORWARD_IF_ERROR(global_range(m, dev, verb, name, offset, bytes, writing, &global, &size));
+    if (!stream)
+        JB_FORWARD_IF_ERROR(jb__current_stream(dev, &stream));
+    JB_RETURN_IF(atomic_load_explicit(&stream->capture, memory_order_acquire) != NULL,
+                 JB_ERR_UNSUPPORTED,
+                 "%s: the stream is capturing a graph, which holds no copies (copy outside it)",
+                 verb);
+    if (!bytes)
+        return JB_OK;
+    JB_FORWARD_IF_ERROR(dev->backend->stream_synchronize(dev, stream->native));
+    return writing ? dev->backend->memcpy_htod(dev, stream->native, global, host, bytes)
+                   : dev->backend->memcpy_dtoh(dev, host, global, bytes);
+}
+
+jb_status jb_source_module_global_write(jb_source_module *m, jb_device *device,
+                                        jb_stream *stream, const char *name, size_t offset,
+                                        const void *src, size_t bytes)
+{
+    return global_copy(m, device, stream, name, offset, (void *)src, bytes, true);
+}
+
+jb_status jb_source_module_global_read(jb_source_module *m, jb_device *device, jb_stream *stream,
+                                       const char *name, size_t offset, void *dst, size_t bytes)
+{
+    return global_copy(m, device, stream, name, offset, dst, bytes, false);
 }
