@@ -67,7 +67,7 @@ pub(super) struct Report {
     pub breaker_trips: u64,
 }
 
-pub struct Runner<'a> {
+pub(super) struct Runner<'a> {
     exe: PathBuf,
     device: &'a str,
 }
@@ -91,7 +91,7 @@ impl Runner<'_> {
     }
 
     /// A `__warm-start` child (`args` from `launch`) on `cache`, with `env` set.
-    pub fn warm_start(
+    pub(super) fn warm_start(
         &self,
         args: &[String],
         cache: &Path,
@@ -104,7 +104,7 @@ impl Runner<'_> {
     }
 
     /// Runs a `__warm-start` child to its end: its report.
-    pub fn run(
+    pub(super) fn run(
         &self,
         args: &[String],
         cache: &Path,
