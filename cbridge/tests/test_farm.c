@@ -69,6 +69,25 @@ static void remove_entries(void)
         closedir(d);
 }
 
+/* Runs this program with `args` and `variables` added to the environment; whether it passed. */
+static bool run_self(char **args, const char *const *variables)
+{
+    size_t vars = 0, added = 0;
+    while (environ[vars])
+        vars++;
+    while (variables[added])
+        added++;
+    char **envp = calloc(vars + added + 1, sizeof *envp);
+    memcpy(envp, environ, vars * sizeof *envp);
+    memcpy(envp + vars, variables, added * sizeof *envp);
+    pid_t pid = -1;
+    bool spawned = posix_spawn(&pid, self, NULL, NULL, args, envp) == 0;
+    free(envp);
+    int status = 0;
+    return spawned && pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+           WEXITSTATUS(status) == 0;
+}
+
 /* The manifest of `count` kernels of `set`, their records kept, their entries removed. */
 static void manifest_of(const char *set, int count, char *manifest, size_t len)
 {
@@ -76,20 +95,9 @@ static void manifest_of(const char *set, int count, char *manifest, size_t len)
     char n[16], variable[600];
     snprintf(n, sizeof n, "%d", count);
     snprintf(variable, sizeof variable, "JITBRIDGE_MANIFEST=%s", manifest);
-    size_t vars = 0;
-    while (environ[vars])
-        vars++;
-    char **envp = calloc(vars + 2, sizeof *envp);
-    memcpy(envp, environ, vars * sizeof *envp);
-    envp[vars] = variable;
     char *args[] = {self, "make-set", (char *)set, n, NULL};
-    pid_t pid = -1;
-    CHECK(posix_spawn(&pid, self, NULL, NULL, args, envp) == 0, "spawn %s", self);
-    free(envp);
-    int status = 0;
-    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
-              WEXITSTATUS(status) == 0,
-          "making the manifest of %s", set);
+    const char *variables[] = {variable, NULL};
+    CHECK(run_self(args, variables), "making the manifest of %s", set);
     remove_entries();
 }
 
@@ -238,12 +246,82 @@ static void hostile(jb_device *dev, const char *good_manifest, const char *what,
         rename(saved, path);
 }
 
+/* In a process of its own, in a cache folder of its own, with keys of another library ABI (as
+ * another compiler or architecture would make): the set launched and exported into `bundle`,
+ * with its records or without. */
+static int make_bundle(const char *set, int count, const char *bundle, bool with_sources)
+{
+    jb__test_set_key_abi(jb_abi_version() + 1);
+    CHECK(make_set(set, count) == 0, "launching %s", set);
+    uint64_t exported = 0, skipped = 0, records = 0;
+    const char *manifest = getenv("JITBRIDGE_MANIFEST");
+    if (with_sources)
+        CHECK_OK(jb_disk_cache_export_sources(&exported, &skipped, &records, bundle, manifest));
+    else
+        CHECK_OK(jb_disk_cache_export(&exported, &skipped, bundle, manifest));
+    CHECK(exported == (uint64_t)count && records == (with_sources ? (uint64_t)count : 0),
+          "%s: exported %llu, records %llu", bundle, (unsigned long long)exported,
+          (unsigned long long)records);
+    return check_summary("test_farm (making a bundle)");
+}
+
+/* The bundle of `count` kernels of `set` made elsewhere (make_bundle), at `bundle`. */
+static void bundle_of(const char *set, int count, bool with_sources, char *bundle, size_t len)
+{
+    snprintf(bundle, len, "%s/%s.jbb", dir, set);
+    char n[16], manifest[600], cache_dir[600];
+    snprintf(n, sizeof n, "%d", count);
+    snprintf(manifest, sizeof manifest, "JITBRIDGE_MANIFEST=%s/%s.elsewhere", dir, set);
+    snprintf(cache_dir, sizeof cache_dir, "JITBRIDGE_CACHE_DIR=%s/elsewhere", dir);
+    char *args[] = {self, "make-bundle", (char *)set, n, bundle,
+                    with_sources ? "with-sources" : "without", NULL};
+    const char *variables[] = {manifest, cache_dir, NULL};
+    CHECK(run_self(args, variables), "making the bundle of %s", set);
+}
+
+/* A bundle with records, made under other keys, is rebuilt here by the workers: every kernel
+ * built there, loaded here, 0 compiles here. One without records builds nothing, and says so. */
+static void farm_bundles(jb_device *dev)
+{
+    char bundle[512];
+    bundle_of("bundled", 5, true, bundle, sizeof bundle);
+    uint64_t before = builds();
+    jb_prewarm_build_result r;
+    CHECK_OK(jb_prewarm_build(&r, dev, bundle, 2, self));
+    CHECK(builds() == before, "bundle: the farm compiled %llu here",
+          (unsigned long long)(builds() - before));
+    uint64_t late = launch_set(dev, "bundled", 5);
+    CHECK(r.built == 5 && r.failed == 0 && r.refused == 0 && r.workers == 2 &&
+              r.load.loaded == 5 && late == 0,
+          "bundle: built %llu, failed %llu, refused %llu, workers %llu, loaded %llu, compiled "
+          "at launch %llu",
+          (unsigned long long)r.built, (unsigned long long)r.failed,
+          (unsigned long long)r.refused, (unsigned long long)r.workers,
+          (unsigned long long)r.load.loaded, (unsigned long long)late);
+    /* Again: every kernel present under this device's keys, no worker. */
+    CHECK_OK(jb_prewarm_build(&r, dev, bundle, 2, self));
+    CHECK(r.present == 5 && r.workers == 0 && r.built == 0, "bundle again: present %llu, "
+          "workers %llu", (unsigned long long)r.present, (unsigned long long)r.workers);
+
+    bundle_of("bare", 3, false, bundle, sizeof bundle);
+    before = builds();
+    CHECK_OK(jb_prewarm_build(&r, dev, bundle, 2, self));
+    CHECK(r.without_source == 3 && r.built == 0 && r.workers == 0 && r.load.loaded == 0 &&
+              builds() == before,
+          "bundle without records: without a record %llu, built %llu, workers %llu",
+          (unsigned long long)r.without_source, (unsigned long long)r.built,
+          (unsigned long long)r.workers);
+    nothing_left("bundles");
+}
+
 int main(int argc, char **argv)
 {
     if (argc >= 2 && strcmp(argv[1], JB_BUILD_WORKER_ARG) == 0)
         return jb_prewarm_build_worker_main(argc, argv);
     if (argc == 4 && strcmp(argv[1], "make-set") == 0)
         return make_set(argv[2], atoi(argv[3]));
+    if (argc == 6 && strcmp(argv[1], "make-bundle") == 0)
+        return make_bundle(argv[2], atoi(argv[3]), argv[4], strcmp(argv[5], "with-sources") == 0);
     /* Workers are this program: its path made absolute (the farm never searches PATH). */
     CHECK(realpath(argv[0], self), "realpath %s", argv[0]);
     CHECK(mkdtemp(dir), "mkdtemp");
@@ -268,6 +346,7 @@ int main(int argc, char **argv)
           (unsigned long long)r.built, (unsigned long long)r.failed,
           (unsigned long long)r.workers, (unsigned long long)r.load.loaded,
           (unsigned long long)late);
+    farm_bundles(dev);
     /* Again: every kernel present, no worker. */
     char manifest[512];
     snprintf(manifest, sizeof manifest, "%s/plain.manifest", dir);

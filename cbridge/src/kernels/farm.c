@@ -392,11 +392,20 @@ jb_status jb_prewarm_build(jb_prewarm_build_result *out, jb_device *device, cons
         free(built);
         free(envp);
     }
-    jb__farm_list_free(&list);
-    if (status != JB_OK)
-        return status;
+    if (status == JB_OK && list.bundle && out->without_source)
+        jb__warn("cache build: %llu kernels of the bundle %s carry no source record, so they "
+                 "cannot be rebuilt here (export it with its records: cache export "
+                 "--with-sources); they compile at their first use",
+                 (unsigned long long)out->without_source, path);
     jb_prewarm_result load;
-    status = jb_prewarm(&load, device, path);
-    out->load = load;
+    if (status == JB_OK)
+        status = jb_prewarm(&load, device, path);
+    /* A bundle made elsewhere: what the workers built is under this device's keys. */
+    for (size_t i = 0; status == JB_OK && list.bundle && i < list.count; i++)
+        jb__prewarm_entry(&load, device, list.items[i].key, list.items[i].record,
+                          jb__source_record_rules);
+    if (status == JB_OK)
+        out->load = load;
+    jb__farm_list_free(&list);
     return status;
 }
