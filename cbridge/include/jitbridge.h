@@ -1268,6 +1268,33 @@ typedef struct jb_prewarm_build_result {
  * blocks the calling thread until the workers are done. */
 JB_API jb_status jb_prewarm_build(jb_prewarm_build_result *out, jb_device *device,
                                   const char *path, unsigned jobs, const char *worker);
+/* jb_prewarm_build in the background: a handle to a build under way. */
+typedef struct jb_prewarm_build_job jb_prewarm_build_job;
+/* A background build's counters so far. */
+typedef struct jb_prewarm_build_progress {
+    uint64_t total;   /* kernels given to workers (0 until the file is read) */
+    uint64_t built;   /* reported built by their worker */
+    uint64_t failed;  /* reported failed, or lost with their worker */
+    uint64_t pending; /* total - built - failed: being built or waiting for a worker */
+    uint64_t done;    /* 1 once the build and the load after it are over: wait returns at once */
+} jb_prewarm_build_progress;
+/* jb_prewarm_build on a thread of its own: the same refusals are returned here at once (before
+ * anything is read), then *out is a handle and the build goes on while the caller serves.
+ * A launch that misses a kernel a worker is building waits for that worker's lease on the
+ * kernel (as another process's build is waited for) and loads what it stored: the kernel is
+ * compiled once. The thread blocks every signal (no handler of the host runs on it) and holds
+ * no library lock while its workers run. End it with jb_prewarm_build_wait or
+ * jb_prewarm_build_detach (exactly one of them). JB_ERR_SYSTEM when no thread can start. */
+JB_API jb_status jb_prewarm_build_start(jb_prewarm_build_job **out, jb_device *device,
+                                        const char *path, unsigned jobs, const char *worker);
+/* The job's counters now (any thread, while the job is not yet waited for or detached). */
+JB_API jb_status jb_prewarm_build_poll(const jb_prewarm_build_job *job,
+                                       jb_prewarm_build_progress *out);
+/* Waits for the build and the load after it, fills *out as jb_prewarm_build does and returns
+ * its status (its message on the calling thread); the job is freed. */
+JB_API jb_status jb_prewarm_build_wait(jb_prewarm_build_job *job, jb_prewarm_build_result *out);
+/* Lets the build go on without a waiter: the job frees itself when it is over. */
+JB_API void jb_prewarm_build_detach(jb_prewarm_build_job *job);
 /* The number of processors this process may run on (sched_getaffinity), at least 1: the
  * command's default jobs count. */
 JB_API unsigned jb_usable_processors(void);

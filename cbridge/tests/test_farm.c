@@ -13,6 +13,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -314,6 +315,109 @@ static void farm_bundles(jb_device *dev)
     nothing_left("bundles");
 }
 
+/* Opens the gate of the slow compiler after `ms`, from a thread of its own. */
+static void *open_gate_later(void *ms)
+{
+    usleep((useconds_t)(uintptr_t)ms * 1000);
+    char go[300];
+    snprintf(go, sizeof go, "%s/go", dir);
+    FILE *f = fopen(go, "w");
+    if (f)
+        fclose(f);
+    return NULL;
+}
+
+static bool exists(const char *name)
+{
+    char path[300];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return access(path, F_OK) == 0;
+}
+
+/* A build in the background: the call returns at once, its counters show the worker held at a
+ * compiler's gate, and a launch of the kernel that worker builds waits for its lease and loads
+ * what it stored: 0 compiles here. */
+/* The compiler of this whole test (the process keeps the identity it found first): cc behind
+ * a gate, `dir`/go, which a compile (with -o) waits for; it writes `dir`/started on its way. */
+static void slow_compiler_install(void)
+{
+    char script[300], started[300], go[300];
+    snprintf(script, sizeof script, "%s/slow-cc", dir);
+    snprintf(started, sizeof started, "%s/started", dir);
+    snprintf(go, sizeof go, "%s/go", dir);
+    FILE *f = fopen(script, "w");
+    CHECK(f, "write %s", script);
+    if (!f)
+        return;
+    fprintf(f, "#!/bin/sh\ncase \" $* \" in *\" -o \"*)\n  : > '%s'\n"
+               "  while [ ! -e '%s' ]; do sleep 0.02; done;;\nesac\nexec cc \"$@\"\n",
+            started, go);
+    fclose(f);
+    chmod(script, 0755);
+    setenv("CC", script, 1);
+    open_gate_later((void *)(uintptr_t)0);
+}
+
+static void farm_background(jb_device *dev)
+{
+    char manifest[512], started[300], go[300];
+    snprintf(started, sizeof started, "%s/started", dir);
+    snprintf(go, sizeof go, "%s/go", dir);
+    manifest_of("background", 2, manifest, sizeof manifest);
+    unlink(go);
+    unlink(started);
+
+    uint64_t before = builds();
+    jb_prewarm_build_job *job = NULL;
+    uint64_t start = jb__now_ns();
+    CHECK_OK(jb_prewarm_build_start(&job, dev, manifest, 1, self));
+    CHECK((jb__now_ns() - start) / 1000000 < 2000, "start took %llu ms",
+          (unsigned long long)((jb__now_ns() - start) / 1000000));
+    jb_prewarm_build_progress p = {0};
+    for (int i = 0; i < 2000 && !exists("started"); i++)
+        usleep(10000);
+    CHECK(exists("started"), "no worker reached the compiler");
+    CHECK_OK(jb_prewarm_build_poll(job, &p));
+    CHECK(p.total == 2 && p.built == 0 && p.pending == 2 && !p.done,
+          "at the gate: total %llu, built %llu, pending %llu, done %llu",
+          (unsigned long long)p.total, (unsigned long long)p.built,
+          (unsigned long long)p.pending, (unsigned long long)p.done);
+
+    pthread_t opener;
+    CHECK(pthread_create(&opener, NULL, open_gate_later, (void *)(uintptr_t)300) == 0,
+          "thread");
+    start = jb__now_ns();
+    uint64_t late = launch_set(dev, "background", 1); /* the kernel the worker is on */
+    uint64_t waited_ms = (jb__now_ns() - start) / 1000000;
+    pthread_join(opener, NULL);
+    CHECK(late == 0 && waited_ms >= 250,
+          "a launch during the build: %llu compiles here, waited %llu ms (its lease: >= 250)",
+          (unsigned long long)late, (unsigned long long)waited_ms);
+
+    for (int i = 0; i < 2000 && jb_prewarm_build_poll(job, &p) == JB_OK && !p.done; i++)
+        usleep(10000);
+    CHECK(p.done && p.built == 2 && p.failed == 0 && p.pending == 0,
+          "done: %llu, built %llu, failed %llu", (unsigned long long)p.done,
+          (unsigned long long)p.built, (unsigned long long)p.failed);
+    jb_prewarm_build_result r;
+    CHECK_OK(jb_prewarm_build_wait(job, &r));
+    CHECK(r.built == 2 && r.load.loaded + r.load.present == 2 && builds() == before &&
+              launch_set(dev, "background", 2) == 0,
+          "background: built %llu, loaded %llu, present %llu, compiled here %llu",
+          (unsigned long long)r.built, (unsigned long long)r.load.loaded,
+          (unsigned long long)r.load.present, (unsigned long long)(builds() - before));
+
+    /* Refusals come at once; a job detached after its end frees itself. */
+    CHECK(jb_prewarm_build_start(&job, dev, manifest, 0, self) == JB_ERR_INVALID_ARGUMENT &&
+              job == NULL,
+          "jobs 0 started a build");
+    CHECK_OK(jb_prewarm_build_start(&job, dev, manifest, 1, self));
+    for (int i = 0; i < 2000 && jb_prewarm_build_poll(job, &p) == JB_OK && !p.done; i++)
+        usleep(10000);
+    jb_prewarm_build_detach(job);
+    nothing_left("background");
+}
+
 int main(int argc, char **argv)
 {
     if (argc >= 2 && strcmp(argv[1], JB_BUILD_WORKER_ARG) == 0)
@@ -333,6 +437,7 @@ int main(int argc, char **argv)
     unsetenv("JITBRIDGE_REMOTE_CACHE");
     unsetenv("JITBRIDGE_BUILD_WORKER");
     setenv("JITBRIDGE_COMPILE_TIMEOUT_MS", "20000", 1);
+    slow_compiler_install();
     jb_device *dev = NULL;
     CHECK_OK(jb_device_get(&dev, JB_DEVICE_CPU, 0));
     uint64_t late = 0;
@@ -461,6 +566,8 @@ int main(int argc, char **argv)
     }
     CHECK(jb_prewarm_build(NULL, dev, manifest, 2, self) == JB_ERR_INVALID_ARGUMENT, "NULL out");
     nothing_left("bad arguments");
+
+    farm_background(dev);
 
     /* Hostile records never reach a compiler, nor a worker. */
     hostile(dev, manifest, "another hash", "source ", "source ", true, 1);

@@ -70,6 +70,7 @@ typedef struct farm {
     const char *program;
     uint64_t timeout_ns;
     jb_prewarm_build_result *out;
+    jb_farm_progress *progress;
 } farm;
 
 unsigned jb_usable_processors(void)
@@ -194,6 +195,7 @@ static void take_report(farm *f, worker *w, char *line)
     if (index >= w->count || w->built[w->first + index] || *end != (ok ? '\0' : ' '))
         return; /* not a line of ours: nothing counts as built */
     w->reported++;
+    atomic_fetch_add(ok ? &f->progress->built : &f->progress->failed, 1);
     if (ok)
         w->built[w->first + index] = true;
     else
@@ -265,6 +267,7 @@ static void end_worker(farm *f, worker *w)
     close(w->pipe);
     w->pipe = -1;
     reap_worker(w);
+    atomic_fetch_add(&f->progress->failed, w->count - w->reported); /* lost with the worker */
     for (size_t i = w->first; i < w->first + w->count; i++)
         f->out->built += f->built[i];
 }
@@ -345,11 +348,9 @@ static int run_workers(farm *f, unsigned jobs)
     return f->out->workers ? JB_OK : start_status;
 }
 
-jb_status jb_prewarm_build(jb_prewarm_build_result *out, jb_device *device, const char *path,
-                           unsigned jobs, const char *worker_program)
+int jb__farm_refusal(jb_device *device, const char *path, unsigned jobs,
+                     const char **worker_program)
 {
-    JB_RETURN_IF(!out, JB_ERR_INVALID_ARGUMENT, "jb_prewarm_build: out is NULL");
-    memset(out, 0, sizeof *out);
     JB_RETURN_IF(!device || !path, JB_ERR_INVALID_ARGUMENT, "jb_prewarm_build: %s is NULL",
                  device ? "path" : "device");
     JB_RETURN_IF(jobs < 1 || jobs > JB_PREWARM_BUILD_MAX_JOBS, JB_ERR_INVALID_ARGUMENT,
@@ -364,28 +365,36 @@ jb_status jb_prewarm_build(jb_prewarm_build_result *out, jb_device *device, cons
     JB_RETURN_IF(jb_seal_mode_get() == JB_SEAL_ERROR, JB_ERR_SEALED,
                  "jb_prewarm_build: the process is sealed (JB_SEAL_ERROR): it starts no compiler, "
                  "in worker processes neither; build before sealing");
-    if (!worker_program)
-        worker_program = getenv("JITBRIDGE_BUILD_WORKER");
-    JB_RETURN_IF(!worker_program || !strchr(worker_program, '/'), JB_ERR_INVALID_ARGUMENT,
+    if (!*worker_program)
+        *worker_program = getenv("JITBRIDGE_BUILD_WORKER");
+    const char *worker = *worker_program;
+    JB_RETURN_IF(!worker || !strchr(worker, '/'), JB_ERR_INVALID_ARGUMENT,
                  "jb_prewarm_build: the worker program must be a path (a '/' in it; it is "
                  "never looked for in PATH), given or in JITBRIDGE_BUILD_WORKER, not '%s'",
-                 worker_program ? worker_program : "(none)");
+                 worker ? worker : "(none)");
     /* Checked before any worker starts: some posix_spawn implementations (and valgrind's)
      * report a program that cannot run only by the child's exit status 127. */
-    JB_RETURN_IF(access(worker_program, X_OK) != 0, JB_ERR_SYSTEM,
-                 "cannot start the compile farm worker '%s': %s", worker_program,
-                 strerror(errno));
+    JB_RETURN_IF(access(worker, X_OK) != 0, JB_ERR_SYSTEM,
+                 "cannot start the compile farm worker '%s': %s", worker, strerror(errno));
     JB_RETURN_IF(!jb__disk_cache_usable(), JB_ERR_UNSUPPORTED,
                  "jb_prewarm_build: the workers store into the cache folder, which is off");
+    return JB_OK;
+}
+
+int jb__farm_run(jb_prewarm_build_result *out, jb_device *device, const char *path,
+                 unsigned jobs, const char *worker_program, jb_farm_progress *progress)
+{
+    memset(out, 0, sizeof *out);
     jb__bundles_present();
     jb_farm_list list;
     JB_FORWARD_IF_ERROR(jb__farm_items_read(device, path, &list, out));
+    atomic_store(&progress->total, list.count);
     int status = JB_OK;
     if (list.count) {
         bool *built = calloc(list.count, sizeof *built);
         char **envp = worker_environment();
         farm f = {device, &list, built, envp, worker_program,
-                  jb__child_timeout_ms() * 1000000ULL, out};
+                  jb__child_timeout_ms() * 1000000ULL, out, progress};
         status = built && envp ? run_workers(&f, jobs)
                                : jb__fail(JB_ERR_OUT_OF_MEMORY, "no memory for the compile farm");
         out->failed = list.count - out->built;
@@ -408,4 +417,14 @@ jb_status jb_prewarm_build(jb_prewarm_build_result *out, jb_device *device, cons
         out->load = load;
     jb__farm_list_free(&list);
     return status;
+}
+
+jb_status jb_prewarm_build(jb_prewarm_build_result *out, jb_device *device, const char *path,
+                           unsigned jobs, const char *worker_program)
+{
+    JB_RETURN_IF(!out, JB_ERR_INVALID_ARGUMENT, "jb_prewarm_build: out is NULL");
+    memset(out, 0, sizeof *out);
+    JB_FORWARD_IF_ERROR(jb__farm_refusal(device, path, jobs, &worker_program));
+    jb_farm_progress progress = {0};
+    return jb__farm_run(out, device, path, jobs, worker_program, &progress);
 }

@@ -79,6 +79,19 @@ typedef struct jb_farm_list {
 int jb__farm_items_read(jb_device *dev, const char *path, jb_farm_list *list,
                         jb_prewarm_build_result *out);
 void jb__farm_list_free(jb_farm_list *list);
+/* A farm's counters, read while it runs (jb_prewarm_build_poll): kernels given to workers,
+ * reported built, failed or lost with their worker. */
+typedef struct jb_farm_progress {
+    _Atomic uint64_t total, built, failed;
+} jb_farm_progress;
+/* jb_prewarm_build's refusals before anything is read (arguments, setuid, sealed, no worker
+ * program, the cache folder off); *worker_program NULL is taken from JITBRIDGE_BUILD_WORKER. */
+int jb__farm_refusal(jb_device *device, const char *path, unsigned jobs,
+                     const char **worker_program);
+/* jb_prewarm_build after jb__farm_refusal passed: the list read, the workers run (counted in
+ * `progress` as they report), the kernels loaded. Any thread; signals are the caller's. */
+int jb__farm_run(jb_prewarm_build_result *out, jb_device *device, const char *path,
+                 unsigned jobs, const char *worker_program, jb_farm_progress *progress);
 #ifdef JB_TEST_HOOKS
 /* true: the farm takes this process for a setuid one (its refusal, without a setuid binary). */
 void jb__test_set_farm_secure(bool secure);
