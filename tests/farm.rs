@@ -76,6 +76,14 @@ fn the_farm_builds_a_manifest_in_workers_and_this_process_only_loads() {
     assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
     remove_entries(&cache);
     let before = Counters::read();
+    let farm_built = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let seen = farm_built.clone();
+    jitbridge::set_event_callback(move |e| {
+        if e.kind == jitbridge::CacheEventKind::FarmBuilt {
+            seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    })
+    .unwrap();
     let job = disk_cache::prewarm_build_start(cpu, &background, Some(2), Some(worker)).unwrap();
     let mut progress = job.progress();
     while !progress.is_done() {
@@ -84,7 +92,9 @@ fn the_farm_builds_a_manifest_in_workers_and_this_process_only_loads() {
     }
     assert_eq!((progress.total, progress.built, progress.failed, progress.pending), (k, k, 0, 0));
     let r = job.wait().unwrap();
+    jitbridge::clear_event_callback().unwrap();
     assert_eq!((r.built, r.workers, r.load.loaded), (k, 2, k), "{r:?}");
+    assert_eq!(farm_built.load(std::sync::atomic::Ordering::Relaxed), k, "farm built events");
     assert_eq!(Counters::read().since(&before).builds, 0, "compiled in this process");
     // Refusals come at once; a dropped handle waits; a detached one frees itself.
     let e = disk_cache::prewarm_build_start(cpu, &background, Some(0), Some(worker)).unwrap_err();

@@ -1069,6 +1069,11 @@ typedef enum jb_cache_event_kind {
                                           * not loaded; message says why */
     JB_CACHE_EVENT_REMOTE_STORE = 12,  /* compiled code written to the remote tier; duration:
                                         * the write */
+    JB_CACHE_EVENT_FARM_BUILT = 13,    /* a compile farm worker reported the kernel built and
+                                        * stored (jb_prewarm_build); on the farm's thread;
+                                        * content_key: its cache folder entry */
+    JB_CACHE_EVENT_FARM_FAILED = 14,   /* a compile farm worker failed the kernel, or was lost
+                                        * (crashed, killed, hung) on it; message says why */
 } jb_cache_event_kind;
 
 /* One event. Every string is valid during the callback only, never NULL ("" when absent). Fields

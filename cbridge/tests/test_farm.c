@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -153,6 +154,17 @@ static uint64_t launch_set(jb_device *dev, const char *set, int count)
     return builds() - before;
 }
 
+static atomic_ulong farm_events[2]; /* FARM_BUILT, FARM_FAILED events seen */
+
+static void count_farm_event(void *user, const jb_cache_event *e)
+{
+    (void)user;
+    if (e->kind == JB_CACHE_EVENT_FARM_BUILT || e->kind == JB_CACHE_EVENT_FARM_FAILED)
+        atomic_fetch_add(&farm_events[e->kind == JB_CACHE_EVENT_FARM_FAILED], 1);
+    if (e->kind == JB_CACHE_EVENT_FARM_BUILT && strlen(e->content_key) == 0)
+        atomic_fetch_add(&farm_events[1], 1000); /* an event that names no entry is wrong */
+}
+
 /* Builds the set with `jobs` workers (JITBRIDGE_TEST_FARM_FAULT=`fault` in them, or none) and
  * launches it: the result, and the compiles its launches took in *late. */
 static jb_prewarm_build_result farm_set(jb_device *dev, const char *set, int count,
@@ -167,8 +179,16 @@ static jb_prewarm_build_result farm_set(jb_device *dev, const char *set, int cou
     jb_prewarm_build_result r;
     if (ignore_sigchld)
         signal(SIGCHLD, SIG_IGN);
+    atomic_store(&farm_events[0], 0);
+    atomic_store(&farm_events[1], 0);
+    CHECK_OK(jb_set_event_callback(count_farm_event, NULL));
     CHECK_OK(jb_prewarm_build(&r, dev, manifest, jobs, self));
+    CHECK_OK(jb_set_event_callback(NULL, NULL));
     signal(SIGCHLD, SIG_DFL);
+    CHECK(atomic_load(&farm_events[0]) == r.built && atomic_load(&farm_events[1]) == r.failed,
+          "%s: events of %lu built, %lu failed; built %llu, failed %llu", set,
+          atomic_load(&farm_events[0]), atomic_load(&farm_events[1]),
+          (unsigned long long)r.built, (unsigned long long)r.failed);
     CHECK(builds() == before, "%s: the farm compiled %llu in this process", set,
           (unsigned long long)(builds() - before));
     unsetenv("JITBRIDGE_TEST_FARM_FAULT");

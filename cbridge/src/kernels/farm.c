@@ -36,6 +36,8 @@ extern char **environ;
 #define REPORT_BYTES 1024       /* a report line's longest */
 #define EXIT_WAIT_MS 2000       /* a worker's exit after its pipe closed */
 
+enum { UNREPORTED, BUILT, FAILED }; /* an item's state, from its worker's reports */
+
 #ifdef JB_TEST_HOOKS
 static bool test_secure, test_no_pidfd;
 void jb__test_set_farm_secure(bool secure)
@@ -56,7 +58,7 @@ typedef struct worker {
     int pipe;  /* the read end; -1 once it ended */
     size_t first, count;
     size_t reported; /* its kernels reported, built or not: the next is the one it is on */
-    bool *built; /* of the farm's items */
+    unsigned char *state; /* of the farm's items: UNREPORTED, BUILT or FAILED */
     uint64_t deadline_ns; /* last progress plus the compile timeout */
     char line[REPORT_BYTES];
     size_t used;
@@ -65,7 +67,7 @@ typedef struct worker {
 typedef struct farm {
     jb_device *dev;
     const jb_farm_list *list;
-    bool *built;
+    unsigned char *state;
     char *const *envp;
     const char *program;
     uint64_t timeout_ns;
@@ -171,7 +173,7 @@ static int start_worker(farm *f, size_t first, size_t count, worker *w)
     if (w->pid > 0) {
         w->pidfd = test_no_pidfd ? -1 : (int)syscall(SYS_pidfd_open, (long)w->pid, 0L);
         w->pipe = fds[0];
-        w->built = f->built;
+        w->state = f->state;
         w->deadline_ns = jb__now_ns() + f->timeout_ns;
         f->out->workers++;
     } else if (fds[0] >= 0) {
@@ -180,6 +182,23 @@ static int start_worker(farm *f, size_t first, size_t count, worker *w)
     free(argv);
     free(args);
     return status;
+}
+
+/* The event of the farm's item i, finished: built, or failed (`why`), on the farm's thread. */
+static void raise_finished(farm *f, size_t i, bool built, const char *why)
+{
+    if (!jb__callback_installed(JB_CALLBACK_EVENT))
+        return; /* nobody listens: not even the key's text is made */
+    const jb_farm_item *item = &f->list->items[i];
+    char key[sizeof item->module + 16], hex[2 * JB_SHA256_BYTES + 1];
+    snprintf(key, sizeof key, "%d:%s", f->dev->index, item->module);
+    jb__hex(item->key, JB_SHA256_BYTES, hex);
+    hex[JB_DISK_ENTRY_HEX] = '\0';
+    jb__event_build_begin(f->dev, item->module, key);
+    jb__event_build_content_key(hex);
+    jb__event_raise(built ? JB_CACHE_EVENT_FARM_BUILT : JB_CACHE_EVENT_FARM_FAILED, 0,
+                    built ? JB_OK : JB_ERR_COMPILE, why);
+    jb__event_build_end();
 }
 
 /* One report line of worker `w`: "ok <i>" or "failed <i> <why>". */
@@ -192,13 +211,14 @@ static void take_report(farm *f, worker *w, char *line)
     unsigned long index = (ok || failed) && *number >= '0' && *number <= '9'
                               ? strtoul(number, &end, 10)
                               : ULONG_MAX;
-    if (index >= w->count || w->built[w->first + index] || *end != (ok ? '\0' : ' '))
-        return; /* not a line of ours: nothing counts as built */
+    if (index >= w->count || w->state[w->first + index] != UNREPORTED ||
+        *end != (ok ? '\0' : ' '))
+        return; /* not a line of ours, or a kernel reported already: nothing counts */
     w->reported++;
     atomic_fetch_add(ok ? &f->progress->built : &f->progress->failed, 1);
-    if (ok)
-        w->built[w->first + index] = true;
-    else
+    raise_finished(f, w->first + index, ok, ok ? NULL : *end ? end + 1 : "no reason given");
+    w->state[w->first + index] = ok ? BUILT : FAILED;
+    if (!ok)
         jb__warn("cache build: module '%s' was not built by a worker (it compiles at its first "
                  "use): %s",
                  f->list->items[w->first + index].module, *end ? end + 1 : "no reason given");
@@ -268,8 +288,11 @@ static void end_worker(farm *f, worker *w)
     w->pipe = -1;
     reap_worker(w);
     atomic_fetch_add(&f->progress->failed, w->count - w->reported); /* lost with the worker */
-    for (size_t i = w->first; i < w->first + w->count; i++)
-        f->out->built += f->built[i];
+    for (size_t i = w->first; i < w->first + w->count; i++) {
+        f->out->built += f->state[i] == BUILT;
+        if (f->state[i] == UNREPORTED)
+            raise_finished(f, i, false, "its worker ended (crashed, killed or timed out) first");
+    }
 }
 
 /* Runs the list through at most `jobs` workers at once; an error only when none could start. */
@@ -391,14 +414,14 @@ int jb__farm_run(jb_prewarm_build_result *out, jb_device *device, const char *pa
     atomic_store(&progress->total, list.count);
     int status = JB_OK;
     if (list.count) {
-        bool *built = calloc(list.count, sizeof *built);
+        unsigned char *state = calloc(list.count, sizeof *state);
         char **envp = worker_environment();
-        farm f = {device, &list, built, envp, worker_program,
+        farm f = {device, &list, state, envp, worker_program,
                   jb__child_timeout_ms() * 1000000ULL, out, progress};
-        status = built && envp ? run_workers(&f, jobs)
+        status = state && envp ? run_workers(&f, jobs)
                                : jb__fail(JB_ERR_OUT_OF_MEMORY, "no memory for the compile farm");
         out->failed = list.count - out->built;
-        free(built);
+        free(state);
         free(envp);
     }
     if (status == JB_OK && list.bundle && out->without_source)
