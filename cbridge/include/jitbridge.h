@@ -1235,7 +1235,7 @@ typedef struct jb_prewarm_result {
  * An error when the file cannot be read or the bundle is refused. */
 JB_API jb_status jb_prewarm(jb_prewarm_result *out, jb_device *device, const char *path);
 
-/* The compile farm. What jb_prewarm_build did with a manifest's kernels. */
+/* The compile farm. What jb_prewarm_build did with a manifest's or bundle's kernels. */
 typedef struct jb_prewarm_build_result {
     uint64_t built;   /* compiled by a worker process and stored in the cache folder */
     uint64_t present; /* in the module cache or the cache folder already: not built again */
@@ -1253,11 +1253,14 @@ typedef struct jb_prewarm_build_result {
 #define JB_PREWARM_BUILD_MAX_JOBS 1024
 /* The first argument that makes a worker program's main call jb_prewarm_build_worker_main. */
 #define JB_BUILD_WORKER_ARG "__build-worker"
-/* Builds every kernel of the manifest at `path` that `device` lacks (in neither the module
- * cache nor the cache folder) from its source record (README.md, "The compile farm"), in up to
- * `jobs` (1 to JB_PREWARM_BUILD_MAX_JOBS) worker processes at once, each storing into the cache
- * folder under the host's leases; then loads the manifest's kernels as jb_prewarm does, so that
- * this process compiles nothing for the kernels the workers built. The workers are the program
+/* Builds every kernel of the manifest or bundle at `path` that `device` lacks (in neither the
+ * module cache nor the cache folder) from its source record (README.md, "The compile farm"), in
+ * up to `jobs` (1 to JB_PREWARM_BUILD_MAX_JOBS) worker processes at once, each storing into the
+ * cache folder under the host's leases; then loads the file's kernels as jb_prewarm does, so
+ * that this process compiles nothing for the kernels the workers built. A bundle made under
+ * other keys (another architecture, compiler or library ABI) is rebuilt from the records it
+ * carries under this device's keys; its kernels without a record are counted in
+ * without_source, with a warning. The workers are the program
  * `worker` (a path; NULL: $JITBRIDGE_BUILD_WORKER), whose main hands its arguments to
  * jb_prewarm_build_worker_main; each is started with posix_spawn (never a fork of this
  * process), with only its result pipe (stdin and stderr on /dev/null), an empty signal mask,
