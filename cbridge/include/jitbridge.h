@@ -1298,8 +1298,8 @@ JB_API jb_status jb_prewarm_build_start(jb_prewarm_build_job **out, jb_device *d
 /* The job's counters now (any thread, while the job is not yet waited for or detached). */
 JB_API jb_status jb_prewarm_build_poll(const jb_prewarm_build_job *job,
                                        jb_prewarm_build_progress *out);
-/* Waits for the build and the load after it, fills *out as jb_prewarm_build does and returns
- * its status (its message on the calling thread); the job is freed. */
+/* Waits for the build and the load after it, fills *out (unless NULL) as jb_prewarm_build does
+ * and returns its status (its message on the calling thread); the job is freed. */
 JB_API jb_status jb_prewarm_build_wait(jb_prewarm_build_job *job, jb_prewarm_build_result *out);
 /* Lets the build go on without a waiter: the job frees itself when it is over. */
 JB_API void jb_prewarm_build_detach(jb_prewarm_build_job *job);
