@@ -248,6 +248,30 @@ pub struct PrewarmBuildResult {
     pub load: PrewarmResult,
 }
 
+/// A background build's counters so far ([`PrewarmBuild::progress`](crate::disk_cache::PrewarmBuild::progress)).
+/// Laid out as the C `jb_prewarm_build_progress`.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PrewarmBuildProgress {
+    /// Kernels given to workers (0 until the file is read).
+    pub total: u64,
+    /// Reported built by their worker.
+    pub built: u64,
+    /// Reported failed, or lost with their worker.
+    pub failed: u64,
+    /// Being built or waiting for a worker.
+    pub pending: u64,
+    /// 1 once the build and the load after it are over.
+    pub done: u64,
+}
+
+impl PrewarmBuildProgress {
+    /// Whether the build and the load after it are over.
+    pub fn is_done(&self) -> bool {
+        self.done != 0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -40,7 +40,7 @@ use crate::ffi;
 use std::ffi::{c_char, c_void};
 use std::path::Path;
 
-pub use crate::counters::{PrewarmBuildResult, PrewarmResult};
+pub use crate::counters::{PrewarmBuildProgress, PrewarmBuildResult, PrewarmResult};
 pub use crate::coverage::{Coverage, CoverageSource, CoveredKernel, coverage};
 
 /// The folder ("" when none could be chosen).
@@ -273,11 +273,7 @@ pub fn prewarm_build(
     jobs: Option<usize>,
     worker: Option<&Path>,
 ) -> Result<PrewarmBuildResult, Error> {
-    let path = c_path(path)?;
-    let worker = worker.map(c_path).transpose()?;
-    // Out of range stays out of range (the C library refuses it), never wraps into range.
-    let jobs = jobs.unwrap_or_else(usable_processors);
-    let jobs = u32::try_from(jobs).unwrap_or(u32::MAX);
+    let (path, jobs, worker) = build_arguments(path, jobs, worker)?;
     let mut result = PrewarmBuildResult::default();
     // SAFETY: a valid out pointer laid out as jb_prewarm_build_result, a device handle (devices
     // live for the process), NUL-terminated strings (or NULL) that outlive the call.
@@ -291,6 +287,96 @@ pub fn prewarm_build(
         )
     })?;
     Ok(result)
+}
+
+/// The farm's arguments as C takes them: the path, the jobs count (`None`: the usable
+/// processors; out of range stays out of range, never wraps into it) and the worker.
+fn build_arguments(
+    path: &Path,
+    jobs: Option<usize>,
+    worker: Option<&Path>,
+) -> Result<(std::ffi::CString, u32, Option<std::ffi::CString>), Error> {
+    let path = c_path(path)?;
+    let worker = worker.map(c_path).transpose()?;
+    let jobs = u32::try_from(jobs.unwrap_or_else(usable_processors)).unwrap_or(u32::MAX);
+    Ok((path, jobs, worker))
+}
+
+/// [`prewarm_build`] in the background: the same refusals come back at once, then the build
+/// runs on a thread of its own (every signal blocked there) while this process serves. A launch
+/// that misses a kernel a worker is building waits for that worker's lease and loads what it
+/// stored: the kernel is compiled once. End it with [`PrewarmBuild::wait`] or
+/// [`PrewarmBuild::detach`]; dropping it waits.
+pub fn prewarm_build_start(
+    device: crate::Device,
+    path: &Path,
+    jobs: Option<usize>,
+    worker: Option<&Path>,
+) -> Result<PrewarmBuild, Error> {
+    let (path, jobs, worker) = build_arguments(path, jobs, worker)?;
+    let mut job = std::ptr::null_mut();
+    // SAFETY: a valid out pointer, a device handle (devices live for the process), NUL-terminated
+    // strings (or NULL) that the C function copies before it returns.
+    check_status(unsafe {
+        ffi::jb_prewarm_build_start(
+            &mut job,
+            device.raw(),
+            path.as_ptr(),
+            jobs,
+            worker.as_ref().map_or(std::ptr::null(), |w| w.as_ptr()),
+        )
+    })?;
+    let job = std::ptr::NonNull::new(job).ok_or_else(|| {
+        Error::new(crate::ErrorCode::System, "jb_prewarm_build_start gave no job")
+    })?;
+    Ok(PrewarmBuild { job })
+}
+
+/// A build under way ([`prewarm_build_start`]): its counters, then its result. Dropped, it waits.
+#[derive(Debug)]
+pub struct PrewarmBuild {
+    job: std::ptr::NonNull<ffi::jb_prewarm_build_job>,
+}
+
+// SAFETY: the C job may be polled, waited for or detached from any thread; its counters are
+// atomics, and wait/detach take the handle by value, so no two of them meet.
+unsafe impl Send for PrewarmBuild {}
+// SAFETY: `progress` only reads the job's atomic counters.
+unsafe impl Sync for PrewarmBuild {}
+
+impl PrewarmBuild {
+    /// The counters now: kernels given to workers, built, failed, pending, and whether it is over.
+    pub fn progress(&self) -> PrewarmBuildProgress {
+        let mut out = PrewarmBuildProgress::default();
+        // SAFETY: a live job (not yet waited for or detached: those consume self) and a valid
+        // out pointer laid out as jb_prewarm_build_progress; the call cannot fail with both.
+        unsafe { ffi::jb_prewarm_build_poll(self.job.as_ptr(), &mut out) };
+        out
+    }
+
+    /// Waits for the build and the load after it: what [`prewarm_build`] would have returned.
+    pub fn wait(self) -> Result<PrewarmBuildResult, Error> {
+        let job = std::mem::ManuallyDrop::new(self).job;
+        let mut result = PrewarmBuildResult::default();
+        // SAFETY: a live job, waited for once (self is consumed, its drop skipped), which frees
+        // it; a valid out pointer laid out as jb_prewarm_build_result.
+        check_status(unsafe { ffi::jb_prewarm_build_wait(job.as_ptr(), &mut result) })?;
+        Ok(result)
+    }
+
+    /// Lets the build go on without a waiter: it frees itself when it is over.
+    pub fn detach(self) {
+        let job = std::mem::ManuallyDrop::new(self).job;
+        // SAFETY: a live job, ended once (self is consumed, its drop skipped).
+        unsafe { ffi::jb_prewarm_build_detach(job.as_ptr()) };
+    }
+}
+
+impl Drop for PrewarmBuild {
+    fn drop(&mut self) {
+        // SAFETY: a live job, waited for once here (wait and detach skip this drop); NULL out.
+        unsafe { ffi::jb_prewarm_build_wait(self.job.as_ptr(), std::ptr::null_mut()) };
+    }
 }
 
 /// A compile farm worker's whole `main`, for a program started by [`prewarm_build`]: `args` is

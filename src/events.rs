@@ -43,12 +43,16 @@ pub enum CacheEventKind {
     RemoteRejected,
     /// Compiled code was written to the remote tier.
     RemoteStore,
+    /// A compile farm worker reported the kernel built and stored (on the farm's thread).
+    FarmBuilt,
+    /// A compile farm worker failed the kernel, or was lost on it; the message says why.
+    FarmFailed,
     /// A kind this version of the crate does not know.
     Other(i32),
 }
 
 /// The C numbers of the kinds, in one place on this side.
-const KINDS: [(i32, CacheEventKind); 12] = [
+const KINDS: [(i32, CacheEventKind); 14] = [
     (1, CacheEventKind::DiskHit),
     (2, CacheEventKind::BundleHit),
     (3, CacheEventKind::BuildStart),
@@ -61,6 +65,8 @@ const KINDS: [(i32, CacheEventKind); 12] = [
     (10, CacheEventKind::RemoteHit),
     (11, CacheEventKind::RemoteRejected),
     (12, CacheEventKind::RemoteStore),
+    (13, CacheEventKind::FarmBuilt),
+    (14, CacheEventKind::FarmFailed),
 ];
 
 impl CacheEventKind {

@@ -6,6 +6,8 @@
 
 mod cache_files;
 pub use cache_files::*;
+mod farm;
+pub use farm::*;
 mod remote;
 pub use remote::*;
 mod source_modules;
@@ -80,8 +82,6 @@ pub type jb_counters = crate::counters::Counters;
 pub type jb_memory_stats = crate::counters::MemoryStats;
 /// Laid out as `jb_prewarm_result`; the crate's own type, re-exported by `disk_cache`.
 pub type jb_prewarm_result = crate::counters::PrewarmResult;
-/// Laid out as `jb_prewarm_build_result`; re-exported by `disk_cache`.
-pub type jb_prewarm_build_result = crate::counters::PrewarmBuildResult;
 
 #[repr(C)]
 #[derive(Debug, Default, Clone, Copy)]
@@ -548,8 +548,13 @@ unsafe extern "C" {
         jobs: std::ffi::c_uint,
         worker: *const c_char,
     ) -> c_int;
-    pub fn jb_usable_processors() -> std::ffi::c_uint;
-    pub fn jb_prewarm_build_worker_main(argc: c_int, argv: *mut *mut c_char) -> c_int;
+    pub fn jb_prewarm_build_start(
+        out: *mut *mut jb_prewarm_build_job,
+        device: *mut jb_device,
+        path: *const c_char,
+        jobs: std::ffi::c_uint,
+        worker: *const c_char,
+    ) -> c_int;
     pub fn jb_manifest_sources_check(
         checked: *mut u64,
         keyed: *mut u64,

@@ -66,6 +66,42 @@ fn the_farm_builds_a_manifest_in_workers_and_this_process_only_loads() {
     let again = disk_cache::prewarm_build(cpu, &manifest, None, Some(worker)).unwrap();
     assert_eq!((again.present, again.workers), (k, 0), "{again:?}");
 
+    // In the background: the handle returns at once, its counters end at every kernel built
+    // by a worker, the wait gives what prewarm_build gives; 0 compiles here.
+    let background = dir.join("background.manifest");
+    let mut make = jitbridge(&cache);
+    make.args(["__warm-start", "cpu", &format!("{salt} background"), &KERNELS.to_string(), "1"])
+        .env("JITBRIDGE_MANIFEST", &background);
+    let made = common::finish(make, Duration::from_secs(120));
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    remove_entries(&cache);
+    let before = Counters::read();
+    let farm_built = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let seen = farm_built.clone();
+    jitbridge::set_event_callback(move |e| {
+        if e.kind == jitbridge::CacheEventKind::FarmBuilt {
+            seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    })
+    .unwrap();
+    let job = disk_cache::prewarm_build_start(cpu, &background, Some(2), Some(worker)).unwrap();
+    let mut progress = job.progress();
+    while !progress.is_done() {
+        std::thread::sleep(Duration::from_millis(10));
+        progress = job.progress();
+    }
+    assert_eq!((progress.total, progress.built, progress.failed, progress.pending), (k, k, 0, 0));
+    let r = job.wait().unwrap();
+    jitbridge::clear_event_callback().unwrap();
+    assert_eq!((r.built, r.workers, r.load.loaded), (k, 2, k), "{r:?}");
+    assert_eq!(farm_built.load(std::sync::atomic::Ordering::Relaxed), k, "farm built events");
+    assert_eq!(Counters::read().since(&before).builds, 0, "compiled in this process");
+    // Refusals come at once; a dropped handle waits; a detached one frees itself.
+    let e = disk_cache::prewarm_build_start(cpu, &background, Some(0), Some(worker)).unwrap_err();
+    assert_eq!(e.code(), ErrorCode::InvalidArgument, "{e}");
+    drop(disk_cache::prewarm_build_start(cpu, &background, Some(2), Some(worker)).unwrap());
+    disk_cache::prewarm_build_start(cpu, &background, Some(2), Some(worker)).unwrap().detach();
+
     // Bad jobs counts and workers: clear errors.
     // (1 << 32) + 2 would be 2 if it were cut to 32 bits.
     for jobs in [0, disk_cache::MAX_BUILD_JOBS + 1, (1 << 32) + 2, usize::MAX] {

@@ -1111,6 +1111,11 @@ typedef enum jb_cache_event_kind {
                                           * not loaded; message says why */
     JB_CACHE_EVENT_REMOTE_STORE = 12,  /* compiled code written to the remote tier; duration:
                                         * the write */
+    JB_CACHE_EVENT_FARM_BUILT = 13,    /* a compile farm worker reported the kernel built and
+                                        * stored (jb_prewarm_build); on the farm's thread;
+                                        * content_key: its cache folder entry */
+    JB_CACHE_EVENT_FARM_FAILED = 14,   /* a compile farm worker failed the kernel, or was lost
+                                        * (crashed, killed, hung) on it; message says why */
 } jb_cache_event_kind;
 
 /* One event. Every string is valid during the callback only, never NULL ("" when absent). Fields
@@ -1272,7 +1277,7 @@ typedef struct jb_prewarm_result {
  * An error when the file cannot be read or the bundle is refused. */
 JB_API jb_status jb_prewarm(jb_prewarm_result *out, jb_device *device, const char *path);
 
-/* The compile farm. What jb_prewarm_build did with a manifest's kernels. */
+/* The compile farm. What jb_prewarm_build did with a manifest's or bundle's kernels. */
 typedef struct jb_prewarm_build_result {
     uint64_t built;   /* compiled by a worker process and stored in the cache folder */
     uint64_t present; /* in the module cache or the cache folder already: not built again */
@@ -1290,11 +1295,14 @@ typedef struct jb_prewarm_build_result {
 #define JB_PREWARM_BUILD_MAX_JOBS 1024
 /* The first argument that makes a worker program's main call jb_prewarm_build_worker_main. */
 #define JB_BUILD_WORKER_ARG "__build-worker"
-/* Builds every kernel of the manifest at `path` that `device` lacks (in neither the module
- * cache nor the cache folder) from its source record (README.md, "The compile farm"), in up to
- * `jobs` (1 to JB_PREWARM_BUILD_MAX_JOBS) worker processes at once, each storing into the cache
- * folder under the host's leases; then loads the manifest's kernels as jb_prewarm does, so that
- * this process compiles nothing for the kernels the workers built. The workers are the program
+/* Builds every kernel of the manifest or bundle at `path` that `device` lacks (in neither the
+ * module cache nor the cache folder) from its source record (README.md, "The compile farm"), in
+ * up to `jobs` (1 to JB_PREWARM_BUILD_MAX_JOBS) worker processes at once, each storing into the
+ * cache folder under the host's leases; then loads the file's kernels as jb_prewarm does, so
+ * that this process compiles nothing for the kernels the workers built. A bundle made under
+ * other keys (another architecture, compiler or library ABI) is rebuilt from the records it
+ * carries under this device's keys; its kernels without a record are counted in
+ * without_source, with a warning. The workers are the program
  * `worker` (a path; NULL: $JITBRIDGE_BUILD_WORKER), whose main hands its arguments to
  * jb_prewarm_build_worker_main; each is started with posix_spawn (never a fork of this
  * process), with only its result pipe (stdin and stderr on /dev/null), an empty signal mask,
@@ -1310,6 +1318,33 @@ typedef struct jb_prewarm_build_result {
  * blocks the calling thread until the workers are done. */
 JB_API jb_status jb_prewarm_build(jb_prewarm_build_result *out, jb_device *device,
                                   const char *path, unsigned jobs, const char *worker);
+/* jb_prewarm_build in the background: a handle to a build under way. */
+typedef struct jb_prewarm_build_job jb_prewarm_build_job;
+/* A background build's counters so far. */
+typedef struct jb_prewarm_build_progress {
+    uint64_t total;   /* kernels given to workers (0 until the file is read) */
+    uint64_t built;   /* reported built by their worker */
+    uint64_t failed;  /* reported failed, or lost with their worker */
+    uint64_t pending; /* total - built - failed: being built or waiting for a worker */
+    uint64_t done;    /* 1 once the build and the load after it are over: wait returns at once */
+} jb_prewarm_build_progress;
+/* jb_prewarm_build on a thread of its own: the same refusals are returned here at once (before
+ * anything is read), then *out is a handle and the build goes on while the caller serves.
+ * A launch that misses a kernel a worker is building waits for that worker's lease on the
+ * kernel (as another process's build is waited for) and loads what it stored: the kernel is
+ * compiled once. The thread blocks every signal (no handler of the host runs on it) and holds
+ * no library lock while its workers run. End it with jb_prewarm_build_wait or
+ * jb_prewarm_build_detach (exactly one of them). JB_ERR_SYSTEM when no thread can start. */
+JB_API jb_status jb_prewarm_build_start(jb_prewarm_build_job **out, jb_device *device,
+                                        const char *path, unsigned jobs, const char *worker);
+/* The job's counters now (any thread, while the job is not yet waited for or detached). */
+JB_API jb_status jb_prewarm_build_poll(const jb_prewarm_build_job *job,
+                                       jb_prewarm_build_progress *out);
+/* Waits for the build and the load after it, fills *out (unless NULL) as jb_prewarm_build does
+ * and returns its status (its message on the calling thread); the job is freed. */
+JB_API jb_status jb_prewarm_build_wait(jb_prewarm_build_job *job, jb_prewarm_build_result *out);
+/* Lets the build go on without a waiter: the job frees itself when it is over. */
+JB_API void jb_prewarm_build_detach(jb_prewarm_build_job *job);
 /* The number of processors this process may run on (sched_getaffinity), at least 1: the
  * command's default jobs count. */
 JB_API unsigned jb_usable_processors(void);

@@ -581,9 +581,10 @@ static void thread_tags(void)
     CHECK(strlen(jb_thread_tag()) == JB_THREAD_TAG_MAX, "the longest tag");
     CHECK_OK(jb_set_thread_tag(""));
     CHECK(strcmp(jb_thread_tag(), "") == 0, "cleared");
-    CHECK(jb_cache_event_kind_name(0) == NULL && jb_cache_event_kind_name(13) == NULL &&
+    CHECK(jb_cache_event_kind_name(0) == NULL && jb_cache_event_kind_name(15) == NULL &&
               strcmp(jb_cache_event_kind_name(JB_CACHE_EVENT_SEAL_VIOLATION), "seal violation") == 0 &&
-              strcmp(jb_cache_event_kind_name(JB_CACHE_EVENT_REMOTE_STORE), "remote store") == 0,
+              strcmp(jb_cache_event_kind_name(JB_CACHE_EVENT_REMOTE_STORE), "remote store") == 0 &&
+              strcmp(jb_cache_event_kind_name(JB_CACHE_EVENT_FARM_FAILED), "farm failed") == 0,
           "kind names");
 }
 

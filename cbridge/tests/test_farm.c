@@ -13,8 +13,10 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -69,6 +71,25 @@ static void remove_entries(void)
         closedir(d);
 }
 
+/* Runs this program with `args` and `variables` added to the environment; whether it passed. */
+static bool run_self(char **args, const char *const *variables)
+{
+    size_t vars = 0, added = 0;
+    while (environ[vars])
+        vars++;
+    while (variables[added])
+        added++;
+    char **envp = calloc(vars + added + 1, sizeof *envp);
+    memcpy(envp, environ, vars * sizeof *envp);
+    memcpy(envp + vars, variables, added * sizeof *envp);
+    pid_t pid = -1;
+    bool spawned = posix_spawn(&pid, self, NULL, NULL, args, envp) == 0;
+    free(envp);
+    int status = 0;
+    return spawned && pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+           WEXITSTATUS(status) == 0;
+}
+
 /* The manifest of `count` kernels of `set`, their records kept, their entries removed. */
 static void manifest_of(const char *set, int count, char *manifest, size_t len)
 {
@@ -76,20 +97,9 @@ static void manifest_of(const char *set, int count, char *manifest, size_t len)
     char n[16], variable[600];
     snprintf(n, sizeof n, "%d", count);
     snprintf(variable, sizeof variable, "JITBRIDGE_MANIFEST=%s", manifest);
-    size_t vars = 0;
-    while (environ[vars])
-        vars++;
-    char **envp = calloc(vars + 2, sizeof *envp);
-    memcpy(envp, environ, vars * sizeof *envp);
-    envp[vars] = variable;
     char *args[] = {self, "make-set", (char *)set, n, NULL};
-    pid_t pid = -1;
-    CHECK(posix_spawn(&pid, self, NULL, NULL, args, envp) == 0, "spawn %s", self);
-    free(envp);
-    int status = 0;
-    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
-              WEXITSTATUS(status) == 0,
-          "making the manifest of %s", set);
+    const char *variables[] = {variable, NULL};
+    CHECK(run_self(args, variables), "making the manifest of %s", set);
     remove_entries();
 }
 
@@ -144,6 +154,17 @@ static uint64_t launch_set(jb_device *dev, const char *set, int count)
     return builds() - before;
 }
 
+static atomic_ulong farm_events[2]; /* FARM_BUILT, FARM_FAILED events seen */
+
+static void count_farm_event(void *user, const jb_cache_event *e)
+{
+    (void)user;
+    if (e->kind == JB_CACHE_EVENT_FARM_BUILT || e->kind == JB_CACHE_EVENT_FARM_FAILED)
+        atomic_fetch_add(&farm_events[e->kind == JB_CACHE_EVENT_FARM_FAILED], 1);
+    if (e->kind == JB_CACHE_EVENT_FARM_BUILT && strlen(e->content_key) == 0)
+        atomic_fetch_add(&farm_events[1], 1000); /* an event that names no entry is wrong */
+}
+
 /* Builds the set with `jobs` workers (JITBRIDGE_TEST_FARM_FAULT=`fault` in them, or none) and
  * launches it: the result, and the compiles its launches took in *late. */
 static jb_prewarm_build_result farm_set(jb_device *dev, const char *set, int count,
@@ -158,8 +179,16 @@ static jb_prewarm_build_result farm_set(jb_device *dev, const char *set, int cou
     jb_prewarm_build_result r;
     if (ignore_sigchld)
         signal(SIGCHLD, SIG_IGN);
+    atomic_store(&farm_events[0], 0);
+    atomic_store(&farm_events[1], 0);
+    CHECK_OK(jb_set_event_callback(count_farm_event, NULL));
     CHECK_OK(jb_prewarm_build(&r, dev, manifest, jobs, self));
+    CHECK_OK(jb_set_event_callback(NULL, NULL));
     signal(SIGCHLD, SIG_DFL);
+    CHECK(atomic_load(&farm_events[0]) == r.built && atomic_load(&farm_events[1]) == r.failed,
+          "%s: events of %lu built, %lu failed; built %llu, failed %llu", set,
+          atomic_load(&farm_events[0]), atomic_load(&farm_events[1]),
+          (unsigned long long)r.built, (unsigned long long)r.failed);
     CHECK(builds() == before, "%s: the farm compiled %llu in this process", set,
           (unsigned long long)(builds() - before));
     unsetenv("JITBRIDGE_TEST_FARM_FAULT");
@@ -238,12 +267,186 @@ static void hostile(jb_device *dev, const char *good_manifest, const char *what,
         rename(saved, path);
 }
 
+/* In a process of its own, in a cache folder of its own, with keys of another library ABI (as
+ * another compiler or architecture would make): the set launched and exported into `bundle`,
+ * with its records or without. */
+static int make_bundle(const char *set, int count, const char *bundle, bool with_sources)
+{
+    jb__test_set_key_abi(jb_abi_version() + 1);
+    CHECK(make_set(set, count) == 0, "launching %s", set);
+    uint64_t exported = 0, skipped = 0, records = 0;
+    const char *manifest = getenv("JITBRIDGE_MANIFEST");
+    if (with_sources)
+        CHECK_OK(jb_disk_cache_export_sources(&exported, &skipped, &records, bundle, manifest));
+    else
+        CHECK_OK(jb_disk_cache_export(&exported, &skipped, bundle, manifest));
+    CHECK(exported == (uint64_t)count && records == (with_sources ? (uint64_t)count : 0),
+          "%s: exported %llu, records %llu", bundle, (unsigned long long)exported,
+          (unsigned long long)records);
+    return check_summary("test_farm (making a bundle)");
+}
+
+/* The bundle of `count` kernels of `set` made elsewhere (make_bundle), at `bundle`. */
+static void bundle_of(const char *set, int count, bool with_sources, char *bundle, size_t len)
+{
+    snprintf(bundle, len, "%s/%s.jbb", dir, set);
+    char n[16], manifest[600], cache_dir[600];
+    snprintf(n, sizeof n, "%d", count);
+    snprintf(manifest, sizeof manifest, "JITBRIDGE_MANIFEST=%s/%s.elsewhere", dir, set);
+    snprintf(cache_dir, sizeof cache_dir, "JITBRIDGE_CACHE_DIR=%s/elsewhere", dir);
+    char *args[] = {self, "make-bundle", (char *)set, n, bundle,
+                    with_sources ? "with-sources" : "without", NULL};
+    const char *variables[] = {manifest, cache_dir, NULL};
+    CHECK(run_self(args, variables), "making the bundle of %s", set);
+}
+
+/* A bundle with records, made under other keys, is rebuilt here by the workers: every kernel
+ * built there, loaded here, 0 compiles here. One without records builds nothing, and says so. */
+static void farm_bundles(jb_device *dev)
+{
+    char bundle[512];
+    bundle_of("bundled", 5, true, bundle, sizeof bundle);
+    uint64_t before = builds();
+    jb_prewarm_build_result r;
+    CHECK_OK(jb_prewarm_build(&r, dev, bundle, 2, self));
+    CHECK(builds() == before, "bundle: the farm compiled %llu here",
+          (unsigned long long)(builds() - before));
+    uint64_t late = launch_set(dev, "bundled", 5);
+    CHECK(r.built == 5 && r.failed == 0 && r.refused == 0 && r.workers == 2 &&
+              r.load.loaded == 5 && late == 0,
+          "bundle: built %llu, failed %llu, refused %llu, workers %llu, loaded %llu, compiled "
+          "at launch %llu",
+          (unsigned long long)r.built, (unsigned long long)r.failed,
+          (unsigned long long)r.refused, (unsigned long long)r.workers,
+          (unsigned long long)r.load.loaded, (unsigned long long)late);
+    /* Again: every kernel present under this device's keys, no worker. */
+    CHECK_OK(jb_prewarm_build(&r, dev, bundle, 2, self));
+    CHECK(r.present == 5 && r.workers == 0 && r.built == 0, "bundle again: present %llu, "
+          "workers %llu", (unsigned long long)r.present, (unsigned long long)r.workers);
+
+    bundle_of("bare", 3, false, bundle, sizeof bundle);
+    before = builds();
+    CHECK_OK(jb_prewarm_build(&r, dev, bundle, 2, self));
+    CHECK(r.without_source == 3 && r.built == 0 && r.workers == 0 && r.load.loaded == 0 &&
+              builds() == before,
+          "bundle without records: without a record %llu, built %llu, workers %llu",
+          (unsigned long long)r.without_source, (unsigned long long)r.built,
+          (unsigned long long)r.workers);
+    nothing_left("bundles");
+}
+
+/* Opens the gate of the slow compiler after `ms`, from a thread of its own. */
+static void *open_gate_later(void *ms)
+{
+    usleep((useconds_t)(uintptr_t)ms * 1000);
+    char go[300];
+    snprintf(go, sizeof go, "%s/go", dir);
+    FILE *f = fopen(go, "w");
+    if (f)
+        fclose(f);
+    return NULL;
+}
+
+static bool exists(const char *name)
+{
+    char path[300];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return access(path, F_OK) == 0;
+}
+
+/* A build in the background: the call returns at once, its counters show the worker held at a
+ * compiler's gate, and a launch of the kernel that worker builds waits for its lease and loads
+ * what it stored: 0 compiles here. */
+/* The compiler of this whole test (the process keeps the identity it found first): cc behind
+ * a gate, `dir`/go, which a compile (with -o) waits for; it writes `dir`/started on its way. */
+static void slow_compiler_install(void)
+{
+    char script[300], started[300], go[300];
+    snprintf(script, sizeof script, "%s/slow-cc", dir);
+    snprintf(started, sizeof started, "%s/started", dir);
+    snprintf(go, sizeof go, "%s/go", dir);
+    FILE *f = fopen(script, "w");
+    CHECK(f, "write %s", script);
+    if (!f)
+        return;
+    fprintf(f, "#!/bin/sh\ncase \" $* \" in *\" -o \"*)\n  : > '%s'\n"
+               "  while [ ! -e '%s' ]; do sleep 0.02; done;;\nesac\nexec cc \"$@\"\n",
+            started, go);
+    fclose(f);
+    chmod(script, 0755);
+    setenv("CC", script, 1);
+    open_gate_later((void *)(uintptr_t)0);
+}
+
+static void farm_background(jb_device *dev)
+{
+    char manifest[512], started[300], go[300];
+    snprintf(started, sizeof started, "%s/started", dir);
+    snprintf(go, sizeof go, "%s/go", dir);
+    manifest_of("background", 2, manifest, sizeof manifest);
+    unlink(go);
+    unlink(started);
+
+    int slow = getenv("JB_TEST_UNDER_VALGRIND") ? 5 : 1; /* bounds stretch under valgrind */
+    uint64_t before = builds();
+    jb_prewarm_build_job *job = NULL;
+    uint64_t start = jb__now_ns();
+    CHECK_OK(jb_prewarm_build_start(&job, dev, manifest, 1, self));
+    CHECK((jb__now_ns() - start) / 1000000 < 2000u * slow, "start took %llu ms",
+          (unsigned long long)((jb__now_ns() - start) / 1000000));
+    jb_prewarm_build_progress p = {0};
+    for (int i = 0; i < 2000 * slow && !exists("started"); i++)
+        usleep(10000);
+    CHECK(exists("started"), "no worker reached the compiler");
+    CHECK_OK(jb_prewarm_build_poll(job, &p));
+    CHECK(p.total == 2 && p.built == 0 && p.pending == 2 && !p.done,
+          "at the gate: total %llu, built %llu, pending %llu, done %llu",
+          (unsigned long long)p.total, (unsigned long long)p.built,
+          (unsigned long long)p.pending, (unsigned long long)p.done);
+
+    pthread_t opener;
+    CHECK(pthread_create(&opener, NULL, open_gate_later, (void *)(uintptr_t)300) == 0,
+          "thread");
+    start = jb__now_ns();
+    uint64_t late = launch_set(dev, "background", 1); /* the kernel the worker is on */
+    uint64_t waited_ms = (jb__now_ns() - start) / 1000000;
+    pthread_join(opener, NULL);
+    CHECK(late == 0 && waited_ms >= 250,
+          "a launch during the build: %llu compiles here, waited %llu ms (its lease: >= 250)",
+          (unsigned long long)late, (unsigned long long)waited_ms);
+
+    for (int i = 0; i < 2000 * slow && jb_prewarm_build_poll(job, &p) == JB_OK && !p.done; i++)
+        usleep(10000);
+    CHECK(p.done && p.built == 2 && p.failed == 0 && p.pending == 0,
+          "done: %llu, built %llu, failed %llu", (unsigned long long)p.done,
+          (unsigned long long)p.built, (unsigned long long)p.failed);
+    jb_prewarm_build_result r;
+    CHECK_OK(jb_prewarm_build_wait(job, &r));
+    CHECK(r.built == 2 && r.load.loaded + r.load.present == 2 && builds() == before &&
+              launch_set(dev, "background", 2) == 0,
+          "background: built %llu, loaded %llu, present %llu, compiled here %llu",
+          (unsigned long long)r.built, (unsigned long long)r.load.loaded,
+          (unsigned long long)r.load.present, (unsigned long long)(builds() - before));
+
+    /* Refusals come at once; a job detached after its end frees itself. */
+    CHECK(jb_prewarm_build_start(&job, dev, manifest, 0, self) == JB_ERR_INVALID_ARGUMENT &&
+              job == NULL,
+          "jobs 0 started a build");
+    CHECK_OK(jb_prewarm_build_start(&job, dev, manifest, 1, self));
+    for (int i = 0; i < 2000 * slow && jb_prewarm_build_poll(job, &p) == JB_OK && !p.done; i++)
+        usleep(10000);
+    jb_prewarm_build_detach(job);
+    nothing_left("background");
+}
+
 int main(int argc, char **argv)
 {
     if (argc >= 2 && strcmp(argv[1], JB_BUILD_WORKER_ARG) == 0)
         return jb_prewarm_build_worker_main(argc, argv);
     if (argc == 4 && strcmp(argv[1], "make-set") == 0)
         return make_set(argv[2], atoi(argv[3]));
+    if (argc == 6 && strcmp(argv[1], "make-bundle") == 0)
+        return make_bundle(argv[2], atoi(argv[3]), argv[4], strcmp(argv[5], "with-sources") == 0);
     /* Workers are this program: its path made absolute (the farm never searches PATH). */
     CHECK(realpath(argv[0], self), "realpath %s", argv[0]);
     CHECK(mkdtemp(dir), "mkdtemp");
@@ -255,6 +458,7 @@ int main(int argc, char **argv)
     unsetenv("JITBRIDGE_REMOTE_CACHE");
     unsetenv("JITBRIDGE_BUILD_WORKER");
     setenv("JITBRIDGE_COMPILE_TIMEOUT_MS", "20000", 1);
+    slow_compiler_install();
     jb_device *dev = NULL;
     CHECK_OK(jb_device_get(&dev, JB_DEVICE_CPU, 0));
     uint64_t late = 0;
@@ -268,6 +472,7 @@ int main(int argc, char **argv)
           (unsigned long long)r.built, (unsigned long long)r.failed,
           (unsigned long long)r.workers, (unsigned long long)r.load.loaded,
           (unsigned long long)late);
+    farm_bundles(dev);
     /* Again: every kernel present, no worker. */
     char manifest[512];
     snprintf(manifest, sizeof manifest, "%s/plain.manifest", dir);
@@ -382,6 +587,8 @@ int main(int argc, char **argv)
     }
     CHECK(jb_prewarm_build(NULL, dev, manifest, 2, self) == JB_ERR_INVALID_ARGUMENT, "NULL out");
     nothing_left("bad arguments");
+
+    farm_background(dev);
 
     /* Hostile records never reach a compiler, nor a worker. */
     hostile(dev, manifest, "another hash", "source ", "source ", true, 1);

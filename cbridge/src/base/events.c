@@ -43,6 +43,8 @@ const char *jb_cache_event_kind_name(int kind)
         [JB_CACHE_EVENT_REMOTE_HIT] = "remote hit",
         [JB_CACHE_EVENT_REMOTE_REJECTED] = "remote rejected",
         [JB_CACHE_EVENT_REMOTE_STORE] = "remote store",
+        [JB_CACHE_EVENT_FARM_BUILT] = "farm built",
+        [JB_CACHE_EVENT_FARM_FAILED] = "farm failed",
     };
     return kind > 0 && (size_t)kind < sizeof names / sizeof *names ? names[kind] : NULL;
 }

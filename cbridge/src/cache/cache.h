@@ -21,6 +21,11 @@ int jb__stored_key_is_ours(jb_device *dev, const unsigned char *key, size_t key_
  * layer's, which defines jb_prewarm). */
 int jb__prewarm(jb_prewarm_result *out, jb_device *device, const char *path,
                 jb_source_record_rules rules);
+/* Loads the cache folder's entry filed under `key` as jb__prewarm loads a manifest line naming
+ * record `record` (NULL: none); counted in *out (added to: loaded, present, missing, ...). */
+void jb__prewarm_entry(jb_prewarm_result *out, jb_device *device,
+                       const unsigned char key[JB_SHA256_BYTES],
+                       const unsigned char record[JB_SHA256_BYTES], jb_source_record_rules rules);
 
 
 /* ---- the JIT module cache (jit_cache.c) and modules (module.c) ---- */

@@ -266,6 +266,34 @@ int jb__stored_key_is_ours(jb_device *dev, const unsigned char *key, size_t key_
     return status;
 }
 
+/* Loads the cache folder's entry filed under `digest`, naming record `source` (NULL: none)
+ * when it is whole in the cache folder and of this key; false when there is no such entry. */
+static bool load_folder_entry(prewarm *pw, const unsigned char digest[JB_SHA256_BYTES],
+                              const unsigned char *source)
+{
+    unsigned char *data = NULL;
+    stored from;
+    char record[2 * JB_SHA256_BYTES + 1];
+    if (!from_folder(digest, &data, &from))
+        return false;
+    if (source && jb__source_record_names_key(source, from.key, from.key_bytes, pw->rules)) {
+        jb__hex(source, JB_SHA256_BYTES, record);
+        from.record = record;
+    }
+    load_one(pw, &from);
+    free(data);
+    return true;
+}
+
+void jb__prewarm_entry(jb_prewarm_result *out, jb_device *device,
+                       const unsigned char key[JB_SHA256_BYTES],
+                       const unsigned char record[JB_SHA256_BYTES], jb_source_record_rules rules)
+{
+    prewarm pw = {device, out, rules};
+    if (!load_folder_entry(&pw, key, record))
+        out->missing++;
+}
+
 static int manifest_line(void *p, const jb_manifest_line *line)
 {
     prewarm *pw = p;
@@ -274,29 +302,18 @@ static int manifest_line(void *p, const jb_manifest_line *line)
         pw->result->other++;
         return JB_OK;
     }
+    if (load_folder_entry(pw, line->digest, line->has_source ? line->source_digest : NULL))
+        return JB_OK;
     unsigned char *data = NULL;
-    stored from;
-    char record[2 * JB_SHA256_BYTES + 1];
-    if (from_folder(line->digest, &data, &from)) {
-        /* The record this line names, when it is whole in the cache folder and of this key. */
-        if (line->has_source &&
-            jb__source_record_names_key(line->source_digest, from.key, from.key_bytes,
-                                        pw->rules)) {
-            jb__hex(line->source_digest, JB_SHA256_BYTES, record);
-            from.record = record;
-        }
+    jb_blob payload;
+    jb_bundle_ref ref;
+    size_t key_bytes;
+    if (jb__bundle_find(line->digest, &data, &key_bytes, &payload, &ref)) {
+        stored from = {.key = data, .key_bytes = key_bytes, .payload = payload, .how = "bundle",
+                       .ref = ref};
         load_one(pw, &from);
     } else {
-        jb_blob payload;
-        jb_bundle_ref ref;
-        size_t key_bytes;
-        if (jb__bundle_find(line->digest, &data, &key_bytes, &payload, &ref)) {
-            from = (stored){.key = data, .key_bytes = key_bytes, .payload = payload,
-                            .how = "bundle", .ref = ref};
-            load_one(pw, &from);
-        } else {
-            pw->result->missing++;
-        }
+        pw->result->missing++;
     }
     free(data);
     return JB_OK;

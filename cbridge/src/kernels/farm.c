@@ -36,6 +36,8 @@ extern char **environ;
 #define REPORT_BYTES 1024       /* a report line's longest */
 #define EXIT_WAIT_MS 2000       /* a worker's exit after its pipe closed */
 
+enum { UNREPORTED, BUILT, FAILED }; /* an item's state, from its worker's reports */
+
 #ifdef JB_TEST_HOOKS
 static bool test_secure, test_no_pidfd;
 void jb__test_set_farm_secure(bool secure)
@@ -56,7 +58,7 @@ typedef struct worker {
     int pipe;  /* the read end; -1 once it ended */
     size_t first, count;
     size_t reported; /* its kernels reported, built or not: the next is the one it is on */
-    bool *built; /* of the farm's items */
+    unsigned char *state; /* of the farm's items: UNREPORTED, BUILT or FAILED */
     uint64_t deadline_ns; /* last progress plus the compile timeout */
     char line[REPORT_BYTES];
     size_t used;
@@ -65,11 +67,12 @@ typedef struct worker {
 typedef struct farm {
     jb_device *dev;
     const jb_farm_list *list;
-    bool *built;
+    unsigned char *state;
     char *const *envp;
     const char *program;
     uint64_t timeout_ns;
     jb_prewarm_build_result *out;
+    jb_farm_progress *progress;
 } farm;
 
 unsigned jb_usable_processors(void)
@@ -170,7 +173,7 @@ static int start_worker(farm *f, size_t first, size_t count, worker *w)
     if (w->pid > 0) {
         w->pidfd = test_no_pidfd ? -1 : (int)syscall(SYS_pidfd_open, (long)w->pid, 0L);
         w->pipe = fds[0];
-        w->built = f->built;
+        w->state = f->state;
         w->deadline_ns = jb__now_ns() + f->timeout_ns;
         f->out->workers++;
     } else if (fds[0] >= 0) {
@@ -179,6 +182,23 @@ static int start_worker(farm *f, size_t first, size_t count, worker *w)
     free(argv);
     free(args);
     return status;
+}
+
+/* The event of the farm's item i, finished: built, or failed (`why`), on the farm's thread. */
+static void raise_finished(farm *f, size_t i, bool built, const char *why)
+{
+    if (!jb__callback_installed(JB_CALLBACK_EVENT))
+        return; /* nobody listens: not even the key's text is made */
+    const jb_farm_item *item = &f->list->items[i];
+    char key[sizeof item->module + 16], hex[2 * JB_SHA256_BYTES + 1];
+    snprintf(key, sizeof key, "%d:%s", f->dev->index, item->module);
+    jb__hex(item->key, JB_SHA256_BYTES, hex);
+    hex[JB_DISK_ENTRY_HEX] = '\0';
+    jb__event_build_begin(f->dev, item->module, key);
+    jb__event_build_content_key(hex);
+    jb__event_raise(built ? JB_CACHE_EVENT_FARM_BUILT : JB_CACHE_EVENT_FARM_FAILED, 0,
+                    built ? JB_OK : JB_ERR_COMPILE, why);
+    jb__event_build_end();
 }
 
 /* One report line of worker `w`: "ok <i>" or "failed <i> <why>". */
@@ -191,12 +211,14 @@ static void take_report(farm *f, worker *w, char *line)
     unsigned long index = (ok || failed) && *number >= '0' && *number <= '9'
                               ? strtoul(number, &end, 10)
                               : ULONG_MAX;
-    if (index >= w->count || w->built[w->first + index] || *end != (ok ? '\0' : ' '))
-        return; /* not a line of ours: nothing counts as built */
+    if (index >= w->count || w->state[w->first + index] != UNREPORTED ||
+        *end != (ok ? '\0' : ' '))
+        return; /* not a line of ours, or a kernel reported already: nothing counts */
     w->reported++;
-    if (ok)
-        w->built[w->first + index] = true;
-    else
+    atomic_fetch_add(ok ? &f->progress->built : &f->progress->failed, 1);
+    raise_finished(f, w->first + index, ok, ok ? NULL : *end ? end + 1 : "no reason given");
+    w->state[w->first + index] = ok ? BUILT : FAILED;
+    if (!ok)
         jb__warn("cache build: module '%s' was not built by a worker (it compiles at its first "
                  "use): %s",
                  f->list->items[w->first + index].module, *end ? end + 1 : "no reason given");
@@ -265,8 +287,12 @@ static void end_worker(farm *f, worker *w)
     close(w->pipe);
     w->pipe = -1;
     reap_worker(w);
-    for (size_t i = w->first; i < w->first + w->count; i++)
-        f->out->built += f->built[i];
+    atomic_fetch_add(&f->progress->failed, w->count - w->reported); /* lost with the worker */
+    for (size_t i = w->first; i < w->first + w->count; i++) {
+        f->out->built += f->state[i] == BUILT;
+        if (f->state[i] == UNREPORTED)
+            raise_finished(f, i, false, "its worker ended (crashed, killed or timed out) first");
+    }
 }
 
 /* Runs the list through at most `jobs` workers at once; an error only when none could start. */
@@ -345,11 +371,9 @@ static int run_workers(farm *f, unsigned jobs)
     return f->out->workers ? JB_OK : start_status;
 }
 
-jb_status jb_prewarm_build(jb_prewarm_build_result *out, jb_device *device, const char *path,
-                           unsigned jobs, const char *worker_program)
+int jb__farm_refusal(jb_device *device, const char *path, unsigned jobs,
+                     const char **worker_program)
 {
-    JB_RETURN_IF(!out, JB_ERR_INVALID_ARGUMENT, "jb_prewarm_build: out is NULL");
-    memset(out, 0, sizeof *out);
     JB_RETURN_IF(!device || !path, JB_ERR_INVALID_ARGUMENT, "jb_prewarm_build: %s is NULL",
                  device ? "path" : "device");
     JB_RETURN_IF(jobs < 1 || jobs > JB_PREWARM_BUILD_MAX_JOBS, JB_ERR_INVALID_ARGUMENT,
@@ -364,39 +388,66 @@ jb_status jb_prewarm_build(jb_prewarm_build_result *out, jb_device *device, cons
     JB_RETURN_IF(jb_seal_mode_get() == JB_SEAL_ERROR, JB_ERR_SEALED,
                  "jb_prewarm_build: the process is sealed (JB_SEAL_ERROR): it starts no compiler, "
                  "in worker processes neither; build before sealing");
-    if (!worker_program)
-        worker_program = getenv("JITBRIDGE_BUILD_WORKER");
-    JB_RETURN_IF(!worker_program || !strchr(worker_program, '/'), JB_ERR_INVALID_ARGUMENT,
+    if (!*worker_program)
+        *worker_program = getenv("JITBRIDGE_BUILD_WORKER");
+    const char *worker = *worker_program;
+    JB_RETURN_IF(!worker || !strchr(worker, '/'), JB_ERR_INVALID_ARGUMENT,
                  "jb_prewarm_build: the worker program must be a path (a '/' in it; it is "
                  "never looked for in PATH), given or in JITBRIDGE_BUILD_WORKER, not '%s'",
-                 worker_program ? worker_program : "(none)");
+                 worker ? worker : "(none)");
     /* Checked before any worker starts: some posix_spawn implementations (and valgrind's)
      * report a program that cannot run only by the child's exit status 127. */
-    JB_RETURN_IF(access(worker_program, X_OK) != 0, JB_ERR_SYSTEM,
-                 "cannot start the compile farm worker '%s': %s", worker_program,
-                 strerror(errno));
+    JB_RETURN_IF(access(worker, X_OK) != 0, JB_ERR_SYSTEM,
+                 "cannot start the compile farm worker '%s': %s", worker, strerror(errno));
     JB_RETURN_IF(!jb__disk_cache_usable(), JB_ERR_UNSUPPORTED,
                  "jb_prewarm_build: the workers store into the cache folder, which is off");
+    return JB_OK;
+}
+
+int jb__farm_run(jb_prewarm_build_result *out, jb_device *device, const char *path,
+                 unsigned jobs, const char *worker_program, jb_farm_progress *progress)
+{
+    memset(out, 0, sizeof *out);
     jb__bundles_present();
     jb_farm_list list;
     JB_FORWARD_IF_ERROR(jb__farm_items_read(device, path, &list, out));
+    atomic_store(&progress->total, list.count);
     int status = JB_OK;
     if (list.count) {
-        bool *built = calloc(list.count, sizeof *built);
+        unsigned char *state = calloc(list.count, sizeof *state);
         char **envp = worker_environment();
-        farm f = {device, &list, built, envp, worker_program,
-                  jb__child_timeout_ms() * 1000000ULL, out};
-        status = built && envp ? run_workers(&f, jobs)
+        farm f = {device, &list, state, envp, worker_program,
+                  jb__child_timeout_ms() * 1000000ULL, out, progress};
+        status = state && envp ? run_workers(&f, jobs)
                                : jb__fail(JB_ERR_OUT_OF_MEMORY, "no memory for the compile farm");
         out->failed = list.count - out->built;
-        free(built);
+        free(state);
         free(envp);
     }
-    jb__farm_list_free(&list);
-    if (status != JB_OK)
-        return status;
+    if (status == JB_OK && list.bundle && out->without_source)
+        jb__warn("cache build: %llu kernels of the bundle %s carry no source record, so they "
+                 "cannot be rebuilt here (export it with its records: cache export "
+                 "--with-sources); they compile at their first use",
+                 (unsigned long long)out->without_source, path);
     jb_prewarm_result load;
-    status = jb_prewarm(&load, device, path);
-    out->load = load;
+    if (status == JB_OK)
+        status = jb_prewarm(&load, device, path);
+    /* A bundle made elsewhere: what the workers built is under this device's keys. */
+    for (size_t i = 0; status == JB_OK && list.bundle && i < list.count; i++)
+        jb__prewarm_entry(&load, device, list.items[i].key, list.items[i].record,
+                          jb__source_record_rules);
+    if (status == JB_OK)
+        out->load = load;
+    jb__farm_list_free(&list);
     return status;
+}
+
+jb_status jb_prewarm_build(jb_prewarm_build_result *out, jb_device *device, const char *path,
+                           unsigned jobs, const char *worker_program)
+{
+    JB_RETURN_IF(!out, JB_ERR_INVALID_ARGUMENT, "jb_prewarm_build: out is NULL");
+    memset(out, 0, sizeof *out);
+    JB_FORWARD_IF_ERROR(jb__farm_refusal(device, path, jobs, &worker_program));
+    jb_farm_progress progress = {0};
+    return jb__farm_run(out, device, path, jobs, worker_program, &progress);
 }

@@ -49,6 +49,9 @@ int jb__source_record_rules(const jb_source_record *record);
 /* jb_manifest_sources_check (jitbridge.h) checks every record a manifest names with them. */
 /* JB_OK when the record is of the line's backend, module and entry names. */
 int jb__source_record_of_line(const jb_source_record *record, const jb_manifest_line *line);
+/* The SHA-256 of the key the record has when built on `dev` (of its backend): this device's. */
+int jb__source_record_key(jb_device *dev, const jb_source_record *record,
+                          unsigned char key_digest[JB_SHA256_BYTES]);
 /* JB_OK when the record, built on `dev`, has the key whose SHA-256 is `key_digest`. */
 int jb__source_record_key_check(jb_device *dev, const jb_source_record *record,
                                 const unsigned char key_digest[JB_SHA256_BYTES]);
@@ -63,15 +66,32 @@ typedef struct jb_farm_item {
 typedef struct jb_farm_list {
     jb_farm_item *items;
     size_t count, capacity;
+    bool bundle; /* read from a bundle: its keys are this device's, made from the records */
 } jb_farm_list;
-/* The one reader of a farm's input: the kernels of the manifest at `path` that `dev` lacks
- * (in neither its module cache nor the cache folder), each with a record that passed the rules,
- * is its line's and rebuilds its line's key on `dev`, once per key. What is not listed is
- * counted in `out` (present, refused with a warning each, without_source, other). An error
- * when the manifest cannot be read or memory runs out. Free the list with jb__farm_list_free. */
+/* The one reader of a farm's input, through jb__source_list_read (store/sources.h): the kernels
+ * of the manifest or bundle at `path` that `dev` lacks (in neither its module cache nor the
+ * cache folder), each with a record that passed the rules, once per key. A manifest line's
+ * record must rebuild its line's key on `dev`; a bundle's record is rebuilt under the key `dev`
+ * makes from it (another compiler, architecture or ABI made the bundle) and put into the cache
+ * folder's sources/ for the workers. What is not listed is counted in `out` (present, refused
+ * with a warning each, without_source, other). An error when the file cannot be read, the
+ * bundle is refused or memory runs out. Free the list with jb__farm_list_free. */
 int jb__farm_items_read(jb_device *dev, const char *path, jb_farm_list *list,
                         jb_prewarm_build_result *out);
 void jb__farm_list_free(jb_farm_list *list);
+/* A farm's counters, read while it runs (jb_prewarm_build_poll): kernels given to workers,
+ * reported built, failed or lost with their worker. */
+typedef struct jb_farm_progress {
+    _Atomic uint64_t total, built, failed;
+} jb_farm_progress;
+/* jb_prewarm_build's refusals before anything is read (arguments, setuid, sealed, no worker
+ * program, the cache folder off); *worker_program NULL is taken from JITBRIDGE_BUILD_WORKER. */
+int jb__farm_refusal(jb_device *device, const char *path, unsigned jobs,
+                     const char **worker_program);
+/* jb_prewarm_build after jb__farm_refusal passed: the list read, the workers run (counted in
+ * `progress` as they report), the kernels loaded. Any thread; signals are the caller's. */
+int jb__farm_run(jb_prewarm_build_result *out, jb_device *device, const char *path,
+                 unsigned jobs, const char *worker_program, jb_farm_progress *progress);
 #ifdef JB_TEST_HOOKS
 /* true: the farm takes this process for a setuid one (its refusal, without a setuid binary). */
 void jb__test_set_farm_secure(bool secure);

@@ -132,20 +132,29 @@ int jb__source_record_of_line(const jb_source_record *r, const jb_manifest_line 
     return JB_OK;
 }
 
-int jb__source_record_key_check(jb_device *dev, const jb_source_record *r,
-                                const unsigned char key_digest[JB_SHA256_BYTES])
+int jb__source_record_key(jb_device *dev, const jb_source_record *r,
+                          unsigned char key_digest[JB_SHA256_BYTES])
 {
     JB_RETURN_IF(strcmp(r->backend, dev->backend->name) != 0, JB_ERR_INVALID_ARGUMENT,
                  "the source record of module '%s' is for the %s backend, not %s's", r->module,
                  r->backend, dev->name);
     jb_disk_key key = {0};
     int status = jb__module_disk_key(dev, r->module, r->entries, r->num_entries, r->source, &key);
-    if (status == JB_OK && memcmp(key.digest, key_digest, JB_SHA256_BYTES) != 0)
-        status = jb__fail(JB_ERR_INVALID_ARGUMENT,
-                          "the source record of module '%s' does not rebuild its line's key on %s",
-                          r->module, dev->name);
+    if (status == JB_OK)
+        memcpy(key_digest, key.digest, JB_SHA256_BYTES);
     jb__disk_key_free(&key);
     return status;
+}
+
+int jb__source_record_key_check(jb_device *dev, const jb_source_record *r,
+                                const unsigned char key_digest[JB_SHA256_BYTES])
+{
+    unsigned char made[JB_SHA256_BYTES];
+    JB_FORWARD_IF_ERROR(jb__source_record_key(dev, r, made));
+    JB_RETURN_IF(memcmp(made, key_digest, JB_SHA256_BYTES) != 0, JB_ERR_INVALID_ARGUMENT,
+                 "the source record of module '%s' does not rebuild its line's key on %s",
+                 r->module, dev->name);
+    return JB_OK;
 }
 
 typedef struct sources_check {

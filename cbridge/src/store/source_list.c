@@ -109,6 +109,11 @@ static int list_manifest_line(void *p, const jb_manifest_line *line)
     JB_FORWARD_IF_ERROR(met_before(c, line->digest, &met));
     if (met)
         return JB_OK;
+    if (line->source_malformed) {
+        jb__fail(JB_ERR_INVALID_ARGUMENT, "its manifest line names it in a malformed field");
+        refuse(c, line->module);
+        return JB_OK;
+    }
     if (!line->has_source) {
         c->list->without_record++;
         return JB_OK;
@@ -183,6 +188,7 @@ int jb__source_list_read(jb_source_list *out, const char *path, jb_source_record
     bool bundle = read(fd, magic, sizeof magic) == (ssize_t)sizeof magic &&
                   memcmp(magic, JB_BUNDLE_MAGIC, sizeof magic) == 0;
     close(fd);
+    out->bundle = bundle;
     int status;
     if (bundle) {
         jb_bundle *b;

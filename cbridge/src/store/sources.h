@@ -80,6 +80,7 @@ typedef struct jb_source_list {
     uint64_t without_record; /* lines or entries that name no record (they cannot be rebuilt) */
     uint64_t refused;        /* records refused (bad, missing, another kernel's): one warning each */
     uint64_t repeated;       /* manifest lines of a kernel listed already (each is listed once) */
+    bool bundle;             /* read from a bundle: its lines are made from its entries' keys */
 } jb_source_list;
 /* Every kernel of the manifest or bundle at `path` (told apart by the bundle's magic) whose
  * record passes `rules`, with its manifest line: a manifest's records are read from the cache

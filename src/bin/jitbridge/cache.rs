@@ -10,7 +10,7 @@ pub const CACHE: Command = Command {
     name: "cache",
     usage: "jitbridge cache [show | clear | prune SIZE | verify [--fix] \
             | export FILE [--manifest M] [--with-sources] | import FILE | prewarm FILE [--device D] \
-            | build MANIFEST [--device D] [--jobs N] | coverage MANIFEST [--device D] \
+            | build FILE [--device D] [--jobs N] | coverage MANIFEST [--device D] \
             | remote [export [BUNDLE] | import MANIFEST]]",
     about: "show or maintain the disk cache of compiled code",
     details:
@@ -32,13 +32,14 @@ pub const CACHE: Command = Command {
   prewarm FILE  load every kernel of the manifest or bundle FILE into this process's memory,
                 as a server does at start with jb_prewarm, compiling nothing, and say what it
                 found and how long it took (exit status 1 if any was bad)
-  build MANIFEST
-                the compile farm: build every kernel of the manifest that the device lacks
-                from its source record, in N worker processes at once (--jobs N, 1 to 1024;
-                the default: the processors this process may use), each storing into the
-                cache folder, then load them as prewarm does, and say what each step did and
-                how long it took (exit status 1 if a kernel was not built or a record was
-                bad: those compile at their first use)
+  build FILE    the compile farm: build every kernel of the manifest or bundle FILE that the
+                device lacks from its source record, in N worker processes at once (--jobs N,
+                1 to 1024; the default: the processors this process may use), each storing
+                into the cache folder, then load them as prewarm does, and say what each step
+                did and how long it took (exit status 1 if a kernel was not built or a record
+                was bad: those compile at their first use). A bundle made for another
+                architecture or compiler (exported --with-sources) is rebuilt for this one; a
+                progress line shows on a terminal
   coverage MANIFEST
                 for each kernel the manifest names, where a launch would get it from in a
                 new process (the cache folder, a bundle) or that it would compile, loading

@@ -3,6 +3,7 @@
 //! second program has to be installed, and the worker links the very library whose keys the
 //! parent looks for).
 
+use crate::progress::Progress;
 use crate::{Failure, Outcome};
 use jitbridge::disk_cache;
 use std::path::Path;
@@ -19,15 +20,37 @@ pub fn parse_jobs(text: Option<&str>) -> Result<Option<usize>, String> {
     }
 }
 
-/// Builds the manifest `file`'s missing kernels for `device` with `jobs` workers (this
-/// command's own program), then loads them; says what each step did and how long it took.
+/// How often the progress line is redrawn on a terminal.
+const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Builds the manifest's or bundle's (`file`) missing kernels for `device` with `jobs` workers
+/// (this command's own program) in the background, a progress line on a terminal meanwhile,
+/// then loads them; says what each step did and how long it took.
 pub fn build(file: &Path, device: jitbridge::Device, jobs: Option<usize>) -> Outcome {
     let exe = std::env::current_exe()
         .map_err(|e| Failure::Error(format!("cannot find this command's program: {e}")))?;
     let jobs = jobs.unwrap_or_else(disk_cache::usable_processors);
     let before = jitbridge::Counters::read();
     let start = std::time::Instant::now();
-    let r = disk_cache::prewarm_build(device, file, Some(jobs), Some(&exe))?;
+    let job = disk_cache::prewarm_build_start(device, file, Some(jobs), Some(&exe))?;
+    let mut progress = Progress::new();
+    while progress.terminal() {
+        let p = job.progress();
+        if p.is_done() {
+            break;
+        }
+        progress.show(&format!(
+            "building {}/{} kernels: {} failed, {} pending, {:.1} s",
+            p.built,
+            p.total,
+            p.failed,
+            p.pending,
+            start.elapsed().as_secs_f64()
+        ));
+        std::thread::sleep(PROGRESS_EVERY);
+    }
+    progress.finish();
+    let r = job.wait()?;
     let ms = start.elapsed().as_secs_f64() * 1e3;
     let compiles = jitbridge::Counters::read().builds - before.builds;
     out!(
