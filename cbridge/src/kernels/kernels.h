@@ -31,6 +31,7 @@ struct jb_custom_kernel {
     size_t num_checked;
     jb_scalar *output_inits; /* NULL, or one per output (JB_DTYPE_INVALID: none) */
     bool uses_atomics; /* the body, header or a define names atomic_add or its kin */
+    bool uses_block;   /* ... names block_index or its kin (kernel_source.c's block_words) */
 };
 
 /* Checks every name, count and dtype of a spec; the status and message of the first problem. */
