@@ -488,6 +488,15 @@ static int cpu_launch(jb_device *dev, void *stream, void *fn, const uint32_t gri
     return JB_OK;
 }
 
+/* A C function has no registers, shared or local memory the library could count, and no block
+ * limit of its own. */
+static int cpu_kernel_attributes(jb_device *dev, void *fn, jb_kernel_attributes *out)
+{
+    (void)dev, (void)fn;
+    *out = (jb_kernel_attributes){0};
+    return JB_OK;
+}
+
 /* ---- memory ---- */
 
 static int cpu_mem_alloc(jb_device *dev, size_t bytes, void **out_ptr)
@@ -661,6 +670,7 @@ const jb_backend jb__cpu_backend = {
     .memcpy_dtoh = cpu_memcpy_dtoh,
     .fill = cpu_fill,
     .launch = cpu_launch,
+    .kernel_attributes = cpu_kernel_attributes,
     .kernel_set_shared_limit = NULL,
     .capture_begin = cpu_capture_begin,
     .capture_node = cpu_capture_node,

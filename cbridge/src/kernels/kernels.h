@@ -122,6 +122,9 @@ bool jb__backend_name_dialect(const char *backend, jb_source_dialect *out);
 int jb__custom_kernel_prepare(jb_custom_kernel *k, jb_device *dev, jb_kernel_config *config,
                               void **fn);
 
+/* The attributes of kernel `fn` loaded on `dev` (jb_kernel_attributes). */
+int jb__kernel_attributes(jb_device *dev, void *fn, jb_kernel_attributes *out);
+
 /* Turns a launch shape into grid and block (thread counts use the config's block size). */
 int jb__resolve_launch_shape(const jb_launch_shape *shape, const jb_kernel_config *config,
                              uint32_t grid[3], uint32_t block[3], uint64_t *total);
