@@ -90,6 +90,15 @@ pub struct jb_kernel_config {
     pub shared_memory_bytes: u32,
 }
 
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct jb_kernel_attributes {
+    pub registers: c_int,
+    pub max_threads_per_block: c_int,
+    pub static_shared_bytes: usize,
+    pub local_bytes: usize,
+}
+
 pub type jb_configure_hook = Option<
     unsafe extern "C" fn(
         user_data: *mut c_void,
@@ -476,6 +485,17 @@ unsafe extern "C" {
     pub fn jb_race_probe_body() -> *const c_char;
     pub fn jb_custom_kernel_prepare(kernel: *mut jb_custom_kernel, device: *mut jb_device)
     -> c_int;
+    pub fn jb_custom_kernel_attributes(
+        kernel: *mut jb_custom_kernel,
+        device: *mut jb_device,
+        out: *mut jb_kernel_attributes,
+    ) -> c_int;
+    pub fn jb_source_module_attributes(
+        module: *mut jb_source_module,
+        device: *mut jb_device,
+        entry: *const c_char,
+        out: *mut jb_kernel_attributes,
+    ) -> c_int;
     pub fn jb_set_lookaside_enabled(enabled: c_int) -> c_int;
     pub fn jb_lookaside_enabled() -> c_int;
     pub fn jb_bench_raw_probe_launches(

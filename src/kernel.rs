@@ -18,6 +18,34 @@ pub struct KernelConfig {
     pub shared_memory_bytes: u32,
 }
 
+/// A compiled kernel's attributes on one device (CuPy's `RawKernel.attributes`). On a GPU the
+/// driver's values; on the cpu, where a kernel is a C function, registers, shared and local
+/// bytes are 0 (not applicable) and the block limit is the launch's, 1024 (see the
+/// `kernel_language` page).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct KernelAttributes {
+    /// Registers per thread.
+    pub registers: u32,
+    /// The most threads a launch of this kernel may put in one block.
+    pub max_threads_per_block: u32,
+    /// The `__shared__` memory the kernel declares, in bytes.
+    pub static_shared_bytes: usize,
+    /// Local memory per thread (spilled registers, local arrays), in bytes.
+    pub local_bytes: usize,
+}
+
+impl KernelAttributes {
+    pub(crate) fn from_raw(raw: ffi::jb_kernel_attributes) -> Self {
+        // The library never gives negative counts (it refuses a driver's).
+        KernelAttributes {
+            registers: u32::try_from(raw.registers).unwrap_or(0),
+            max_threads_per_block: u32::try_from(raw.max_threads_per_block).unwrap_or(0),
+            static_shared_bytes: raw.static_shared_bytes,
+            local_bytes: raw.local_bytes,
+        }
+    }
+}
+
 /// A one-time configure hook: runs once per kernel per device, before the first launch there,
 /// under that kernel's configure lock. `None` fails the launch (the next launch tries again).
 /// It may capture state; it lives as long as the kernel.
@@ -430,6 +458,15 @@ impl CustomKernel {
     pub fn prepare(&self, device: Device) -> Result<(), Error> {
         // SAFETY: live kernel and library device.
         check(unsafe { ffi::jb_custom_kernel_prepare(self.raw, device.raw()) })
+    }
+
+    /// The kernel's [`KernelAttributes`] on `device`, its module built and loaded there first
+    /// (as by [`CustomKernel::prepare`]). `Unsupported` where the GPU driver cannot say them.
+    pub fn attributes(&self, device: Device) -> Result<KernelAttributes, Error> {
+        let mut raw = ffi::jb_kernel_attributes::default();
+        // SAFETY: live kernel and library device; the out pointer is a local.
+        check(unsafe { ffi::jb_custom_kernel_attributes(self.raw, device.raw(), &mut raw) })?;
+        Ok(KernelAttributes::from_raw(raw))
     }
 
     pub(crate) fn raw(&self) -> *mut ffi::jb_custom_kernel {

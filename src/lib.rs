@@ -126,7 +126,8 @@ pub use events::{
 };
 pub use graph::{Capture, Graph, GraphArray, GraphInput, GraphLaunch, GraphOutput};
 pub use kernel::{
-    CompileOptions, ConfigureHook, CustomKernel, KernelConfig, KernelSpec, LaunchShape, Param,
+    CompileOptions, ConfigureHook, CustomKernel, KernelAttributes, KernelConfig, KernelSpec,
+    LaunchShape, Param,
 };
 pub use launch::{Launch, Output};
 pub use logging::{clear_log_callback, set_log_callback};

@@ -9,7 +9,7 @@ use crate::dtype::DType;
 use crate::dtype::Scalar;
 use crate::error::{Error, ErrorCode, c_str, check};
 use crate::ffi;
-use crate::kernel::{CompileOptions, LaunchShape, c_string};
+use crate::kernel::{CompileOptions, KernelAttributes, LaunchShape, c_string};
 use crate::module_code::{ModuleCode, raw_code};
 use crate::stream::Stream;
 
@@ -290,6 +290,21 @@ impl SourceModule {
     pub unsafe fn prepare_unchecked(&self, device: Device) -> Result<(), Error> {
         // SAFETY: live module and library device; the caller vouches for the load-time code.
         check(unsafe { ffi::jb_source_module_prepare(self.raw, device.raw()) })
+    }
+
+    /// Entry point `entry`'s [`KernelAttributes`] on `device`, the module built there first (as
+    /// by [`SourceModule::prepare`]). An `InvalidArgument` error for an entry the module does not
+    /// name, and for a module made with [`SourceModule::new`] (nothing vouches for its load-time
+    /// code).
+    pub fn attributes(&self, device: Device, entry: &str) -> Result<KernelAttributes, Error> {
+        self.refuse_unvouched("prepare_unchecked first")?;
+        let entry = c_string("entry name", entry)?;
+        let mut raw = ffi::jb_kernel_attributes::default();
+        // SAFETY: live module and device; new_declared's promise covers the load-time code.
+        check(unsafe {
+            ffi::jb_source_module_attributes(self.raw, device.raw(), entry.as_ptr(), &mut raw)
+        })?;
+        Ok(KernelAttributes::from_raw(raw))
     }
 
     /// The size in bytes of global variable `name` of the module on `device` (built there

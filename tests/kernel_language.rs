@@ -21,7 +21,7 @@ struct Case {
     values: Vec<f32>,
     input_shape: Vec<usize>,
     output_shape: Vec<usize>,
-    threads: usize,
+    shape: LaunchShape,
     scalars: Vec<Scalar>,
     scalar_names: &'static [(&'static str, DType)],
     init: Option<Scalar>,
@@ -101,7 +101,7 @@ fn plain(name: &'static str, body: &'static str, values: Vec<f32>, want: Vec<u8>
         values,
         input_shape: vec![n],
         output_shape: vec![n],
-        threads: n,
+        shape: LaunchShape::Threads(n),
         scalars: vec![],
         scalar_names: &[],
         init: None,
@@ -171,7 +171,7 @@ fn cases() -> Vec<Case> {
     cases.push(Case {
         output_shape: vec![8],
         input_shape: vec![8, 8],
-        threads: 8,
+        shape: LaunchShape::Threads(8),
         ..plain(
             "row_sums",
             "const uint64_t row = thread_index(); const i64 cols = x_shape[1];\n\
@@ -292,7 +292,87 @@ atomic_max(y, 4 + i % 4, x[i]);",
             f32_bytes(lows),
         )
     });
+    cases.extend(block_cases());
     cases
+}
+
+/// A block's values: each thread writes its block index, its index in the block, the block's
+/// size and the grid's block count, computed here as a GPU numbers its blocks and threads.
+fn block_case(name: &'static str, shape: LaunchShape) -> Case {
+    let (blocks, per_block, threads) = match shape {
+        LaunchShape::Threads(n) => (n.div_ceil(256), n.min(256), n),
+        LaunchShape::Grid { grid, block } => {
+            let (b, t) = (grid.iter().product::<u32>() as usize, block.iter().product::<u32>());
+            (b, t as usize, b * t as usize)
+        }
+    };
+    let want = (0..threads)
+        .flat_map(|i| [i / per_block, i % per_block, per_block, blocks])
+        .map(|v| v as f32);
+    Case {
+        output_shape: vec![4 * threads],
+        shape,
+        ..plain(
+            name,
+            "const uint64_t i = thread_index();\n\
+             y[4 * i] = (float)block_index(); y[4 * i + 1] = (float)thread_in_block();\n\
+             y[4 * i + 2] = (float)block_size(); y[4 * i + 3] = (float)grid_blocks();",
+            vec![0.0; threads],
+            f32_bytes(want),
+        )
+    }
+}
+
+fn block_cases() -> Vec<Case> {
+    let nine: Vec<f32> = (0..9).map(|i| i as f32).collect();
+    let thirty: Vec<f32> = (0..30).map(|i| i as f32).collect();
+    let sums: Vec<f32> = [0..256, 256..300].map(|r| r.map(|i| (i % 7) as f32).sum()).to_vec();
+    vec![
+        // 300 threads in blocks of 256: a full block and one of 44.
+        block_case("block_of_threads", LaunchShape::Threads(300)),
+        block_case("block_of_grid", LaunchShape::Grid { grid: [3, 2, 1], block: [4, 2, 1] }),
+        block_case("block_of_3d_grid", LaunchShape::Grid { grid: [2, 1, 2], block: [2, 3, 2] }),
+        // MLX's threadgroup puzzle: 3 groups of 4 threads for 9 elements, the index built from
+        // threadgroup_position_in_grid * threads_per_threadgroup + thread_position_in_threadgroup.
+        Case {
+            output_shape: vec![9],
+            shape: LaunchShape::Grid { grid: [3, 1, 1], block: [4, 1, 1] },
+            ..plain(
+                "mlx_threadgroup_map",
+                "const uint64_t i = block_index() * block_size() + thread_in_block();\n\
+                 if (i < x_size) y[i] = x[i] + 10.0f;",
+                nine,
+                f32_bytes((0..9).map(|i| i as f32 + 10.0)),
+            )
+        },
+        // CuPy's RawKernel sum, tid = blockDim.x * blockIdx.x + threadIdx.x, launched as (5,), (6,)
+        // over 30 elements (x1 and x2 the same array here).
+        Case {
+            shape: LaunchShape::Grid { grid: [5, 1, 1], block: [6, 1, 1] },
+            ..plain(
+                "cupy_raw_sum",
+                "const uint64_t tid = block_size() * block_index() + thread_in_block();\n\
+                 if (tid < x_size) y[tid] = x[tid] + x[tid];",
+                thirty,
+                f32_bytes((0..30).map(|i| 2.0 * i as f32)),
+            )
+        },
+        // One sum per block by its first thread, over the block's elements: the last block of
+        // 300 threads in blocks of 256 holds 44.
+        Case {
+            output_shape: vec![2],
+            shape: LaunchShape::Threads(300),
+            ..plain(
+                "block_sums",
+                "const uint64_t i = thread_index();\n\
+                 if (thread_in_block() == 0) { float s = 0.0f;\n\
+                   for (uint64_t j = 0; j < block_size() && i + j < x_size; j++) s += x[i + j];\n\
+                   y[block_index()] = s; }",
+                (0..300).map(|i| (i % 7) as f32).collect(),
+                f32_bytes(sums),
+            )
+        },
+    ]
 }
 
 fn run(device: Device, case: &Case, bounds_checks: bool) -> Result<Vec<u8>, jitbridge::Error> {
@@ -312,7 +392,7 @@ fn run(device: Device, case: &Case, bounds_checks: bool) -> Result<Vec<u8>, jitb
         inputs: &[&x],
         scalars: &case.scalars,
         outputs: &mut [Output::New(&case.output_shape)],
-        shape: LaunchShape::Threads(case.threads),
+        shape: case.shape,
         ..Default::default()
     };
     let out = if bounds_checks {

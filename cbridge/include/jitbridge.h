@@ -565,6 +565,23 @@ JB_API const char *jb_custom_kernel_source(const jb_custom_kernel *kernel, const
  * launching: a warm-up, so that the first real launch does not wait for the compiler. */
 JB_API jb_status jb_custom_kernel_prepare(jb_custom_kernel *kernel, jb_device *device);
 
+/* A compiled kernel's attributes on one device (CuPy's RawKernel.attributes). On a GPU the
+ * driver's values (cuFuncGetAttribute, hipFuncGetAttribute; a driver without that call:
+ * JB_ERR_UNSUPPORTED). On the cpu, where a kernel is a C function run by the stream's worker:
+ * registers, static shared and local bytes 0 (not applicable: it has no registers of its own to
+ * count, no shared memory, and its locals are on the worker's stack), and the most threads per
+ * block the launch limit, 1024 (docs/KERNELS.md). */
+typedef struct jb_kernel_attributes {
+    int registers;              /* per thread */
+    int max_threads_per_block;  /* the most a launch of this kernel may put in one block */
+    size_t static_shared_bytes; /* the __shared__ memory the kernel declares */
+    size_t local_bytes;         /* local memory per thread (spilled registers, local arrays) */
+} jb_kernel_attributes;
+/* The kernel's attributes on `device`, its module built and loaded there first, as by
+ * jb_custom_kernel_prepare. */
+JB_API jb_status jb_custom_kernel_attributes(jb_custom_kernel *kernel, jb_device *device,
+                                             jb_kernel_attributes *out);
+
 /* A launch's threads: grid x block, or total_threads in blocks of the configured size. A shape
  * whose thread or block count does not fit (past 2^32 - 1 blocks, or a product past 2^64) is
  * JB_ERR_INVALID_ARGUMENT, as is a block dimension of 0 or an output with more than 2^40
@@ -827,6 +844,10 @@ JB_API const char *jb_source_module_name(const jb_source_module *module);
  * (JB_ERR_COMPILE with the compiler's log, JB_ERR_LOAD). Loading runs the module's load-time
  * code (a cpu module's constructors), as a first launch would. May be called from any thread. */
 JB_API jb_status jb_source_module_prepare(jb_source_module *module, jb_device *device);
+/* Entry point `entry`'s attributes on `device` (jb_kernel_attributes), the module built there
+ * first; an entry the module does not declare is JB_ERR_INVALID_ARGUMENT. */
+JB_API jb_status jb_source_module_attributes(jb_source_module *module, jb_device *device,
+                                             const char *entry, jb_kernel_attributes *out);
 
 /*
  * Launches entry point `entry` with `args` on `stream` (NULL: the calling thread's default

@@ -115,6 +115,9 @@ struct jb_backend {
                 size_t pattern_bytes);
     int (*launch)(jb_device *dev, void *stream, void *fn, const uint32_t grid[3],
                   const uint32_t block[3], uint32_t shared_bytes, const jb_launch_args *args);
+    /* A loaded kernel's attributes; max_threads_per_block 0 where the backend sets no limit
+     * of its own (the cpu: the launch's limit stands, jb__kernel_attributes). */
+    int (*kernel_attributes)(jb_device *dev, void *fn, jb_kernel_attributes *out);
     /* Applies a kernel's configured dynamic shared memory limit (NULL where meaningless). */
     int (*kernel_set_shared_limit)(jb_device *dev, void *fn, uint32_t bytes);
     /* Graphs (graph.c). capture_begin is NULL where there are none (a driver without them).

@@ -5,7 +5,8 @@
  * working fake (host memory for device memory) with and without the stream-ordered allocator:
  * which calls buffers use, data intact, every allocation freed, out-of-memory and a failed wait
  * mapped, a module load out of memory said as JB_ERR_OUT_OF_MEMORY (not a rejected module), and
- * a module's global copied through cuModuleGetGlobal's address (refused where the driver lacks it).
+ * a module's global copied through cuModuleGetGlobal's address (refused where the driver lacks it),
+ * and a kernel's attributes as cuFuncGetAttribute gives them (refused where the driver lacks it).
  * Runs where no real driver loads (CI); elsewhere, and in builds without cuda, it says it
  * skipped and why.
  */
@@ -54,6 +55,31 @@ static void module_globals(jb_device *device)
     jb_source_module_free(m);
 }
 
+/* In the child of a working fake, FAKE_ATTRIBUTES: a custom kernel's and a source module
+ * entry's attributes, and an entry the module lacks; printed as "attributes S R M S L, entry S R
+ * M S L, unknown S: message". */
+static void kernel_attributes(jb_device *device)
+{
+    jb_custom_kernel *k = f32_kernel("fake_attributes", "out[thread_index()] = inp[0];");
+    jb_kernel_attributes a = {-1, -1, 1, 1}, e = {-1, -1, 1, 1};
+    int kernel = jb_custom_kernel_attributes(k, device, &a);
+    const char *entries[] = {"weigh"};
+    jb_source_module_spec spec = JB_SOURCE_MODULE_SPEC_INIT;
+    spec.name = "fake_attributes_module", spec.gpu_source = "extern \"C\" __global__ void weigh() {}";
+    spec.entry_names = entries, spec.num_entries = 1;
+    jb_source_module *m = NULL;
+    CHECK_OK(jb_source_module_new(&m, &spec));
+    int entry = jb_source_module_attributes(m, device, "weigh", &e);
+    jb_kernel_attributes u;
+    int unknown = jb_source_module_attributes(m, device, "other", &u);
+    printf("attributes %d %d %d %zu %zu, entry %d %d %d %zu %zu, unknown %d: %s\n", kernel,
+           a.registers, a.max_threads_per_block, a.static_shared_bytes, a.local_bytes, entry,
+           e.registers, e.max_threads_per_block, e.static_shared_bytes, e.local_bytes, unknown,
+           jb_last_error_message());
+    jb_source_module_free(m);
+    jb_custom_kernel_free(k);
+}
+
 /* In the child of a working fake: a round trip through device memory, a trim, then what the
  * fake counted; FAKE_LIMIT: an allocation past the fake's memory is refused. */
 static int working_child(const char *driver)
@@ -98,6 +124,8 @@ static int working_child(const char *driver)
     }
     if (getenv("FAKE_GLOBALS"))
         module_globals(device);
+    if (getenv("FAKE_ATTRIBUTES"))
+        kernel_attributes(device);
     CHECK_OK(jb_device_trim(NULL, device));
     void *fake = dlopen(driver, RTLD_NOW | RTLD_NOLOAD);
     CHECK(fake != NULL, "%s is not loaded", driver);
@@ -316,7 +344,8 @@ static int forking_parent(void)
 /* A driver that works on host memory, and counts the allocator's calls. FAKE_POOLS=0: the device
  * has no memory pools; FAKE_LIMIT: 1 MiB of memory; FAKE_FAIL_SYNC: waiting for the allocation
  * stream fails; FAKE_LOAD_OOM: loading a module finds the device out of memory; built with
- * NO_ASYNC: no cuMemAllocAsync/cuMemFreeAsync at all; NO_GLOBALS: no cuModuleGetGlobal_v2.
+ * NO_ASYNC: no cuMemAllocAsync/cuMemFreeAsync at all; NO_GLOBALS: no cuModuleGetGlobal_v2;
+ * NO_ATTRIBUTES: no cuFuncGetAttribute (which otherwise gives each attribute a value of its own).
  * Its NVRTC "compiles" any source. */
 static const char working_source[] =
     "#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n#include <unistd.h>\n"
@@ -367,6 +396,10 @@ static const char working_source[] =
     "/* A launch in a context other than its module's fails, as the driver's does. */\n"
     "R cuLaunchKernel(void **f) { forked(__func__); return *f == current ? 0 : 201; }\n"
     "OK(cuFuncSetAttribute)\n"
+    "#ifndef NO_ATTRIBUTES /* 0 max threads per block, 1 shared, 3 local bytes, 4 registers */\n"
+    "R cuFuncGetAttribute(int *v, int a, void *f) { forked(__func__); (void)f;\n"
+    "  *v = a == 0 ? 896 : a == 1 ? 3072 : a == 3 ? 24 : a == 4 ? 40 : -1; return *v < 0; }\n"
+    "#endif\n"
     "OK(cuMemcpyDtoDAsync_v2) OK(cuMemsetD8Async) OK(cuMemsetD16Async) OK(cuMemsetD32Async)\n"
     "static R get(P *p, size_t n, int which) { forked(__func__);\n"
     "  if (getenv(\"FAKE_LIMIT\") && n > (1 << 20)) return 2;\n"
@@ -536,6 +569,18 @@ static void test_working_drivers(const char *self, const char *dir)
              (int)JB_ERR_UNSUPPORTED, (int)JB_ERR_UNSUPPORTED, (int)JB_ERR_UNSUPPORTED);
     CHECK(strstr(text, globals) && strstr(text, "has no cuModuleGetGlobal_v2"),
           "a driver without module globals: %s", text);
+    text = working_driver(self, dir, "pools", "", "FAKE_ATTRIBUTES=1 JITBRIDGE_DISK_CACHE=0");
+    char attributes[128];
+    snprintf(attributes, sizeof attributes,
+             "attributes 0 40 896 3072 24, entry 0 40 896 3072 24, unknown %d: ",
+             (int)JB_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(text, attributes) && strstr(text, "has no entry point 'other'"),
+          "kernel attributes: %s", text);
+    text = working_driver(self, dir, "no-attributes", "-DNO_ATTRIBUTES",
+                          "FAKE_ATTRIBUTES=1 JITBRIDGE_DISK_CACHE=0");
+    snprintf(attributes, sizeof attributes, "attributes %d 0 0 0 0, entry %d 0 0 0 0, unknown %d: ",
+             (int)JB_ERR_UNSUPPORTED, (int)JB_ERR_UNSUPPORTED, (int)JB_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(text, attributes), "a driver without kernel attributes: %s", text);
     text = working_driver(self, dir, "no-async", "-DNO_ASYNC", "FAKE_LIMIT=1");
     CHECK(strstr(text, "CUDA_ERROR_OUT_OF_MEMORY") && strstr(text, "alloc 1 free 1"),
           "out of memory, plain: %s", text);

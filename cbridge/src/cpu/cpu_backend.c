@@ -112,8 +112,11 @@ typedef enum task_kind {
     TASK_STOP
 } task_kind;
 
+/* block_threads: the threads of one of the launch's blocks, which a kernel naming its block
+ * reads (kernel_source.c); the others ignore it. */
 typedef void (*cpu_kernel_fn)(void *const *pointers, const uint64_t *sizes,
-                              const unsigned char *scalars, uint64_t threads);
+                              const unsigned char *scalars, uint64_t threads,
+                              uint64_t block_threads);
 /* A whole-source module's entry point: args[i] points at argument i's value (jitbridge.h). */
 typedef void (*cpu_entry_fn)(void **args, uint64_t threads);
 
@@ -124,7 +127,7 @@ typedef struct cpu_task {
     union {
         struct {
             cpu_kernel_fn fn;
-            uint64_t threads;
+            uint64_t threads, block_threads;
             size_t count;
             bool raw; /* a cpu_entry_fn with `count` argument pointers */
         } launch;
@@ -189,7 +192,7 @@ static void run_task(cpu_task *task)
         }
         task->u.launch.fn(task->pointers, (const uint64_t *)&task->pointers[task->u.launch.count],
                           (const unsigned char *)&task->pointers[2 * task->u.launch.count],
-                          task->u.launch.threads);
+                          task->u.launch.threads, task->u.launch.block_threads);
         break;
     case TASK_SIGNAL: {
         cpu_event *ev = task->u.event.event;
@@ -446,7 +449,7 @@ static int cpu_stream_wait_event(jb_device *dev, void *stream, void *event)
 static int cpu_launch(jb_device *dev, void *stream, void *fn, const uint32_t grid[3],
                       const uint32_t block[3], uint32_t shared_bytes, const jb_launch_args *args)
 {
-    (void)dev, (void)grid, (void)block, (void)shared_bytes;
+    (void)dev, (void)grid, (void)shared_bytes;
     if (args->raw) {
         /* Argument pointers, then the slots they point at, behind the task. */
         size_t n = args->num_scalars;
@@ -471,6 +474,9 @@ static int cpu_launch(jb_device *dev, void *stream, void *fn, const uint32_t gri
     JB_RETURN_IF(!task, JB_ERR_OUT_OF_MEMORY, "no memory for a launch");
     memcpy(&task->u.launch.fn, &fn, sizeof fn); /* dlsym gave an object pointer (POSIX) */
     task->u.launch.threads = args->total_threads;
+    /* Every block full but the last (jb__resolve_launch_shape): the threads in blocks of this
+     * many give the grid's block count. */
+    task->u.launch.block_threads = (uint64_t)block[0] * block[1] * block[2];
     task->u.launch.count = count;
     if (count) { /* the arrays' pointers and sizes may be NULL with no arrays */
         memcpy(task->pointers, args->pointers, count * sizeof(void *));
@@ -479,6 +485,15 @@ static int cpu_launch(jb_device *dev, void *stream, void *fn, const uint32_t gri
     if (scalar_bytes)
         memcpy(&task->pointers[2 * count], args->scalars, scalar_bytes);
     enqueue(stream, task);
+    return JB_OK;
+}
+
+/* A C function has no registers, shared or local memory the library could count, and no block
+ * limit of its own. */
+static int cpu_kernel_attributes(jb_device *dev, void *fn, jb_kernel_attributes *out)
+{
+    (void)dev, (void)fn;
+    *out = (jb_kernel_attributes){0};
     return JB_OK;
 }
 
@@ -655,6 +670,7 @@ const jb_backend jb__cpu_backend = {
     .memcpy_dtoh = cpu_memcpy_dtoh,
     .fill = cpu_fill,
     .launch = cpu_launch,
+    .kernel_attributes = cpu_kernel_attributes,
     .kernel_set_shared_limit = NULL,
     .capture_begin = cpu_capture_begin,
     .capture_node = cpu_capture_node,

@@ -98,6 +98,8 @@ COUNTED(cuMemFreeAsync, (CUdeviceptr ptr, CUstream stream), (ptr, stream))
 COUNTED(cuModuleUnload, (CUmodule module), (module))
 COUNTED(cuModuleGetGlobal, (CUdeviceptr *ptr, size_t *bytes, CUmodule module, const char *name),
         (ptr, bytes, module, name))
+COUNTED(cuFuncGetAttribute, (int *value, CUfunction_attribute attribute, CUfunction fn),
+        (value, attribute, fn))
 COUNTED(cuStreamBeginCapture, (CUstream stream, CUstreamCaptureMode mode), (stream, mode))
 COUNTED(cuStreamEndCapture, (CUstream stream, CUgraph *graph), (stream, graph))
 COUNTED(cuStreamGetCaptureInfo,

@@ -660,6 +660,25 @@ static int gpu_kernel_set_shared_limit(jb_device *dev, void *fn, uint32_t bytes)
     return JB_OK;
 }
 
+/* The driver's attributes of a loaded kernel; each query is a plain read of the loaded image. */
+static int gpu_kernel_attributes(jb_device *dev, void *fn, jb_kernel_attributes *out)
+{
+    JB_RETURN_IF(!JB_GPU(cuFuncGetAttribute), JB_ERR_UNSUPPORTED,
+                 "the %s driver has no %s: kernel attributes need a newer driver",
+                 JB_GPU_BACKEND_NAME, JB_GPU_STR(cuFuncGetAttribute));
+    JB_FORWARD_IF_ERROR(make_current(dev));
+    int registers, max_threads, shared, local;
+    GPU_CHECK(cuFuncGetAttribute, &registers, CU_FUNC_ATTRIBUTE_NUM_REGS, (CUfunction)fn);
+    GPU_CHECK(cuFuncGetAttribute, &max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+              (CUfunction)fn);
+    GPU_CHECK(cuFuncGetAttribute, &shared, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, (CUfunction)fn);
+    GPU_CHECK(cuFuncGetAttribute, &local, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, (CUfunction)fn);
+    JB_RETURN_IF(registers < 0 || max_threads < 0 || shared < 0 || local < 0, JB_ERR_BACKEND,
+                 "%s: %s gave a negative attribute", dev->name, JB_GPU_STR(cuFuncGetAttribute));
+    *out = (jb_kernel_attributes){registers, max_threads, (size_t)shared, (size_t)local};
+    return JB_OK;
+}
+
 /* ---- graphs: stream capture, in relaxed mode (other threads' allocations and this one's stay
  * allowed; the library never waits on or queries the capturing stream meanwhile) ---- */
 
@@ -821,6 +840,7 @@ const jb_backend JB_GPU_PREFIXED(backend) = {
     .memcpy_dtoh = gpu_memcpy_dtoh,
     .fill = gpu_fill,
     .launch = gpu_launch,
+    .kernel_attributes = gpu_kernel_attributes,
     .kernel_set_shared_limit = gpu_kernel_set_shared_limit,
     .capture_begin = gpu_capture_begin,
     .capture_node = gpu_capture_node,

@@ -87,6 +87,10 @@ typedef CUcontext jb_gpu_context;
 #define CU_STREAM_NON_BLOCKING hipStreamNonBlocking
 #define CU_EVENT_DISABLE_TIMING hipEventDisableTiming
 #define CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES hipFuncAttributeMaxDynamicSharedMemorySize
+#define CU_FUNC_ATTRIBUTE_NUM_REGS HIP_FUNC_ATTRIBUTE_NUM_REGS
+#define CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK HIP_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK
+#define CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES HIP_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES
+#define CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES HIP_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES
 #define cuInit hipInit
 #define cuDeviceGetCount hipGetDeviceCount
 #define cuDeviceGet hipDeviceGet
@@ -121,6 +125,7 @@ typedef CUcontext jb_gpu_context;
 #define cuMemsetD32Async hipMemsetD32Async
 #define cuLaunchKernel hipModuleLaunchKernel
 #define cuFuncSetAttribute hipFuncSetAttribute
+#define cuFuncGetAttribute hipFuncGetAttribute
 #define CUgraph hipGraph_t
 #define CUgraphExec hipGraphExec_t
 #define CUgraphNode hipGraphNode_t
@@ -214,10 +219,10 @@ typedef int jb_gpu_context;
 /* Calls used where the driver has them: a missing one leaves its entry NULL, never fails the
  * load (the stream-ordered allocator came with CUDA 11.2 and ROCm 5.2; without an unload, a
  * module whose entries did not all resolve stays loaded; without a global lookup, module
- * globals are refused). */
+ * globals are refused, as are kernel attributes without the attribute query). */
 #define JB_GPU_OPTIONAL_CALLS(X)                                                                   \
     X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuModuleUnload) X(cuModuleGetGlobal)                  \
-        JB_GPU_GRAPH_CALLS(X) JB_GPU_OPTIONAL_VENDOR_CALLS(X)
+        X(cuFuncGetAttribute) JB_GPU_GRAPH_CALLS(X) JB_GPU_OPTIONAL_VENDOR_CALLS(X)
 
 /* The runtime compiler's calls (NVRTC; hiprtc, inside libamdhip64 before ROCm 6). */
 #define JB_GPU_COMPILER_CALLS(X)                                                                   \

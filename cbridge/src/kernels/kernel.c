@@ -308,6 +308,30 @@ jb_status jb_custom_kernel_prepare(jb_custom_kernel *kernel, jb_device *device)
     return jb__custom_kernel_prepare(kernel, device, &config, &fn);
 }
 
+int jb__kernel_attributes(jb_device *dev, void *fn, jb_kernel_attributes *out)
+{
+    *out = (jb_kernel_attributes){0};
+    jb_kernel_attributes got = {0};
+    JB_FORWARD_IF_ERROR(dev->backend->kernel_attributes(dev, fn, &got));
+    /* A launch's own limit bounds every backend's (jb__resolve_launch_shape). */
+    if (got.max_threads_per_block <= 0 || got.max_threads_per_block > MAX_THREADS_PER_BLOCK)
+        got.max_threads_per_block = MAX_THREADS_PER_BLOCK;
+    *out = got;
+    return JB_OK;
+}
+
+jb_status jb_custom_kernel_attributes(jb_custom_kernel *kernel, jb_device *device,
+                                      jb_kernel_attributes *out)
+{
+    JB_RETURN_IF(!kernel || !device || !out, JB_ERR_INVALID_ARGUMENT,
+                 "jb_custom_kernel_attributes: kernel, device or out is NULL");
+    *out = (jb_kernel_attributes){0};
+    jb_kernel_config config;
+    void *fn;
+    JB_FORWARD_IF_ERROR(jb__custom_kernel_prepare(kernel, device, &config, &fn));
+    return jb__kernel_attributes(device, fn, out);
+}
+
 /* The size of the first jb_launch: everything up to `shape`. */
 #define LAUNCH_MIN_SIZE (offsetof(jb_launch, shape) + sizeof(jb_launch_shape))
 

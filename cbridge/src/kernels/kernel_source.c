@@ -100,10 +100,19 @@ static void append_body_section(jb_strbuf *sb, const jb_custom_kernel *k, const 
     }
     if (k->uses_atomics)
         jb__append_atomic_macros(sb, k);
+    /* Each dialect's wrapper gives a kernel that names them the jb_ values these read. */
+    if (k->uses_block)
+        jb__strbuf_append(sb, "#define block_index() (jb_block_index)\n"
+                              "#define thread_in_block() (jb_thread_in_block)\n"
+                              "#define block_size() (jb_block_threads)\n"
+                              "#define grid_blocks() (jb_grid_blocks)\n");
     /* #line makes the compiler's diagnostics point at lines of the caller's body. */
     jb__strbuf_appendf(sb, "#define thread_index() (jb_thread)\n#line 1 \"%s.body\"\n%s\n"
                            "#undef thread_index\n",
                        k->name, body);
+    if (k->uses_block)
+        jb__strbuf_append(sb, "#undef block_index\n#undef thread_in_block\n#undef block_size\n"
+                              "#undef grid_blocks\n");
     if (k->uses_atomics)
         jb__append_atomic_undefs(sb, k);
     for (size_t slot = 0; k->bounds_checked && slot < k->num_checked; slot++)
@@ -174,6 +183,9 @@ static char *generate_cpu_source(const jb_custom_kernel *k, const jb_kernel_spec
         jb__strbuf_appendf(&sb, "%s %s, ", jb_dtype_name(k->scalar_dtypes[i]), k->scalar_names[i]);
     if (k->bounds_checked)
         jb__strbuf_append(&sb, "jb_bounds_record *const jb_bounds, ");
+    if (k->uses_block)
+        jb__strbuf_append(&sb, "const uint64_t jb_block_index, const uint64_t jb_thread_in_block, "
+                               "const uint64_t jb_block_threads, const uint64_t jb_grid_blocks, ");
     jb__strbuf_append(&sb, "const uint64_t jb_thread)\n{\n");
     for (size_t slot = 0; slot < num_arrays; slot++)
         jb__strbuf_appendf(&sb, "    (void)%s; (void)%s_size;\n", slot_name(k, slot),
@@ -186,8 +198,9 @@ static char *generate_cpu_source(const jb_custom_kernel *k, const jb_kernel_spec
     jb__strbuf_appendf(&sb,
                        "#line 1 \"%s.generated\"\n"
                        "void %s(void *const *jb_pointers, const uint64_t *jb_sizes, "
-                       "const unsigned char *jb_scalars, uint64_t jb_threads)\n{\n"
-                       "    (void)jb_scalars;\n",
+                       "const unsigned char *jb_scalars, uint64_t jb_threads, "
+                       "uint64_t jb_block_threads)\n{\n"
+                       "    (void)jb_scalars; (void)jb_block_threads;\n",
                        k->name, k->name);
     for (size_t slot = 0; slot < num_arrays; slot++) {
         const char *name = slot_name(k, slot), *type = slot_type(k, slot);
@@ -211,9 +224,22 @@ static char *generate_cpu_source(const jb_custom_kernel *k, const jb_kernel_spec
     if (k->bounds_checked)
         jb__strbuf_appendf(&sb, "    jb_bounds_record *const jb_bounds = jb_pointers[%zu];\n",
                            num_arrays);
-    jb__strbuf_appendf(&sb, "    for (uint64_t jb_thread = 0; jb_thread < jb_threads; jb_thread++)\n"
-                            "        jb_thread_%s(",
-                       k->name);
+    /* The blocks a GPU would run, in order: the last one ends at the launch's last thread, as
+     * the GPU's threads past it return at once. */
+    if (k->uses_block)
+        jb__strbuf_appendf(&sb, "    const uint64_t jb_grid_blocks = jb_threads / jb_block_threads + "
+                                "(jb_threads %% jb_block_threads != 0);\n"
+                                "    for (uint64_t jb_block_index = 0, jb_thread = 0; "
+                                "jb_block_index < jb_grid_blocks; jb_block_index++)\n"
+                                "    for (uint64_t jb_thread_in_block = 0; jb_thread_in_block < "
+                                "jb_block_threads && jb_thread < jb_threads; "
+                                "jb_thread_in_block++, jb_thread++)\n"
+                                "        jb_thread_%s(",
+                           k->name);
+    else
+        jb__strbuf_appendf(&sb, "    for (uint64_t jb_thread = 0; jb_thread < jb_threads; jb_thread++)\n"
+                                "        jb_thread_%s(",
+                           k->name);
     for (size_t slot = 0; slot < num_arrays; slot++) {
         const char *name = slot_name(k, slot);
         jb__strbuf_appendf(&sb, "%s, %s_size, ", name, name);
@@ -222,7 +248,10 @@ static char *generate_cpu_source(const jb_custom_kernel *k, const jb_kernel_spec
     }
     for (size_t i = 0; i < k->num_scalars; i++)
         jb__strbuf_appendf(&sb, "%s, ", k->scalar_names[i]);
-    jb__strbuf_appendf(&sb, "%sjb_thread);\n}\n", k->bounds_checked ? "jb_bounds, " : "");
+    jb__strbuf_appendf(&sb, "%s%sjb_thread);\n}\n", k->bounds_checked ? "jb_bounds, " : "",
+                       k->uses_block ? "jb_block_index, jb_thread_in_block, jb_block_threads, "
+                                       "jb_grid_blocks, "
+                                     : "");
     if (sb.failed) {
         jb__strbuf_free(&sb);
         return NULL;
@@ -256,6 +285,17 @@ static char *generate_gpu_source(const jb_custom_kernel *k, const jb_kernel_spec
              "    const unsigned long long jb_thread = jb_block * (blockDim.x * blockDim.y * "
              "blockDim.z) + (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;\n"
              "    if (jb_thread >= jb_threads)\n        return;\n");
+    if (k->uses_block)
+        jb__strbuf_append(
+            &sb, "    const unsigned long long jb_block_index = jb_block;\n"
+                 "    const unsigned long long jb_thread_in_block = (threadIdx.z * blockDim.y + "
+                 "threadIdx.y) * blockDim.x + threadIdx.x;\n"
+                 "    const unsigned long long jb_block_threads = (unsigned long long)blockDim.x * "
+                 "blockDim.y * blockDim.z;\n"
+                 "    const unsigned long long jb_grid_blocks = (unsigned long long)gridDim.x * "
+                 "gridDim.y * gridDim.z;\n"
+                 "    (void)jb_block_index; (void)jb_thread_in_block; (void)jb_block_threads; "
+                 "(void)jb_grid_blocks;\n");
     for (size_t slot = 0; slot < num_arrays; slot++) {
         const char *name = slot_name(k, slot);
         jb__strbuf_appendf(&sb, "    (void)%s_size;\n", name);
@@ -503,6 +543,10 @@ bool jb__backend_name_dialect(const char *backend, jb_source_dialect *out)
     return false;
 }
 
+/* The names a body reads its block by, the same values on every backend (docs/KERNELS.md). */
+static const char *const block_words[] = {"block_index", "thread_in_block", "block_size",
+                                          "grid_blocks"};
+
 /* Whether the body, header or a define's value names `name`. */
 static bool spec_mentions(const jb_kernel_spec *spec, const char *name)
 {
@@ -611,6 +655,9 @@ int jb__kernel_generate(jb_custom_kernel *k, const jb_kernel_spec *spec)
     /* Only a kernel that calls them gets the atomics: every other kernel's source is unchanged. */
     for (size_t w = 0; jb__atomic_word(w); w++)
         k->uses_atomics |= spec_mentions(spec, jb__atomic_word(w));
+    /* Likewise the block's values: every other kernel's cpu loop is the one it was. */
+    for (size_t w = 0; w < sizeof block_words / sizeof *block_words; w++)
+        k->uses_block |= spec_mentions(spec, block_words[w]);
     /* A checked kernel's body and header reach arrays through checked accesses only. */
     jb_strbuf body = {0}, header = {0};
     int status = JB_OK;

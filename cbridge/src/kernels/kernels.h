@@ -31,6 +31,7 @@ struct jb_custom_kernel {
     size_t num_checked;
     jb_scalar *output_inits; /* NULL, or one per output (JB_DTYPE_INVALID: none) */
     bool uses_atomics; /* the body, header or a define names atomic_add or its kin */
+    bool uses_block;   /* ... names block_index or its kin (kernel_source.c's block_words) */
 };
 
 /* Checks every name, count and dtype of a spec; the status and message of the first problem. */
@@ -140,6 +141,9 @@ bool jb__backend_name_dialect(const char *backend, jb_source_dialect *out);
  * config and function handle. */
 int jb__custom_kernel_prepare(jb_custom_kernel *k, jb_device *dev, jb_kernel_config *config,
                               void **fn);
+
+/* The attributes of kernel `fn` loaded on `dev` (jb_kernel_attributes). */
+int jb__kernel_attributes(jb_device *dev, void *fn, jb_kernel_attributes *out);
 
 /* Turns a launch shape into grid and block (thread counts use the config's block size). */
 int jb__resolve_launch_shape(const jb_launch_shape *shape, const jb_kernel_config *config,

@@ -278,6 +278,27 @@ jb_status jb_source_module_prepare(jb_source_module *m, jb_device *device)
     return JB_OK;
 }
 
+jb_status jb_source_module_attributes(jb_source_module *m, jb_device *device, const char *entry,
+                                      jb_kernel_attributes *out)
+{
+    JB_RETURN_IF(!m || !device || !entry || !out, JB_ERR_INVALID_ARGUMENT,
+                 "jb_source_module_attributes: module, device, entry or out is NULL");
+    *out = (jb_kernel_attributes){0};
+    bool declared = false;
+    for (size_t i = 0; i < m->num_entries; i++)
+        declared |= strcmp(m->entry_names[i], entry) == 0;
+    JB_RETURN_IF(!declared, JB_ERR_INVALID_ARGUMENT, "module '%s' has no entry point '%.128s'",
+                 m->name, entry);
+    jb_module *module;
+    JB_FORWARD_IF_ERROR(module_on(m, device, &module));
+    jb_kernel_entry *kernel = jb__module_kernel(module, entry);
+    JB_RETURN_IF(!kernel, JB_ERR_LOAD, "module '%s' has no kernel '%s'", m->module_name, entry);
+    jb_kernel_config config;
+    void *fn;
+    JB_FORWARD_IF_ERROR(jb__kernel_configured(kernel, NULL, NULL, &config, &fn));
+    return jb__kernel_attributes(device, fn, out);
+}
+
 /* Checks a declared entry's arguments against its declaration. */
 static int check_declared(const jb_source_module *m, const char *entry,
                           const jb_entry_signature *sig, const jb_arg *args, size_t num_args)
