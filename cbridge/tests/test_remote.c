@@ -397,6 +397,8 @@ static bool send_slowly(int fd, const char *text, int pause_ms)
  * the command is a SET and `stop_at_set` (the rest is left unread). */
 /* Reads one command: its name and whether its key is a fleet lease's (`jb:lease:...`). With
  * stop_at_set, gives up after the key of a SET of a value, as a store that closes mid-store. */
+static bool slow_taker; /* the fake takes a value in at 160 KiB/s (4 KiB every 25 ms) */
+
 static bool read_request(int fd, char name[16], bool *lease_key, bool stop_at_set)
 {
     char line[64], scratch[4096];
@@ -427,6 +429,8 @@ static bool read_request(int fd, char name[16], bool *lease_key, bool stop_at_se
             if (!read_exact(fd, scratch, n))
                 return false;
             left -= n;
+            if (slow_taker)
+                sleep_ms(25);
         }
     }
     return true;
@@ -442,10 +446,12 @@ static bool read_request(int fd, char name[16], bool *lease_key, bool stop_at_se
  * status other than OK, as in a transaction), "close-mid-store"
  * (closing the connection after the SET's key, while the value is being sent),
  * "slow-reader" (reading the value at 640 KiB/s: the client's socket becomes writable again
- * well within each wait, yet a 4 MiB value takes 6 s). */
+ * well within each wait, yet a 4 MiB value takes 6 s), "slow-taker" (an honest store that
+ * takes a value in at 160 KiB/s, then answers +OK at once). */
 static void serve_fake(const char *mode, int listener)
 {
     signal(SIGPIPE, SIG_IGN);
+    slow_taker = strcmp(mode, "slow-taker") == 0;
     static char chunk[1 << 20];
     memset(chunk, 'x', sizeof chunk);
     for (;;) {
@@ -483,7 +489,7 @@ static void serve_fake(const char *mode, int listener)
                 going = send_slowly(fd, "+OKAYOKAYOKAYOK\r\n", 250);
             else if (set && strcmp(mode, "store-wrong") == 0)
                 going = send_slowly(fd, "$-1\r\n", 0);
-            else if (set && strcmp(mode, "store-ok") == 0)
+            else if (set && (strcmp(mode, "store-ok") == 0 || slow_taker))
                 going = send_slowly(fd, "+OK\r\n", 0);
             else if (set && strcmp(mode, "store-queued") == 0)
                 going = send_slowly(fd, "+QUEUED\r\n", 0);
@@ -513,6 +519,9 @@ static bool start_fake_on(const char *mode, int *tcp_port)
     struct sockaddr_in tcp_addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000001)};
     socklen_t tcp_len = sizeof tcp_addr;
     int listener = socket(tcp_port ? AF_INET : AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int small_window = 4096; /* a slow link: what the fake has not read is not acknowledged */
+    if (listener >= 0 && strcmp(mode, "slow-taker") == 0)
+        setsockopt(listener, SOL_SOCKET, SO_RCVBUF, &small_window, sizeof small_window);
     if (listener < 0 ||
         (tcp_port ? bind(listener, (struct sockaddr *)&tcp_addr, sizeof tcp_addr)
                   : bind(listener, (struct sockaddr *)&unix_addr, sizeof unix_addr)) != 0 ||
@@ -968,6 +977,30 @@ int main(int argc, char **argv)
           "a child forked during another thread's command has %d sockets open (its parent's "
           "connection)",
           child_sockets);
+
+    /* A store still taking in a value when the send ends (a slow link: the socket's buffer
+     * holds the value's tail, unacknowledged) is not given up on at the first-byte bound: it is reading, so it is no stopped store, and
+     * a value of 128 KiB at 160 KiB/s answers well within the command's deadline. */
+    int taker_port = 0;
+    CHECK(start_fake_on("slow-taker", &taker_port), "the fake store (slow-taker) did not start");
+    jb_redis *taker = NULL;
+    CHECK_OK(jb__redis_connect("127.0.0.1", taker_port, NULL, 100, 5000, 250, &taker, why,
+                               sizeof why));
+    if (taker) {
+        static char big[128 << 10];
+        memset(big, 'v', sizeof big);
+        const char *set[] = {"SET", "jb:slow-taken", big};
+        size_t set_lens[] = {3, 13, sizeof big};
+        jb_redis_reply reply;
+        uint64_t began = jb__now_ns();
+        int status = jb__redis_command(taker, 3, set, set_lens, &reply, why, sizeof why);
+        CHECK(status == JB_OK && reply.type == JB_REDIS_STATUS && strcmp(reply.str, "OK") == 0,
+              "a store taking in a value at 160 KiB/s was given up on after %llu ms: %s",
+              (unsigned long long)((jb__now_ns() - began) / 1000000), status ? why : "");
+        jb__redis_reply_free(&reply);
+        jb__redis_free(taker);
+    }
+    stop_fake();
 
     /* Setting the tier anew closes its idle connection (none is left open, and the next build
      * connects again). */
