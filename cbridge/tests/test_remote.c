@@ -585,6 +585,29 @@ static int sockets_open(void)
     return n;
 }
 
+/* ---- a stream of signals while a command waits ---- */
+
+static void ignore_signal(int sig)
+{
+    (void)sig;
+}
+
+typedef struct signaller {
+    pthread_t target;
+    atomic_bool stop;
+} signaller;
+
+/* Interrupts `target` every 2 ms (a sampling profiler's timer signal) until stopped. */
+static void *signal_often(void *arg)
+{
+    signaller *s = arg;
+    while (!atomic_load(&s->stop)) {
+        pthread_kill(s->target, SIGUSR1);
+        sleep_ms(2);
+    }
+    return NULL;
+}
+
 /* ---- the parent ---- */
 
 typedef struct outcome {
@@ -1129,5 +1152,35 @@ int main(int argc, char **argv)
               strstr(o.text, "no first byte of a reply within 250 ms"),
           "a stopped server held the first miss %lld ms (at most %lld):\n%s", o.elapsed_ms,
           stopped_bound_ms, o.text);
+
+    /* Signals every 2 ms (a profiler's) while a stopped store's first byte is awaited: each
+     * interrupted wait goes on to the same bound, so the command still ends at 250 ms, not at
+     * its 3 s deadline. */
+    jb_redis *interrupted = NULL;
+    CHECK_OK(jb__redis_connect(NULL, 0, socket_path, 100, 3000, 250, &interrupted, why,
+                               sizeof why));
+    struct sigaction quiet = {.sa_handler = ignore_signal}, before_usr1;
+    sigaction(SIGUSR1, &quiet, &before_usr1); /* no SA_RESTART: each signal ends a poll */
+    signaller often = {.target = pthread_self()};
+    pthread_t often_thread;
+    if (interrupted && pthread_create(&often_thread, NULL, signal_often, &often) == 0) {
+        kill(server_pid, SIGSTOP);
+        const char *range[] = {"GETRANGE", "jb:interrupted", "0", "10"};
+        size_t range_lens[] = {8, 14, 1, 2};
+        jb_redis_reply reply;
+        uint64_t began = jb__now_ns();
+        int status = jb__redis_command(interrupted, 4, range, range_lens, &reply, why,
+                                       sizeof why);
+        long long took_ms = (long long)((jb__now_ns() - began) / 1000000);
+        kill(server_pid, SIGCONT);
+        atomic_store(&often.stop, true);
+        pthread_join(often_thread, NULL);
+        jb__redis_reply_free(&reply);
+        CHECK(status != JB_OK && took_ms < 1000 && strstr(why, "no first byte of a reply"),
+              "a stopped store's command under a stream of signals took %lld ms: %s", took_ms,
+              status == JB_OK ? "answered" : why);
+    }
+    sigaction(SIGUSR1, &before_usr1, NULL);
+    jb__redis_free(interrupted);
     return check_summary("test_remote");
 }

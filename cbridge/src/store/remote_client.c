@@ -769,32 +769,37 @@ static int bytes_unread(int fd)
 }
 
 /* Waits for a reply's first byte under the command's deadline and, until then, within
- * first_byte_ms of the send's end or of the store's last taking in of the command's queued
- * bytes (a store still reading a large value is no stopped one): 0, or -1 with *why. */
+ * first_byte_ms of the send's end or of the store's last seen taking in of the command's queued
+ * bytes (a store still reading a large value is no stopped one), looked at every fifth of that:
+ * 0, or -1 with *why. */
 static int wait_first_byte(jb_redis *r, uint64_t deadline_ns, char *why, size_t why_len)
 {
-    int queued = bytes_unread(r->fd);
+    uint64_t wait_ns = (uint64_t)r->first_byte_ms * 1000000ULL;
+    uint64_t bound_ns = jb__now_ns() + wait_ns;
+    int queued = bytes_unread(r->fd), look_ms = r->first_byte_ms / 5 + 1;
     for (;;) {
-        uint64_t bound_ns = jb__now_ns() + (uint64_t)r->first_byte_ms * 1000000ULL;
         if (bound_ns >= deadline_ns)
             return 0; /* the command's deadline comes first: read_reply waits for it */
+        int left = ms_left(bound_ns);
         struct pollfd p = {.fd = r->fd, .events = POLLIN};
-        int n = poll(&p, 1, r->first_byte_ms);
+        int n = left > 0 ? poll(&p, 1, left < look_ms ? left : look_ms) : 0;
         if (n > 0)
             return 0; /* ready, or an error the next read reports */
         if (n < 0 && errno == EINTR)
             continue;
-        int now = n == 0 ? bytes_unread(r->fd) : -1;
-        if (now >= 0 && now < queued) {
-            queued = now; /* taken in since: another wait */
-            continue;
-        }
-        if (n < 0)
+        if (n < 0) {
             snprintf(why, why_len, "poll: %s", strerror(errno));
-        else
+            return -1;
+        }
+        int now = bytes_unread(r->fd);
+        if (now >= 0 && now < queued) { /* taken in since the last look */
+            queued = now;
+            bound_ns = jb__now_ns() + wait_ns;
+        } else if (left <= look_ms) {
             snprintf(why, why_len, "no first byte of a reply within %d ms (nor any of the "
                      "command taken in)", r->first_byte_ms);
-        return -1;
+            return -1;
+        }
     }
 }
 
