@@ -447,7 +447,8 @@ static bool read_request(int fd, char name[16], bool *lease_key, bool stop_at_se
  * (closing the connection after the SET's key, while the value is being sent),
  * "slow-reader" (reading the value at 640 KiB/s: the client's socket becomes writable again
  * well within each wait, yet a 4 MiB value takes 6 s), "slow-taker" (an honest store that
- * takes a value in at 160 KiB/s, then answers +OK at once). */
+ * takes a value in at 160 KiB/s, then answers +OK at once), "late-dribble" (an entry's first
+ * byte after 150 ms, then one every 100 ms). */
 static void serve_fake(const char *mode, int listener)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -470,7 +471,10 @@ static void serve_fake(const char *mode, int listener)
                 going = send_slowly(fd, ":1\r\n", 0);
             else if (range && strcmp(mode, "dribble-read") == 0)
                 going = send_slowly(fd, "$20\r\nxxxxxxxxxxxxxxxxxxxx\r\n", 250);
-            else if (range && strcmp(mode, "huge") == 0) {
+            else if (range && strcmp(mode, "late-dribble") == 0) {
+                sleep_ms(150);
+                going = send_slowly(fd, "$20\r\nxxxxxxxxxxxxxxxxxxxx\r\n", 100);
+            } else if (range && strcmp(mode, "huge") == 0) {
                 going = send_slowly(fd, "$268435456\r\n", 0);
                 for (int i = 0; going && i < 256; i++)
                     going = send(fd, chunk, sizeof chunk, MSG_NOSIGNAL) == (ssize_t)sizeof chunk;
@@ -1022,6 +1026,28 @@ int main(int argc, char **argv)
               (unsigned long long)((jb__now_ns() - began) / 1000000), status ? why : "");
         jb__redis_reply_free(&reply);
         jb__redis_free(taker);
+    }
+    stop_fake();
+
+    /* A reply begun within the first-byte bound (150 ms) that then dribbles (a byte every
+     * 100 ms) ends at the command's deadline (1 s here), neither at the first-byte bound nor
+     * later. */
+    CHECK(start_fake("late-dribble"), "the fake store (late-dribble) did not start");
+    jb_redis *late = NULL;
+    CHECK_OK(jb__redis_connect(NULL, 0, fake_path, 100, 1000, 250, &late, why, sizeof why));
+    if (late) {
+        const char *range[] = {"GETRANGE", "jb:late", "0", "10"};
+        size_t range_lens[] = {8, 7, 1, 2};
+        jb_redis_reply reply;
+        uint64_t began = jb__now_ns();
+        int status = jb__redis_command(late, 4, range, range_lens, &reply, why, sizeof why);
+        long long took_ms = (long long)((jb__now_ns() - began) / 1000000);
+        jb__redis_reply_free(&reply);
+        CHECK(status != JB_OK && took_ms >= 900 && took_ms < 1500 &&
+                  strstr(why, "no answer within 1000 ms"),
+              "a reply begun in time that dribbles ended after %lld ms: %s", took_ms,
+              status == JB_OK ? "answered" : why);
+        jb__redis_free(late);
     }
     stop_fake();
 
