@@ -8,6 +8,7 @@
  * More many-process cases (one compile among eight, killed holders, junk at a lease's name) are
  * in tests/lease.rs.
  */
+#include "../src/base/keeper.h"
 #include "../src/kernels/kernels.h"
 #include "helpers.h"
 
@@ -981,6 +982,43 @@ static void stored_entry_ends_the_round(const char *cache)
     unsetenv("JITBRIDGE_COMPILE_TIMEOUT_MS");
 }
 
+/* ---- a keeper whose holder thread is gone ---- */
+
+static atomic_int keeper_ticks;
+
+static void count_tick(void *state)
+{
+    (void)state;
+    atomic_fetch_add(&keeper_ticks, 1);
+}
+
+/* Starts a keeper ticking every 5 ms and ends without stopping it (a cancelled compile). */
+static void *start_keeper_and_exit(void *arg)
+{
+    char unused = 0;
+    *(jb_keeper **)arg = jb__keeper_start(count_tick, &unused, sizeof unused, 5000000ULL);
+    return NULL;
+}
+
+/* Whether a keeper stops ticking once the thread that started it has ended: it renews for a
+ * holder that can no longer compile or let go, which would keep others waiting forever. */
+static void keeper_after_holder_exit(void)
+{
+    jb_keeper *keeper = NULL;
+    pthread_t holder;
+    CHECK(pthread_create(&holder, NULL, start_keeper_and_exit, &keeper) == 0, "pthread_create");
+    pthread_join(holder, NULL);
+    CHECK(keeper != NULL, "the keeper did not start");
+    usleep(100 * 1000);
+    int before = atomic_load(&keeper_ticks);
+    usleep(200 * 1000); /* 40 periods */
+    int after = atomic_load(&keeper_ticks);
+    jb__keeper_stop(keeper);
+    CHECK(after - before <= 1,
+          "a keeper whose holder thread ended went on ticking (%d ticks in 200 ms)",
+          after - before);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 2 && strcmp(argv[1], "umask-child") == 0)
@@ -1002,6 +1040,7 @@ int main(int argc, char **argv)
     if (!device)
         return check_summary("test_lease");
     CHECK_OK(jb_set_log_callback(keep_warning, NULL));
+    keeper_after_holder_exit();
     jb__test_set_lease_error(ENOLCK);
     jb_counters_reset();
     uint64_t start = jb__now_ns();
