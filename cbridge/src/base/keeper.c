@@ -44,8 +44,10 @@ static bool holder_stopped_or_gone(pid_t holder)
     char path[64], text[4096];
     snprintf(path, sizeof path, "/proc/self/task/%d/status", (int)holder);
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
-    if (fd < 0 && errno == ENOENT && access("/proc/self/task", F_OK) == 0)
-        return true; /* /proc is there, the holder's entry is not */
+    if (fd < 0 && errno == ENOENT) { /* gone, if this /proc lists this thread (its namespace) */
+        snprintf(path, sizeof path, "/proc/self/task/%d", (int)gettid());
+        return access(path, F_OK) == 0;
+    }
     ssize_t n = fd >= 0 ? read(fd, text, sizeof text - 1) : -1;
     if (fd >= 0)
         close(fd);
