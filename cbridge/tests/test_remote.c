@@ -837,6 +837,42 @@ int main(int argc, char **argv)
               strstr(o.text, "larger than the entry cap"),
           "a value over the cap was not refused:\n%s", o.text);
 
+    /* The cap's one boundary, the same for the store and the read: with values capped at one
+     * byte more than the value it is stored and loads; capped at its very length it is neither
+     * stored nor loaded. */
+    char cap_at[24], cap_above[24], one_name[128];
+    snprintf(cap_at, sizeof cap_at, "%zu", good_len);
+    snprintf(cap_above, sizeof cap_above, "%zu", good_len + 1);
+    snprintf(one_name, sizeof one_name, "jitbridge:v1:%s", key_one);
+    o = run_child_hooked(new_cache(cache, sizeof cache), url, key1, "1", NULL, NULL, cap_above,
+                         NULL);
+    CHECK(o.exited && o.exact && o.builds == 0 && o.remote_hits == 1 && o.remote_rejected == 0,
+          "a value one byte under the cap did not load:\n%s", o.text);
+    o = run_child_hooked(new_cache(cache, sizeof cache), url, key1, "1", NULL, NULL, cap_at,
+                         NULL);
+    CHECK(o.exited && o.exact && o.builds == 1 && o.remote_hits == 0 && o.remote_rejected == 1 &&
+              strstr(o.text, "larger than the entry cap"),
+          "a value at the cap was not refused:\n%s", o.text);
+    resp dropped = command2("DEL", one_name);
+    free(dropped.data);
+    o = run_child_hooked(new_cache(cache, sizeof cache), url, key1, "1", NULL, NULL, cap_at,
+                         NULL);
+    size_t at_cap_len = 0;
+    char *at_cap = get_value(key_one, &at_cap_len);
+    CHECK(o.exited && o.exact && o.builds == 1 && o.remote_stores == 0 && !at_cap,
+          "a value at the cap was stored (%zu bytes):\n%s", at_cap_len, o.text);
+    free(at_cap);
+    o = run_child_hooked(new_cache(cache, sizeof cache), url, key1, "1", NULL, NULL, cap_above,
+                         NULL);
+    size_t under_cap_len = 0;
+    char *under_cap = get_value(key_one, &under_cap_len);
+    CHECK(o.exited && o.exact && o.builds == 1 && o.remote_stores == 1 && under_cap &&
+              under_cap_len == good_len,
+          "a value one byte under the cap was not stored (%zu bytes):\n%s", under_cap_len,
+          o.text);
+    free(under_cap);
+    CHECK(set_value(one_name, good, good_len), "the first value could not be put back");
+
     /* Values that must never load: each is rejected (counter, event) and the launch compiles. */
     char *bad = malloc(good_len);
     struct {
