@@ -448,7 +448,7 @@ static bool read_request(int fd, char name[16], bool *lease_key, bool stop_at_se
  * "slow-reader" (reading the value at 640 KiB/s: the client's socket becomes writable again
  * well within each wait, yet a 4 MiB value takes 6 s), "slow-taker" (an honest store that
  * takes a value in at 160 KiB/s, then answers +OK at once), "late-dribble" (an entry's first
- * byte after 150 ms, then one every 100 ms). */
+ * byte after 100 ms, then one every 100 ms). */
 static void serve_fake(const char *mode, int listener)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -472,7 +472,7 @@ static void serve_fake(const char *mode, int listener)
             else if (range && strcmp(mode, "dribble-read") == 0)
                 going = send_slowly(fd, "$20\r\nxxxxxxxxxxxxxxxxxxxx\r\n", 250);
             else if (range && strcmp(mode, "late-dribble") == 0) {
-                sleep_ms(150);
+                sleep_ms(100);
                 going = send_slowly(fd, "$20\r\nxxxxxxxxxxxxxxxxxxxx\r\n", 100);
             } else if (range && strcmp(mode, "huge") == 0) {
                 going = send_slowly(fd, "$268435456\r\n", 0);
@@ -1065,7 +1065,7 @@ int main(int argc, char **argv)
     }
     stop_fake();
 
-    /* A reply begun within the first-byte bound (150 ms) that then dribbles (a byte every
+    /* A reply begun within the first-byte bound (at 100 ms) that then dribbles (a byte every
      * 100 ms) ends at the command's deadline (1 s here), neither at the first-byte bound nor
      * later. */
     CHECK(start_fake("late-dribble"), "the fake store (late-dribble) did not start");
