@@ -8,6 +8,7 @@
  * More many-process cases (one compile among eight, killed holders, junk at a lease's name) are
  * in tests/lease.rs.
  */
+#include "../src/base/keeper.h"
 #include "../src/kernels/kernels.h"
 #include "helpers.h"
 
@@ -981,6 +982,67 @@ static void stored_entry_ends_the_round(const char *cache)
     unsetenv("JITBRIDGE_COMPILE_TIMEOUT_MS");
 }
 
+/* ---- a keeper whose holder thread is gone ---- */
+
+static atomic_int keeper_ticks;
+
+static void count_tick(void *state)
+{
+    (void)state;
+    atomic_fetch_add(&keeper_ticks, 1);
+}
+
+/* Starts a keeper ticking every 5 ms and ends without stopping it (a cancelled compile). */
+static void *start_keeper_and_exit(void *arg)
+{
+    char unused = 0;
+    *(jb_keeper **)arg = jb__keeper_start(count_tick, &unused, sizeof unused, 5000000ULL);
+    return NULL;
+}
+
+/* The ticks, over 200 ms, of a keeper whose starting thread has ended (ticking every 5 ms). */
+static int ticks_after_holder_exit(void)
+{
+    jb_keeper *keeper = NULL;
+    pthread_t holder;
+    if (pthread_create(&holder, NULL, start_keeper_and_exit, &keeper) != 0)
+        return -1;
+    pthread_join(holder, NULL);
+    if (!keeper)
+        return -1;
+    usleep(100 * 1000);
+    int before = atomic_load(&keeper_ticks);
+    usleep(200 * 1000); /* 40 periods */
+    int after = atomic_load(&keeper_ticks);
+    jb__keeper_stop(keeper);
+    return after - before;
+}
+
+/* Whether a keeper stops ticking once the thread that started it has ended: it renews for a
+ * holder that can no longer compile or let go, which would keep others waiting forever. Run in
+ * a fork child, its count sent through a pipe: memcheck calls the joined keeper's thread block
+ * "possibly lost" where no later thread takes its stack. */
+static void keeper_after_holder_exit(void)
+{
+    int counted[2];
+    CHECK(pipe(counted) == 0, "pipe: %s", strerror(errno));
+    pid_t pid = fork();
+    if (pid == 0) {
+        int ticks = ticks_after_holder_exit();
+        _exit(write(counted[1], &ticks, sizeof ticks) == sizeof ticks ? 0 : 1);
+    }
+    close(counted[1]);
+    int ticks = -1;
+    if (read(counted[0], &ticks, sizeof ticks) != sizeof ticks)
+        ticks = -1;
+    close(counted[0]);
+    waitpid(pid, NULL, 0);
+    CHECK(ticks >= 0 && ticks <= 1,
+          "a keeper whose holder thread ended went on ticking (%d ticks in 200 ms; -1: the "
+          "case could not run)",
+          ticks);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 2 && strcmp(argv[1], "umask-child") == 0)
@@ -1002,6 +1064,7 @@ int main(int argc, char **argv)
     if (!device)
         return check_summary("test_lease");
     CHECK_OK(jb_set_log_callback(keep_warning, NULL));
+    keeper_after_holder_exit();
     jb__test_set_lease_error(ENOLCK);
     jb_counters_reset();
     uint64_t start = jb__now_ns();

@@ -397,6 +397,8 @@ static bool send_slowly(int fd, const char *text, int pause_ms)
  * the command is a SET and `stop_at_set` (the rest is left unread). */
 /* Reads one command: its name and whether its key is a fleet lease's (`jb:lease:...`). With
  * stop_at_set, gives up after the key of a SET of a value, as a store that closes mid-store. */
+static bool slow_taker; /* the fake takes a value in at 160 KiB/s (4 KiB every 25 ms) */
+
 static bool read_request(int fd, char name[16], bool *lease_key, bool stop_at_set)
 {
     char line[64], scratch[4096];
@@ -427,6 +429,8 @@ static bool read_request(int fd, char name[16], bool *lease_key, bool stop_at_se
             if (!read_exact(fd, scratch, n))
                 return false;
             left -= n;
+            if (slow_taker)
+                sleep_ms(25);
         }
     }
     return true;
@@ -442,10 +446,13 @@ static bool read_request(int fd, char name[16], bool *lease_key, bool stop_at_se
  * status other than OK, as in a transaction), "close-mid-store"
  * (closing the connection after the SET's key, while the value is being sent),
  * "slow-reader" (reading the value at 640 KiB/s: the client's socket becomes writable again
- * well within each wait, yet a 4 MiB value takes 6 s). */
+ * well within each wait, yet a 4 MiB value takes 6 s), "slow-taker" (an honest store that
+ * takes a value in at 160 KiB/s, then answers +OK at once), "late-dribble" (an entry's first
+ * byte after 100 ms, then one every 100 ms). */
 static void serve_fake(const char *mode, int listener)
 {
     signal(SIGPIPE, SIG_IGN);
+    slow_taker = strcmp(mode, "slow-taker") == 0;
     static char chunk[1 << 20];
     memset(chunk, 'x', sizeof chunk);
     for (;;) {
@@ -464,7 +471,10 @@ static void serve_fake(const char *mode, int listener)
                 going = send_slowly(fd, ":1\r\n", 0);
             else if (range && strcmp(mode, "dribble-read") == 0)
                 going = send_slowly(fd, "$20\r\nxxxxxxxxxxxxxxxxxxxx\r\n", 250);
-            else if (range && strcmp(mode, "huge") == 0) {
+            else if (range && strcmp(mode, "late-dribble") == 0) {
+                sleep_ms(100);
+                going = send_slowly(fd, "$20\r\nxxxxxxxxxxxxxxxxxxxx\r\n", 100);
+            } else if (range && strcmp(mode, "huge") == 0) {
                 going = send_slowly(fd, "$268435456\r\n", 0);
                 for (int i = 0; going && i < 256; i++)
                     going = send(fd, chunk, sizeof chunk, MSG_NOSIGNAL) == (ssize_t)sizeof chunk;
@@ -483,7 +493,7 @@ static void serve_fake(const char *mode, int listener)
                 going = send_slowly(fd, "+OKAYOKAYOKAYOK\r\n", 250);
             else if (set && strcmp(mode, "store-wrong") == 0)
                 going = send_slowly(fd, "$-1\r\n", 0);
-            else if (set && strcmp(mode, "store-ok") == 0)
+            else if (set && (strcmp(mode, "store-ok") == 0 || slow_taker))
                 going = send_slowly(fd, "+OK\r\n", 0);
             else if (set && strcmp(mode, "store-queued") == 0)
                 going = send_slowly(fd, "+QUEUED\r\n", 0);
@@ -513,6 +523,9 @@ static bool start_fake_on(const char *mode, int *tcp_port)
     struct sockaddr_in tcp_addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000001)};
     socklen_t tcp_len = sizeof tcp_addr;
     int listener = socket(tcp_port ? AF_INET : AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int small_window = 4096; /* a slow link: what the fake has not read is not acknowledged */
+    if (listener >= 0 && strcmp(mode, "slow-taker") == 0)
+        setsockopt(listener, SOL_SOCKET, SO_RCVBUF, &small_window, sizeof small_window);
     if (listener < 0 ||
         (tcp_port ? bind(listener, (struct sockaddr *)&tcp_addr, sizeof tcp_addr)
                   : bind(listener, (struct sockaddr *)&unix_addr, sizeof unix_addr)) != 0 ||
@@ -574,6 +587,29 @@ static int sockets_open(void)
     if (d)
         closedir(d);
     return n;
+}
+
+/* ---- a stream of signals while a command waits ---- */
+
+static void ignore_signal(int sig)
+{
+    (void)sig;
+}
+
+typedef struct signaller {
+    pthread_t target;
+    atomic_bool stop;
+} signaller;
+
+/* Interrupts `target` every 2 ms (a sampling profiler's timer signal) until stopped. */
+static void *signal_often(void *arg)
+{
+    signaller *s = arg;
+    while (!atomic_load(&s->stop)) {
+        pthread_kill(s->target, SIGUSR1);
+        sleep_ms(2);
+    }
+    return NULL;
 }
 
 /* ---- the parent ---- */
@@ -801,6 +837,42 @@ int main(int argc, char **argv)
               strstr(o.text, "larger than the entry cap"),
           "a value over the cap was not refused:\n%s", o.text);
 
+    /* The cap's one boundary, the same for the store and the read: with values capped at one
+     * byte more than the value it is stored and loads; capped at its very length it is neither
+     * stored nor loaded. */
+    char cap_at[24], cap_above[24], one_name[128];
+    snprintf(cap_at, sizeof cap_at, "%zu", good_len);
+    snprintf(cap_above, sizeof cap_above, "%zu", good_len + 1);
+    snprintf(one_name, sizeof one_name, "jitbridge:v1:%s", key_one);
+    o = run_child_hooked(new_cache(cache, sizeof cache), url, key1, "1", NULL, NULL, cap_above,
+                         NULL);
+    CHECK(o.exited && o.exact && o.builds == 0 && o.remote_hits == 1 && o.remote_rejected == 0,
+          "a value one byte under the cap did not load:\n%s", o.text);
+    o = run_child_hooked(new_cache(cache, sizeof cache), url, key1, "1", NULL, NULL, cap_at,
+                         NULL);
+    CHECK(o.exited && o.exact && o.builds == 1 && o.remote_hits == 0 && o.remote_rejected == 1 &&
+              strstr(o.text, "larger than the entry cap"),
+          "a value at the cap was not refused:\n%s", o.text);
+    resp dropped = command2("DEL", one_name);
+    free(dropped.data);
+    o = run_child_hooked(new_cache(cache, sizeof cache), url, key1, "1", NULL, NULL, cap_at,
+                         NULL);
+    size_t at_cap_len = 0;
+    char *at_cap = get_value(key_one, &at_cap_len);
+    CHECK(o.exited && o.exact && o.builds == 1 && o.remote_stores == 0 && !at_cap,
+          "a value at the cap was stored (%zu bytes):\n%s", at_cap_len, o.text);
+    free(at_cap);
+    o = run_child_hooked(new_cache(cache, sizeof cache), url, key1, "1", NULL, NULL, cap_above,
+                         NULL);
+    size_t under_cap_len = 0;
+    char *under_cap = get_value(key_one, &under_cap_len);
+    CHECK(o.exited && o.exact && o.builds == 1 && o.remote_stores == 1 && under_cap &&
+              under_cap_len == good_len,
+          "a value one byte under the cap was not stored (%zu bytes):\n%s", under_cap_len,
+          o.text);
+    free(under_cap);
+    CHECK(set_value(one_name, good, good_len), "the first value could not be put back");
+
     /* Values that must never load: each is rejected (counter, event) and the launch compiles. */
     char *bad = malloc(good_len);
     struct {
@@ -969,6 +1041,52 @@ int main(int argc, char **argv)
           "connection)",
           child_sockets);
 
+    /* A store still taking in a value when the send ends (a slow link: the socket's buffer
+     * holds the value's tail, unacknowledged) is not given up on at the first-byte bound: it is reading, so it is no stopped store, and
+     * a value of 128 KiB at 160 KiB/s answers well within the command's deadline. */
+    int taker_port = 0;
+    CHECK(start_fake_on("slow-taker", &taker_port), "the fake store (slow-taker) did not start");
+    jb_redis *taker = NULL;
+    CHECK_OK(jb__redis_connect("127.0.0.1", taker_port, NULL, 100, 5000, 250, &taker, why,
+                               sizeof why));
+    if (taker) {
+        static char big[128 << 10];
+        memset(big, 'v', sizeof big);
+        const char *set[] = {"SET", "jb:slow-taken", big};
+        size_t set_lens[] = {3, 13, sizeof big};
+        jb_redis_reply reply;
+        uint64_t began = jb__now_ns();
+        int status = jb__redis_command(taker, 3, set, set_lens, &reply, why, sizeof why);
+        CHECK(status == JB_OK && reply.type == JB_REDIS_STATUS && strcmp(reply.str, "OK") == 0,
+              "a store taking in a value at 160 KiB/s was given up on after %llu ms: %s",
+              (unsigned long long)((jb__now_ns() - began) / 1000000), status ? why : "");
+        jb__redis_reply_free(&reply);
+        jb__redis_free(taker);
+    }
+    stop_fake();
+
+    /* A reply begun within the first-byte bound (at 100 ms) that then dribbles (a byte every
+     * 100 ms) ends at the command's deadline (1 s here), neither at the first-byte bound nor
+     * later. */
+    CHECK(start_fake("late-dribble"), "the fake store (late-dribble) did not start");
+    jb_redis *late = NULL;
+    CHECK_OK(jb__redis_connect(NULL, 0, fake_path, 100, 1000, 250, &late, why, sizeof why));
+    if (late) {
+        const char *range[] = {"GETRANGE", "jb:late", "0", "10"};
+        size_t range_lens[] = {8, 7, 1, 2};
+        jb_redis_reply reply;
+        uint64_t began = jb__now_ns();
+        int status = jb__redis_command(late, 4, range, range_lens, &reply, why, sizeof why);
+        long long took_ms = (long long)((jb__now_ns() - began) / 1000000);
+        jb__redis_reply_free(&reply);
+        CHECK(status != JB_OK && took_ms >= 900 && took_ms < 1500 &&
+                  strstr(why, "no answer within 1000 ms"),
+              "a reply begun in time that dribbles ended after %lld ms: %s", took_ms,
+              status == JB_OK ? "answered" : why);
+        jb__redis_free(late);
+    }
+    stop_fake();
+
     /* Setting the tier anew closes its idle connection (none is left open, and the next build
      * connects again). */
     o = run_child(new_cache(cache, sizeof cache), url, key1, "20,21", "reconfigure-after-first",
@@ -1096,5 +1214,35 @@ int main(int argc, char **argv)
               strstr(o.text, "no first byte of a reply within 250 ms"),
           "a stopped server held the first miss %lld ms (at most %lld):\n%s", o.elapsed_ms,
           stopped_bound_ms, o.text);
+
+    /* Signals every 2 ms (a profiler's) while a stopped store's first byte is awaited: each
+     * interrupted wait goes on to the same bound, so the command still ends at 250 ms, not at
+     * its 3 s deadline. */
+    jb_redis *interrupted = NULL;
+    CHECK_OK(jb__redis_connect(NULL, 0, socket_path, 100, 3000, 250, &interrupted, why,
+                               sizeof why));
+    struct sigaction quiet = {.sa_handler = ignore_signal}, before_usr1;
+    sigaction(SIGUSR1, &quiet, &before_usr1); /* no SA_RESTART: each signal ends a poll */
+    signaller often = {.target = pthread_self()};
+    pthread_t often_thread;
+    if (interrupted && pthread_create(&often_thread, NULL, signal_often, &often) == 0) {
+        kill(server_pid, SIGSTOP);
+        const char *range[] = {"GETRANGE", "jb:interrupted", "0", "10"};
+        size_t range_lens[] = {8, 14, 1, 2};
+        jb_redis_reply reply;
+        uint64_t began = jb__now_ns();
+        int status = jb__redis_command(interrupted, 4, range, range_lens, &reply, why,
+                                       sizeof why);
+        long long took_ms = (long long)((jb__now_ns() - began) / 1000000);
+        kill(server_pid, SIGCONT);
+        atomic_store(&often.stop, true);
+        pthread_join(often_thread, NULL);
+        jb__redis_reply_free(&reply);
+        CHECK(status != JB_OK && took_ms < 1000 && strstr(why, "no first byte of a reply"),
+              "a stopped store's command under a stream of signals took %lld ms: %s", took_ms,
+              status == JB_OK ? "answered" : why);
+    }
+    sigaction(SIGUSR1, &before_usr1, NULL);
+    jb__redis_free(interrupted);
     return check_summary("test_remote");
 }

@@ -36,14 +36,18 @@ static uint64_t signal_bit(int sig)
     return 1ULL << (sig - 1);
 }
 
-/* Whether the thread `holder` of this process is stopped (a job stop, a debugger's) or a stop
- * is pending for it: a stopped holder stores nothing, so what it holds is left to go stale.
- * Without /proc, it counts as running. */
-static bool thread_stopping(pid_t holder)
+/* Whether the thread `holder` of this process is stopped (a job stop, a debugger's), a stop is
+ * pending for it, or it has ended (cancelled mid-compile): such a holder stores nothing and
+ * never lets go, so what it holds is left to go stale. Without /proc, it counts as running. */
+static bool holder_stopped_or_gone(pid_t holder)
 {
     char path[64], text[4096];
     snprintf(path, sizeof path, "/proc/self/task/%d/status", (int)holder);
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0 && errno == ENOENT) { /* gone, if this /proc lists this thread (its namespace) */
+        snprintf(path, sizeof path, "/proc/self/task/%d", (int)gettid());
+        return access(path, F_OK) == 0;
+    }
     ssize_t n = fd >= 0 ? read(fd, text, sizeof text - 1) : -1;
     if (fd >= 0)
         close(fd);
@@ -78,7 +82,7 @@ static void *keeper_main(void *arg)
         at.tv_sec += (time_t)(ns / 1000000000ULL);
         at.tv_nsec = (long)(ns % 1000000000ULL);
         if (pthread_cond_timedwait(&k->wake, &k->mutex, &at) == ETIMEDOUT && !k->stop &&
-            !thread_stopping(k->holder)) {
+            !holder_stopped_or_gone(k->holder)) {
             pthread_mutex_unlock(&k->mutex); /* a stop is not held up by a slow tick */
             k->tick(k->state);
             pthread_mutex_lock(&k->mutex);

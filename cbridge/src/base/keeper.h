@@ -9,7 +9,8 @@
 /* A thread that calls tick(state) every period_ns until it is stopped: started with every
  * signal blocked (no handler of the host runs on it); a tick is skipped while the thread that
  * started it is stopped or has a stop pending (a thread that sleeps in the compiler's vfork
- * stops only once the compile ends, and the keeper would run on meanwhile). A tick runs with
+ * stops only once the compile ends, and the keeper would run on meanwhile), and once it has
+ * ended (cancelled: it will never let go, so what it held must go stale). A tick runs with
  * the keeper's lock let go, so a stop never waits for it, and its warnings are held: the
  * stopper may hold a library lock while it joins the keeper. */
 typedef struct jb_keeper jb_keeper;

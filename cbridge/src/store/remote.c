@@ -41,12 +41,14 @@
  * for the largest entry on a slow link, short enough that a stopped store costs one compile's
  * worth of waiting before the breaker opens. */
 #define OPERATION_TIMEOUT_MS 2000
-/* A reply's first byte, counted from the end of the send. A healthy store on the same network
- * starts a GET's reply in well under a millisecond (a busy one in a few), and one whose round
- * trip nears this is slower than the compile it would save (30 ms a kernel on an H100, here
- * too); a stopped or hung one trips the breaker after this wait, not after the 2 s meant for a
- * large value's transfer (1.35x a 6 s cold run on an H100), and a spurious trip costs compiles
- * for one breaker pause, never an error. Once bytes flow, the command's deadline alone holds. */
+/* A reply's first byte, counted from the end of the send or from the store's last taking in of
+ * the command's bytes still queued (a large value on a slow link). A healthy store on the same
+ * network starts a GET's reply in well under a millisecond (a busy one in a few), and one whose
+ * round trip nears this is slower than the compile it would save (30 ms a kernel on an H100,
+ * here too); a stopped or hung one trips the breaker after this wait, not after the 2 s meant
+ * for a large value's transfer (1.35x a 6 s cold run on an H100), and a spurious trip costs
+ * compiles for one breaker pause, never an error. Once bytes flow, the command's deadline alone
+ * holds. */
 #define FIRST_BYTE_TIMEOUT_MS 250
 /* After a failure the tier is skipped this long: a dead store costs one timeout per pause, and
  * a restarted one is used again soon. */

@@ -10,9 +10,10 @@
  * socket itself, because hiredis's own timeout is per read or write: a store that answers one
  * byte at a time, or announces a reply of gigabytes, would hold a build for as long as it likes.
  * Here a whole command (send and reply) has one deadline, and its reply's first byte a shorter
- * one of its own (a stopped store is given up on sooner than a large value is sent), a reply
- * longer than a stored value may be is refused from its length line without allocating it, and
- * anything but the reply types this library asks for ends the connection. A host name is looked up in a thread of its
+ * one of its own, counted from the store's last taking in of the command (a stopped store is
+ * given up on sooner than a large value is sent), a reply longer than a stored value may be is
+ * refused from its length line without allocating it, and anything but the reply types this
+ * library asks for ends the connection. A host name is looked up in a thread of its
  * own, waited for until the same deadline, so a dead resolver cannot hold a build either, and
  * each of its addresses is tried in turn (IPv4 first) while that deadline lasts.
  *
@@ -36,6 +37,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <sys/time.h>
@@ -537,10 +540,8 @@ void jb__redis_free(jb_redis *r)
 
 /* ---- one command under one deadline ---- */
 
-/* Waits until `fd` is ready for `events` before the deadline, which is `ms` away at most: 0, or
- * -1 with *why (that no `awaited` came within `ms`). */
-static int wait_ready_for(jb_redis *r, short events, uint64_t deadline_ns, const char *awaited,
-                          int ms, char *why, size_t why_len)
+/* Waits until `fd` is ready for `events` before the deadline: 0, or -1 with *why. */
+static int wait_ready(jb_redis *r, short events, uint64_t deadline_ns, char *why, size_t why_len)
 {
     for (;;) {
         int left = ms_left(deadline_ns);
@@ -553,15 +554,9 @@ static int wait_ready_for(jb_redis *r, short events, uint64_t deadline_ns, const
         if (n < 0)
             snprintf(why, why_len, "poll: %s", strerror(errno));
         else
-            snprintf(why, why_len, "no %s within %d ms", awaited, ms);
+            snprintf(why, why_len, "no answer within %d ms", r->operation_ms);
         return -1;
     }
-}
-
-/* wait_ready_for under the whole command's deadline. */
-static int wait_ready(jb_redis *r, short events, uint64_t deadline_ns, char *why, size_t why_len)
-{
-    return wait_ready_for(r, events, deadline_ns, "answer", r->operation_ms, why, why_len);
 }
 
 #define MAX_ARGS 16
@@ -765,6 +760,49 @@ static int read_reply(jb_redis *r, jb_redis_reply *out, uint64_t deadline_ns, ch
     return -1;
 }
 
+/* The bytes sent on `fd` that the store has not yet taken in (TCP: not yet acknowledged), or -1
+ * when the system cannot say. */
+static int bytes_unread(int fd)
+{
+    int queued;
+    return ioctl(fd, SIOCOUTQ, &queued) == 0 ? queued : -1;
+}
+
+/* Waits for a reply's first byte under the command's deadline and, until then, within
+ * first_byte_ms of the send's end or of the store's last seen taking in of the command's queued
+ * bytes (a store still reading a large value is no stopped one), looked at every fifth of that:
+ * 0, or -1 with *why. */
+static int wait_first_byte(jb_redis *r, uint64_t deadline_ns, char *why, size_t why_len)
+{
+    uint64_t wait_ns = (uint64_t)r->first_byte_ms * 1000000ULL;
+    uint64_t bound_ns = jb__now_ns() + wait_ns;
+    int queued = bytes_unread(r->fd), look_ms = r->first_byte_ms / 5 + 1;
+    for (;;) {
+        if (bound_ns >= deadline_ns)
+            return 0; /* the command's deadline comes first: read_reply waits for it */
+        int left = ms_left(bound_ns);
+        struct pollfd p = {.fd = r->fd, .events = POLLIN};
+        int n = left > 0 ? poll(&p, 1, left < look_ms ? left : look_ms) : 0;
+        if (n > 0)
+            return 0; /* ready, or an error the next read reports */
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            snprintf(why, why_len, "poll: %s", strerror(errno));
+            return -1;
+        }
+        int now = bytes_unread(r->fd);
+        if (now >= 0 && now < queued) { /* taken in since the last look */
+            queued = now;
+            bound_ns = jb__now_ns() + wait_ns;
+        } else if (left <= look_ms) {
+            snprintf(why, why_len, "no first byte of a reply within %d ms (nor any of the "
+                     "command taken in)", r->first_byte_ms);
+            return -1;
+        }
+    }
+}
+
 int jb__redis_command(jb_redis *r, int argc, const char **argv, const size_t *lens,
                       jb_redis_reply *out, char *why, size_t why_len)
 {
@@ -779,10 +817,8 @@ int jb__redis_command(jb_redis *r, int argc, const char **argv, const size_t *le
     }
     uint64_t deadline_ns = jb__now_ns() + (uint64_t)r->operation_ms * 1000000ULL;
     int failed = send_command(r, argc, argv, lens, deadline_ns, why, why_len);
-    uint64_t first_byte_ns = jb__now_ns() + (uint64_t)r->first_byte_ms * 1000000ULL;
-    if (!failed && r->first_byte_ms > 0 && first_byte_ns < deadline_ns && r->end == r->start)
-        failed = wait_ready_for(r, POLLIN, first_byte_ns, "first byte of a reply",
-                                r->first_byte_ms, why, why_len);
+    if (!failed && r->first_byte_ms > 0 && r->end == r->start)
+        failed = wait_first_byte(r, deadline_ns, why, why_len);
     if (!failed)
         failed = read_reply(r, out, deadline_ns, why, why_len);
     if (!failed && r->end != r->start) {
