@@ -189,7 +189,8 @@ pub struct BundleImport {
     /// Source records the bundle carried, checked and put into the cache folder's `sources/`.
     pub records: u64,
     /// Source records refused (another hash, too large, a name or option the API refuses,
-    /// another kernel's), each with a warning; their entries are imported all the same.
+    /// another kernel's) or not put into `sources/` (a full disk, `sources/` not a folder of
+    /// the library's own), each with a warning; their entries are imported all the same.
     pub refused: u64,
 }
 

@@ -1265,7 +1265,8 @@ JB_API jb_status jb_disk_cache_export_sources(uint64_t *exported, uint64_t *skip
  * the bundle is refused or the cache folder cannot take the entries. */
 JB_API jb_status jb_disk_cache_import(uint64_t *imported, uint64_t *skipped, const char *path);
 /* jb_disk_cache_import, counting the source records put into sources/ (*records) and those
- * refused (*refused; each with a warning saying why, and its entry imported all the same). */
+ * refused or not put there: a full disk, sources/ not a folder of ours (*refused; each with a
+ * warning saying why, and its entry imported all the same). */
 JB_API jb_status jb_disk_cache_import_sources(uint64_t *imported, uint64_t *skipped,
                                               uint64_t *records, uint64_t *refused,
                                               const char *path);

@@ -4,7 +4,9 @@
  * jb_manifest_sources_check for the exporting process's manifest; prewarm's lines name them.
  * Hostile records in a bundle (another hash, too large, a refused option, another kernel's; a
  * link at the record's name or at sources/ in the importing folder) are refused with a clear
- * warning or never followed, no compiler starts, and the bundle's compiled entries still load.
+ * warning or never followed, no compiler starts, and the bundle's compiled entries still load;
+ * records that cannot be put into sources/ (a link in its place, a folder at a record's name)
+ * are counted refused, each with a warning.
  * A bundle without records (what an export without sources writes, as before) opens as ever.
  * The compile farm's list (jb__source_list_read) of a bundle and of a manifest.
  */
@@ -65,7 +67,7 @@ static size_t count_records(const char *folder)
     DIR *d = opendir(path);
     size_t n = 0;
     for (struct dirent *e; d && (e = readdir(d));)
-        n += strstr(e->d_name, ".jbs") != NULL;
+        n += strstr(e->d_name, ".jbs") != NULL && e->d_type == DT_REG; /* records are files */
     if (d)
         closedir(d);
     return n;
@@ -497,9 +499,20 @@ int main(int argc, char **argv)
     own_folder(cache, folder, NULL);
     CHECK(mkdir(outside_dir, 0700) == 0 && symlink(outside_dir, sources_dir) == 0,
           "a link in sources/'s place: %s", strerror(errno));
-    const char *linked_dir_args[] = {argv[0], "child", with, folder, "0", "0", "-", "-", "-", NULL};
+    /* Records that cannot be put into sources/ are counted refused, each with its warning. */
+    const char *linked_dir_args[] = {argv[0], "child", with, folder, "0", "3",
+                                     "could not be put into", "-", "-", NULL};
     run_child(argv[0], linked_dir_args);
     CHECK(count_records(outside_dir) == 0, "records were written through the link at sources/");
+    /* A folder at a record's name: that record refused, the two others put. */
+    snprintf(folder, sizeof folder, "%s/folder_at_name", dir);
+    snprintf(sources_dir, sizeof sources_dir, "%s/sources", folder);
+    own_folder(cache, folder, sources_dir);
+    snprintf(link_path, sizeof link_path, "%s/%s.jbs", sources_dir, first_hex);
+    CHECK(mkdir(link_path, 0700) == 0, "a folder at %s: %s", link_path, strerror(errno));
+    const char *folder_args[] = {argv[0], "child", with, folder, "2", "1",
+                                 "could not be put into", "-", "-", NULL};
+    run_child(argv[0], folder_args);
 
     snprintf(command, sizeof command, "rm -rf %s", dir);
     CHECK(system(command) == 0, "rm -rf %s", dir);

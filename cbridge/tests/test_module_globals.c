@@ -1,7 +1,7 @@
 /* Module globals (jb_source_module_global_*): a write that a later launch on the stream reads,
  * a read-back, and every bad request refused with nothing copied: an unknown name, a name that is
  * not an identifier, a function or another object's symbol, bytes past the end (offset overflow
- * included), a write to a const. */
+ * included), a write to a const, a symbol whose size wraps the address space. */
 #include "check.h"
 #include "jitbridge.h"
 #include <stdint.h>
@@ -18,6 +18,12 @@ static const char source[] =
     "  for (uint64_t i = 0; i < n; i++) y[i] *= scale[i % 4];\n"
     "  if (++calls < 0) abort();\n" /* links libc, whose `environ` dlsym then finds */
     "}\n";
+
+/* A global whose symbol table size (2^64 - 16) wraps its end round to below its start. */
+static const char wrapping_source[] =
+    "__asm__(\".pushsection .data\\n.globl huge\\n.type huge,@object\\n"
+    ".size huge, 0xfffffffffffffff0\\nhuge: .quad 1\\n.popsection\");\n"
+    "void apply(void **args, uint64_t n) { (void)args, (void)n; }\n";
 
 static jb_device *cpu;
 
@@ -109,6 +115,16 @@ int main(void)
 
     jb_array_free(y);
     jb_stream_free(stream);
+    jb_source_module_free(m);
+
+    spec.name = "globals_wrapping", spec.cpu_source = wrapping_source;
+    CHECK_OK(jb_source_module_new(&m, &spec));
+    /* The loader's dladdr finds no symbol holding its address: refused before its size counts. */
+    refused(jb_source_module_global_size(m, cpu, "huge", &size), JB_ERR_INVALID_ARGUMENT,
+            "not the start of a symbol", "a size that wraps");
+    refused(jb_source_module_global_read(m, cpu, NULL, "huge", (size_t)1 << 40, junk, 4),
+            JB_ERR_INVALID_ARGUMENT, "not the start of a symbol",
+            "a read far past a wrapping global");
     jb_source_module_free(m);
     return check_summary("test_module_globals");
 }

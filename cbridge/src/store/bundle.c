@@ -689,7 +689,8 @@ void jb__bundle_counters_reset(void)
 /* ---- import ---- */
 
 /* Puts entry i's record (if the bundle carries one) into sources/: counted in *records, or,
- * refused, in *refused with one warning. The entry is imported either way. */
+ * refused or not put there (a full disk, sources/ not a folder of ours), in *refused with one
+ * warning. The entry is imported either way. */
 static void import_source(jb_bundle *b, size_t i, const unsigned char *key, size_t key_bytes,
                           jb_source_record_rules rules, uint64_t *records, uint64_t *refused)
 {
@@ -705,8 +706,14 @@ static void import_source(jb_bundle *b, size_t i, const unsigned char *key, size
         return;
     size_t len;
     char *bytes = jb__source_record_bytes(&r, digest, &len), hex[2 * JB_SHA256_BYTES + 1];
-    if (bytes && jb__source_record_put(bytes, len, r.module, hex))
+    if (bytes && jb__source_record_put(bytes, len, r.module, hex)) {
         (*records)++;
+    } else {
+        (*refused)++;
+        jb__warn("the bundle %s: the source record of module '%s' could not be put into the "
+                 "cache folder's " JB_SOURCE_RECORD_DIR "/ (%s); its entry is imported",
+                 b->path, r.module, bytes ? strerror(errno) : "no memory");
+    }
     free(bytes);
     jb__source_record_free(&r);
 }

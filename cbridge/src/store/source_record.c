@@ -143,8 +143,10 @@ bool jb__source_record_put(const char *data, size_t len, const char *module_name
 {
     /* Only in a folder marked as the cache's own: a shared one ($HOME) gets no sources/. */
     int dir = jb__disk_dir_fd();
-    if (dir < 0 || !jb__disk_folder_is_ours() || len > JB_SOURCE_RECORD_MAX_BYTES)
+    if (dir < 0 || !jb__disk_folder_is_ours() || len > JB_SOURCE_RECORD_MAX_BYTES) {
+        errno = len > JB_SOURCE_RECORD_MAX_BYTES ? EFBIG : EPERM;
         return false;
+    }
     unsigned char digest[JB_SHA256_BYTES];
     jb__sha256(data, len, digest);
     jb__hex(digest, JB_SHA256_BYTES, hex);
@@ -159,6 +161,7 @@ bool jb__source_record_put(const char *data, size_t len, const char *module_name
         jb__warn("the source record of module '%s' could not be stored in the cache folder's "
                  JB_SOURCE_RECORD_DIR "/ (%s); manifest lines name no source records",
                  module_name, strerror(err));
+    errno = err;
     return err == 0;
 }
 

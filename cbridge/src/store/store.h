@@ -186,7 +186,8 @@ int jb__source_record_read(const unsigned char digest[JB_SHA256_BYTES],
 int jb__source_record_check(const unsigned char digest[JB_SHA256_BYTES], unsigned char *data,
                             size_t size, jb_source_record_rules rules, jb_source_record *out);
 /* Stores a record's bytes (checked before) in sources/ as jb__source_record_store does: false
- * when not stored; its SHA-256 in `hex`. `module_name` is for the one warning. */
+ * when not stored, with errno saying why (EPERM: a folder not the library's own); its SHA-256
+ * in `hex`. `module_name` is for the one warning. */
 bool jb__source_record_put(const char *data, size_t len, const char *module_name,
                            char hex[2 * JB_SHA256_BYTES + 1]);
 void jb__source_record_free(jb_source_record *record);
