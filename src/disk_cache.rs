@@ -7,8 +7,8 @@
 //! read through that handle, each checked first: a regular file, ours, not writable by others,
 //! one link, at most 64 MiB. A folder owned by another user or writable by group or others, or
 //! under a parent that its group (ours too) or others may write (without the sticky bit) or
-//! another user owns, is refused, and a read-only or full disk turns the cache off, each with one
-//! warning; kernels still run. A transient failure (out of descriptors or memory, a network
+//! another user owns, is refused, and a read-only disk stops new entries (a full one pauses them:
+//! 30 s, doubling to 10 min while it stays full), each with one warning; kernels still run. A transient failure (out of descriptors or memory, a network
 //! disk's I/O error) evicts nothing and turns nothing off for good: setting up is tried again at
 //! a later build.
 //!
@@ -54,7 +54,8 @@ pub fn dir() -> String {
 }
 
 /// "on"; "on, shared: `<why>`" (a folder not marked as the cache's own: nothing is removed);
-/// "on, read-only: `<why>`" (entries served, none stored); "off for now: `<why>`" (a transient
+/// "on, read-only: `<why>`" (entries served, none stored); "on, read-only until `<time>`:
+/// `<why>`" (a full disk: storing is tried again then); "off for now: `<why>`" (a transient
 /// failure while setting up, tried again at a later build); "off: `<why>`" (for the life of the
 /// process) or "off (JITBRIDGE_DISK_CACHE=...)". Before the first compile: what would happen
 /// (nothing is created).

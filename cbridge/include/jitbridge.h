@@ -980,9 +980,10 @@ JB_API void jb_counters_reset(void);
  * entry is read through that handle, each checked first (a regular file, ours, not writable by
  * others, one link, at most 64 MiB). A folder owned by another user or writable by group or
  * others, or under a parent its group (ours too) or others can write (without the sticky bit)
- * or another user owns, is refused (the cache is off); a read-only or full disk stops new
- * entries while those there are still served: each with one warning (see jb_set_log_callback),
- * never an error. A transient failure (out of descriptors or memory, an interrupted call, a
+ * or another user owns, is refused (the cache is off); a read-only disk stops new entries, and
+ * a full one (ENOSPC, EDQUOT) pauses them for 30 s, doubling to 10 min while it stays full, while
+ * those there are still served: each with one warning (see jb_set_log_callback), never an error
+ * (a paused disk warns again when a store lands after the pause). A transient failure (out of descriptors or memory, an interrupted call, a
  * network disk's I/O error) is "not now": it evicts no entry, stops nothing, and while setting up leaves the cache off only
  * until a later build tries again (after 50 ms, doubling up to 30 s).
  * The library removes or replaces only what it made, and only in a folder marked as its own

@@ -7,6 +7,7 @@
  * - a transient failure (here: out of descriptors) while loading evicts nothing, nor does one
  *   that makes the loader refuse a good entry, while storing it stops nothing, and while setting
  *   up turns nothing off: the cache is set up at a later build;
+ * - a full disk pauses storing for a while (a doubling wait), a read-only one stops it;
  * - prune, stats and verify of a folder that does not exist yet report an empty cache.
  * The folder is chosen once per process, so each case runs in a child of its own (its exit
  * status is its count of failed checks) before the parent uses the library.
@@ -401,6 +402,85 @@ static void transient_failures_evict_and_stop_nothing(const char *dir)
     jb__disk_key_free(&other);
 }
 
+/* ---- 11. a full disk pauses storing, a lasting failure stops it ---- */
+
+static atomic_int warnings;
+
+static void count_warnings(void *user_data, jb_log_level level, const char *message)
+{
+    (void)user_data, (void)level, (void)message;
+    atomic_fetch_add(&warnings, 1);
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&t, &t) != 0 && errno == EINTR) {
+    }
+}
+
+/* Storing under JITBRIDGE_DISK_CACHE_FAULT=`fault` fails; once the fault is gone and the pause
+ * (1 s here) is over, whether a store lands. */
+static bool stores_after_fault(const char *dir, const char *fault, jb_disk_key *key)
+{
+    jb_blob code = {.data = (unsigned char *)"compiled code", .size = 13};
+    CHECK(jb__disk_cache_usable(), "state: %s", jb_disk_cache_state());
+    CHECK_OK(jb_set_log_callback(count_warnings, NULL));
+    setenv("JITBRIDGE_TEST_DISK_FULL_WAIT_MS", "1000", 1);
+    setenv("JITBRIDGE_DISK_CACHE_FAULT", fault, 1);
+    CHECK(!jb__disk_store(key, &code), "stored under the fault %s?", fault);
+    CHECK(strncmp(jb_disk_cache_state(), "on, read-only", 13) == 0, "state: %s",
+          jb_disk_cache_state());
+    unsetenv("JITBRIDGE_DISK_CACHE_FAULT");
+    CHECK(!jb__disk_store(key, &code) && !exists(dir, key->file), "stored at once: %s",
+          jb_disk_cache_state());
+    sleep_ms(1100);
+    return jb__disk_store(key, &code) && exists(dir, key->file);
+}
+
+/* A full disk frees up: storing resumes after the pause, with one warning for the pause and one
+ * for the resumption; a disk still full at the retry pauses again, twice as long, silently. */
+static void full_disk_pauses_storing(const char *dir)
+{
+    jb_disk_key key = {0}, other = {0};
+    CHECK_OK(jb__module_disk_key(cpu(), "folder_test", NULL, 0, "a source", &key));
+    CHECK_OK(jb__module_disk_key(cpu(), "folder_test", NULL, 0, "another source", &other));
+    CHECK(stores_after_fault(dir, "enospc", &key),
+          "a full disk stopped storing past its pause: %s", jb_disk_cache_state());
+    CHECK(strcmp(jb_disk_cache_state(), "on") == 0, "state: %s", jb_disk_cache_state());
+    CHECK(atomic_load(&warnings) == 2, "%d warnings, not one for the pause and one after it",
+          atomic_load(&warnings));
+
+    jb_blob code = {.data = (unsigned char *)"compiled code", .size = 13};
+    setenv("JITBRIDGE_DISK_CACHE_FAULT", "enospc", 1);
+    CHECK(!jb__disk_store(&other, &code), "stored on a full disk?");
+    CHECK(strstr(jb_disk_cache_state(), "the disk is full") &&
+              strstr(jb_disk_cache_state(), "a wait of 1000 ms"),
+          "a store that landed did not reset the wait: %s", jb_disk_cache_state());
+    sleep_ms(1100);
+    CHECK(!jb__disk_store(&other, &code), "stored on a full disk?");
+    CHECK(strstr(jb_disk_cache_state(), "a wait of 2000 ms"), "the wait did not double: %s",
+          jb_disk_cache_state());
+    CHECK(atomic_load(&warnings) == 3, "%d warnings: a retry that failed again warned",
+          atomic_load(&warnings));
+    unsetenv("JITBRIDGE_DISK_CACHE_FAULT");
+    CHECK_OK(jb_set_log_callback(NULL, NULL));
+    jb__disk_key_free(&key);
+    jb__disk_key_free(&other);
+}
+
+/* A read-only disk is no passing state: storing stops for the process's life. */
+static void lasting_write_failure_stops_storing(const char *dir)
+{
+    jb_disk_key key = {0};
+    CHECK_OK(jb__module_disk_key(cpu(), "folder_test", NULL, 0, "a source", &key));
+    CHECK(!stores_after_fault(dir, "erofs", &key), "storing resumed after EROFS");
+    CHECK(strstr(jb_disk_cache_state(), strerror(EROFS)), "state: %s", jb_disk_cache_state());
+    CHECK(atomic_load(&warnings) == 1, "%d warnings", atomic_load(&warnings));
+    CHECK_OK(jb_set_log_callback(NULL, NULL));
+    jb__disk_key_free(&key);
+}
+
 /* A good entry is opened, then descriptors run out (a test point): the loader cannot take it
  * (its private copy cannot be written), and the compile cannot start. The entry used to be
  * evicted as "refused by the loader"; it stays, and loads once descriptors are back. */
@@ -745,6 +825,10 @@ int main(void)
     run_case("6. entries for the loader to refuse", refusals, entries_for_refusals);
     run_case("6. a loader's refusal for now and for good", refusals,
              loader_refusals_for_now_and_for_good);
+    run_case("11. a full disk pauses storing", new_folder("full", 0700),
+             full_disk_pauses_storing);
+    run_case("11. a lasting write failure stops storing", new_folder("erofs", 0700),
+             lasting_write_failure_stops_storing);
     snprintf(setup, sizeof setup, "%s/setup", base);
     run_case("7. a transient failure while setting up", setup,
              transient_setup_failure_is_retried);

@@ -2,7 +2,7 @@
  * The disk cache of compiled code (shared objects, cubins, code objects), so that a new process
  * skips the compiler. It is an optimisation only: every failure is a miss, and a folder that
  * cannot be trusted turns it off, one that cannot be written stops new entries (those it has
- * are still served): each with one warning, never an error.
+ * are still served), a full one pauses them (disk_dir.c): each with one warning, never an error.
  *
  * - An entry's file name is a hash of its content key (cache_key.c), never of compiler output.
  *   The whole key is also stored in the entry and compared on read, so a collision is a miss.
@@ -235,10 +235,10 @@ void jb__disk_reject(const jb_disk_key *key)
 
 static bool write_all(int fd, const void *buf, size_t bytes)
 {
-    /* Test hook: simulate a full disk. */
+    /* Test hook: simulate a full disk, or a disk that lasting fails. */
     const char *fault = secure_getenv("JITBRIDGE_DISK_CACHE_FAULT");
-    if (fault && strcmp(fault, "enospc") == 0) {
-        errno = ENOSPC;
+    if (fault && (strcmp(fault, "enospc") == 0 || strcmp(fault, "erofs") == 0)) {
+        errno = fault[1] == 'n' ? ENOSPC : EROFS;
         return false;
     }
     return jb__write_all(fd, buf, bytes);
@@ -338,7 +338,9 @@ static bool store_entry(const jb_disk_key *key, const jb_blob *code, bool durabl
     if (err == ENOENT && jb__disk_reattach())
         err = write_entry(jb__disk_dir_fd(), jb__disk_tmp_fd(), key, code, durable, &what);
     if (err && !jb__errno_is_transient(err)) /* a transient one skips this store only */
-        jb__disk_stop_storing(what, strerror(err));
+        jb__disk_stop_storing(what, err);
+    else if (!err)
+        jb__disk_stored();
     return err == 0;
 }
 

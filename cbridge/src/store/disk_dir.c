@@ -88,6 +88,12 @@ static atomic_bool usable, storing, shared, warned, set_up, attempted;
  * reattach put in tmp_fd's place meanwhile. */
 static atomic_int sweep_fd = -1;
 static jb_backoff setup_backoff; /* after a transient failure */
+/* A full disk (ENOSPC, EDQUOT) pauses storing until full_until_ns (0: not paused); full_wait_ns
+ * is the last pause's length, doubled by each failure in a row, zeroed once a store lands. A
+ * full disk frees up in minutes, so storing is not given up for the process's life. */
+#define FULL_FIRST_WAIT_NS (30ull * 1000000000)
+#define FULL_LAST_WAIT_NS (600ull * 1000000000)
+static atomic_uint_fast64_t full_until_ns, full_wait_ns;
 static int shared_tag_error; /* under setup_mutex: why the folder could not be marked, or 0 */
 
 /* A relative path in JITBRIDGE_CACHE_DIR, JITBRIDGE_CACHE_BUNDLE or JITBRIDGE_MANIFEST means
@@ -638,13 +644,62 @@ void jb__disk_turn_off(const char *fmt, const char *detail)
         jb__warn("%s; compiled code is kept in memory only", text);
 }
 
-/* A disk that cannot take more (read-only, full) still serves the entries it has. */
-void jb__disk_stop_storing(const char *fmt, const char *detail)
+/* The wait of a full disk's first pause of storing (tests set a shorter one). */
+static uint64_t first_full_wait_ns(void)
 {
-    if (!atomic_exchange(&storing, false) || !atomic_load(&usable))
-        return; /* said already, or the cache is off */
+#ifdef JB_TEST_HOOKS
+    const char *ms = secure_getenv("JITBRIDGE_TEST_DISK_FULL_WAIT_MS");
+    if (ms && *ms)
+        return strtoull(ms, NULL, 10) * 1000000;
+#endif
+    return FULL_FIRST_WAIT_NS;
+}
+
+static bool paused_for_full_disk(void)
+{
+    uint64_t until = atomic_load(&full_until_ns);
+    return until && jb__now_ns() < until;
+}
+
+/* A full disk frees up (logs rotated, a quota raised): storing pauses for a while, and the first
+ * pause since stores last landed warns, not each one after a retry that failed again. */
+static void pause_for_full_disk(const char *why)
+{
+    uint64_t now = jb__now_ns(), until = atomic_load(&full_until_ns);
+    if (until && now < until)
+        return; /* another store's failure paused it meanwhile */
+    uint64_t wait = atomic_load(&full_wait_ns);
+    wait = wait ? 2 * wait : first_full_wait_ns();
+    wait = wait < FULL_LAST_WAIT_NS ? wait : FULL_LAST_WAIT_NS;
+    if (!atomic_compare_exchange_strong(&full_until_ns, &until, now + wait))
+        return; /* another thread's failure paused it first */
+    atomic_store(&full_wait_ns, wait);
+    time_t at = time(NULL) + (time_t)((wait + 999999999) / 1000000000);
+    struct tm tm;
+    char when[32] = "later";
+    if (gmtime_r(&at, &tm))
+        strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &tm);
+    set_state("on, read-only until %s: %s; the disk is full, storing is tried again then (a "
+              "wait of %llu ms, doubling to 10 min while it stays full)",
+              when, why, (unsigned long long)(wait / 1000000));
+    if (until == 0)
+        jb__warn("%s; new compiled code is not stored on disk until %s, then tried again", why,
+                 when);
+}
+
+/* A disk that cannot take more (read-only, full) still serves the entries it has. */
+void jb__disk_stop_storing(const char *fmt, int err)
+{
+    if (!atomic_load(&storing) || !atomic_load(&usable))
+        return; /* stopped already, or the cache is off */
     char why[sizeof state_text];
-    say(why, sizeof why, fmt, detail);
+    say(why, sizeof why, fmt, strerror(err));
+    if (err == ENOSPC || err == EDQUOT) {
+        pause_for_full_disk(why);
+        return;
+    }
+    if (!atomic_exchange(&storing, false))
+        return; /* said already */
     set_state("on, read-only: %s", why);
     if (!atomic_exchange(&warned, true))
         jb__warn("%s; new compiled code is not stored on disk", why);
@@ -742,6 +797,18 @@ static void set_state_on(void)
         set_state("%s", atomic_load(&shared) ? shared_text : "on");
 }
 
+void jb__disk_stored(void)
+{
+    if (!atomic_load(&full_until_ns) || !atomic_exchange(&full_until_ns, 0))
+        return; /* the usual case: storing was not paused */
+    atomic_store(&full_wait_ns, 0);
+    pthread_mutex_lock(&setup_mutex);
+    if (atomic_load(&storing) && !atomic_load(&full_until_ns))
+        set_state_on(); /* not over a lasting stop, or a new pause, of another thread */
+    pthread_mutex_unlock(&setup_mutex);
+    jb__warn("the disk cache stores compiled code again: the disk has room");
+}
+
 /* Under setup_mutex. A transient failure leaves set_up false and the next try for later. */
 static void attempt_setup(void)
 {
@@ -793,7 +860,7 @@ int jb__disk_dir_fd(void)
 
 int jb__disk_tmp_fd(void)
 {
-    if (!jb__disk_cache_usable() || !atomic_load(&storing))
+    if (!jb__disk_cache_usable() || !atomic_load(&storing) || paused_for_full_disk())
         return -1;
     int sweep = atomic_exchange(&sweep_fd, -1); /* one caller sweeps; others need not wait */
     if (sweep >= 0)

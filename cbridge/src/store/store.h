@@ -54,8 +54,9 @@ int jb__disk_name_unnamed(int dir, int fd, char *name, size_t len, const char *s
 void jb__disk_turn_off(const char *fmt, const char *detail);
 /* Sets up again after the folder or its tmp/ was removed; whether storing can go on now. */
 bool jb__disk_reattach(void);
-/* Stops storing new entries, loads go on, with one warning (fmt has one %s for detail). */
-void jb__disk_stop_storing(const char *fmt, const char *detail);
+/* Stops storing (loads go on), one warning (fmt's %s: strerror(err)); a full disk for a while. */
+void jb__disk_stop_storing(const char *fmt, int err);
+void jb__disk_stored(void); /* a store landed: a full disk's pause is over, with one warning */
 /* A handle on the folder for `jitbridge cache`, under the same trust rules, creating nothing:
  * *out is -1 when the folder does not exist yet; *ours says whether anything in it may be
  * removed (marked, or holding only the cache's kinds of files). The caller closes it. */
