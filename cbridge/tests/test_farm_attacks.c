@@ -4,7 +4,9 @@
  *   "inspect": writes what it inherited (descriptors at 3 and above, JITBRIDGE_MANIFEST) to
  *              the file JB_ATTACK_FILE, then builds as the real worker;
  *   "forge":   builds nothing and reports every kernel built ("ok <i>");
- *   "flood":   writes 8 MiB of lines that are no report, then builds as the real worker.
+ *   "flood":   writes 8 MiB of lines that are no report, then builds as the real worker;
+ *   "skip":    reports its second kernel built, out of order, and exits building nothing;
+ *   "repeat":  repeats "failed 0 ..." without end (each line must not buy it more time).
  * Each farm: no child left, no descriptor leaked, and the launches after it exact, whatever
  * the worker claimed (a forged report loads nothing: every kernel compiles at its launch).
  * A host whose SIGCHLD handler reaps every child (waitpid(-1)) still gets its workers' reports.
@@ -123,6 +125,13 @@ static int worker(int argc, char **argv)
         for (int i = 3; i < argc; i++)
             printf("ok %d\n", i - 3);
         return 0;
+    } else if (attack && strcmp(attack, "skip") == 0) {
+        printf("ok 1\n");
+        return 0;
+    } else if (attack && strcmp(attack, "repeat") == 0) {
+        for (;;) /* ends by SIGPIPE or SIGKILL */
+            if (printf("failed 0 again\n") < 0 || fflush(stdout) != 0)
+                return 1;
     } else if (attack && strcmp(attack, "flood") == 0) {
         static char junk[1 << 16];
         memset(junk, 'x', sizeof junk);
@@ -236,6 +245,21 @@ int main(int argc, char **argv)
     r = farm(dev, "flood", 3, "flood", &late);
     CHECK(r.built == 3 && late == 0, "flood: built %llu, compiled at launch %llu",
           (unsigned long long)r.built, (unsigned long long)late);
+
+    /* A report out of order (kernel 1 before kernel 0) counts for nothing. */
+    r = farm(dev, "skip", 4, "skip", &late);
+    CHECK(r.built == 0 && late == 4, "skip: built %llu, compiled at launch %llu",
+          (unsigned long long)r.built, (unsigned long long)late);
+
+    /* A worker repeating one failure report is killed at the compile timeout (1 s), not kept. */
+    setenv("JITBRIDGE_COMPILE_TIMEOUT_MS", "1000", 1);
+    uint64_t slow = getenv("JB_TEST_UNDER_VALGRIND") ? 5 : 1, start = jb__now_ns();
+    r = farm(dev, "repeat", 2, "repeat", &late);
+    uint64_t took_ms = (jb__now_ns() - start) / 1000000;
+    setenv("JITBRIDGE_COMPILE_TIMEOUT_MS", "20000", 1);
+    CHECK(r.built == 0 && late == 2 && took_ms < 2500 * slow,
+          "repeat: built %llu, compiled at launch %llu, took %llu ms",
+          (unsigned long long)r.built, (unsigned long long)late, (unsigned long long)took_ms);
 
     /* A host whose SIGCHLD handler reaps every child: the reports still count. */
     struct sigaction sa = {0}, old;

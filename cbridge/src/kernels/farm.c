@@ -62,6 +62,7 @@ typedef struct worker {
     uint64_t deadline_ns; /* last progress plus the compile timeout */
     char line[REPORT_BYTES];
     size_t used;
+    bool warned_junk; /* a line that is no next report was warned of once */
 } worker;
 
 typedef struct farm {
@@ -211,9 +212,14 @@ static void take_report(farm *f, worker *w, char *line)
     unsigned long index = (ok || failed) && *number >= '0' && *number <= '9'
                               ? strtoul(number, &end, 10)
                               : ULONG_MAX;
-    if (index >= w->count || w->state[w->first + index] != UNREPORTED ||
-        *end != (ok ? '\0' : ' '))
-        return; /* not a line of ours, or a kernel reported already: nothing counts */
+    /* Only the kernel it is on counts: a repeat, a skip or a stray line buys no time. */
+    if (index != w->reported || index >= w->count || *end != (ok ? '\0' : ' ')) {
+        if (!w->warned_junk)
+            jb__warn("cache build: a worker wrote a line that is not the report of its next "
+                     "kernel (ignored; its later ones are not warned of): '%.80s'", line);
+        w->warned_junk = true;
+        return;
+    }
     w->reported++;
     atomic_fetch_add(ok ? &f->progress->built : &f->progress->failed, 1);
     raise_finished(f, w->first + index, ok, ok ? NULL : *end ? end + 1 : "no reason given");
