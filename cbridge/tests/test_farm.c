@@ -165,6 +165,24 @@ static void count_farm_event(void *user, const jb_cache_event *e)
         atomic_fetch_add(&farm_events[1], 1000); /* an event that names no entry is wrong */
 }
 
+static pid_t holder = -1; /* fork_holder's child */
+
+/* A host thread's fork without exec: the child keeps every descriptor open for 3 s. */
+static void fork_holder(void)
+{
+    holder = fork();
+    if (holder == 0) {
+        struct timespec wait = {3, 0};
+        nanosleep(&wait, NULL);
+        _exit(0);
+    }
+}
+
+static unsigned slow_factor(void)
+{
+    return getenv("JB_TEST_UNDER_VALGRIND") ? 5 : 1; /* bounds stretch under valgrind */
+}
+
 /* Builds the set with `jobs` workers (JITBRIDGE_TEST_FARM_FAULT=`fault` in them, or none) and
  * launches it: the result, and the compiles its launches took in *late. */
 static jb_prewarm_build_result farm_set(jb_device *dev, const char *set, int count,
@@ -540,6 +558,27 @@ int main(int argc, char **argv)
     CHECK(r.built == 1 && r.failed == 1 && late == 1,
           "without pidfds: built %llu, failed %llu, compiled at launch %llu",
           (unsigned long long)r.built, (unsigned long long)r.failed, (unsigned long long)late);
+
+    /* A host fork (no exec) holding a worker's pipe open for 3 s: the farm of one kernel ends
+     * when its worker does, the worker is not taken for hung; with pidfds and without. */
+    for (int no_pidfd = 0; no_pidfd < 2; no_pidfd++) {
+        char set[32];
+        snprintf(set, sizeof set, "forked%d", no_pidfd);
+        manifest_of(set, 1, manifest, sizeof manifest);
+        jb__test_set_farm_no_pidfd(no_pidfd);
+        jb__test_set_farm_spawned(fork_holder);
+        uint64_t begun = jb__now_ns();
+        CHECK_OK(jb_prewarm_build(&r, dev, manifest, 1, self));
+        took_ms = (jb__now_ns() - begun) / 1000000;
+        jb__test_set_farm_spawned(NULL);
+        jb__test_set_farm_no_pidfd(false);
+        int holder_status = 0;
+        CHECK(holder > 0 && waitpid(holder, &holder_status, 0) == holder, "%s: no holder", set);
+        CHECK(r.built == 1 && took_ms < 2000u * slow_factor(), "%s: built %llu in %llu ms", set,
+              (unsigned long long)r.built, (unsigned long long)took_ms);
+        nothing_left(set);
+        CHECK(launch_set(dev, set, 1) == 0, "%s: compiled at launch", set);
+    }
 
     /* A host that ignores SIGCHLD: its children are reaped by the kernel, results still come. */
     ignore_sigchld = true;

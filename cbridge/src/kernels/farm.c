@@ -35,11 +35,17 @@ extern char **environ;
 #define BATCH_MAX 16            /* kernels given to one worker: its argv stays small */
 #define REPORT_BYTES 1024       /* a report line's longest */
 #define EXIT_WAIT_MS 2000       /* a worker's exit after its pipe closed */
+#define EXIT_LOOK_MS 100        /* without a pidfd: how often a worker's exit is looked for */
 
 enum { UNREPORTED, BUILT, FAILED }; /* an item's state, from its worker's reports */
 
 #ifdef JB_TEST_HOOKS
 static bool test_secure, test_no_pidfd;
+static void (*test_spawned)(void);
+void jb__test_set_farm_spawned(void (*fn)(void))
+{
+    test_spawned = fn;
+}
 void jb__test_set_farm_secure(bool secure)
 {
     test_secure = secure;
@@ -169,11 +175,16 @@ static int start_worker(farm *f, size_t first, size_t count, worker *w)
         posix_spawn_file_actions_destroy(&actions);
         posix_spawnattr_destroy(&attr);
     }
+#ifdef JB_TEST_HOOKS
+    if (test_spawned && w->pid > 0)
+        test_spawned();
+#endif
     if (fds[1] >= 0)
-        close(fds[1]); /* the pipe ends when the worker does */
+        close(fds[1]); /* the pipe ends when the worker does, unless a host fork holds it */
     if (w->pid > 0) {
         w->pidfd = test_no_pidfd ? -1 : (int)syscall(SYS_pidfd_open, (long)w->pid, 0L);
         w->pipe = fds[0];
+        fcntl(w->pipe, F_SETFL, fcntl(w->pipe, F_GETFL) | O_NONBLOCK); /* drained at its exit */
         w->state = f->state;
         w->deadline_ns = jb__now_ns() + f->timeout_ns;
         f->out->workers++;
@@ -231,15 +242,16 @@ static void take_report(farm *f, worker *w, char *line)
     w->deadline_ns = jb__now_ns() + f->timeout_ns;
 }
 
-/* Reads what the worker wrote; false at the pipe's end. */
-static bool read_reports(farm *f, worker *w)
+/* Reads what the worker wrote: 1 when something came, 0 at the pipe's end, -1 when nothing is
+ * there now. */
+static int read_reports(farm *f, worker *w)
 {
     char buf[4096];
     ssize_t n = read(w->pipe, buf, sizeof buf);
     if (n < 0 && (errno == EINTR || errno == EAGAIN))
-        return true;
+        return -1;
     if (n <= 0)
-        return false;
+        return 0;
     for (ssize_t i = 0; i < n; i++) {
         if (buf[i] == '\n') {
             w->line[w->used < sizeof w->line ? w->used : sizeof w->line - 1] = '\0';
@@ -251,7 +263,19 @@ static bool read_reports(farm *f, worker *w)
             w->used = sizeof w->line; /* too long: cut, still read to its end */
         }
     }
-    return true;
+    return 1;
+}
+
+/* Whether the worker has exited (not reaped: reap_worker does that). Without a pidfd, by
+ * waitid's WNOWAIT on its pid; ECHILD: a host that reaps children took it. */
+static bool worker_exited(const worker *w, bool pidfd_ready)
+{
+    if (w->pidfd >= 0)
+        return pidfd_ready;
+    siginfo_t info = {0};
+    if (waitid(P_PID, (id_t)w->pid, &info, WEXITED | WNOHANG | WNOWAIT) != 0)
+        return errno == ECHILD;
+    return info.si_pid == w->pid;
 }
 
 static void kill_worker(worker *w)
@@ -308,7 +332,7 @@ static int run_workers(farm *f, unsigned jobs)
     size_t batch = (total + jobs - 1) / jobs;
     batch = batch < 1 ? 1 : batch > BATCH_MAX ? BATCH_MAX : batch;
     worker *workers = calloc(jobs, sizeof *workers);
-    struct pollfd *polls = calloc(jobs, sizeof *polls);
+    struct pollfd *polls = calloc(2 * (size_t)jobs, sizeof *polls); /* pipes, then pidfds */
     if (!workers || !polls) {
         free(workers);
         free(polls);
@@ -331,7 +355,8 @@ static int run_workers(farm *f, unsigned jobs)
         if (!running)
             break;
         uint64_t now = jb__now_ns(), soonest = UINT64_MAX;
-        size_t n = 0;
+        size_t n = 0, pidfds = 0;
+        bool look_by_pid = false;
         for (unsigned j = 0; j < jobs; j++) {
             if (workers[j].pipe < 0)
                 continue;
@@ -349,18 +374,33 @@ static int run_workers(farm *f, unsigned jobs)
             }
             soonest = workers[j].deadline_ns < soonest ? workers[j].deadline_ns : soonest;
             polls[n++] = (struct pollfd){workers[j].pipe, POLLIN, 0};
+            look_by_pid |= workers[j].pidfd < 0;
         }
         if (!n)
             continue;
+        /* A worker's exit, not only its pipe's end: a host's fork may hold the pipe open. */
+        for (unsigned j = 0; j < jobs; j++)
+            if (workers[j].pipe >= 0 && workers[j].pidfd >= 0)
+                polls[n + pidfds++] = (struct pollfd){workers[j].pidfd, POLLIN, 0};
         uint64_t wait_ms = (soonest - now) / 1000000 + 1;
-        if (poll(polls, n, wait_ms > 60000 ? 60000 : (int)wait_ms) < 0 && errno != EINTR)
+        wait_ms = look_by_pid && wait_ms > EXIT_LOOK_MS ? EXIT_LOOK_MS : wait_ms;
+        if (poll(polls, n + pidfds, wait_ms > 60000 ? 60000 : (int)wait_ms) < 0 &&
+            errno != EINTR)
             break; /* cannot happen with valid descriptors; the workers are ended below */
-        size_t k = 0;
+        size_t k = 0, p = n;
         for (unsigned j = 0; j < jobs; j++) {
-            if (workers[j].pipe < 0 || polls[k++].revents == 0)
+            if (workers[j].pipe < 0)
                 continue;
-            if (!read_reports(f, &workers[j]))
-                end_worker(f, &workers[j]);
+            worker *w = &workers[j];
+            bool readable = polls[k++].revents != 0;
+            bool pidfd_ready = w->pidfd >= 0 && polls[p++].revents != 0;
+            if (readable && read_reports(f, w) == 0) {
+                end_worker(f, w);
+            } else if (worker_exited(w, pidfd_ready)) {
+                while (read_reports(f, w) > 0) /* what it wrote before it exited */
+                    ;
+                end_worker(f, w);
+            }
         }
     }
     for (unsigned j = 0; j < jobs; j++)
