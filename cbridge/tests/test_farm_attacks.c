@@ -6,7 +6,9 @@
  *   "forge":   builds nothing and reports every kernel built ("ok <i>");
  *   "flood":   writes 8 MiB of lines that are no report, then builds as the real worker;
  *   "skip":    reports its second kernel built, out of order, and exits building nothing;
- *   "repeat":  repeats "failed 0 ..." without end (each line must not buy it more time).
+ *   "repeat":  repeats "failed 0 ..." without end (each line must not buy it more time);
+ *   "moved":   the real worker, the host's JITBRIDGE_CACHE_DIR changed after its folder was
+ *              chosen (the workers must store where the host reads).
  * Each farm: no child left, no descriptor leaked, and the launches after it exact, whatever
  * the worker claimed (a forged report loads nothing: every kernel compiles at its launch).
  * A host whose SIGCHLD handler reaps every child (waitpid(-1)) still gets its workers' reports.
@@ -179,11 +181,17 @@ static jb_prewarm_build_result farm(jb_device *dev, const char *set, int count,
     setenv("JB_ATTACK", attack, 1);
     if (strcmp(attack, "inspect") == 0) /* a host's manifest the workers must not write to */
         setenv("JITBRIDGE_MANIFEST", inherited, 1);
+    char moved[600], cache[600];
+    snprintf(moved, sizeof moved, "%s/moved", dir);
+    snprintf(cache, sizeof cache, "%s/cache", dir);
+    if (strcmp(attack, "moved") == 0)
+        setenv("JITBRIDGE_CACHE_DIR", moved, 1);
     int highest, fds = count_descriptors(&highest);
     jb_prewarm_build_result r;
     CHECK_OK(jb_prewarm_build(&r, dev, manifest, 2, self));
     unsetenv("JB_ATTACK");
     unsetenv("JITBRIDGE_MANIFEST");
+    setenv("JITBRIDGE_CACHE_DIR", cache, 1);
     CHECK(count_descriptors(&highest) == fds, "%s: %d descriptors open, %d before", set,
           count_descriptors(&highest), fds);
     int status;
@@ -260,6 +268,11 @@ int main(int argc, char **argv)
     CHECK(r.built == 0 && late == 2 && took_ms < 2500 * slow,
           "repeat: built %llu, compiled at launch %llu, took %llu ms",
           (unsigned long long)r.built, (unsigned long long)late, (unsigned long long)took_ms);
+
+    /* The variable changed after the host chose its folder: workers still store there. */
+    r = farm(dev, "moved", 2, "moved", &late);
+    CHECK(r.built == 2 && late == 0, "moved: built %llu, compiled at launch %llu",
+          (unsigned long long)r.built, (unsigned long long)late);
 
     /* A host whose SIGCHLD handler reaps every child: the reports still count. */
     struct sigaction sa = {0}, old;

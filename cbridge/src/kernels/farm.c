@@ -91,19 +91,31 @@ unsigned jb_usable_processors(void)
     return count > 0 ? (unsigned)count : 1;
 }
 
-/* This environment less JITBRIDGE_MANIFEST (a worker's lines would land in the file read). */
+/* This environment less JITBRIDGE_MANIFEST (a worker's lines would land in the file read), with
+ * JITBRIDGE_CACHE_DIR set to the folder this process uses (chosen at its first use: the
+ * variable, or the working directory a relative one means, may have changed since). One block:
+ * free() frees it. */
 static char **worker_environment(void)
 {
+    const char *why, *folder = jb__disk_folder(&why);
+    static const char name[] = "JITBRIDGE_CACHE_DIR=";
     size_t n = 0;
     while (environ && environ[n])
         n++;
-    char **envp = calloc(n + 1, sizeof *envp);
+    size_t pointers = (n + 2) * sizeof(char *);
+    char **envp = malloc(pointers + sizeof name + strlen(folder));
     if (!envp)
         return NULL;
     size_t kept = 0;
     for (size_t i = 0; i < n; i++)
-        if (strncmp(environ[i], "JITBRIDGE_MANIFEST=", 19) != 0)
+        if (strncmp(environ[i], "JITBRIDGE_MANIFEST=", 19) != 0 &&
+            strncmp(environ[i], name, sizeof name - 1) != 0)
             envp[kept++] = environ[i];
+    char *variable = (char *)envp + pointers;
+    memcpy(variable, name, sizeof name - 1);
+    strcpy(variable + sizeof name - 1, folder);
+    envp[kept++] = variable;
+    envp[kept] = NULL;
     return envp;
 }
 
