@@ -449,9 +449,11 @@ int jb__farm_refusal(jb_device *device, const char *path, unsigned jobs,
     if (!*worker_program)
         *worker_program = getenv("JITBRIDGE_BUILD_WORKER");
     const char *worker = *worker_program;
-    JB_RETURN_IF(!worker || !strchr(worker, '/'), JB_ERR_INVALID_ARGUMENT,
-                 "jb_prewarm_build: the worker program must be a path (a '/' in it; it is "
-                 "never looked for in PATH), given or in JITBRIDGE_BUILD_WORKER, not '%s'",
+    /* Absolute: a relative one would mean wherever the host has chdir'd to by then. */
+    JB_RETURN_IF(!worker || worker[0] != '/', JB_ERR_INVALID_ARGUMENT,
+                 "jb_prewarm_build: the worker program must be an absolute path (never looked "
+                 "for in PATH, nor taken against the working directory), given or in "
+                 "JITBRIDGE_BUILD_WORKER, not '%s'",
                  worker ? worker : "(none)");
     /* Checked before any worker starts: some posix_spawn implementations (and valgrind's)
      * report a program that cannot run only by the child's exit status 127. */
