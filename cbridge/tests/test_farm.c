@@ -7,6 +7,7 @@
  * a host ignoring SIGCHLD still gets its results; a setuid host, hostile records and bad
  * arguments are refused with clear errors. No worker is left unreaped, no descriptor open.
  */
+#include "deadline.h"
 #include "helpers.h"
 #include "jitbridge_sys.h"
 #include "../src/kernels/kernels.h"
@@ -579,6 +580,21 @@ int main(int argc, char **argv)
         nothing_left(set);
         CHECK(launch_set(dev, set, 1) == 0, "%s: compiled at launch", set);
     }
+
+    /* Without pidfds, a worker that closes its stdout and hangs: killed after the exit wait
+     * (2 s), reaped, not waited for without end. */
+    jb__test_set_farm_no_pidfd(true);
+    deadline muted;
+    deadline_start(&muted, 30, "the farm of a worker that closed its stdout and hangs");
+    uint64_t mute_start = jb__now_ns();
+    r = farm_set(dev, "mute", 1, 1, "mute:0", &late);
+    took_ms = (jb__now_ns() - mute_start) / 1000000;
+    deadline_end(&muted);
+    jb__test_set_farm_no_pidfd(false);
+    CHECK(r.built == 0 && r.failed == 1 && late == 1 && took_ms < 4000u * slow_factor(),
+          "mute: built %llu, failed %llu, compiled at launch %llu, %llu ms",
+          (unsigned long long)r.built, (unsigned long long)r.failed, (unsigned long long)late,
+          (unsigned long long)took_ms);
 
     /* A host that ignores SIGCHLD: its children are reaped by the kernel, results still come. */
     ignore_sigchld = true;

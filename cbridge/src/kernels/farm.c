@@ -28,6 +28,7 @@
 #include <sys/auxv.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -298,8 +299,9 @@ static void kill_worker(worker *w)
         kill(w->pid, SIGKILL);
 }
 
-/* Reaps the worker (killed when it outlives its pipe by EXIT_WAIT_MS), EINTR-safe. ECHILD (a
- * host that ignores SIGCHLD, or reaps children itself) means it is gone already. */
+/* Reaps the worker (killed when it outlives its pipe by EXIT_WAIT_MS), EINTR-safe, never
+ * blocking longer than that on a live one. ECHILD (a host that ignores SIGCHLD, or reaps
+ * children itself) means it is gone already. */
 static void reap_worker(worker *w)
 {
     bool by_pid = w->pidfd < 0;
@@ -318,8 +320,21 @@ static void reap_worker(worker *w)
         by_pid = reaped < 0 && errno == EINVAL;
         close(w->pidfd);
     }
-    while (by_pid && waitpid(w->pid, NULL, 0) < 0 && errno == EINTR)
-        ;
+    /* By pid: looked for every 10 ms up to EXIT_WAIT_MS (a worker that closed its stdout may
+     * hang), then killed and waited for. */
+    for (uint64_t until = jb__now_ns() + EXIT_WAIT_MS * 1000000ULL; by_pid;) {
+        pid_t reaped = waitpid(w->pid, NULL, WNOHANG);
+        if (reaped == w->pid || (reaped < 0 && errno != EINTR))
+            break;
+        if (reaped == 0 && jb__now_ns() >= until) {
+            kill_worker(w);
+            while (waitpid(w->pid, NULL, 0) < 0 && errno == EINTR)
+                ;
+            break;
+        }
+        struct timespec nap = {0, 10 * 1000000L};
+        nanosleep(&nap, NULL);
+    }
     w->pid = -1;
     w->pidfd = -1;
 }
