@@ -266,9 +266,9 @@ pub fn usable_processors() -> usize {
 /// [`BUILD_WORKER_ARG`] (the `jitbridge` command is one; another program's `main` calls
 /// [`build_worker_main`]). A kernel a worker did not build (failed, crashed, hung past the
 /// compile timeout, killed) compiles at its first use here, nothing else. `InvalidArgument` for
-/// `jobs` out of 1 to [`MAX_BUILD_JOBS`] or a worker that is not a path; `Unsupported` in a
-/// setuid or setgid program, or with the cache folder off; `System` when the manifest cannot be
-/// read or no worker can start. Blocks until the workers are done.
+/// `jobs` out of 1 to [`MAX_BUILD_JOBS`] or a worker that is not an absolute path;
+/// `Unsupported` in a setuid or setgid program, or with the cache folder off; `System` when the
+/// manifest cannot be read or no worker can start. Blocks until the workers are done.
 pub fn prewarm_build(
     device: crate::Device,
     path: &Path,

@@ -111,7 +111,7 @@ fn the_farm_builds_a_manifest_in_workers_and_this_process_only_loads() {
     }
     let e = disk_cache::prewarm_build(cpu, &manifest, Some(2), Some(Path::new("jitbridge")))
         .unwrap_err();
-    assert!(e.message().contains("must be a path"), "{e}");
+    assert!(e.message().contains("must be an absolute path"), "{e}");
     let e = disk_cache::prewarm_build(cpu, &manifest, Some(2), None).unwrap_err();
     assert!(e.message().contains("JITBRIDGE_BUILD_WORKER"), "{e}");
 

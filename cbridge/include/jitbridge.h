@@ -1326,14 +1326,15 @@ typedef struct jb_prewarm_build_result {
  * other keys (another architecture, compiler or library ABI) is rebuilt from the records it
  * carries under this device's keys; its kernels without a record are counted in
  * without_source, with a warning. The workers are the program
- * `worker` (a path; NULL: $JITBRIDGE_BUILD_WORKER), whose main hands its arguments to
+ * `worker` (an absolute path; NULL: $JITBRIDGE_BUILD_WORKER), whose main hands its arguments to
  * jb_prewarm_build_worker_main; each is started with posix_spawn (never a fork of this
  * process), with only its result pipe (stdin and stderr on /dev/null), an empty signal mask,
- * default signal actions and this environment less JITBRIDGE_MANIFEST; is killed when a kernel
- * takes it past the compile timeout (JITBRIDGE_COMPILE_TIMEOUT_MS); and is reaped by its own
- * pid, also in a host that ignores SIGCHLD or reaps children itself: results come over the
- * pipe, never from an exit status. JB_ERR_INVALID_ARGUMENT for a NULL, a jobs count out of
- * range or a worker that is not a path; JB_ERR_UNSUPPORTED in a setuid or setgid program (its
+ * default signal actions and this environment less JITBRIDGE_MANIFEST (JITBRIDGE_CACHE_DIR set
+ * to the cache folder this process uses); is killed when a kernel takes it past the compile
+ * timeout (JITBRIDGE_COMPILE_TIMEOUT_MS); and is reaped by its own pid, also in a host that
+ * ignores SIGCHLD or reaps children itself: results come over the pipe, never from an exit
+ * status. JB_ERR_INVALID_ARGUMENT for a NULL, a jobs count out of range or a worker that is
+ * not an absolute path; JB_ERR_UNSUPPORTED in a setuid or setgid program (its
  * caller must not choose what is compiled or run) or with the cache folder off; JB_ERR_SEALED
  * in a process sealed to refuse (jb_seal: no compiler starts, in workers neither); JB_ERR_SYSTEM
  * when the manifest cannot be read or no worker can be started. A kernel a worker could not

@@ -7,6 +7,7 @@
  * a host ignoring SIGCHLD still gets its results; a setuid host, hostile records and bad
  * arguments are refused with clear errors. No worker is left unreaped, no descriptor open.
  */
+#include "deadline.h"
 #include "helpers.h"
 #include "jitbridge_sys.h"
 #include "../src/kernels/kernels.h"
@@ -163,6 +164,24 @@ static void count_farm_event(void *user, const jb_cache_event *e)
         atomic_fetch_add(&farm_events[e->kind == JB_CACHE_EVENT_FARM_FAILED], 1);
     if (e->kind == JB_CACHE_EVENT_FARM_BUILT && strlen(e->content_key) == 0)
         atomic_fetch_add(&farm_events[1], 1000); /* an event that names no entry is wrong */
+}
+
+static pid_t holder = -1; /* fork_holder's child */
+
+/* A host thread's fork without exec: the child keeps every descriptor open for 3 s. */
+static void fork_holder(void)
+{
+    holder = fork();
+    if (holder == 0) {
+        struct timespec wait = {3, 0};
+        nanosleep(&wait, NULL);
+        _exit(0);
+    }
+}
+
+static unsigned slow_factor(void)
+{
+    return getenv("JB_TEST_UNDER_VALGRIND") ? 5 : 1; /* bounds stretch under valgrind */
 }
 
 /* Builds the set with `jobs` workers (JITBRIDGE_TEST_FARM_FAULT=`fault` in them, or none) and
@@ -541,6 +560,42 @@ int main(int argc, char **argv)
           "without pidfds: built %llu, failed %llu, compiled at launch %llu",
           (unsigned long long)r.built, (unsigned long long)r.failed, (unsigned long long)late);
 
+    /* A host fork (no exec) holding a worker's pipe open for 3 s: the farm of one kernel ends
+     * when its worker does, the worker is not taken for hung; with pidfds and without. */
+    for (int no_pidfd = 0; no_pidfd < 2; no_pidfd++) {
+        char set[32];
+        snprintf(set, sizeof set, "forked%d", no_pidfd);
+        manifest_of(set, 1, manifest, sizeof manifest);
+        jb__test_set_farm_no_pidfd(no_pidfd);
+        jb__test_set_farm_spawned(fork_holder);
+        uint64_t begun = jb__now_ns();
+        CHECK_OK(jb_prewarm_build(&r, dev, manifest, 1, self));
+        took_ms = (jb__now_ns() - begun) / 1000000;
+        jb__test_set_farm_spawned(NULL);
+        jb__test_set_farm_no_pidfd(false);
+        int holder_status = 0;
+        CHECK(holder > 0 && waitpid(holder, &holder_status, 0) == holder, "%s: no holder", set);
+        CHECK(r.built == 1 && took_ms < 2000u * slow_factor(), "%s: built %llu in %llu ms", set,
+              (unsigned long long)r.built, (unsigned long long)took_ms);
+        nothing_left(set);
+        CHECK(launch_set(dev, set, 1) == 0, "%s: compiled at launch", set);
+    }
+
+    /* Without pidfds, a worker that closes its stdout and hangs: killed after the exit wait
+     * (2 s), reaped, not waited for without end. */
+    jb__test_set_farm_no_pidfd(true);
+    deadline muted;
+    deadline_start(&muted, 30, "the farm of a worker that closed its stdout and hangs");
+    uint64_t mute_start = jb__now_ns();
+    r = farm_set(dev, "mute", 1, 1, "mute:0", &late);
+    took_ms = (jb__now_ns() - mute_start) / 1000000;
+    deadline_end(&muted);
+    jb__test_set_farm_no_pidfd(false);
+    CHECK(r.built == 0 && r.failed == 1 && late == 1 && took_ms < 4000u * slow_factor(),
+          "mute: built %llu, failed %llu, compiled at launch %llu, %llu ms",
+          (unsigned long long)r.built, (unsigned long long)r.failed, (unsigned long long)late,
+          (unsigned long long)took_ms);
+
     /* A host that ignores SIGCHLD: its children are reaped by the kernel, results still come. */
     ignore_sigchld = true;
     r = farm_set(dev, "ignored", 3, 2, NULL, &late);
@@ -575,7 +630,8 @@ int main(int argc, char **argv)
         {0, manifest, self, JB_ERR_INVALID_ARGUMENT, "jobs must be 1 to"},
         {JB_PREWARM_BUILD_MAX_JOBS + 1, manifest, self, JB_ERR_INVALID_ARGUMENT, "jobs must"},
         {2, NULL, self, JB_ERR_INVALID_ARGUMENT, "path is NULL"},
-        {2, manifest, "test_farm", JB_ERR_INVALID_ARGUMENT, "must be a path"},
+        {2, manifest, "test_farm", JB_ERR_INVALID_ARGUMENT, "must be an absolute path"},
+        {2, manifest, "build-hooks/test_farm", JB_ERR_INVALID_ARGUMENT, "absolute path"},
         {2, manifest, NULL, JB_ERR_INVALID_ARGUMENT, "JITBRIDGE_BUILD_WORKER"},
         {2, manifest, "/nonexistent/worker", JB_ERR_SYSTEM, "cannot start"},
         {2, "/nonexistent/manifest", self, JB_ERR_SYSTEM, "/nonexistent/manifest"},

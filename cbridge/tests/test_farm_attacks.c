@@ -4,7 +4,11 @@
  *   "inspect": writes what it inherited (descriptors at 3 and above, JITBRIDGE_MANIFEST) to
  *              the file JB_ATTACK_FILE, then builds as the real worker;
  *   "forge":   builds nothing and reports every kernel built ("ok <i>");
- *   "flood":   writes 8 MiB of lines that are no report, then builds as the real worker.
+ *   "flood":   writes 8 MiB of lines that are no report, then builds as the real worker;
+ *   "skip":    reports its second kernel built, out of order, and exits building nothing;
+ *   "repeat":  repeats "failed 0 ..." without end (each line must not buy it more time);
+ *   "moved":   the real worker, the host's JITBRIDGE_CACHE_DIR changed after its folder was
+ *              chosen (the workers must store where the host reads).
  * Each farm: no child left, no descriptor leaked, and the launches after it exact, whatever
  * the worker claimed (a forged report loads nothing: every kernel compiles at its launch).
  * A host whose SIGCHLD handler reaps every child (waitpid(-1)) still gets its workers' reports.
@@ -123,6 +127,13 @@ static int worker(int argc, char **argv)
         for (int i = 3; i < argc; i++)
             printf("ok %d\n", i - 3);
         return 0;
+    } else if (attack && strcmp(attack, "skip") == 0) {
+        printf("ok 1\n");
+        return 0;
+    } else if (attack && strcmp(attack, "repeat") == 0) {
+        for (;;) /* ends by SIGPIPE or SIGKILL */
+            if (printf("failed 0 again\n") < 0 || fflush(stdout) != 0)
+                return 1;
     } else if (attack && strcmp(attack, "flood") == 0) {
         static char junk[1 << 16];
         memset(junk, 'x', sizeof junk);
@@ -170,11 +181,17 @@ static jb_prewarm_build_result farm(jb_device *dev, const char *set, int count,
     setenv("JB_ATTACK", attack, 1);
     if (strcmp(attack, "inspect") == 0) /* a host's manifest the workers must not write to */
         setenv("JITBRIDGE_MANIFEST", inherited, 1);
+    char moved[600], cache[600];
+    snprintf(moved, sizeof moved, "%s/moved", dir);
+    snprintf(cache, sizeof cache, "%s/cache", dir);
+    if (strcmp(attack, "moved") == 0)
+        setenv("JITBRIDGE_CACHE_DIR", moved, 1);
     int highest, fds = count_descriptors(&highest);
     jb_prewarm_build_result r;
     CHECK_OK(jb_prewarm_build(&r, dev, manifest, 2, self));
     unsetenv("JB_ATTACK");
     unsetenv("JITBRIDGE_MANIFEST");
+    setenv("JITBRIDGE_CACHE_DIR", cache, 1);
     CHECK(count_descriptors(&highest) == fds, "%s: %d descriptors open, %d before", set,
           count_descriptors(&highest), fds);
     int status;
@@ -235,6 +252,26 @@ int main(int argc, char **argv)
     /* 8 MiB of lines that are no report before the real ones: all built, none compiled here. */
     r = farm(dev, "flood", 3, "flood", &late);
     CHECK(r.built == 3 && late == 0, "flood: built %llu, compiled at launch %llu",
+          (unsigned long long)r.built, (unsigned long long)late);
+
+    /* A report out of order (kernel 1 before kernel 0) counts for nothing. */
+    r = farm(dev, "skip", 4, "skip", &late);
+    CHECK(r.built == 0 && late == 4, "skip: built %llu, compiled at launch %llu",
+          (unsigned long long)r.built, (unsigned long long)late);
+
+    /* A worker repeating one failure report is killed at the compile timeout (1 s), not kept. */
+    setenv("JITBRIDGE_COMPILE_TIMEOUT_MS", "1000", 1);
+    uint64_t slow = getenv("JB_TEST_UNDER_VALGRIND") ? 5 : 1, start = jb__now_ns();
+    r = farm(dev, "repeat", 2, "repeat", &late);
+    uint64_t took_ms = (jb__now_ns() - start) / 1000000;
+    setenv("JITBRIDGE_COMPILE_TIMEOUT_MS", "20000", 1);
+    CHECK(r.built == 0 && late == 2 && took_ms < 2500 * slow,
+          "repeat: built %llu, compiled at launch %llu, took %llu ms",
+          (unsigned long long)r.built, (unsigned long long)late, (unsigned long long)took_ms);
+
+    /* The variable changed after the host chose its folder: workers still store there. */
+    r = farm(dev, "moved", 2, "moved", &late);
+    CHECK(r.built == 2 && late == 0, "moved: built %llu, compiled at launch %llu",
           (unsigned long long)r.built, (unsigned long long)late);
 
     /* A host whose SIGCHLD handler reaps every child: the reports still count. */

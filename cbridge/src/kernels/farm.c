@@ -28,6 +28,7 @@
 #include <sys/auxv.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -35,11 +36,17 @@ extern char **environ;
 #define BATCH_MAX 16            /* kernels given to one worker: its argv stays small */
 #define REPORT_BYTES 1024       /* a report line's longest */
 #define EXIT_WAIT_MS 2000       /* a worker's exit after its pipe closed */
+#define EXIT_LOOK_MS 100        /* without a pidfd: how often a worker's exit is looked for */
 
 enum { UNREPORTED, BUILT, FAILED }; /* an item's state, from its worker's reports */
 
 #ifdef JB_TEST_HOOKS
 static bool test_secure, test_no_pidfd;
+static void (*test_spawned)(void);
+void jb__test_set_farm_spawned(void (*fn)(void))
+{
+    test_spawned = fn;
+}
 void jb__test_set_farm_secure(bool secure)
 {
     test_secure = secure;
@@ -62,6 +69,7 @@ typedef struct worker {
     uint64_t deadline_ns; /* last progress plus the compile timeout */
     char line[REPORT_BYTES];
     size_t used;
+    bool warned_junk; /* a line that is no next report was warned of once */
 } worker;
 
 typedef struct farm {
@@ -84,19 +92,31 @@ unsigned jb_usable_processors(void)
     return count > 0 ? (unsigned)count : 1;
 }
 
-/* This environment less JITBRIDGE_MANIFEST (a worker's lines would land in the file read). */
+/* This environment less JITBRIDGE_MANIFEST (a worker's lines would land in the file read), with
+ * JITBRIDGE_CACHE_DIR set to the folder this process uses (chosen at its first use: the
+ * variable, or the working directory a relative one means, may have changed since). One block:
+ * free() frees it. */
 static char **worker_environment(void)
 {
+    const char *why, *folder = jb__disk_folder(&why);
+    static const char name[] = "JITBRIDGE_CACHE_DIR=";
     size_t n = 0;
     while (environ && environ[n])
         n++;
-    char **envp = calloc(n + 1, sizeof *envp);
+    size_t pointers = (n + 2) * sizeof(char *);
+    char **envp = malloc(pointers + sizeof name + strlen(folder));
     if (!envp)
         return NULL;
     size_t kept = 0;
     for (size_t i = 0; i < n; i++)
-        if (strncmp(environ[i], "JITBRIDGE_MANIFEST=", 19) != 0)
+        if (strncmp(environ[i], "JITBRIDGE_MANIFEST=", 19) != 0 &&
+            strncmp(environ[i], name, sizeof name - 1) != 0)
             envp[kept++] = environ[i];
+    char *variable = (char *)envp + pointers;
+    memcpy(variable, name, sizeof name - 1);
+    strcpy(variable + sizeof name - 1, folder);
+    envp[kept++] = variable;
+    envp[kept] = NULL;
     return envp;
 }
 
@@ -168,11 +188,16 @@ static int start_worker(farm *f, size_t first, size_t count, worker *w)
         posix_spawn_file_actions_destroy(&actions);
         posix_spawnattr_destroy(&attr);
     }
+#ifdef JB_TEST_HOOKS
+    if (test_spawned && w->pid > 0)
+        test_spawned();
+#endif
     if (fds[1] >= 0)
-        close(fds[1]); /* the pipe ends when the worker does */
+        close(fds[1]); /* the pipe ends when the worker does, unless a host fork holds it */
     if (w->pid > 0) {
         w->pidfd = test_no_pidfd ? -1 : (int)syscall(SYS_pidfd_open, (long)w->pid, 0L);
         w->pipe = fds[0];
+        fcntl(w->pipe, F_SETFL, fcntl(w->pipe, F_GETFL) | O_NONBLOCK); /* drained at its exit */
         w->state = f->state;
         w->deadline_ns = jb__now_ns() + f->timeout_ns;
         f->out->workers++;
@@ -211,9 +236,14 @@ static void take_report(farm *f, worker *w, char *line)
     unsigned long index = (ok || failed) && *number >= '0' && *number <= '9'
                               ? strtoul(number, &end, 10)
                               : ULONG_MAX;
-    if (index >= w->count || w->state[w->first + index] != UNREPORTED ||
-        *end != (ok ? '\0' : ' '))
-        return; /* not a line of ours, or a kernel reported already: nothing counts */
+    /* Only the kernel it is on counts: a repeat, a skip or a stray line buys no time. */
+    if (index != w->reported || index >= w->count || *end != (ok ? '\0' : ' ')) {
+        if (!w->warned_junk)
+            jb__warn("cache build: a worker wrote a line that is not the report of its next "
+                     "kernel (ignored; its later ones are not warned of): '%.80s'", line);
+        w->warned_junk = true;
+        return;
+    }
     w->reported++;
     atomic_fetch_add(ok ? &f->progress->built : &f->progress->failed, 1);
     raise_finished(f, w->first + index, ok, ok ? NULL : *end ? end + 1 : "no reason given");
@@ -225,15 +255,16 @@ static void take_report(farm *f, worker *w, char *line)
     w->deadline_ns = jb__now_ns() + f->timeout_ns;
 }
 
-/* Reads what the worker wrote; false at the pipe's end. */
-static bool read_reports(farm *f, worker *w)
+/* Reads what the worker wrote: 1 when something came, 0 at the pipe's end, -1 when nothing is
+ * there now. */
+static int read_reports(farm *f, worker *w)
 {
     char buf[4096];
     ssize_t n = read(w->pipe, buf, sizeof buf);
     if (n < 0 && (errno == EINTR || errno == EAGAIN))
-        return true;
+        return -1;
     if (n <= 0)
-        return false;
+        return 0;
     for (ssize_t i = 0; i < n; i++) {
         if (buf[i] == '\n') {
             w->line[w->used < sizeof w->line ? w->used : sizeof w->line - 1] = '\0';
@@ -245,7 +276,19 @@ static bool read_reports(farm *f, worker *w)
             w->used = sizeof w->line; /* too long: cut, still read to its end */
         }
     }
-    return true;
+    return 1;
+}
+
+/* Whether the worker has exited (not reaped: reap_worker does that). Without a pidfd, by
+ * waitid's WNOWAIT on its pid; ECHILD: a host that reaps children took it. */
+static bool worker_exited(const worker *w, bool pidfd_ready)
+{
+    if (w->pidfd >= 0)
+        return pidfd_ready;
+    siginfo_t info = {0};
+    if (waitid(P_PID, (id_t)w->pid, &info, WEXITED | WNOHANG | WNOWAIT) != 0)
+        return errno == ECHILD;
+    return info.si_pid == w->pid;
 }
 
 static void kill_worker(worker *w)
@@ -256,8 +299,9 @@ static void kill_worker(worker *w)
         kill(w->pid, SIGKILL);
 }
 
-/* Reaps the worker (killed when it outlives its pipe by EXIT_WAIT_MS), EINTR-safe. ECHILD (a
- * host that ignores SIGCHLD, or reaps children itself) means it is gone already. */
+/* Reaps the worker (killed when it outlives its pipe by EXIT_WAIT_MS), EINTR-safe, never
+ * blocking longer than that on a live one. ECHILD (a host that ignores SIGCHLD, or reaps
+ * children itself) means it is gone already. */
 static void reap_worker(worker *w)
 {
     bool by_pid = w->pidfd < 0;
@@ -276,8 +320,21 @@ static void reap_worker(worker *w)
         by_pid = reaped < 0 && errno == EINVAL;
         close(w->pidfd);
     }
-    while (by_pid && waitpid(w->pid, NULL, 0) < 0 && errno == EINTR)
-        ;
+    /* By pid: looked for every 10 ms up to EXIT_WAIT_MS (a worker that closed its stdout may
+     * hang), then killed and waited for. */
+    for (uint64_t until = jb__now_ns() + EXIT_WAIT_MS * 1000000ULL; by_pid;) {
+        pid_t reaped = waitpid(w->pid, NULL, WNOHANG);
+        if (reaped == w->pid || (reaped < 0 && errno != EINTR))
+            break;
+        if (reaped == 0 && jb__now_ns() >= until) {
+            kill_worker(w);
+            while (waitpid(w->pid, NULL, 0) < 0 && errno == EINTR)
+                ;
+            break;
+        }
+        struct timespec nap = {0, 10 * 1000000L};
+        nanosleep(&nap, NULL);
+    }
     w->pid = -1;
     w->pidfd = -1;
 }
@@ -302,7 +359,7 @@ static int run_workers(farm *f, unsigned jobs)
     size_t batch = (total + jobs - 1) / jobs;
     batch = batch < 1 ? 1 : batch > BATCH_MAX ? BATCH_MAX : batch;
     worker *workers = calloc(jobs, sizeof *workers);
-    struct pollfd *polls = calloc(jobs, sizeof *polls);
+    struct pollfd *polls = calloc(2 * (size_t)jobs, sizeof *polls); /* pipes, then pidfds */
     if (!workers || !polls) {
         free(workers);
         free(polls);
@@ -325,7 +382,8 @@ static int run_workers(farm *f, unsigned jobs)
         if (!running)
             break;
         uint64_t now = jb__now_ns(), soonest = UINT64_MAX;
-        size_t n = 0;
+        size_t n = 0, pidfds = 0;
+        bool look_by_pid = false;
         for (unsigned j = 0; j < jobs; j++) {
             if (workers[j].pipe < 0)
                 continue;
@@ -343,18 +401,33 @@ static int run_workers(farm *f, unsigned jobs)
             }
             soonest = workers[j].deadline_ns < soonest ? workers[j].deadline_ns : soonest;
             polls[n++] = (struct pollfd){workers[j].pipe, POLLIN, 0};
+            look_by_pid |= workers[j].pidfd < 0;
         }
         if (!n)
             continue;
+        /* A worker's exit, not only its pipe's end: a host's fork may hold the pipe open. */
+        for (unsigned j = 0; j < jobs; j++)
+            if (workers[j].pipe >= 0 && workers[j].pidfd >= 0)
+                polls[n + pidfds++] = (struct pollfd){workers[j].pidfd, POLLIN, 0};
         uint64_t wait_ms = (soonest - now) / 1000000 + 1;
-        if (poll(polls, n, wait_ms > 60000 ? 60000 : (int)wait_ms) < 0 && errno != EINTR)
+        wait_ms = look_by_pid && wait_ms > EXIT_LOOK_MS ? EXIT_LOOK_MS : wait_ms;
+        if (poll(polls, n + pidfds, wait_ms > 60000 ? 60000 : (int)wait_ms) < 0 &&
+            errno != EINTR)
             break; /* cannot happen with valid descriptors; the workers are ended below */
-        size_t k = 0;
+        size_t k = 0, p = n;
         for (unsigned j = 0; j < jobs; j++) {
-            if (workers[j].pipe < 0 || polls[k++].revents == 0)
+            if (workers[j].pipe < 0)
                 continue;
-            if (!read_reports(f, &workers[j]))
-                end_worker(f, &workers[j]);
+            worker *w = &workers[j];
+            bool readable = polls[k++].revents != 0;
+            bool pidfd_ready = w->pidfd >= 0 && polls[p++].revents != 0;
+            if (readable && read_reports(f, w) == 0) {
+                end_worker(f, w);
+            } else if (worker_exited(w, pidfd_ready)) {
+                while (read_reports(f, w) > 0) /* what it wrote before it exited */
+                    ;
+                end_worker(f, w);
+            }
         }
     }
     for (unsigned j = 0; j < jobs; j++)
@@ -391,9 +464,11 @@ int jb__farm_refusal(jb_device *device, const char *path, unsigned jobs,
     if (!*worker_program)
         *worker_program = getenv("JITBRIDGE_BUILD_WORKER");
     const char *worker = *worker_program;
-    JB_RETURN_IF(!worker || !strchr(worker, '/'), JB_ERR_INVALID_ARGUMENT,
-                 "jb_prewarm_build: the worker program must be a path (a '/' in it; it is "
-                 "never looked for in PATH), given or in JITBRIDGE_BUILD_WORKER, not '%s'",
+    /* Absolute: a relative one would mean wherever the host has chdir'd to by then. */
+    JB_RETURN_IF(!worker || worker[0] != '/', JB_ERR_INVALID_ARGUMENT,
+                 "jb_prewarm_build: the worker program must be an absolute path (never looked "
+                 "for in PATH, nor taken against the working directory), given or in "
+                 "JITBRIDGE_BUILD_WORKER, not '%s'",
                  worker ? worker : "(none)");
     /* Checked before any worker starts: some posix_spawn implementations (and valgrind's)
      * report a program that cannot run only by the child's exit status 127. */

@@ -74,8 +74,8 @@ static bool report(const char *line)
 #ifdef JB_TEST_HOOKS
 /* JITBRIDGE_TEST_FARM_FAULT=<kind>:<n>: at the worker's n-th kernel (from 0), "kill" (SIGKILL
  * before building it), "built" (SIGKILL after building it, before its report), "hang" (sleeps
- * before building it), "quiet" (exits 0 without a report) or "lie" (writes malformed reports,
- * then exits 0); "after:<ms>": SIGALRM's default
+ * before building it), "quiet" (exits 0 without a report), "mute" (closes its stdout, then
+ * hangs) or "lie" (writes malformed reports, then exits 0); "after:<ms>": SIGALRM's default
  * action ends the worker <ms> after its first kernel starts, wherever it is then. */
 static void test_fault(size_t index, bool built)
 {
@@ -101,6 +101,11 @@ static void test_fault(size_t index, bool built)
             pause();
     if (strncmp(fault, "quiet", kind) == 0)
         _exit(0);
+    if (strncmp(fault, "mute", kind) == 0) {
+        close(STDOUT_FILENO);
+        for (;;)
+            pause();
+    }
     if (strncmp(fault, "lie", kind) == 0) { /* lines that are no report of a built kernel */
         report("ok x\nok 0junk\nok -0\nok 99\nfailed\nok\n");
         _exit(0);

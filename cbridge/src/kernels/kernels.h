@@ -98,6 +98,9 @@ int jb__farm_run(jb_prewarm_build_result *out, jb_device *device, const char *pa
 void jb__test_set_farm_secure(bool secure);
 /* true: workers are watched as on a kernel without pidfds (signalled and reaped by pid). */
 void jb__test_set_farm_no_pidfd(bool no_pidfd);
+/* `fn` (or NULL) runs in the host just after each worker is spawned, its pipe's write end
+ * still open here: as a host thread's fork there would. */
+void jb__test_set_farm_spawned(void (*fn)(void));
 #endif
 /* ---- atomics in bodies (atomics.c) ---- */
 /* Whether the `len` bytes at `name` are atomic_add, atomic_exchange, atomic_min or atomic_max. */
