@@ -257,8 +257,8 @@ pub fn usable_processors() -> usize {
     unsafe { ffi::jb_usable_processors() as usize }
 }
 
-/// The compile farm: builds every kernel of the manifest at `path` that `device` lacks (in
-/// neither the module cache nor the cache folder) from its source record, in up to `jobs`
+/// The compile farm: builds every kernel of the manifest or bundle at `path` that `device` lacks
+/// (in neither the module cache nor the cache folder) from its source record, in up to `jobs`
 /// worker processes at once (`None`: [`usable_processors`]), each storing into the cache
 /// folder under the host's leases; then loads the manifest's kernels as [`prewarm`] does, so
 /// that this process compiles nothing for what the workers built. A worker is the program at
@@ -267,8 +267,9 @@ pub fn usable_processors() -> usize {
 /// [`build_worker_main`]). A kernel a worker did not build (failed, crashed, hung past the
 /// compile timeout, killed) compiles at its first use here, nothing else. `InvalidArgument` for
 /// `jobs` out of 1 to [`MAX_BUILD_JOBS`] or a worker that is not an absolute path;
-/// `Unsupported` in a setuid or setgid program, or with the cache folder off; `System` when the
-/// manifest cannot be read or no worker can start. Blocks until the workers are done.
+/// `Unsupported` in a setuid or setgid program, or with the cache folder off; `Sealed` in a
+/// process sealed to refuse compiles; `System` when the manifest or bundle cannot be read or no
+/// worker can start. Blocks until the workers are done.
 pub fn prewarm_build(
     device: crate::Device,
     path: &Path,

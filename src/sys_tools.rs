@@ -36,8 +36,13 @@ pub fn raw_probe_launches(input: &Array, variant: i32, launches: i32) -> Result<
 
 /// Switches the counting of `device`'s driver calls on or off for the whole process (off: the
 /// driver is called directly, at no cost). `Unsupported` for the cpu and for ROCm.
-pub fn count_driver_calls(device: Device, enabled: bool) -> Result<(), Error> {
-    // SAFETY: a library device.
+///
+/// # Safety
+///
+/// The switch rewrites the backend's table of driver entry points in place: no other thread
+/// may use `device`'s backend (launch, allocate, build, synchronize) while it runs.
+pub unsafe fn count_driver_calls(device: Device, enabled: bool) -> Result<(), Error> {
+    // SAFETY: a library device; the caller keeps every other thread off the backend.
     check(unsafe { ffi::jb_driver_call_counting(device.raw(), i32::from(enabled)) })
 }
 

@@ -1331,9 +1331,9 @@ typedef struct jb_prewarm_build_result {
  * process), with only its result pipe (stdin and stderr on /dev/null), an empty signal mask,
  * default signal actions and this environment less JITBRIDGE_MANIFEST (JITBRIDGE_CACHE_DIR set
  * to the cache folder this process uses); is killed when a kernel takes it past the compile
- * timeout (JITBRIDGE_COMPILE_TIMEOUT_MS); and is reaped by its own pid, also in a host that
- * ignores SIGCHLD or reaps children itself: results come over the pipe, never from an exit
- * status. JB_ERR_INVALID_ARGUMENT for a NULL, a jobs count out of range or a worker that is
+ * timeout (JITBRIDGE_COMPILE_TIMEOUT_MS); and is reaped through its pidfd (by its pid where
+ * pidfds are missing), also in a host that ignores SIGCHLD or reaps children itself: results
+ * come over the pipe, never from an exit status. JB_ERR_INVALID_ARGUMENT for a NULL, a jobs count out of range or a worker that is
  * not an absolute path; JB_ERR_UNSUPPORTED in a setuid or setgid program (its
  * caller must not choose what is compiled or run) or with the cache folder off; JB_ERR_SEALED
  * in a process sealed to refuse (jb_seal: no compiler starts, in workers neither); JB_ERR_SYSTEM

@@ -11,8 +11,8 @@
  * started it is stopped or has a stop pending (a thread that sleeps in the compiler's vfork
  * stops only once the compile ends, and the keeper would run on meanwhile), and once it has
  * ended (cancelled: it will never let go, so what it held must go stale). A tick runs with
- * the keeper's lock let go, so a stop never waits for it, and its warnings are held: the
- * stopper may hold a library lock while it joins the keeper. */
+ * the keeper's lock let go, so a stop waits for at most the one tick under way (it joins),
+ * and its warnings are held: the stopper may hold a library lock while it joins the keeper. */
 typedef struct jb_keeper jb_keeper;
 /* Starts one with its own copy of the `size` bytes at `state`; NULL when it cannot (no memory,
  * no threads left). */

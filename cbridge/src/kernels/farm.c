@@ -94,28 +94,38 @@ unsigned jb_usable_processors(void)
 
 /* This environment less JITBRIDGE_MANIFEST (a worker's lines would land in the file read), with
  * JITBRIDGE_CACHE_DIR set to the folder this process uses (chosen at its first use: the
- * variable, or the working directory a relative one means, may have changed since). One block:
- * free() frees it. */
+ * variable, or the working directory a relative one means, may have changed since). The kept
+ * strings are copied, since the host may setenv or free a putenv string while workers start.
+ * One block: free() frees it. */
+static bool kept_variable(const char *entry)
+{
+    return strncmp(entry, "JITBRIDGE_MANIFEST=", 19) != 0 &&
+           strncmp(entry, "JITBRIDGE_CACHE_DIR=", 20) != 0;
+}
+
 static char **worker_environment(void)
 {
     const char *why, *folder = jb__disk_folder(&why);
     static const char name[] = "JITBRIDGE_CACHE_DIR=";
-    size_t n = 0;
-    while (environ && environ[n])
-        n++;
-    size_t pointers = (n + 2) * sizeof(char *);
-    char **envp = malloc(pointers + sizeof name + strlen(folder));
+    size_t n = 0, text = sizeof name + strlen(folder);
+    for (; environ && environ[n]; n++)
+        if (kept_variable(environ[n]) && !jb__add_size(text, strlen(environ[n]) + 1, &text))
+            return NULL;
+    size_t pointers = (n + 2) * sizeof(char *), bytes;
+    char **envp = jb__add_size(pointers, text, &bytes) ? malloc(bytes) : NULL;
     if (!envp)
         return NULL;
+    char *next = (char *)envp + pointers;
     size_t kept = 0;
     for (size_t i = 0; i < n; i++)
-        if (strncmp(environ[i], "JITBRIDGE_MANIFEST=", 19) != 0 &&
-            strncmp(environ[i], name, sizeof name - 1) != 0)
-            envp[kept++] = environ[i];
-    char *variable = (char *)envp + pointers;
-    memcpy(variable, name, sizeof name - 1);
-    strcpy(variable + sizeof name - 1, folder);
-    envp[kept++] = variable;
+        if (kept_variable(environ[i])) {
+            size_t len = strlen(environ[i]) + 1;
+            envp[kept++] = memcpy(next, environ[i], len);
+            next += len;
+        }
+    memcpy(next, name, sizeof name - 1);
+    strcpy(next + sizeof name - 1, folder);
+    envp[kept++] = next;
     envp[kept] = NULL;
     return envp;
 }
@@ -295,7 +305,7 @@ static void kill_worker(worker *w)
 {
     if (w->pidfd >= 0)
         syscall(SYS_pidfd_send_signal, (long)w->pidfd, (long)SIGKILL, NULL, 0L);
-    else
+    else if (!worker_exited(w, false)) /* gone already: its pid may be another process's */
         kill(w->pid, SIGKILL);
 }
 

@@ -61,13 +61,16 @@ pub fn probe_launch_path(
     );
     // The driver's calls per warm launch, where the backend counts them (cuda): the difference
     // of 1 + n launches and 1, so that each loop's own start and end cancel.
-    if sys_tools::count_driver_calls(device, true).is_err() {
+    // SAFETY: the sections run one at a time and the earlier ones joined their threads, so this
+    // thread alone uses the backend while the table is switched.
+    if unsafe { sys_tools::count_driver_calls(device, true) }.is_err() {
         return Ok(());
     }
     let raw_launches = |n| sys_tools::raw_probe_launches(&input, variant, n);
     let counts = calls_per_launch(device, block, &full_launches)
         .and_then(|full| Ok((full, calls_per_launch(device, block, &raw_launches)?)));
-    sys_tools::count_driver_calls(device, false)?;
+    // SAFETY: as above.
+    unsafe { sys_tools::count_driver_calls(device, false) }?;
     let (full, raw) = counts?;
     let total = |calls: &[(String, f64)]| calls.iter().map(|(_, count)| count).sum::<f64>();
     rows.push(
