@@ -518,7 +518,9 @@ static void cpu_mem_free(jb_device *dev, void *ptr)
 static int cpu_memcpy_htod(jb_device *dev, void *stream, void *dst, const void *src, size_t bytes)
 {
     (void)dev, (void)stream;
-    memcpy(dst, src, bytes); /* dst is a fresh buffer no queued work touches */
+    /* dst is a fresh buffer no queued work touches, or a module global whose stream the caller
+     * waited for */
+    memcpy(dst, src, bytes);
     return JB_OK;
 }
 

@@ -699,7 +699,7 @@ static void import_source(jb_bundle *b, size_t i, const unsigned char *key, size
     jb_source_record r;
     if (jb__bundle_source(b, i, key, key_bytes, rules, &has, digest, &r) != JB_OK) {
         (*refused)++;
-        jb__warn("%s; it is not imported", jb_last_error_message());
+        jb__warn("%s; the record is not imported (its entry is)", jb_last_error_message());
         return;
     }
     if (!has)
