@@ -8,14 +8,6 @@ mod common; // its temporary cache folder: the tests never write the user's
 use jitbridge::*;
 use std::sync::{Arc, Mutex};
 
-fn devices() -> Vec<Device> {
-    let mut devices = vec![Device::cpu().unwrap()];
-    if let Ok(gpu) = Device::lookup("gpu") {
-        devices.push(gpu);
-    }
-    devices
-}
-
 fn kernel(name: &str, header: Option<&str>, body: &str) -> CustomKernel {
     common::vouched_kernel(&KernelSpec {
         name,
@@ -43,7 +35,7 @@ fn a_misspelt_function_is_a_compile_error_at_the_body_line() {
         None,
         "float v = x[thread_index()];\ny[thread_index()] = expff(v);",
     );
-    for device in devices() {
+    for device in common::cpu_and_gpu() {
         let message = compile_error(&k, device);
         assert!(message.contains("expff"), "{device:?}: {message}");
         // gcc/clang write "diag_misspelt.body:2:", NVRTC and hiprtc "diag_misspelt.body(2)".
@@ -134,7 +126,7 @@ fn a_source_module_compile_error_shows_at_prepare() {
     let broken = source_module("diag_broken_module", BROKEN_CPU, BROKEN_GPU, &["entry"]);
     let fine = source_module("diag_fine_module", FINE_CPU, FINE_GPU, &["entry"]);
     let missing = source_module("diag_missing_entry", FINE_CPU, FINE_GPU, &["entry", "other"]);
-    for device in devices() {
+    for device in common::cpu_and_gpu() {
         let err = broken.prepare(device).unwrap_err();
         assert_eq!(err.code(), ErrorCode::Compile, "{device:?}: {err}");
         assert!(err.message().contains("not_a_statement"), "{err}");

@@ -7,14 +7,6 @@ mod common; // its temporary cache folder: the tests never write the user's
 
 use jitbridge::*;
 
-fn devices() -> Vec<Device> {
-    let mut devices = vec![Device::cpu().unwrap()];
-    if let Ok(gpu) = Device::lookup("gpu") {
-        devices.push(gpu);
-    }
-    devices
-}
-
 fn add_one() -> CustomKernel {
     common::vouched_kernel(&KernelSpec {
         name: "empty_batch_add_one",
@@ -37,7 +29,7 @@ const NO_BLOCKS: [LaunchShape; 3] = [
 fn a_custom_kernel_with_no_threads_returns_empty_outputs() {
     let _turn = common::serial();
     let kernel = add_one();
-    for device in devices() {
+    for device in common::cpu_and_gpu() {
         let x = Array::from_slice::<f32>(device, &[], &[0]).unwrap();
         for shape in NO_BLOCKS {
             let y = kernel.launch(&[&x], &[&[0]], shape).unwrap();
@@ -60,7 +52,7 @@ fn a_custom_kernel_with_no_threads_returns_empty_outputs() {
 fn an_empty_launch_still_checks_its_arguments() {
     let _turn = common::serial();
     let kernel = add_one();
-    for device in devices() {
+    for device in common::cpu_and_gpu() {
         let wrong = Array::from_slice::<i32>(device, &[], &[0]).unwrap();
         let err = kernel.launch(&[&wrong], &[&[0]], LaunchShape::Threads(0)).unwrap_err();
         assert_eq!(err.code(), ErrorCode::Shape, "{err}");
@@ -79,7 +71,7 @@ fn an_empty_launch_still_checks_its_arguments() {
 fn an_empty_launch_leaves_an_in_place_output_as_it_was() {
     let _turn = common::serial();
     let kernel = add_one();
-    for device in devices() {
+    for device in common::cpu_and_gpu() {
         let x = Array::from_slice::<f32>(device, &[], &[0]).unwrap();
         let mut kept = Array::from_slice(device, &[7.0f32, 8.0, 9.0], &[3]).unwrap();
         kernel
@@ -128,7 +120,7 @@ fn a_source_module_entry_with_no_threads_runs_nothing() {
     // SAFETY: both sources' `scale` take (x, y) and then the two arrays' counts, and keep every
     // index below both counts whatever the thread count; only y is written.
     let m = unsafe { SourceModule::new_declared(&spec, &[Signature::new("scale", ARGS)]) }.unwrap();
-    for device in devices() {
+    for device in common::cpu_and_gpu() {
         let x = Array::from_slice(device, &[1.0f32, 2.0], &[2]).unwrap();
         let mut y = Array::from_slice(device, &[5.0f32, 6.0], &[2]).unwrap();
         for shape in NO_BLOCKS {
@@ -155,7 +147,7 @@ fn a_graph_replays_empty_launches_as_nothing() {
         ..Default::default()
     })
     .unwrap();
-    for device in devices() {
+    for device in common::cpu_and_gpu() {
         let empty = Array::from_slice::<f32>(device, &[], &[0]).unwrap();
         let x = Array::from_slice(device, &[1.0f32, 2.0], &[2]).unwrap();
         let mut stream = Stream::new(device).unwrap();

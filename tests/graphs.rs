@@ -10,14 +10,6 @@ use jitbridge::*;
 
 const N: usize = 4096;
 
-fn devices() -> Vec<Device> {
-    let mut devices = vec![Device::cpu().unwrap()];
-    if let Ok(gpu) = Device::lookup("gpu") {
-        devices.push(gpu);
-    }
-    devices
-}
-
 fn kernel(name: &str, inputs: &[&str], scalars: &[&str], body: &str) -> CustomKernel {
     let inputs: Vec<(&str, DType)> = inputs.iter().map(|n| (*n, DType::F32)).collect();
     let scalars: Vec<(&str, DType)> = scalars.iter().map(|n| (*n, DType::F32)).collect();
@@ -83,7 +75,7 @@ impl Step {
 #[test]
 fn a_decode_step_replays_exactly_with_new_scalars() {
     let step = Step::new();
-    for device in devices() {
+    for device in common::cpu_and_gpu() {
         let x = Array::arange(device, N, DType::F32).unwrap();
         let mut stream = Stream::new(device).unwrap();
         let (mut graph, out) = step.capture(&mut stream, &x);
@@ -107,7 +99,7 @@ fn buffers_of_freed_arrays_stay_with_the_graph() {
     use std::ffi::CString;
     use std::ptr::null_mut;
     let ok = |status: i32| assert_eq!(status, 0, "{}", last_error());
-    for device in devices() {
+    for device in common::cpu_and_gpu() {
         let spec_name = CString::new(device.spec()).unwrap();
         let (name, x_name, out_name) = (c"rgraph_raw_times_three", c"x", c"out");
         let body = c"out[thread_index()] = x[thread_index()] * 3.0f + 1.0f;";
@@ -193,7 +185,7 @@ fn last_error() -> String {
 #[test]
 fn replays_order_with_other_streams_reads() {
     const I: &str = "const uint64_t i = thread_index();";
-    for device in devices() {
+    for device in common::cpu_and_gpu() {
         let plus = kernel("rgraph_plus", &["x"], &["s"], &format!("{I} out[i] = x[i] + s;"));
         // Many steps of arithmetic the result does not depend on, then a copy.
         let slow_copy = common::vouched_kernel(&KernelSpec {

@@ -8,14 +8,6 @@ mod common; // its temporary cache folder: the tests never write the user's
 
 use jitbridge::*;
 
-fn devices() -> Vec<Device> {
-    let mut devices = vec![Device::cpu().unwrap()];
-    if let Ok(gpu) = Device::lookup("gpu") {
-        devices.push(gpu);
-    }
-    devices
-}
-
 const CPU_SOURCE: &str = r#"
 float coeffs[4] = {1, 1, 1, 1};
 const int version = 3;
@@ -65,7 +57,7 @@ fn floats(values: &[f32]) -> Vec<u8> {
 #[test]
 fn a_written_global_is_what_the_next_launch_reads() {
     let m = declared("globals_written");
-    for device in devices() {
+    for device in common::cpu_and_gpu() {
         assert_eq!(m.global_size(device, "coeffs").unwrap(), 16);
         let stream = Stream::new(device).unwrap();
         // SAFETY: `weigh` uses coeffs as factors only: any bit pattern is a float it may use.

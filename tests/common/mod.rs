@@ -202,3 +202,12 @@ macro_rules! jit_module_concurrency_tests {
         }
     };
 }
+
+/// The cpu, and the first GPU where the build has a GPU backend and the machine a GPU.
+pub fn cpu_and_gpu() -> Vec<Device> {
+    let mut devices = vec![Device::cpu().unwrap()];
+    if let Ok(gpu) = Device::lookup("gpu") {
+        devices.push(gpu);
+    }
+    devices
+}

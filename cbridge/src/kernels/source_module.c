@@ -261,19 +261,27 @@ static int module_on(jb_source_module *m, jb_device *dev, jb_module **out)
     return JB_OK;
 }
 
+/* The configured function of `entry` in `m`'s module on `dev`, built on first use. */
+static int entry_on(jb_source_module *m, jb_device *dev, const char *entry,
+                    jb_kernel_config *config, void **fn)
+{
+    jb_module *module;
+    JB_FORWARD_IF_ERROR(module_on(m, dev, &module));
+    jb_kernel_entry *kernel = jb__module_kernel(module, entry);
+    JB_RETURN_IF(!kernel, JB_ERR_LOAD, "module '%s' has no kernel '%s'", m->module_name, entry);
+    return jb__kernel_configured(kernel, NULL, NULL, config, fn);
+}
+
 jb_status jb_source_module_prepare(jb_source_module *m, jb_device *device)
 {
     JB_RETURN_IF(!m, JB_ERR_INVALID_ARGUMENT, "jb_source_module_prepare: module is NULL");
     JB_RETURN_IF(!device, JB_ERR_INVALID_ARGUMENT, "jb_source_module_prepare: device is NULL");
-    jb_module *module;
+    jb_module *module; /* built even when no entry is declared */
     JB_FORWARD_IF_ERROR(module_on(m, device, &module));
     for (size_t i = 0; i < m->num_entries; i++) {
-        jb_kernel_entry *kernel = jb__module_kernel(module, m->entry_names[i]);
-        JB_RETURN_IF(!kernel, JB_ERR_LOAD, "module '%s' has no kernel '%s'", m->module_name,
-                     m->entry_names[i]);
         jb_kernel_config config;
         void *fn;
-        JB_FORWARD_IF_ERROR(jb__kernel_configured(kernel, NULL, NULL, &config, &fn));
+        JB_FORWARD_IF_ERROR(entry_on(m, device, m->entry_names[i], &config, &fn));
     }
     return JB_OK;
 }
@@ -289,13 +297,9 @@ jb_status jb_source_module_attributes(jb_source_module *m, jb_device *device, co
         declared |= strcmp(m->entry_names[i], entry) == 0;
     JB_RETURN_IF(!declared, JB_ERR_INVALID_ARGUMENT, "module '%s' has no entry point '%.128s'",
                  m->name, entry);
-    jb_module *module;
-    JB_FORWARD_IF_ERROR(module_on(m, device, &module));
-    jb_kernel_entry *kernel = jb__module_kernel(module, entry);
-    JB_RETURN_IF(!kernel, JB_ERR_LOAD, "module '%s' has no kernel '%s'", m->module_name, entry);
     jb_kernel_config config;
     void *fn;
-    JB_FORWARD_IF_ERROR(jb__kernel_configured(kernel, NULL, NULL, &config, &fn));
+    JB_FORWARD_IF_ERROR(entry_on(m, device, entry, &config, &fn));
     return jb__kernel_attributes(device, fn, out);
 }
 
@@ -383,13 +387,9 @@ jb_status jb_source_module_launch(jb_source_module *m, jb_stream *stream, const 
                  "jb_source_module_launch: the stream is capturing a graph, and graphs hold "
                  "custom kernels' launches only (launch the module outside the capture)");
 
-    jb_module *module;
-    JB_FORWARD_IF_ERROR(module_on(m, dev, &module));
-    jb_kernel_entry *kernel = jb__module_kernel(module, entry);
-    JB_RETURN_IF(!kernel, JB_ERR_LOAD, "module '%s' has no kernel '%s'", m->module_name, entry);
     jb_kernel_config config;
     void *fn;
-    JB_FORWARD_IF_ERROR(jb__kernel_configured(kernel, NULL, NULL, &config, &fn));
+    JB_FORWARD_IF_ERROR(entry_on(m, dev, entry, &config, &fn));
 
     /* The arguments, then (a declared entry) each array's element count. */
     _Alignas(8) unsigned char slots[2 * JB_KERNEL_MAX_ARRAYS * JB_SCALAR_SLOT];
