@@ -22,17 +22,20 @@ static bool listed(const jb_farm_list *list, const unsigned char key[JB_SHA256_B
     return false;
 }
 
-/* Whether the device has the kernel already: in memory, or a good entry under `key`. */
-static bool present(jb_device *dev, const char *module, const unsigned char *key)
+bool jb__farm_entry_stored(const unsigned char *key)
 {
-    if (jb__jit_module_cached(dev, module))
-        return true;
     unsigned char *data = NULL;
     const unsigned char *stored;
     size_t key_bytes;
     bool found = jb__folder_entry_key(key, &data, &stored, &key_bytes);
     free(data);
     return found;
+}
+
+/* Whether the device has the kernel already: in memory, or a good entry under `key`. */
+static bool present(jb_device *dev, const char *module, const unsigned char *key)
+{
+    return jb__jit_module_cached(dev, module) || jb__farm_entry_stored(key);
 }
 
 static int add(jb_farm_list *list, const unsigned char key[JB_SHA256_BYTES],

@@ -45,13 +45,9 @@ static int build_one(jb_device *dev, const unsigned char key[JB_SHA256_BYTES],
                                                                JB_FNV_SEED),
                                     build_from_record, &b, &module);
     }
-    unsigned char *data = NULL;
-    const unsigned char *stored;
-    size_t stored_bytes;
-    if (status == JB_OK && !jb__folder_entry_key(key, &data, &stored, &stored_bytes))
+    if (status == JB_OK && !jb__farm_entry_stored(key))
         status = jb__fail(JB_ERR_SYSTEM, "module '%s' was built but is not in the cache folder "
                           "(a full or read-only disk?)", r.module);
-    free(data);
     jb__source_record_free(&r);
     return status;
 }

@@ -77,6 +77,8 @@ typedef struct jb_farm_list {
  * folder's sources/ for the workers. What is not listed is counted in `out` (present, refused
  * with a warning each, without_source, other). An error when the file cannot be read, the
  * bundle is refused or memory runs out. Free the list with jb__farm_list_free. */
+/* Whether the cache folder holds a good entry under `key` (the entry's SHA-256 name). */
+bool jb__farm_entry_stored(const unsigned char *key);
 int jb__farm_items_read(jb_device *dev, const char *path, jb_farm_list *list,
                         jb_prewarm_build_result *out);
 void jb__farm_list_free(jb_farm_list *list);
