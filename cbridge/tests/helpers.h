@@ -107,6 +107,49 @@ static inline jb_status launch_touch(jb_source_module *m, jb_device *dev)
 /* Leaves `count` idle buffers of n f32 on `device`, made on the thread's default stream, which is
  * then synchronized: launches whose outputs take them allocate nothing, and so do not first let
  * go of the holds of quiet streams (what a test of the holds a stream keeps must not see). */
+/* The three kinds of kernel a source record holds, `<prefix>_plain`, `<prefix>_opts` (a flag
+ * and a compiler option) and `<prefix>_module` (a whole-source module), each launched once on
+ * `dev` so that each writes its manifest line; the caller frees them (free_kernel_kinds). */
+typedef struct {
+    jb_custom_kernel *plain, *with_options;
+    jb_source_module *module;
+} kernel_kinds;
+
+static inline jb_status launch_kernel_kinds(jb_device *dev, const char *prefix, kernel_kinds *k)
+{
+    char name[64];
+    *k = (kernel_kinds){0};
+    snprintf(name, sizeof name, "%s_plain", prefix);
+    k->plain = f32_kernel(name, "out[thread_index()] = inp[thread_index()] + 1.0f;");
+    jb_status status = launch_on_four_ones(k->plain, dev);
+    if (status != JB_OK)
+        return status;
+    const char *in[] = {"inp"}, *out[] = {"out"}, *options[] = {"-fno-strict-aliasing"};
+    jb_dtype f32[] = {JB_F32};
+    jb_kernel_spec spec = JB_KERNEL_SPEC_INIT;
+    snprintf(name, sizeof name, "%s_opts", prefix);
+    spec.name = name;
+    spec.input_names = in, spec.input_dtypes = f32, spec.num_inputs = 1;
+    spec.output_names = out, spec.output_dtypes = f32, spec.num_outputs = 1;
+    spec.body = "out[thread_index()] = inp[thread_index()] * 3.0f;";
+    spec.compile_flags = JB_COMPILE_FAST_MATH;
+    spec.compiler_options = options, spec.num_compiler_options = 1;
+    if ((status = jb_custom_kernel_new(&k->with_options, &spec)) != JB_OK ||
+        (status = launch_on_four_ones(k->with_options, dev)) != JB_OK)
+        return status;
+    snprintf(name, sizeof name, "%s_module", prefix);
+    k->module = touch_module(
+        name, "void touch(void **args, unsigned long n) { (void)n; **(float **)args[0] = 5.0f; }");
+    return launch_touch(k->module, dev);
+}
+
+static inline void free_kernel_kinds(kernel_kinds *k)
+{
+    jb_custom_kernel_free(k->plain);
+    jb_custom_kernel_free(k->with_options);
+    jb_source_module_free(k->module);
+}
+
 static inline void f32_idle_buffers(jb_device *device, int64_t n, int count)
 {
     jb_array **arrays = calloc((size_t)count, sizeof *arrays);

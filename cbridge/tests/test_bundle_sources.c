@@ -38,26 +38,9 @@ static void keep_warning(void *user_data, jb_log_level level, const char *messag
  * a compiler option, a whole-source module. */
 static void launch_kernels(jb_device *dev)
 {
-    jb_custom_kernel *plain = f32_kernel("bsrc_plain", "out[thread_index()] = inp[thread_index()] + 1.0f;");
-    CHECK_OK(launch_on_four_ones(plain, dev));
-    const char *in[] = {"inp"}, *out[] = {"out"}, *options[] = {"-fno-strict-aliasing"};
-    jb_dtype f32[] = {JB_F32};
-    jb_kernel_spec spec = JB_KERNEL_SPEC_INIT;
-    spec.name = "bsrc_opts";
-    spec.input_names = in, spec.input_dtypes = f32, spec.num_inputs = 1;
-    spec.output_names = out, spec.output_dtypes = f32, spec.num_outputs = 1;
-    spec.body = "out[thread_index()] = inp[thread_index()] * 3.0f;";
-    spec.compile_flags = JB_COMPILE_FAST_MATH;
-    spec.compiler_options = options, spec.num_compiler_options = 1;
-    jb_custom_kernel *with_options = NULL;
-    CHECK_OK(jb_custom_kernel_new(&with_options, &spec));
-    CHECK_OK(launch_on_four_ones(with_options, dev));
-    jb_source_module *module = touch_module(
-        "bsrc_module", "void touch(void **args, unsigned long n) { (void)n; **(float **)args[0] = 5.0f; }");
-    CHECK_OK(launch_touch(module, dev));
-    jb_custom_kernel_free(plain);
-    jb_custom_kernel_free(with_options);
-    jb_source_module_free(module);
+    kernel_kinds kinds;
+    CHECK_OK(launch_kernel_kinds(dev, "bsrc", &kinds));
+    free_kernel_kinds(&kinds);
 }
 
 static size_t count_records(const char *folder)

@@ -165,23 +165,8 @@ int main(void)
     CHECK_OK(jb_device_get(&dev, JB_DEVICE_CPU, 0));
 
     /* Three kernels: a plain one, one with a flag and a compiler option, a whole-source module. */
-    jb_custom_kernel *plain = f32_kernel("srcrec_plain", "out[thread_index()] = inp[thread_index()] + 1.0f;");
-    CHECK_OK(launch_on_four_ones(plain, dev));
-    const char *in[] = {"inp"}, *out[] = {"out"}, *options[] = {"-fno-strict-aliasing"};
-    jb_dtype f32[] = {JB_F32};
-    jb_kernel_spec spec = JB_KERNEL_SPEC_INIT;
-    spec.name = "srcrec_opts";
-    spec.input_names = in, spec.input_dtypes = f32, spec.num_inputs = 1;
-    spec.output_names = out, spec.output_dtypes = f32, spec.num_outputs = 1;
-    spec.body = "out[thread_index()] = inp[thread_index()] * 3.0f;";
-    spec.compile_flags = JB_COMPILE_FAST_MATH;
-    spec.compiler_options = options, spec.num_compiler_options = 1;
-    jb_custom_kernel *with_options = NULL;
-    CHECK_OK(jb_custom_kernel_new(&with_options, &spec));
-    CHECK_OK(launch_on_four_ones(with_options, dev));
-    jb_source_module *module = touch_module(
-        "srcrec_module", "void touch(void **args, unsigned long n) { (void)n; **(float **)args[0] = 5.0f; }");
-    CHECK_OK(launch_touch(module, dev));
+    kernel_kinds kinds;
+    CHECK_OK(launch_kernel_kinds(dev, "srcrec", &kinds));
 
     line lines[MAX_LINES];
     int n = read_lines(lines);
@@ -343,9 +328,7 @@ int main(void)
     refused("a malformed reference", "malformed field");
     free(good);
 
-    jb_custom_kernel_free(plain);
-    jb_custom_kernel_free(with_options);
-    jb_source_module_free(module);
+    free_kernel_kinds(&kinds);
     char command[512];
     snprintf(command, sizeof command, "rm -rf %s", dir);
     CHECK(system(command) == 0, "rm -rf %s", dir);
